@@ -1,0 +1,440 @@
+//! The bench engine: fio's job model driven through mqblk contexts.
+//!
+//! One thread per job, one context per thread, `iodepth` bios per job made
+//! before the measured phase and reused for every I/O. The loop submits
+//! every free bio, then reaps; offsets come from a xorshift generator; the
+//! clock is never read per I/O (the supervisor thread flips phase flags),
+//! so the engine costs a few nanoseconds per I/O beside the layer it
+//! measures. Latency comes from the layer's own histograms.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use crossbeam_utils::CachePadded;
+use mqblk::{Bio, Device, Op};
+
+use super::job::JobSpec;
+use super::result::{DirResult, JobResult, LayerResult, RunResult};
+use crate::alloc_count;
+
+const PHASE_RAMP: u8 = 0;
+const PHASE_MEASURE: u8 = 1;
+const PHASE_STOP: u8 = 2;
+
+/// State shared by the supervisor and the job threads.
+struct Shared {
+    phase: AtomicU8,
+    measuring: AtomicUsize,
+    finished: AtomicUsize,
+    start: Barrier,
+    end: Barrier,
+    /// I/Os done per job, for the progress line (written once per batch).
+    progress: Vec<CachePadded<AtomicU64>>,
+}
+
+/// What a job thread measured, before formatting.
+struct Measured {
+    read: DirResult,
+    write: DirResult,
+    runtime_ns: u64,
+    usr_ns: u64,
+    sys_ns: u64,
+    stats: mqblk::DiskStats,
+    first_error: Option<String>,
+}
+
+/// Open every device spec once, with the bench's overrides added.
+fn open_devices(jobs: &[JobSpec]) -> Result<HashMap<String, Device>> {
+    let mut devs = HashMap::new();
+    for job in jobs {
+        if job.devices.is_empty() {
+            bail!("job {}: no --device given", job.name);
+        }
+        for spec in &job.devices {
+            let key = device_key(job, spec);
+            if devs.contains_key(&key) {
+                continue;
+            }
+            let mut parsed = mqblk::spec::parse(spec)?;
+            if let Some(m) = &job.queue_mode {
+                parsed.options.set("queue_mode", m);
+            }
+            if let Some(n) = job.hw_queues {
+                parsed.options.set("hw_queues", &n.to_string());
+            }
+            if let Some(p) = job.plug {
+                parsed.options.set("plug", if p { "on" } else { "off" });
+            }
+            if !job.iostats {
+                parsed.options.set("iostats", "0");
+            }
+            let dev = mqblk::open_parsed(parsed).with_context(|| format!("opening device {spec:?}"))?;
+            devs.insert(key, dev);
+        }
+    }
+    Ok(devs)
+}
+
+fn device_key(job: &JobSpec, spec: &str) -> String {
+    format!("{spec}|{:?}|{:?}|{:?}|{}", job.queue_mode, job.hw_queues, job.plug, job.iostats)
+}
+
+/// Run all jobs (numjobs expanded) concurrently and measure them.
+pub fn run(jobs: &[JobSpec], progress: bool) -> Result<RunResult> {
+    let devs = open_devices(jobs)?;
+    // Expand numjobs; job i of the run uses device i mod n of its section.
+    let mut plan: Vec<(JobSpec, Device)> = Vec::new();
+    for job in jobs {
+        for _ in 0..job.numjobs {
+            let i = plan.len();
+            let spec = &job.devices[i % job.devices.len()];
+            let dev = devs[&device_key(job, spec)].clone();
+            plan.push((job.clone(), dev));
+        }
+    }
+    for (job, dev) in &plan {
+        check_job(job, dev)?;
+    }
+    let n = plan.len();
+    let shared = Arc::new(Shared {
+        phase: AtomicU8::new(PHASE_RAMP),
+        measuring: AtomicUsize::new(0),
+        finished: AtomicUsize::new(0),
+        start: Barrier::new(n + 1),
+        end: Barrier::new(n + 1),
+        progress: (0..n).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
+    });
+    let mut handles = Vec::with_capacity(n);
+    for (index, (job, dev)) in plan.iter().cloned().enumerate() {
+        let shared = shared.clone();
+        let h = std::thread::Builder::new()
+            .name(format!("{}.{index}", job.name))
+            .spawn(move || job_thread(index, job, dev, shared))?;
+        handles.push(h);
+    }
+    alloc_count::exclude_this_thread();
+
+    // Supervisor: ramp, measure, stop. Only this thread reads the clock.
+    shared.start.wait();
+    let first = &plan[0].0;
+    if let Some(ramp) = first.ramp_time {
+        sleep_unless_done(&shared, n, ramp);
+    }
+    shared.phase.store(PHASE_MEASURE, Relaxed);
+    while shared.measuring.load(Relaxed) + shared.finished.load(Relaxed) < n {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let allocs_start = alloc_count::allocations();
+    let t0 = Instant::now();
+    let runtime = plan.iter().filter_map(|(j, _)| j.runtime).max();
+    let bar = progress_bar(progress, runtime);
+    let mut last = (t0, 0u64);
+    loop {
+        if shared.finished.load(Relaxed) == n {
+            break;
+        }
+        if runtime.is_some_and(|r| t0.elapsed() >= r) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        if let Some(bar) = &bar {
+            let now = Instant::now();
+            if now.duration_since(last.0) >= Duration::from_millis(500) {
+                let done: u64 = shared.progress.iter().map(|p| p.load(Relaxed)).sum();
+                let rate = (done - last.1) as f64 / now.duration_since(last.0).as_secs_f64();
+                bar.set_position(t0.elapsed().as_millis() as u64);
+                bar.set_message(format!("{} IOPS", super::report::fmt_iops(rate)));
+                last = (now, done);
+            }
+        }
+    }
+    shared.phase.store(PHASE_STOP, Relaxed);
+    while shared.finished.load(Relaxed) < n {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let allocs_end = alloc_count::allocations();
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    shared.end.wait();
+
+    let mut results = Vec::with_capacity(n);
+    let mut layer = LayerResult {
+        queue_mode: plan[0].1.queue_mode().name().to_string(),
+        allocs: allocs_end - allocs_start,
+        descriptor_bytes: mqblk::descriptor_bytes(),
+        ..LayerResult::default()
+    };
+    for h in handles {
+        let (r, stats) = h.join().map_err(|_| anyhow::anyhow!("a job thread panicked"))??;
+        layer.ios += r.read.ios + r.write.ios;
+        layer.bytes_copied += stats.bytes_copied;
+        layer.requests += stats.requests;
+        layer.bios += stats.bios;
+        layer.merges += stats.merges.iter().sum::<u64>();
+        layer.splits += stats.splits;
+        layer.cpu_ns += r.usr_ns + r.sys_ns;
+        results.push(r);
+    }
+    Ok(RunResult { jobs: results, layer })
+}
+
+fn sleep_unless_done(shared: &Shared, n: usize, d: Duration) {
+    let t = Instant::now();
+    while t.elapsed() < d && shared.finished.load(Relaxed) < n {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn progress_bar(enabled: bool, runtime: Option<Duration>) -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal;
+    let runtime = runtime?;
+    if !enabled || runtime < Duration::from_secs(3) || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new(runtime.as_millis() as u64);
+    let style = indicatif::ProgressStyle::with_template("Jobs: [{bar:30}] {msg} [eta {eta}]")
+        .ok()?
+        .progress_chars("=> ");
+    bar.set_style(style);
+    Some(bar)
+}
+
+fn check_job(job: &JobSpec, dev: &Device) -> Result<()> {
+    let lbs = u64::from(dev.logical_block_size());
+    if job.bs == 0 || job.bs % lbs != 0 {
+        bail!(
+            "job {}: bs={} is not a multiple of {}'s logical block size {lbs}",
+            job.name,
+            job.bs,
+            dev.name()
+        );
+    }
+    if job.bs > u64::from(u32::MAX) {
+        bail!("job {}: bs={} is larger than 4 GiB", job.name, job.bs);
+    }
+    let region = job.size.unwrap_or(dev.capacity_bytes()).min(dev.capacity_bytes());
+    if region < job.bs {
+        bail!(
+            "job {}: size {} is smaller than bs={} (device {} has {} bytes)",
+            job.name,
+            region,
+            job.bs,
+            dev.name(),
+            dev.capacity_bytes()
+        );
+    }
+    if job.iodepth == 0 {
+        bail!("job {}: iodepth must be at least 1", job.name);
+    }
+    Ok(())
+}
+
+/// xorshift64*: two shifts, a multiply; plenty for offsets.
+struct Rng(u64);
+
+impl Rng {
+    #[inline(always)]
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform in 0..n without a division.
+    #[inline(always)]
+    fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
+    }
+}
+
+/// Where the next I/O goes.
+struct Offsets {
+    random: bool,
+    blocks: u64,
+    bs_sectors: u64,
+    next_block: u64,
+    read_percent: u32,
+    rng: Rng,
+}
+
+impl Offsets {
+    #[inline(always)]
+    fn next(&mut self) -> (Op, u64) {
+        let block = if self.random {
+            self.rng.below(self.blocks)
+        } else {
+            let b = self.next_block;
+            self.next_block = if b + 1 == self.blocks { 0 } else { b + 1 };
+            b
+        };
+        let op = match self.read_percent {
+            100 => Op::Read,
+            0 => Op::Write,
+            p => {
+                if (self.rng.next() % 100) < u64::from(p) {
+                    Op::Read
+                } else {
+                    Op::Write
+                }
+            }
+        };
+        (op, block * self.bs_sectors)
+    }
+}
+
+fn job_thread(index: usize, job: JobSpec, dev: Device, shared: Arc<Shared>) -> Result<(JobResult, mqblk::DiskStats)> {
+    // Set up everything before the start barrier: the measured phase
+    // allocates nothing.
+    let setup = (|| -> Result<_> {
+        let ctx = dev.context()?;
+        let region = job.size.unwrap_or(dev.capacity_bytes()).min(dev.capacity_bytes());
+        let bs_sectors = job.bs >> 9;
+        let seed = job.randseed ^ (index as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let offsets = Offsets {
+            random: job.rw.is_random(),
+            blocks: region / job.bs,
+            bs_sectors,
+            next_block: 0,
+            read_percent: job.rw.read_percent(job.rwmixread),
+            rng: Rng(seed | 1),
+        };
+        let mut free: Vec<Bio> = Vec::with_capacity(job.iodepth as usize);
+        let mut fill = Rng(seed ^ 0x5555);
+        for _ in 0..job.iodepth {
+            let mut buf = dev.alloc_buf(job.bs as usize);
+            for chunk in buf.as_mut_slice().chunks_mut(8) {
+                let v = fill.next().to_le_bytes();
+                chunk.copy_from_slice(&v[..chunk.len()]);
+            }
+            free.push(Bio::read(0, buf));
+        }
+        Ok((ctx, offsets, free))
+    })();
+    shared.start.wait();
+    let (mut ctx, mut offsets, mut free) = match setup {
+        Ok(s) => s,
+        Err(e) => {
+            shared.measuring.fetch_add(1, Relaxed);
+            shared.finished.fetch_add(1, Relaxed);
+            shared.end.wait();
+            return Err(e);
+        }
+    };
+    let bytes_limit = if job.time_based { u64::MAX } else { job.size.unwrap_or(dev.capacity_bytes()).min(dev.capacity_bytes()) };
+    let bs = job.bs;
+    let mut read = DirResult::default();
+    let mut write = DirResult::default();
+    let mut first_error: Option<mqblk::Status> = None;
+    let mut first_error_at = 0u64;
+    let mut issued_bytes = 0u64;
+    let mut measuring = false;
+    let mut t_start = 0u64;
+    let mut cpu_start = (0, 0);
+    let mut stats_start = mqblk::DiskStats::default();
+    let progress = &shared.progress[index];
+
+    loop {
+        let phase = shared.phase.load(Relaxed);
+        if phase == PHASE_STOP {
+            break;
+        }
+        if !measuring && phase == PHASE_MEASURE {
+            // Start of the measured phase: forget the ramp.
+            measuring = true;
+            read = DirResult::default();
+            write = DirResult::default();
+            issued_bytes = 0;
+            ctx.reset_histograms();
+            stats_start = ctx.stats();
+            cpu_start = mqblk::clock::thread_cpu_ns();
+            t_start = mqblk::clock::now_ns();
+            shared.measuring.fetch_add(1, Relaxed);
+        }
+        if measuring && issued_bytes >= bytes_limit && ctx.in_flight() == 0 {
+            break;
+        }
+        while issued_bytes < bytes_limit || !measuring {
+            let Some(mut bio) = free.pop() else { break };
+            let (op, sector) = offsets.next();
+            bio.set_op(op);
+            bio.set_sector(sector);
+            if let Err(bio) = ctx.submit(bio) {
+                free.push(bio);
+                break;
+            }
+            issued_bytes += bs;
+        }
+        ctx.poll_wait(1, |c| {
+            let dir = if c.bio().op() == Op::Read { &mut read } else { &mut write };
+            dir.ios += 1;
+            if c.status().is_ok() {
+                dir.bytes += bs;
+            } else {
+                dir.errors += 1;
+                if first_error.is_none() {
+                    first_error = Some(c.status());
+                    first_error_at = c.bio().offset_bytes();
+                }
+            }
+            free.push(c.into_bio());
+        });
+        progress.store(read.ios + write.ios, Relaxed);
+    }
+    if !measuring {
+        // Stopped during the ramp (size reached first): measure nothing.
+        t_start = mqblk::clock::now_ns();
+        cpu_start = mqblk::clock::thread_cpu_ns();
+        stats_start = ctx.stats();
+        shared.measuring.fetch_add(1, Relaxed);
+    }
+    let t_end = mqblk::clock::now_ns();
+    let cpu_end = mqblk::clock::thread_cpu_ns();
+    let stats_end = ctx.stats();
+    shared.finished.fetch_add(1, Relaxed);
+    // Drain without counting.
+    while ctx.in_flight() > 0 || ctx.ready() > 0 {
+        ctx.poll_wait(1, |c| free.push(c.into_bio()));
+    }
+    shared.end.wait();
+
+    let mut stats = stats_end;
+    stats.requests -= stats_start.requests;
+    stats.bios -= stats_start.bios;
+    stats.bytes_copied -= stats_start.bytes_copied;
+    stats.splits -= stats_start.splits;
+    for g in 0..stats.merges.len() {
+        stats.merges[g] -= stats_start.merges[g];
+    }
+    let m = Measured {
+        read,
+        write,
+        runtime_ns: t_end.saturating_sub(t_start),
+        usr_ns: cpu_end.0.saturating_sub(cpu_start.0),
+        sys_ns: cpu_end.1.saturating_sub(cpu_start.1),
+        stats,
+        first_error: first_error.map(|s| format!("{s} at offset {first_error_at} on {}", dev.name())),
+    };
+    Ok((
+        JobResult {
+            name: job.name.clone(),
+            index,
+            device: dev.name().to_string(),
+            read: m.read,
+            write: m.write,
+            clat: ctx.histograms().clone(),
+            clat_valid: job.iostats,
+            runtime_ns: m.runtime_ns,
+            usr_ns: m.usr_ns,
+            sys_ns: m.sys_ns,
+            first_error: m.first_error,
+        },
+        m.stats,
+    ))
+}

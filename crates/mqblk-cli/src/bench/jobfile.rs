@@ -1,0 +1,414 @@
+//! fio job files (INI) for the option subset mqblk understands.
+//!
+//! ```ini
+//! ; comment             # comment
+//! [global]
+//! rw=randread
+//! bs=4k
+//! time_based
+//! runtime=10s
+//! device=null,size=1G   ; repeated device= lines add devices
+//!
+//! [reader]
+//! iodepth=32
+//!
+//! [writer]
+//! rw=randwrite
+//! ```
+//!
+//! As in fio, a `[global]` section applies to the job sections after it (a
+//! file may have several), and every other `[name]` section is a job named
+//! after the section. Keys are those of [`super::options::KEYS`]; a bare
+//! key means `key=1` (`time_based`). Within one section repeated `device=`
+//! lines add devices, and a section that names any device replaces the
+//! devices it inherited. Lines starting with `;` or `#` are comments, as is
+//! the rest of a line after a `;` or `#` that follows whitespace. The fio
+//! keys `ioengine`, `direct`, `thread`, `group_reporting` and `name` are
+//! accepted and ignored (mqblk has one engine, always goes direct to the
+//! layer, always runs jobs as threads, prints every job, and names jobs by
+//! their section); any other key is an error naming it and its line.
+//!
+//! The command line's options are laid over every job (see
+//! [`super::options`]). Files are bounded: at most [`FILE_BYTES_MAX`]
+//! bytes and lines of at most [`LINE_CHARS_MAX`] characters. The parser
+//! never panics on any input; it is a fuzz target.
+
+use std::fmt;
+use std::io::Read;
+use std::path::Path;
+
+use super::job::JobSpec;
+use super::options::{JobOptions, OptionError, KEYS, NAME_LEN_MAX};
+
+/// Largest job file, in bytes.
+pub const FILE_BYTES_MAX: u64 = 1 << 20;
+/// Longest line, in characters.
+pub const LINE_CHARS_MAX: usize = 4096;
+
+/// fio keys that are accepted and ignored.
+pub const IGNORED_KEYS: &[&str] = &["ioengine", "direct", "thread", "group_reporting", "name"];
+
+/// A job file that cannot be used, with the line at fault (1-based; 0 when
+/// the fault is the file as a whole).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobFileError {
+    /// 1-based line number, or 0 for the whole file.
+    pub line: usize,
+    /// What is wrong and what would be accepted.
+    pub message: String,
+}
+
+impl fmt::Display for JobFileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "line {}: {}", self.line, self.message)
+        }
+    }
+}
+
+impl std::error::Error for JobFileError {}
+
+fn err(line: usize, message: impl Into<String>) -> JobFileError {
+    JobFileError {
+        line,
+        message: message.into(),
+    }
+}
+
+/// Read and parse the job file at `path`, with `cli` laid over every job.
+pub fn load(path: &Path, cli: &JobOptions) -> anyhow::Result<Vec<JobSpec>> {
+    use anyhow::Context as _;
+    let file = std::fs::File::open(path)
+        .with_context(|| format!("cannot open job file {}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(FILE_BYTES_MAX + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("cannot read job file {}", path.display()))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| anyhow::anyhow!("job file {}: not UTF-8 text", path.display()))?;
+    parse(&text, cli).map_err(|e| anyhow::anyhow!("job file {}: {e}", path.display()))
+}
+
+/// What a section header starts.
+enum Section {
+    /// `[global]`: options for the jobs after it.
+    Global,
+    /// A job, with the line of its header.
+    Job { name: String, line: usize },
+}
+
+/// Parse a job file's text into jobs, with `cli` laid over every job.
+pub fn parse(text: &str, cli: &JobOptions) -> Result<Vec<JobSpec>, JobFileError> {
+    if text.len() as u64 > FILE_BYTES_MAX {
+        return Err(err(
+            0,
+            format!("larger than {FILE_BYTES_MAX} bytes; job files are limited to 1 MiB"),
+        ));
+    }
+    let mut global = JobOptions::default();
+    let mut jobs = Vec::new();
+    // The open section and the options it has set so far.
+    let mut current: Option<(Section, JobOptions)> = None;
+
+    for (index, raw) in text.lines().enumerate() {
+        let line_no = index + 1;
+        if raw.chars().count() > LINE_CHARS_MAX {
+            return Err(err(
+                line_no,
+                format!("longer than {LINE_CHARS_MAX} characters"),
+            ));
+        }
+        let line = strip_comment(raw).trim();
+        if line.is_empty() {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix('[') {
+            let name = rest
+                .strip_suffix(']')
+                .ok_or_else(|| err(line_no, format!("section header {line:?} has no closing `]`")))?
+                .trim();
+            if name.is_empty() {
+                return Err(err(line_no, "empty section name `[]`"));
+            }
+            if name.len() > NAME_LEN_MAX || name.chars().any(char::is_control) {
+                return Err(err(
+                    line_no,
+                    format!("section name must be 1 to {NAME_LEN_MAX} printable characters"),
+                ));
+            }
+            close(current.take(), &mut global, &mut jobs, cli)?;
+            let section = if name == "global" {
+                Section::Global
+            } else {
+                Section::Job {
+                    name: name.to_string(),
+                    line: line_no,
+                }
+            };
+            current = Some((section, JobOptions::default()));
+            continue;
+        }
+        let (key, value) = match line.split_once('=') {
+            Some((k, v)) => (k.trim(), Some(v.trim())),
+            None => (line, None),
+        };
+        let Some((_, options)) = current.as_mut() else {
+            return Err(err(
+                line_no,
+                format!("option `{key}` before any section; start with [global] or [jobname]"),
+            ));
+        };
+        if IGNORED_KEYS.contains(&key) {
+            continue;
+        }
+        // Repeated `device=` lines add devices within the section only.
+        options.set(key, value).map_err(|e| describe(line_no, key, value, &e))?;
+    }
+    close(current.take(), &mut global, &mut jobs, cli)?;
+    if jobs.is_empty() {
+        return Err(err(0, "no job sections; add one such as [job1] after [global]"));
+    }
+    let total: u64 = jobs.iter().map(|j: &JobSpec| u64::from(j.numjobs)).sum();
+    if jobs.len() > super::options::JOBS_MAX as usize || total > u64::from(super::options::JOBS_MAX) {
+        return Err(err(
+            0,
+            format!(
+                "{total} jobs in total; at most {} may run at once",
+                super::options::JOBS_MAX
+            ),
+        ));
+    }
+    Ok(jobs)
+}
+
+/// End a section: fold `[global]` into the globals, or build the job.
+fn close(
+    section: Option<(Section, JobOptions)>,
+    global: &mut JobOptions,
+    jobs: &mut Vec<JobSpec>,
+    cli: &JobOptions,
+) -> Result<(), JobFileError> {
+    match section {
+        None => Ok(()),
+        Some((Section::Global, options)) => {
+            global.overlay(&options);
+            Ok(())
+        }
+        Some((Section::Job { name, line }, options)) => {
+            if jobs.len() >= super::options::JOBS_MAX as usize {
+                return Err(err(
+                    line,
+                    format!("more than {} job sections", super::options::JOBS_MAX),
+                ));
+            }
+            let mut merged = global.clone();
+            merged.overlay(&options);
+            merged.overlay(cli);
+            // The section names the job, whatever `--name` says.
+            merged.name = Some(name.clone());
+            let job = merged
+                .build(&name)
+                .map_err(|why| err(line, format!("section [{name}]: {why}")))?;
+            jobs.push(job);
+            Ok(())
+        }
+    }
+}
+
+/// Cut a comment: the whole line after a leading `;`/`#`, or the rest of
+/// the line after a `;`/`#` that follows whitespace (so that `#` inside a
+/// value such as a URL survives).
+fn strip_comment(line: &str) -> &str {
+    let trimmed = line.trim_start();
+    if trimmed.starts_with(';') || trimmed.starts_with('#') {
+        return "";
+    }
+    let mut prev_space = false;
+    for (i, c) in line.char_indices() {
+        if prev_space && (c == ';' || c == '#') {
+            return &line[..i];
+        }
+        prev_space = c.is_whitespace();
+    }
+    line
+}
+
+fn describe(line: usize, key: &str, value: Option<&str>, e: &OptionError) -> JobFileError {
+    let shown = match value {
+        Some(v) => format!("{key}={v}"),
+        None => key.to_string(),
+    };
+    let message = match e {
+        OptionError::UnknownKey => {
+            let hint = match key {
+                "filename" => "; name the device with device=SPEC".to_string(),
+                _ => String::new(),
+            };
+            format!(
+                "unknown key `{key}`{hint}; mqblk job files take {} (and accept and ignore {})",
+                KEYS.iter()
+                    .filter(|k| **k != "name")
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                IGNORED_KEYS.join(", ")
+            )
+        }
+        other => format!("{shown}: {other}"),
+    };
+    err(line, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::job::RwMode;
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    fn parse_ok(text: &str) -> Vec<JobSpec> {
+        parse(text, &JobOptions::default()).unwrap()
+    }
+
+    fn parse_err(text: &str) -> JobFileError {
+        parse(text, &JobOptions::default()).unwrap_err()
+    }
+
+    #[test]
+    fn global_and_two_jobs() {
+        let jobs = parse_ok(
+            "; a comment\n\
+             # another\n\
+             [global]\n\
+             rw=randread\n\
+             bs = 8k   ; trailing comment\n\
+             ioengine=libaio\n\
+             direct=1\n\
+             group_reporting\n\
+             time_based\n\
+             runtime=2s\n\
+             device=null,size=1G\n\
+             \n\
+             [a]\n\
+             iodepth=32\n\
+             \r\n\
+             [b]\r\n\
+             rw=randwrite\r\n\
+             numjobs=2\n\
+             device=null\n\
+             device=null,size=2G\n",
+        );
+        assert_eq!(jobs.len(), 2);
+        let (a, b) = (&jobs[0], &jobs[1]);
+        assert_eq!(a.name, "a");
+        assert_eq!(a.rw, RwMode::RandRead);
+        assert_eq!(a.bs, 8192);
+        assert_eq!(a.iodepth, 32);
+        assert!(a.time_based);
+        assert_eq!(a.runtime, Some(Duration::from_secs(2)));
+        assert_eq!(a.devices, vec!["null,size=1G"]);
+        assert_eq!(b.name, "b");
+        assert_eq!(b.rw, RwMode::RandWrite);
+        assert_eq!(b.iodepth, 1);
+        assert_eq!(b.numjobs, 2);
+        assert_eq!(b.devices, vec!["null", "null,size=2G"]);
+    }
+
+    #[test]
+    fn a_global_applies_to_the_jobs_after_it() {
+        let jobs = parse_ok("[a]\n[global]\nbs=16k\n[b]\n");
+        assert_eq!(jobs[0].bs, 4096);
+        assert_eq!(jobs[1].bs, 16384);
+    }
+
+    #[test]
+    fn command_line_overrides_the_file() {
+        let mut cli = JobOptions::default();
+        cli.set("bs", Some("64k")).unwrap();
+        cli.set("name", Some("ignored")).unwrap();
+        let jobs = parse("[global]\nbs=4k\n[a]\nbs=8k\n", &cli).unwrap();
+        assert_eq!(jobs[0].bs, 65536);
+        assert_eq!(jobs[0].name, "a");
+    }
+
+    #[test]
+    fn errors_name_the_line_and_key() {
+        let e = parse_err("[global]\nbs=4k\n\n[a]\nfilename=/dev/sda\n");
+        assert_eq!(e.line, 5);
+        assert!(e.to_string().contains("line 5"), "{e}");
+        assert!(e.message.contains("`filename`"), "{e}");
+        assert!(e.message.contains("device="), "{e}");
+
+        let e = parse_err("[a]\niodepth=0\n");
+        assert_eq!(e.line, 2);
+        assert!(e.message.contains("iodepth=0"), "{e}");
+
+        let e = parse_err("[a]\nrw=foo\n");
+        assert!(e.message.contains("\"foo\""), "{e}");
+
+        let e = parse_err("bs=4k\n[a]\n");
+        assert_eq!(e.line, 1);
+
+        let e = parse_err("[a\n");
+        assert_eq!(e.line, 1);
+
+        let e = parse_err("[]\n");
+        assert_eq!(e.line, 1);
+
+        let e = parse_err("[global]\nbs=4k\n");
+        assert_eq!(e.line, 0);
+        assert!(e.message.contains("no job sections"), "{e}");
+
+        let e = parse_err("[a]\ntime_based\n");
+        assert_eq!(e.line, 1);
+        assert!(e.message.contains("runtime"), "{e}");
+
+        let e = parse_err("[a]\nbs\n");
+        assert_eq!(e.line, 2);
+        assert!(e.message.contains("needs a value"), "{e}");
+    }
+
+    #[test]
+    fn bounds() {
+        let long = format!("[a]\nrw={}\n", "r".repeat(LINE_CHARS_MAX + 1));
+        assert_eq!(parse_err(&long).line, 2);
+        let big = ";\n".repeat((FILE_BYTES_MAX as usize) / 2 + 1);
+        assert_eq!(parse_err(&big).line, 0);
+        let many: String = (0..=1024).map(|i| format!("[j{i}]\n")).collect();
+        assert!(parse(&many, &JobOptions::default()).is_err());
+    }
+
+    #[test]
+    fn hash_inside_a_value_is_kept() {
+        assert_eq!(strip_comment("device=a#b ; c"), "device=a#b ");
+        assert_eq!(strip_comment("  # all"), "");
+    }
+
+    fn ini_line() -> impl Strategy<Value = String> {
+        let key = prop::sample::select(vec![
+            "rw", "bs", "iodepth", "numjobs", "size", "runtime", "time_based", "ramp_time",
+            "rwmixread", "randseed", "device", "queue_mode", "hw_queues", "plug", "iostats",
+            "ioengine", "name", "filename", "",
+        ]);
+        prop_oneof![
+            (key, ".{0,12}").prop_map(|(k, v)| format!("{k}={v}")),
+            ".{0,16}".prop_map(|s| format!("[{s}]")),
+            Just("[global]".to_string()),
+            "[;#\\[\\]= a-z0-9\u{0}-\u{1f}\u{80}-\u{10ffff}]{0,24}",
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics_on_any_text(text in "(?s).{0,512}") {
+            let _ = parse(&text, &JobOptions::default());
+        }
+
+        #[test]
+        fn never_panics_on_ini_like_text(lines in prop::collection::vec(ini_line(), 0..24)) {
+            let _ = parse(&lines.join("\n"), &JobOptions::default());
+        }
+    }
+}

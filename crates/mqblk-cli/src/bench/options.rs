@@ -1,0 +1,498 @@
+//! The bench's option keys: the one place that knows each key's name, how
+//! its value is parsed and what it accepts. The command line and job files
+//! both go through [`JobOptions::set`], so `--bs=0` and a job file's `bs=0`
+//! fail with the same words.
+//!
+//! A [`JobOptions`] is one layer of settings (the job file's `[global]`, a
+//! job section, or the command line). Layers are stacked with
+//! [`JobOptions::overlay`] and turned into a [`JobSpec`] with
+//! [`JobOptions::build`]; the command line is the top layer, so it
+//! overrides the job file.
+
+use std::fmt;
+use std::time::Duration;
+
+use mqblk::queue::QueueMode;
+use mqblk::spec::{parse_bool, parse_size};
+
+use super::job::{JobSpec, RwMode};
+
+/// Every key, in job-file spelling (the command line writes `queue_mode` as
+/// `--queue-mode` and `hw_queues` as `--hw-queues`).
+pub const KEYS: &[&str] = &[
+    "name",
+    "rw",
+    "bs",
+    "iodepth",
+    "numjobs",
+    "size",
+    "runtime",
+    "time_based",
+    "ramp_time",
+    "rwmixread",
+    "randseed",
+    "device",
+    "queue_mode",
+    "hw_queues",
+    "plug",
+    "iostats",
+];
+
+/// Smallest and largest `bs=` (a 512-byte sector up to 64 MiB).
+pub const BS_MIN: u64 = 512;
+/// Largest `bs=`.
+pub const BS_MAX: u64 = 64 << 20;
+/// Largest `iodepth=` (the largest tag depth a device takes).
+pub const IODEPTH_MAX: u32 = 65536;
+/// Largest `numjobs=`, and the most jobs one run may start in total.
+pub const JOBS_MAX: u32 = 1024;
+/// Largest `hw_queues=` (as the device specs accept).
+pub const HW_QUEUES_MAX: u16 = 1024;
+/// Longest `name=` or section name.
+pub const NAME_LEN_MAX: usize = 256;
+
+/// Why a key or its value was refused. The caller adds where it came from
+/// (`--bs=0` or `job.fio:3: bs=0`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OptionError {
+    /// No such key.
+    UnknownKey,
+    /// The key needs a value and was given none.
+    MissingValue {
+        /// What it accepts.
+        expected: String,
+    },
+    /// The value does not parse or is out of range.
+    BadValue {
+        /// The value as given.
+        value: String,
+        /// What the key accepts.
+        expected: String,
+    },
+}
+
+impl fmt::Display for OptionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OptionError::UnknownKey => write!(f, "unknown option; known: {}", KEYS.join(", ")),
+            OptionError::MissingValue { expected } => {
+                write!(f, "needs a value: expected {expected}")
+            }
+            OptionError::BadValue { value, expected } => {
+                write!(f, "invalid value {value:?}: expected {expected}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for OptionError {}
+
+/// One layer of job settings; `None` means "not set here".
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct JobOptions {
+    /// `name=` (command line `--name`).
+    pub name: Option<String>,
+    /// `rw=`.
+    pub rw: Option<RwMode>,
+    /// `bs=`, bytes.
+    pub bs: Option<u64>,
+    /// `iodepth=`.
+    pub iodepth: Option<u32>,
+    /// `numjobs=`.
+    pub numjobs: Option<u32>,
+    /// `size=`, bytes.
+    pub size: Option<u64>,
+    /// `runtime=`; `Some(None)` is fio's `runtime=0` (no limit).
+    pub runtime: Option<Option<Duration>>,
+    /// `time_based`.
+    pub time_based: Option<bool>,
+    /// `ramp_time=`; `Some(None)` is `ramp_time=0`.
+    pub ramp_time: Option<Option<Duration>>,
+    /// `rwmixread=`.
+    pub rwmixread: Option<u32>,
+    /// `randseed=`.
+    pub randseed: Option<u64>,
+    /// `device=`: repeated keys within one layer add devices; a layer that
+    /// names any device replaces the devices of the layers below it.
+    pub devices: Option<Vec<String>>,
+    /// `queue_mode=`, canonical name.
+    pub queue_mode: Option<String>,
+    /// `hw_queues=`.
+    pub hw_queues: Option<u16>,
+    /// `plug=`.
+    pub plug: Option<bool>,
+    /// `iostats=`.
+    pub iostats: Option<bool>,
+}
+
+fn bad(value: &str, expected: impl Into<String>) -> OptionError {
+    OptionError::BadValue {
+        value: value.to_string(),
+        expected: expected.into(),
+    }
+}
+
+fn parse_u64_in(value: &str, min: u64, max: u64, expected: &str) -> Result<u64, OptionError> {
+    match value.parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(bad(value, expected)),
+    }
+}
+
+/// Parse a time as fio does for `runtime=` and `ramp_time=`: a plain
+/// number is seconds; the suffixes `us`, `ms`, `s`, `m`, `h` and `d` (and
+/// their long forms `usec`, `msec`, `sec`, `min`) are accepted, in any case.
+pub fn parse_duration(value: &str) -> Result<Duration, String> {
+    let s = value.trim();
+    let digits_end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    if digits_end == 0 {
+        return Err("must start with a number".into());
+    }
+    let n: u64 = s[..digits_end]
+        .parse()
+        .map_err(|_| "number too large".to_string())?;
+    let suffix = s[digits_end..].trim().to_ascii_lowercase();
+    let nanos_per_unit: u64 = match suffix.as_str() {
+        "us" | "usec" => 1_000,
+        "ms" | "msec" => 1_000_000,
+        "" | "s" | "sec" => 1_000_000_000,
+        "m" | "min" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
+        "d" => 86_400_000_000_000,
+        _ => return Err(format!("unknown suffix `{suffix}`")),
+    };
+    n.checked_mul(nanos_per_unit)
+        .map(Duration::from_nanos)
+        .ok_or_else(|| "too long".to_string())
+}
+
+const DURATION_EXPECTED: &str =
+    "a time such as 10 (seconds), 500ms, 30s, 2m or 1h (suffixes us, ms, s, m, h, d); 0 means no limit";
+
+impl JobOptions {
+    /// Set `key` from `value` (`None` for a bare key, as `time_based` is
+    /// written). Validates the value; on error nothing is changed.
+    pub fn set(&mut self, key: &str, value: Option<&str>) -> Result<(), OptionError> {
+        if key == "time_based" {
+            let on = match value {
+                None => true,
+                Some(v) => parse_bool(v.trim()).ok_or_else(|| bad(v, "no value, 1 or 0"))?,
+            };
+            self.time_based = Some(on);
+            return Ok(());
+        }
+        let expected = match expected(key) {
+            Some(e) => e,
+            None => return Err(OptionError::UnknownKey),
+        };
+        let raw = value.ok_or_else(|| OptionError::MissingValue {
+            expected: expected.to_string(),
+        })?;
+        let v = raw.trim();
+        match key {
+            "name" => {
+                if v.is_empty() || v.len() > NAME_LEN_MAX || v.chars().any(char::is_control) {
+                    return Err(bad(raw, expected));
+                }
+                self.name = Some(v.to_string());
+            }
+            "rw" => self.rw = Some(RwMode::parse(v).ok_or_else(|| bad(raw, expected))?),
+            "bs" => {
+                let bs = parse_size(v).map_err(|why| bad(raw, format!("{expected} ({why})")))?;
+                if !(BS_MIN..=BS_MAX).contains(&bs) || bs % 512 != 0 {
+                    return Err(bad(raw, expected));
+                }
+                self.bs = Some(bs);
+            }
+            "iodepth" => {
+                self.iodepth = Some(parse_u64_in(v, 1, IODEPTH_MAX.into(), expected)? as u32);
+            }
+            "numjobs" => {
+                self.numjobs = Some(parse_u64_in(v, 1, JOBS_MAX.into(), expected)? as u32);
+            }
+            "size" => {
+                let size = parse_size(v).map_err(|why| bad(raw, format!("{expected} ({why})")))?;
+                if size == 0 {
+                    return Err(bad(raw, expected));
+                }
+                self.size = Some(size);
+            }
+            "runtime" | "ramp_time" => {
+                let d = parse_duration(v).map_err(|why| bad(raw, format!("{expected} ({why})")))?;
+                let d = if d.is_zero() { None } else { Some(d) };
+                if key == "runtime" {
+                    self.runtime = Some(d);
+                } else {
+                    self.ramp_time = Some(d);
+                }
+            }
+            "rwmixread" => self.rwmixread = Some(parse_u64_in(v, 0, 100, expected)? as u32),
+            "randseed" => self.randseed = Some(v.parse().map_err(|_| bad(raw, expected))?),
+            "device" => {
+                // Syntax only here; the device kind checks its own options
+                // when the device is opened.
+                mqblk::spec::parse(v).map_err(|e| bad(raw, format!("{expected} ({e})")))?;
+                self.devices.get_or_insert_with(Vec::new).push(v.to_string());
+            }
+            "queue_mode" => {
+                let mode = QueueMode::parse(v).ok_or_else(|| bad(raw, expected))?;
+                self.queue_mode = Some(mode.name().to_string());
+            }
+            "hw_queues" => {
+                self.hw_queues =
+                    Some(parse_u64_in(v, 1, HW_QUEUES_MAX.into(), expected)? as u16);
+            }
+            "plug" => self.plug = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?),
+            "iostats" => self.iostats = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?),
+            _ => return Err(OptionError::UnknownKey),
+        }
+        Ok(())
+    }
+
+    /// Lay `top` over `self`: every setting `top` has wins.
+    pub fn overlay(&mut self, top: &JobOptions) {
+        fn over<T: Clone>(below: &mut Option<T>, top: &Option<T>) {
+            if let Some(t) = top {
+                *below = Some(t.clone());
+            }
+        }
+        over(&mut self.name, &top.name);
+        over(&mut self.rw, &top.rw);
+        over(&mut self.bs, &top.bs);
+        over(&mut self.iodepth, &top.iodepth);
+        over(&mut self.numjobs, &top.numjobs);
+        over(&mut self.size, &top.size);
+        over(&mut self.runtime, &top.runtime);
+        over(&mut self.time_based, &top.time_based);
+        over(&mut self.ramp_time, &top.ramp_time);
+        over(&mut self.rwmixread, &top.rwmixread);
+        over(&mut self.randseed, &top.randseed);
+        over(&mut self.devices, &top.devices);
+        over(&mut self.queue_mode, &top.queue_mode);
+        over(&mut self.hw_queues, &top.hw_queues);
+        over(&mut self.plug, &top.plug);
+        over(&mut self.iostats, &top.iostats);
+    }
+
+    /// The job these settings describe, on top of the defaults, named
+    /// `default_name` unless `name` is set; checked as a whole.
+    pub fn build(&self, default_name: &str) -> Result<JobSpec, String> {
+        let d = JobSpec::default();
+        let job = JobSpec {
+            name: self.name.clone().unwrap_or_else(|| default_name.to_string()),
+            rw: self.rw.unwrap_or(d.rw),
+            bs: self.bs.unwrap_or(d.bs),
+            iodepth: self.iodepth.unwrap_or(d.iodepth),
+            numjobs: self.numjobs.unwrap_or(d.numjobs),
+            size: self.size.or(d.size),
+            runtime: self.runtime.unwrap_or(d.runtime),
+            time_based: self.time_based.unwrap_or(d.time_based),
+            ramp_time: self.ramp_time.unwrap_or(d.ramp_time),
+            rwmixread: self.rwmixread.unwrap_or(d.rwmixread),
+            randseed: self.randseed.unwrap_or(d.randseed),
+            devices: self.devices.clone().unwrap_or(d.devices),
+            queue_mode: self.queue_mode.clone().or(d.queue_mode),
+            hw_queues: self.hw_queues.or(d.hw_queues),
+            plug: self.plug.or(d.plug),
+            iostats: self.iostats.unwrap_or(d.iostats),
+        };
+        check(&job)?;
+        Ok(job)
+    }
+}
+
+/// What `key` accepts, or `None` for an unknown key.
+pub fn expected(key: &str) -> Option<&'static str> {
+    Some(match key {
+        "name" => "a job name of 1 to 256 printable characters",
+        "rw" => "one of read, write, randread, randwrite, rw (readwrite), randrw",
+        "bs" => "a block size from 512 to 64M that is a multiple of 512, such as 4k",
+        "iodepth" => "an integer from 1 to 65536",
+        "numjobs" => "an integer from 1 to 1024",
+        "size" => "a size above zero such as 1G or 512m (binary suffixes k, m, g, t, p)",
+        "runtime" | "ramp_time" => DURATION_EXPECTED,
+        "time_based" => "no value, 1 or 0",
+        "rwmixread" => "a percentage from 0 to 100",
+        "randseed" => "an unsigned 64-bit integer",
+        "device" => "a device spec such as null, null,size=1G or ram,size=1G",
+        "queue_mode" => "mq, device-lock or global-lock",
+        "hw_queues" => "an integer from 1 to 1024",
+        "plug" => "on or off (or 1/0)",
+        "iostats" => "1 or 0 (or on/off)",
+        _ => return None,
+    })
+}
+
+/// Check a whole job: the rules that involve more than one key.
+pub fn check(job: &JobSpec) -> Result<(), String> {
+    if job.time_based && job.runtime.is_none() {
+        return Err(format!(
+            "job {}: time_based needs a runtime (such as runtime=10s), or the job would never end",
+            job.name
+        ));
+    }
+    if let Some(size) = job.size {
+        if size < job.bs {
+            return Err(format!(
+                "job {}: size={size} is smaller than bs={}; no I/O would fit",
+                job.name, job.bs
+            ));
+        }
+    }
+    if job.devices.is_empty() {
+        return Err(format!("job {}: no device; give one with device=SPEC", job.name));
+    }
+    Ok(())
+}
+
+/// Check a whole run: the total of `numjobs` over every job is bounded.
+pub fn check_run(jobs: &[JobSpec]) -> Result<(), String> {
+    if jobs.is_empty() {
+        return Err("no jobs to run".into());
+    }
+    let total: u64 = jobs.iter().map(|j| u64::from(j.numjobs)).sum();
+    if total > u64::from(JOBS_MAX) {
+        return Err(format!(
+            "{total} jobs in total (numjobs summed over every job); at most {JOBS_MAX} may run at once"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(key: &str, value: &str) -> Result<JobOptions, OptionError> {
+        let mut o = JobOptions::default();
+        o.set(key, Some(value))?;
+        Ok(o)
+    }
+
+    #[test]
+    fn values_parse() {
+        assert_eq!(set("bs", "4k").unwrap().bs, Some(4096));
+        assert_eq!(set("rw", "randrw").unwrap().rw, Some(RwMode::RandRw));
+        assert_eq!(set("iodepth", " 32 ").unwrap().iodepth, Some(32));
+        assert_eq!(set("size", "1G").unwrap().size, Some(1 << 30));
+        assert_eq!(
+            set("runtime", "10").unwrap().runtime,
+            Some(Some(Duration::from_secs(10)))
+        );
+        assert_eq!(set("runtime", "0").unwrap().runtime, Some(None));
+        assert_eq!(
+            set("ramp_time", "500ms").unwrap().ramp_time,
+            Some(Some(Duration::from_millis(500)))
+        );
+        assert_eq!(
+            set("queue_mode", "device_lock").unwrap().queue_mode.as_deref(),
+            Some("device-lock")
+        );
+        assert_eq!(set("plug", "off").unwrap().plug, Some(false));
+        assert_eq!(set("iostats", "0").unwrap().iostats, Some(false));
+        let mut o = JobOptions::default();
+        o.set("time_based", None).unwrap();
+        assert_eq!(o.time_based, Some(true));
+    }
+
+    #[test]
+    fn durations() {
+        let ok = |s: &str| parse_duration(s).unwrap();
+        assert_eq!(ok("3"), Duration::from_secs(3));
+        assert_eq!(ok("3s"), Duration::from_secs(3));
+        assert_eq!(ok("250ms"), Duration::from_millis(250));
+        assert_eq!(ok("7us"), Duration::from_micros(7));
+        assert_eq!(ok("2m"), Duration::from_secs(120));
+        assert_eq!(ok("1H"), Duration::from_secs(3600));
+        for bad in ["", "s", "-1", "1.5", "3x", "99999999999999999999", "18446744073709551615d"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn bad_values_name_what_is_accepted() {
+        for (k, v) in [
+            ("bs", "0"),
+            ("bs", "1000"),
+            ("bs", "1G"),
+            ("bs", "4q"),
+            ("iodepth", "0"),
+            ("iodepth", "70000"),
+            ("numjobs", "0"),
+            ("rw", "foo"),
+            ("rwmixread", "101"),
+            ("size", "0"),
+            ("size", "1x"),
+            ("runtime", "5y"),
+            ("hw_queues", "0"),
+            ("plug", "maybe"),
+            ("iostats", "2"),
+            ("queue_mode", "lockless"),
+            ("device", ""),
+            ("device", "nu ll"),
+            ("randseed", "-1"),
+            ("name", ""),
+        ] {
+            let e = set(k, v).unwrap_err();
+            assert!(matches!(e, OptionError::BadValue { .. }), "{k}={v}: {e:?}");
+            let msg = e.to_string();
+            assert!(msg.contains(&format!("{v:?}")), "{k}={v}: {msg}");
+            assert!(msg.contains("expected"), "{k}={v}: {msg}");
+        }
+        assert_eq!(set("ioengine", "null").unwrap_err(), OptionError::UnknownKey);
+        let mut o = JobOptions::default();
+        assert!(matches!(
+            o.set("bs", None),
+            Err(OptionError::MissingValue { .. })
+        ));
+        assert_eq!(o, JobOptions::default());
+    }
+
+    #[test]
+    fn every_key_has_an_expectation() {
+        for k in KEYS {
+            assert!(expected(k).is_some(), "{k}");
+        }
+    }
+
+    #[test]
+    fn top_layer_wins_and_devices_replace() {
+        let mut global = JobOptions::default();
+        global.set("bs", Some("8k")).unwrap();
+        global.set("iodepth", Some("4")).unwrap();
+        global.set("device", Some("null")).unwrap();
+        global.set("device", Some("null,size=1G")).unwrap();
+        let mut cli = JobOptions::default();
+        cli.set("iodepth", Some("16")).unwrap();
+        let mut merged = global.clone();
+        merged.overlay(&cli);
+        let job = merged.build("job0").unwrap();
+        assert_eq!(job.bs, 8192);
+        assert_eq!(job.iodepth, 16);
+        assert_eq!(job.devices, vec!["null", "null,size=1G"]);
+        cli.set("device", Some("null,size=2G")).unwrap();
+        merged.overlay(&cli);
+        assert_eq!(merged.build("job0").unwrap().devices, vec!["null,size=2G"]);
+    }
+
+    #[test]
+    fn whole_job_rules() {
+        let mut o = JobOptions::default();
+        o.set("time_based", None).unwrap();
+        assert!(o.build("j").unwrap_err().contains("runtime"));
+        o.set("runtime", Some("1")).unwrap();
+        o.build("j").unwrap();
+        o.set("size", Some("1k")).unwrap();
+        o.set("bs", Some("4k")).unwrap();
+        assert!(o.build("j").unwrap_err().contains("smaller than bs"));
+        let many = vec![
+            JobSpec {
+                numjobs: 600,
+                ..JobSpec::default()
+            };
+            2
+        ];
+        assert!(check_run(&many).is_err());
+        assert!(check_run(&[]).is_err());
+    }
+}

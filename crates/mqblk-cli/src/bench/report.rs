@@ -1,0 +1,803 @@
+//! Printing a [`RunResult`] the way fio prints its results, so that people
+//! and scripts that read fio read mqblk too: `normal` mimics fio's text
+//! report (job blocks, then `Run status group 0 (all jobs):`), and `json`
+//! has the shape of fio's `--output-format=json`. Both end with the layer's
+//! own figures (the `mqblk` block), which fio has no place for.
+//!
+//! Every job of the run is one fio job in group 0; `numjobs` copies of a
+//! section are reported one by one, as fio does without
+//! `group_reporting`.
+
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use hdrhistogram::Histogram;
+use mqblk::stats::StatGroup;
+use serde_json::{json, Map, Value};
+
+use super::job::JobSpec;
+use super::result::{DirResult, JobResult, RunResult};
+
+/// `--output-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// fio's text report.
+    Normal,
+    /// fio's JSON report.
+    Json,
+}
+
+/// The version string in fio's place: `mqblk-<crate version>`.
+pub fn version() -> String {
+    format!("mqblk-{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// fio's clat percentiles (its default `percentile_list`).
+pub const PERCENTILES: [f64; 17] = [
+    1.0, 5.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95,
+    99.99,
+];
+
+/// errno reported in `err=` / `"error"` for a job that saw I/O errors.
+const EIO: i32 = 5;
+
+/// fio's `num2str`: `num` in at most `maxlen` digits, scaled by 1000 (or
+/// 1024 with `pow2`) and given a unit prefix (`k`, `M`, ... or `Ki`, `Mi`,
+/// ...) with as many decimals as fit: 999 → `999`, 4012345 → `4012k`,
+/// 16200000 → `16.2M`.
+pub fn num2str(num: u64, maxlen: usize, pow2: bool) -> String {
+    const SI: [&str; 7] = ["", "k", "M", "G", "T", "P", "E"];
+    const IEC: [&str; 7] = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    let prefixes = if pow2 { &IEC } else { &SI };
+    let base: u64 = if pow2 { 1024 } else { 1000 };
+    let digits = |n: u64| n.to_string().len();
+    let mut n = num;
+    let mut rem = None;
+    let mut unit = 0;
+    while digits(n) > maxlen && unit + 1 < prefixes.len() {
+        rem = Some(n % base);
+        n /= base;
+        unit += 1;
+    }
+    let Some(rem) = rem else {
+        return format!("{n}{}", prefixes[unit]);
+    };
+    // Room left for a decimal point and decimals.
+    let room = maxlen.saturating_sub(digits(n));
+    if room <= 1 {
+        if rem * 2 >= base {
+            n += 1;
+        }
+        return format!("{n}{}", prefixes[unit]);
+    }
+    let decimals = (room - 1).min(3);
+    let scale = 10u64.pow(decimals as u32);
+    let mut frac = (rem * scale + base / 2) / base;
+    if frac >= scale {
+        n += 1;
+        frac -= scale;
+    }
+    format!("{n}.{frac:0decimals$}{}", prefixes[unit])
+}
+
+/// IOPS as fio prints them (four significant digits).
+pub fn format_iops(iops: f64) -> String {
+    num2str(round_u64(iops), 4, false)
+}
+
+fn round_u64(x: f64) -> u64 {
+    if x.is_finite() && x > 0.0 {
+        x.round() as u64
+    } else {
+        0
+    }
+}
+
+/// A byte count per second, as `61.9GiB/s (66.5GB/s)`.
+fn bw_pair(bytes_per_sec: u64) -> (String, String) {
+    (
+        format!("{}B/s", num2str(bytes_per_sec, 4, true)),
+        format!("{}B/s", num2str(bytes_per_sec, 4, false)),
+    )
+}
+
+fn per_sec(count: u64, runtime_ns: u64) -> f64 {
+    if runtime_ns == 0 {
+        0.0
+    } else {
+        count as f64 * 1e9 / runtime_ns as f64
+    }
+}
+
+fn msec(ns: u64) -> u64 {
+    (ns + 500_000) / 1_000_000
+}
+
+/// The job spec of job `index`, with every section expanded `numjobs`
+/// times in order, as the engine runs them.
+fn spec_of<'a>(specs: &'a [JobSpec], result: &JobResult) -> Option<&'a JobSpec> {
+    let mut first = 0usize;
+    for spec in specs {
+        let end = first.saturating_add(spec.numjobs as usize);
+        if result.index < end {
+            return Some(spec);
+        }
+        first = end;
+    }
+    specs.iter().find(|s| s.name == result.name)
+}
+
+/// A latency histogram, summarised.
+struct Lat {
+    min: u64,
+    max: u64,
+    mean: f64,
+    stdev: f64,
+    n: u64,
+    percentiles: [u64; PERCENTILES.len()],
+}
+
+impl Lat {
+    fn of(h: &Histogram<u64>) -> Lat {
+        let n = h.len();
+        if n == 0 {
+            return Lat::empty();
+        }
+        let mut percentiles = [0; PERCENTILES.len()];
+        for (v, p) in percentiles.iter_mut().zip(PERCENTILES) {
+            *v = h.value_at_quantile(p / 100.0);
+        }
+        Lat {
+            min: h.min(),
+            max: h.max(),
+            mean: finite(h.mean()),
+            stdev: finite(h.stdev()),
+            n,
+            percentiles,
+        }
+    }
+
+    fn empty() -> Lat {
+        Lat {
+            min: 0,
+            max: 0,
+            mean: 0.0,
+            stdev: 0.0,
+            n: 0,
+            percentiles: [0; PERCENTILES.len()],
+        }
+    }
+
+    fn json(&self) -> Value {
+        let mut pct = Map::new();
+        for (p, v) in PERCENTILES.iter().zip(self.percentiles) {
+            pct.insert(format!("{p:.6}"), json!(v));
+        }
+        json!({
+            "min": self.min,
+            "max": self.max,
+            "mean": self.mean,
+            "stddev": self.stdev,
+            "N": self.n,
+            "percentile": pct,
+        })
+    }
+}
+
+fn finite(x: f64) -> f64 {
+    if x.is_finite() {
+        x
+    } else {
+        0.0
+    }
+}
+
+/// The clat of one direction of a job, if it was recorded.
+fn lat_of(job: &JobResult, group: StatGroup) -> Option<Lat> {
+    job.clat_valid.then(|| Lat::of(job.clat.group(group)))
+}
+
+fn job_error(job: &JobResult) -> i32 {
+    if job.first_error.is_some() || job.read.errors > 0 || job.write.errors > 0 {
+        EIO
+    } else {
+        0
+    }
+}
+
+fn duration_str(d: Option<Duration>) -> Option<String> {
+    let d = d?;
+    let ns = d.as_nanos();
+    Some(if ns % 1_000_000_000 == 0 {
+        format!("{}s", ns / 1_000_000_000)
+    } else if ns % 1_000_000 == 0 {
+        format!("{}ms", ns / 1_000_000)
+    } else {
+        format!("{}us", ns / 1_000)
+    })
+}
+
+/// fio's `"job options"`: every value a string, as fio writes them.
+fn job_options(spec: &JobSpec) -> Value {
+    let mut o = Map::new();
+    let mut put = |k: &str, v: String| {
+        o.insert(k.to_string(), Value::String(v));
+    };
+    put("name", spec.name.clone());
+    put("rw", spec.rw.name().to_string());
+    put("bs", spec.bs.to_string());
+    put("iodepth", spec.iodepth.to_string());
+    put("numjobs", spec.numjobs.to_string());
+    if let Some(size) = spec.size {
+        put("size", size.to_string());
+    }
+    if let Some(r) = duration_str(spec.runtime) {
+        put("runtime", r);
+    }
+    if spec.time_based {
+        put("time_based", "1".into());
+    }
+    if let Some(r) = duration_str(spec.ramp_time) {
+        put("ramp_time", r);
+    }
+    put("rwmixread", spec.rwmixread.to_string());
+    put("randseed", spec.randseed.to_string());
+    put("device", spec.devices.join(" "));
+    if let Some(m) = &spec.queue_mode {
+        put("queue_mode", m.clone());
+    }
+    if let Some(n) = spec.hw_queues {
+        put("hw_queues", n.to_string());
+    }
+    if let Some(p) = spec.plug {
+        put("plug", if p { "on" } else { "off" }.into());
+    }
+    put("iostats", if spec.iostats { "1" } else { "0" }.into());
+    Value::Object(o)
+}
+
+fn dir_json(d: &DirResult, lat: Option<Lat>, runtime_ns: u64) -> Value {
+    let bw_bytes = round_u64(per_sec(d.bytes, runtime_ns));
+    let lat = lat.unwrap_or_else(Lat::empty);
+    let zero_lat = json!({ "min": 0, "max": 0, "mean": 0.0, "stddev": 0.0, "N": 0 });
+    json!({
+        "io_bytes": d.bytes,
+        "io_kbytes": d.bytes / 1024,
+        "bw_bytes": bw_bytes,
+        "bw": bw_bytes / 1024,
+        "iops": per_sec(d.ios, runtime_ns),
+        "runtime": if d.ios == 0 { 0 } else { msec(runtime_ns) },
+        "total_ios": d.ios,
+        "short_ios": 0,
+        "drop_ios": 0,
+        "errors": d.errors,
+        "slat_ns": zero_lat,
+        "clat_ns": lat.json(),
+        // No separate submission latency is measured, so lat is clat.
+        "lat_ns": lat.json(),
+    })
+}
+
+fn percent_of(part_ns: u64, whole_ns: u64) -> f64 {
+    if whole_ns == 0 {
+        0.0
+    } else {
+        part_ns as f64 * 100.0 / whole_ns as f64
+    }
+}
+
+fn device_names(run: &RunResult) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for j in &run.jobs {
+        if !names.contains(&j.device) {
+            names.push(j.device.clone());
+        }
+    }
+    names
+}
+
+fn unix_now() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+/// The report in fio's JSON shape (`--output-format=json`).
+pub fn json(specs: &[JobSpec], run: &RunResult) -> Value {
+    let now = unix_now();
+    let jobs: Vec<Value> = run
+        .jobs
+        .iter()
+        .map(|job| {
+            let options = spec_of(specs, job).map_or_else(|| json!({}), job_options);
+            let trim = dir_json(&DirResult::default(), None, job.runtime_ns);
+            let mut v = json!({
+                "jobname": job.name,
+                "groupid": 0,
+                "error": job_error(job),
+                "eta": 0,
+                "elapsed": (job.runtime_ns + 500_000_000) / 1_000_000_000,
+                "job options": options,
+                "read": dir_json(&job.read, lat_of(job, StatGroup::Read), job.runtime_ns),
+                "write": dir_json(&job.write, lat_of(job, StatGroup::Write), job.runtime_ns),
+                "trim": trim,
+                "usr_cpu": percent_of(job.usr_ns, job.runtime_ns),
+                "sys_cpu": percent_of(job.sys_ns, job.runtime_ns),
+                "ctx": 0,
+                "majf": 0,
+                "minf": 0,
+                "device": job.device,
+            });
+            if let Some(e) = &job.first_error {
+                v["error_message"] = json!(e);
+            }
+            v
+        })
+        .collect();
+    let l = &run.layer;
+    json!({
+        "fio version": version(),
+        "timestamp": now.as_secs(),
+        "timestamp_ms": now.as_millis() as u64,
+        "time": ctime(now.as_secs()),
+        "jobs": jobs,
+        "mqblk": {
+            "queue_mode": l.queue_mode,
+            "allocs_per_io": l.allocs_per_io(),
+            "allocs": l.allocs,
+            "ios": l.ios,
+            "bytes_copied": l.bytes_copied,
+            "requests": l.requests,
+            "bios": l.bios,
+            "merges": l.merges,
+            "splits": l.splits,
+            "ns_per_io_cpu": l.ns_per_io_cpu(),
+            "cpu_ns": l.cpu_ns,
+            "descriptor_bytes": l.descriptor_bytes,
+            "devices": device_names(run),
+        },
+    })
+}
+
+/// What fio prints before a run: each job's line, the version, and the
+/// number of threads.
+pub fn starting(specs: &[JobSpec]) -> String {
+    let mut s = String::new();
+    for spec in specs {
+        let bs = format!("{}B-{}B", spec.bs, spec.bs);
+        let _ = writeln!(
+            s,
+            "{}: (g=0): rw={}, bs=(R) {bs}, (W) {bs}, (T) {bs}, ioengine=mqblk, iodepth={}",
+            spec.name,
+            spec.rw.name(),
+            spec.iodepth
+        );
+    }
+    let threads: u64 = specs.iter().map(|s| u64::from(s.numjobs)).sum();
+    let _ = writeln!(s, "{}", version());
+    let plural = if threads == 1 { "" } else { "s" };
+    let _ = writeln!(s, "Starting {threads} thread{plural}");
+    s
+}
+
+/// fio's `display_lat` scaling: nsec, or usec/msec when the values are
+/// large and spread enough.
+fn lat_unit(lat: &Lat) -> (&'static str, u64) {
+    if lat.min > 2_000_000 && lat.max > 99_999_999 && lat.stdev > 1_000_000.0 {
+        ("msec", 1_000_000)
+    } else if lat.min > 2_000 && lat.max > 99_999 && lat.stdev > 1_000.0 {
+        ("usec", 1_000)
+    } else {
+        ("nsec", 1)
+    }
+}
+
+fn write_lat(out: &mut String, lat: &Lat) {
+    let (unit, div) = lat_unit(lat);
+    let _ = writeln!(
+        out,
+        "    clat ({unit}): min={}, max={}, avg={:5.2}, stdev={:5.2}",
+        num2str(lat.min / div, 6, false),
+        num2str(lat.max / div, 6, false),
+        lat.mean / div as f64,
+        lat.stdev / div as f64,
+    );
+    let lo = lat.percentiles[0];
+    let hi = lat.percentiles[PERCENTILES.len() - 1];
+    let (unit, div) = if lo > 2_000_000 && hi > 99_999_999 {
+        ("msec", 1_000_000)
+    } else if lo > 2_000 && hi > 99_999 {
+        ("usec", 1_000)
+    } else {
+        ("nsec", 1)
+    };
+    let _ = writeln!(out, "    clat percentiles ({unit}):");
+    const PER_LINE: usize = 4;
+    for (i, (p, v)) in PERCENTILES.iter().zip(lat.percentiles).enumerate() {
+        if i % PER_LINE == 0 {
+            out.push_str("     |");
+        }
+        let last = i + 1 == PERCENTILES.len();
+        let _ = write!(out, " {p:5.2}th=[{:>5}]", v.div_ceil(div));
+        if last {
+            out.push('\n');
+        } else {
+            out.push(',');
+            if i % PER_LINE == PER_LINE - 1 {
+                out.push('\n');
+            }
+        }
+    }
+}
+
+fn write_dir(out: &mut String, label: &str, d: &DirResult, lat: Option<Lat>, runtime_ns: u64) {
+    let iops = per_sec(d.ios, runtime_ns);
+    let (bw, bw_si) = bw_pair(round_u64(per_sec(d.bytes, runtime_ns)));
+    let _ = writeln!(
+        out,
+        "  {label}: IOPS={}, BW={bw} ({bw_si})({}B/{}msec)",
+        format_iops(iops),
+        num2str(d.bytes, 4, true),
+        msec(runtime_ns),
+    );
+    if let Some(lat) = lat {
+        write_lat(out, &lat);
+    }
+}
+
+/// The report as fio's text (`--output-format=normal`).
+pub fn normal(specs: &[JobSpec], run: &RunResult) -> String {
+    let mut out = String::new();
+    let pid = std::process::id();
+    let date = ctime(unix_now().as_secs());
+    for job in &run.jobs {
+        let err = job_error(job);
+        let why = job
+            .first_error
+            .as_deref()
+            .map(|e| format!(" ({e})"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{}: (groupid=0, jobs=1): err={err:2}{why}: pid={pid}: {date}",
+            job.name
+        );
+        if job.read.ios > 0 {
+            write_dir(&mut out, " read", &job.read, lat_of(job, StatGroup::Read), job.runtime_ns);
+        }
+        if job.write.ios > 0 {
+            write_dir(&mut out, "write", &job.write, lat_of(job, StatGroup::Write), job.runtime_ns);
+        }
+        let _ = writeln!(
+            out,
+            "  cpu          : usr={:.2}%, sys={:.2}%",
+            percent_of(job.usr_ns, job.runtime_ns),
+            percent_of(job.sys_ns, job.runtime_ns),
+        );
+        let depth = spec_of(specs, job).map_or(0, |s| s.iodepth);
+        let _ = writeln!(out, "  device       : {}, iodepth={depth}", job.device);
+        out.push('\n');
+    }
+    let _ = writeln!(out, "Run status group 0 (all jobs):");
+    write_group(&mut out, "READ", run, |j| &j.read);
+    write_group(&mut out, "WRITE", run, |j| &j.write);
+    write_layer(&mut out, run);
+    out
+}
+
+/// fio's group line: aggregate bandwidth over the longest runtime, the
+/// per-job range, the total I/O, and the runtime range.
+fn write_group(out: &mut String, label: &str, run: &RunResult, dir: impl Fn(&JobResult) -> &DirResult) {
+    let active: Vec<&JobResult> = run.jobs.iter().filter(|j| dir(j).ios > 0).collect();
+    if active.is_empty() {
+        return;
+    }
+    let bytes: u64 = active.iter().map(|j| dir(j).bytes).sum();
+    let run_min = active.iter().map(|j| j.runtime_ns).min().unwrap_or(0);
+    let run_max = active.iter().map(|j| j.runtime_ns).max().unwrap_or(0);
+    let bws: Vec<u64> = active
+        .iter()
+        .map(|j| round_u64(per_sec(dir(j).bytes, j.runtime_ns)))
+        .collect();
+    let (agg, agg_si) = bw_pair(round_u64(per_sec(bytes, run_max)));
+    let (lo, lo_si) = bw_pair(bws.iter().copied().min().unwrap_or(0));
+    let (hi, hi_si) = bw_pair(bws.iter().copied().max().unwrap_or(0));
+    let _ = writeln!(
+        out,
+        "{label:>7}: bw={agg} ({agg_si}), {lo}-{hi} ({lo_si}-{hi_si}), io={}B ({}B), run={}-{}msec",
+        num2str(bytes, 4, true),
+        num2str(bytes, 4, false),
+        msec(run_min),
+        msec(run_max),
+    );
+}
+
+fn write_layer(out: &mut String, run: &RunResult) {
+    let l = &run.layer;
+    let per_bio = if l.bios == 0 {
+        0.0
+    } else {
+        l.requests as f64 / l.bios as f64
+    };
+    let _ = writeln!(out, "\nmqblk (the layer, measured phase, all jobs):");
+    let _ = writeln!(
+        out,
+        "  queue_mode={}, devices={}",
+        l.queue_mode,
+        device_names(run).join(",")
+    );
+    let _ = writeln!(
+        out,
+        "  allocs_per_io={:.6} ({} allocations / {} I/Os), bytes_copied={}",
+        l.allocs_per_io(),
+        l.allocs,
+        l.ios,
+        l.bytes_copied
+    );
+    let _ = writeln!(
+        out,
+        "  requests={}, bios={}, requests/bios={per_bio:.3}, merges={}, splits={}",
+        l.requests, l.bios, l.merges, l.splits
+    );
+    let _ = writeln!(
+        out,
+        "  ns_per_io_cpu={:.1} ({} ns CPU), descriptor_bytes={}",
+        l.ns_per_io_cpu(),
+        l.cpu_ns,
+        l.descriptor_bytes
+    );
+}
+
+/// `secs` since the epoch as C's `ctime` writes it (in UTC):
+/// `Thu Jan  1 00:00:00 1970`.
+pub fn ctime(secs: u64) -> String {
+    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    // Howard Hinnant's civil_from_days, for days >= 0.
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!(
+        "{} {} {day:2} {:02}:{:02}:{:02} {year}",
+        DAYS[(days % 7) as usize],
+        MONTHS[(month - 1) as usize],
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::job::RwMode;
+    use crate::bench::result::LayerResult;
+    use mqblk::stats::Histograms;
+
+    fn synthetic() -> (Vec<JobSpec>, RunResult) {
+        let spec = JobSpec {
+            rw: RwMode::RandRw,
+            iodepth: 8,
+            numjobs: 2,
+            runtime: Some(Duration::from_secs(3)),
+            time_based: true,
+            ..JobSpec::default()
+        };
+        let mut clat = Histograms::new();
+        for ns in 50..2_000u64 {
+            clat.record(StatGroup::Read, ns);
+            clat.record(StatGroup::Write, ns * 2);
+        }
+        let job = |index: usize| JobResult {
+            name: "job0".into(),
+            index,
+            device: "nullb0".into(),
+            read: DirResult {
+                ios: 3_000_000,
+                bytes: 3_000_000 * 4096,
+                errors: 0,
+            },
+            write: DirResult {
+                ios: 1_000_000,
+                bytes: 1_000_000 * 4096,
+                errors: 0,
+            },
+            clat: clat.clone(),
+            clat_valid: true,
+            runtime_ns: 3_000_000_000,
+            usr_ns: 2_900_000_000,
+            sys_ns: 10_000_000,
+            first_error: None,
+        };
+        let run = RunResult {
+            jobs: vec![job(0), job(1)],
+            layer: LayerResult {
+                queue_mode: "mq".into(),
+                allocs: 0,
+                ios: 8_000_000,
+                bytes_copied: 0,
+                requests: 8_000_000,
+                bios: 8_000_000,
+                merges: 0,
+                splits: 0,
+                cpu_ns: 5_800_000_000,
+                descriptor_bytes: 256,
+            },
+        };
+        (vec![spec], run)
+    }
+
+    #[test]
+    fn iops_like_fio() {
+        assert_eq!(format_iops(0.0), "0");
+        assert_eq!(format_iops(999.0), "999");
+        assert_eq!(format_iops(4_012_345.0), "4012k");
+        assert_eq!(format_iops(16_200_000.0), "16.2M");
+        assert_eq!(format_iops(12_345.0), "12.3k");
+        assert_eq!(format_iops(10_000.0), "10.0k");
+        assert_eq!(format_iops(258_400.0), "258k");
+        assert_eq!(format_iops(f64::NAN), "0");
+    }
+
+    #[test]
+    fn sizes_like_fio() {
+        assert_eq!(num2str(4096, 4, true), "4096");
+        assert_eq!(num2str(1 << 30, 4, true), "1024Mi");
+        assert_eq!(num2str(3 << 30, 4, true), "3072Mi");
+        assert_eq!(num2str(66_500_000_000, 4, false), "66.5G");
+        assert_eq!(num2str(u64::MAX, 4, true), "16.0Ei");
+    }
+
+    #[test]
+    fn ctime_like_c() {
+        assert_eq!(ctime(0), "Thu Jan  1 00:00:00 1970");
+        assert_eq!(ctime(1_700_000_000), "Tue Nov 14 22:13:20 2023");
+        assert_eq!(ctime(951_782_400), "Tue Feb 29 00:00:00 2000");
+    }
+
+    #[test]
+    fn json_has_fios_shape() {
+        let (specs, run) = synthetic();
+        let v = json(&specs, &run);
+        assert!(v["fio version"].as_str().unwrap().starts_with("mqblk-"));
+        assert!(v["timestamp"].is_u64());
+        let jobs = v["jobs"].as_array().unwrap();
+        assert_eq!(jobs.len(), 2);
+        for job in jobs {
+            assert_eq!(job["jobname"], "job0");
+            assert_eq!(job["groupid"], 0);
+            assert_eq!(job["error"], 0);
+            assert_eq!(job["ctx"], 0);
+            assert!(job["elapsed"].is_u64());
+            assert!(job["usr_cpu"].is_f64());
+            assert!(job["sys_cpu"].is_f64());
+            let opts = job["job options"].as_object().unwrap();
+            for k in ["rw", "bs", "iodepth", "numjobs", "runtime", "time_based", "device"] {
+                assert!(opts[k].is_string(), "job options.{k}");
+            }
+            assert_eq!(opts["rw"], "randrw");
+            for dir in ["read", "write", "trim"] {
+                let d = &job[dir];
+                for k in [
+                    "io_bytes", "io_kbytes", "bw_bytes", "bw", "runtime", "total_ios",
+                    "short_ios", "drop_ios",
+                ] {
+                    assert!(d[k].is_u64(), "{dir}.{k}: {}", d[k]);
+                }
+                assert!(d["iops"].is_f64(), "{dir}.iops");
+                for lat in ["clat_ns", "lat_ns"] {
+                    let l = &d[lat];
+                    for k in ["min", "max", "N"] {
+                        assert!(l[k].is_u64(), "{dir}.{lat}.{k}");
+                    }
+                    for k in ["mean", "stddev"] {
+                        assert!(l[k].is_f64(), "{dir}.{lat}.{k}");
+                    }
+                    let pct = l["percentile"].as_object().unwrap();
+                    assert_eq!(pct.len(), 17);
+                    for k in [
+                        "1.000000", "5.000000", "10.000000", "20.000000", "30.000000",
+                        "40.000000", "50.000000", "60.000000", "70.000000", "80.000000",
+                        "90.000000", "95.000000", "99.000000", "99.500000", "99.900000",
+                        "99.950000", "99.990000",
+                    ] {
+                        assert!(pct[k].is_u64(), "{dir}.{lat}.percentile.{k}");
+                    }
+                }
+            }
+            let r = &job["read"];
+            assert_eq!(r["total_ios"], 3_000_000);
+            assert_eq!(r["io_bytes"], 3_000_000u64 * 4096);
+            assert_eq!(r["runtime"], 3000);
+            assert!((r["iops"].as_f64().unwrap() - 1_000_000.0).abs() < 1.0);
+            assert_eq!(r["bw"], r["bw_bytes"].as_u64().unwrap() / 1024);
+            assert_eq!(r["clat_ns"]["N"], 1950);
+            let p50 = r["clat_ns"]["percentile"]["50.000000"].as_u64().unwrap();
+            assert!((900..=1100).contains(&p50), "{p50}");
+            assert_eq!(job["trim"]["total_ios"], 0);
+            assert!((job["usr_cpu"].as_f64().unwrap() - 96.666).abs() < 0.01);
+        }
+        let m = &v["mqblk"];
+        assert_eq!(m["queue_mode"], "mq");
+        assert!(m["allocs_per_io"].is_f64());
+        assert!(m["ns_per_io_cpu"].is_f64());
+        for k in ["bytes_copied", "requests", "bios", "merges", "splits", "descriptor_bytes"] {
+            assert!(m[k].is_u64(), "mqblk.{k}");
+        }
+        assert_eq!(m["devices"], json!(["nullb0"]));
+    }
+
+    #[test]
+    fn no_clat_without_iostats() {
+        let (specs, mut run) = synthetic();
+        for j in &mut run.jobs {
+            j.clat_valid = false;
+        }
+        let v = json(&specs, &run);
+        assert_eq!(v["jobs"][0]["read"]["clat_ns"]["N"], 0);
+        let text = normal(&specs, &run);
+        assert!(!text.contains("clat"), "{text}");
+        assert!(text.contains("IOPS="), "{text}");
+    }
+
+    #[test]
+    fn normal_reads_like_fio() {
+        let (specs, mut run) = synthetic();
+        run.jobs[1].write = DirResult::default();
+        let text = normal(&specs, &run);
+        assert!(text.contains("job0: (groupid=0, jobs=1): err= 0: pid="), "{text}");
+        assert!(text.contains("  read: IOPS=1000k, BW=3906MiB/s (4096MB/s)(11.4GiB/3000msec)"), "{text}");
+        assert_eq!(text.matches("write: IOPS=").count(), 1, "{text}");
+        assert!(text.contains("    clat (nsec): min=50, max="), "{text}");
+        assert!(text.contains("    clat percentiles (nsec):"), "{text}");
+        assert!(text.contains("     |  1.00th=["), "{text}");
+        assert!(text.contains("     | 99.99th=["), "{text}");
+        assert!(text.contains("  cpu          : usr=96.67%, sys=0.33%"), "{text}");
+        assert!(text.contains("Run status group 0 (all jobs):"), "{text}");
+        assert!(text.contains("   READ: bw="), "{text}");
+        assert!(text.contains("  WRITE: bw="), "{text}");
+        assert!(text.contains("run=3000-3000msec"), "{text}");
+        for k in [
+            "mqblk",
+            "queue_mode=mq",
+            "allocs_per_io=",
+            "bytes_copied=",
+            "requests=",
+            "bios=",
+            "requests/bios=",
+            "ns_per_io_cpu=",
+            "descriptor_bytes=256",
+        ] {
+            assert!(text.contains(k), "{k}: {text}");
+        }
+        // Seventeen percentiles, four to a line.
+        assert_eq!(text.matches("th=[").count(), 2 * 17 + 17, "{text}");
+    }
+
+    #[test]
+    fn errors_are_reported() {
+        let (specs, mut run) = synthetic();
+        run.jobs[0].read.errors = 3;
+        run.jobs[0].first_error = Some("I/O error at sector 8".into());
+        assert_eq!(json(&specs, &run)["jobs"][0]["error"], EIO);
+        assert!(normal(&specs, &run).contains("err= 5 (I/O error at sector 8)"));
+    }
+
+    #[test]
+    fn preamble_counts_threads() {
+        let (specs, _) = synthetic();
+        let s = starting(&specs);
+        assert!(s.contains("rw=randrw, bs=(R) 4096B-4096B"), "{s}");
+        assert!(s.contains("Starting 2 threads"), "{s}");
+    }
+}

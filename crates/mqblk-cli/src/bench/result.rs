@@ -1,0 +1,95 @@
+//! What a bench run measured, before it is printed.
+
+use mqblk::stats::Histograms;
+
+/// One direction (read or write) of one job.
+#[derive(Clone, Debug, Default)]
+pub struct DirResult {
+    /// Completed I/Os.
+    pub ios: u64,
+    /// Bytes transferred.
+    pub bytes: u64,
+    /// Errors.
+    pub errors: u64,
+}
+
+/// One job (one thread, one context).
+#[derive(Clone, Debug)]
+pub struct JobResult {
+    /// Job name (`job0`, or the section name; numjobs copies share it).
+    pub name: String,
+    /// Index among all jobs of the run.
+    pub index: usize,
+    /// The device the job ran on.
+    pub device: String,
+    /// Reads.
+    pub read: DirResult,
+    /// Writes.
+    pub write: DirResult,
+    /// Latency histograms (clat, ns) from the layer, per stat group.
+    pub clat: Histograms,
+    /// Whether clat was recorded (iostats on).
+    pub clat_valid: bool,
+    /// Measured wall time in ns.
+    pub runtime_ns: u64,
+    /// User CPU time of the job thread in the measured phase, ns.
+    pub usr_ns: u64,
+    /// System CPU time of the job thread in the measured phase, ns.
+    pub sys_ns: u64,
+    /// First error message, if any.
+    pub first_error: Option<String>,
+}
+
+/// The layer's own figures for the whole run (the `mqblk` JSON object).
+#[derive(Clone, Debug, Default)]
+pub struct LayerResult {
+    /// Queue mode of the devices.
+    pub queue_mode: String,
+    /// Heap allocations counted during the measured phase.
+    pub allocs: u64,
+    /// I/Os in the measured phase (all jobs).
+    pub ios: u64,
+    /// Bounce-copied bytes (measured phase).
+    pub bytes_copied: u64,
+    /// Requests built (measured phase).
+    pub requests: u64,
+    /// Bios submitted (measured phase).
+    pub bios: u64,
+    /// Merges (measured phase).
+    pub merges: u64,
+    /// Splits (measured phase).
+    pub splits: u64,
+    /// CPU time of all job threads, ns.
+    pub cpu_ns: u64,
+    /// Bytes of a request plus its bio, for one I/O in flight.
+    pub descriptor_bytes: usize,
+}
+
+impl LayerResult {
+    /// Heap allocations per I/O.
+    pub fn allocs_per_io(&self) -> f64 {
+        if self.ios == 0 {
+            0.0
+        } else {
+            self.allocs as f64 / self.ios as f64
+        }
+    }
+
+    /// CPU nanoseconds per I/O.
+    pub fn ns_per_io_cpu(&self) -> f64 {
+        if self.ios == 0 {
+            0.0
+        } else {
+            self.cpu_ns as f64 / self.ios as f64
+        }
+    }
+}
+
+/// A whole run.
+#[derive(Clone, Debug)]
+pub struct RunResult {
+    /// Every job, in index order.
+    pub jobs: Vec<JobResult>,
+    /// The layer's figures.
+    pub layer: LayerResult,
+}

@@ -1,0 +1,374 @@
+//! The bio: one block I/O as the caller describes it (Linux `struct bio`).
+//!
+//! First stage of the pipeline: `caller → Bio → plug → software queue →
+//! scheduler → hardware queue → driver → completion`. A bio names an
+//! operation, a start sector, flags, and a vector of segments, each a
+//! (buffer, offset, length) view. Up to four segments are stored inline, so
+//! a typical bio needs no heap memory; the bio is moved into the layer on
+//! submit and handed back, with its buffers, on completion.
+
+use smallvec::SmallVec;
+
+use crate::buf::IoBuf;
+use crate::completion::Completion;
+use crate::error::Status;
+use crate::limits::{SECTOR_SHIFT, SECTOR_SIZE};
+
+/// The operation of a bio or request (Linux `enum req_op`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Op {
+    /// Read data into the segments.
+    Read = 0,
+    /// Write the segments' data.
+    Write = 1,
+    /// Make previously completed writes durable.
+    Flush = 2,
+    /// The range's contents are no longer needed.
+    Discard = 3,
+    /// Make the range read back as zeros.
+    WriteZeroes = 4,
+}
+
+impl Op {
+    /// True for operations that modify the device.
+    #[inline]
+    pub fn is_write(self) -> bool {
+        matches!(self, Op::Write | Op::Discard | Op::WriteZeroes)
+    }
+
+    /// True for operations that carry data segments.
+    #[inline]
+    pub fn has_data(self) -> bool {
+        matches!(self, Op::Read | Op::Write)
+    }
+
+    /// Lower-case name, as diskstats and fio print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Read => "read",
+            Op::Write => "write",
+            Op::Flush => "flush",
+            Op::Discard => "discard",
+            Op::WriteZeroes => "write-zeroes",
+        }
+    }
+}
+
+impl std::fmt::Display for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Bio and request flags (Linux `REQ_FUA`, `REQ_PREFLUSH`, `REQ_NOMERGE`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BioFlags(u8);
+
+impl BioFlags {
+    /// No flags.
+    pub const NONE: BioFlags = BioFlags(0);
+    /// Force unit access: the write is durable when it completes.
+    pub const FUA: BioFlags = BioFlags(1);
+    /// Flush the write cache before this bio.
+    pub const PREFLUSH: BioFlags = BioFlags(2);
+    /// Never merge this bio with another.
+    pub const NOMERGE: BioFlags = BioFlags(4);
+
+    /// True if every flag in `other` is set.
+    #[inline]
+    pub fn contains(self, other: BioFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The raw bits.
+    #[inline]
+    pub fn bits(self) -> u8 {
+        self.0
+    }
+}
+
+impl std::ops::BitOr for BioFlags {
+    type Output = BioFlags;
+    fn bitor(self, rhs: BioFlags) -> BioFlags {
+        BioFlags(self.0 | rhs.0)
+    }
+}
+
+impl std::ops::BitOrAssign for BioFlags {
+    fn bitor_assign(&mut self, rhs: BioFlags) {
+        self.0 |= rhs.0;
+    }
+}
+
+/// One contiguous piece of a bio's memory: `len` bytes at `offset` in `buf`.
+#[derive(Debug)]
+pub struct Segment {
+    buf: IoBuf,
+    offset: u32,
+    len: u32,
+}
+
+impl Segment {
+    /// The segment's bytes.
+    #[inline]
+    pub fn as_slice(&self) -> &[u8] {
+        &self.buf.as_slice()[self.offset as usize..][..self.len as usize]
+    }
+
+    /// The segment's bytes, mutably (a driver filling a read).
+    #[inline]
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        let (off, len) = (self.offset as usize, self.len as usize);
+        &mut self.buf.as_mut_slice()[off..][..len]
+    }
+
+    /// Start address of the segment's bytes.
+    #[inline]
+    pub fn addr(&self) -> usize {
+        self.buf.as_ptr() as usize + self.offset as usize
+    }
+
+    /// Length in bytes.
+    #[inline]
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// True for a zero-length segment.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Offset of the segment within its buffer.
+    #[inline]
+    pub fn offset(&self) -> u32 {
+        self.offset
+    }
+
+    /// The buffer this segment views.
+    #[inline]
+    pub fn buf(&self) -> &IoBuf {
+        &self.buf
+    }
+}
+
+/// Inline capacity of a bio's segment vector.
+pub const BIO_INLINE_SEGMENTS: usize = 4;
+
+/// Completion callback: called once, after the reap, never recursively.
+pub type EndIo = fn(Completion<'_>);
+
+/// One block I/O.
+#[derive(Debug)]
+pub struct Bio {
+    op: Op,
+    flags: BioFlags,
+    pub(crate) status: Status,
+    sector: u64,
+    size_bytes: u64,
+    segs: SmallVec<[Segment; BIO_INLINE_SEGMENTS]>,
+    end_io: Option<EndIo>,
+    /// Caller's cookie, returned untouched on completion (io_uring `user_data`).
+    pub private: u64,
+}
+
+impl Bio {
+    /// An empty bio of `op` at `sector`; add segments with [`Bio::push_segment`].
+    pub fn new(op: Op, sector: u64) -> Bio {
+        Bio {
+            op,
+            flags: BioFlags::NONE,
+            status: Status::Ok,
+            sector,
+            size_bytes: 0,
+            segs: SmallVec::new(),
+            end_io: None,
+            private: 0,
+        }
+    }
+
+    /// A read of `buf.len()` bytes at `sector`.
+    pub fn read(sector: u64, buf: IoBuf) -> Bio {
+        let mut bio = Bio::new(Op::Read, sector);
+        let len = buf.len() as u32;
+        bio.push_segment(buf, 0, len);
+        bio
+    }
+
+    /// A write of `buf` at `sector`.
+    pub fn write(sector: u64, buf: IoBuf) -> Bio {
+        let mut bio = Bio::new(Op::Write, sector);
+        let len = buf.len() as u32;
+        bio.push_segment(buf, 0, len);
+        bio
+    }
+
+    /// A cache flush.
+    pub fn flush() -> Bio {
+        Bio::new(Op::Flush, 0)
+    }
+
+    /// Discard `len_bytes` at `sector`.
+    pub fn discard(sector: u64, len_bytes: u64) -> Bio {
+        let mut bio = Bio::new(Op::Discard, sector);
+        bio.size_bytes = len_bytes;
+        bio
+    }
+
+    /// Zero `len_bytes` at `sector`.
+    pub fn write_zeroes(sector: u64, len_bytes: u64) -> Bio {
+        let mut bio = Bio::new(Op::WriteZeroes, sector);
+        bio.size_bytes = len_bytes;
+        bio
+    }
+
+    /// Append a segment: `len` bytes at `offset` within `buf`.
+    ///
+    /// # Panics
+    ///
+    /// If `offset + len` runs past the buffer: that would let the device
+    /// touch memory the bio does not own.
+    pub fn push_segment(&mut self, buf: IoBuf, offset: u32, len: u32) {
+        let end = u64::from(offset) + u64::from(len);
+        assert!(
+            end <= buf.len() as u64,
+            "segment {offset}+{len} runs past its {}-byte buffer",
+            buf.len()
+        );
+        self.size_bytes += u64::from(len);
+        self.segs.push(Segment { buf, offset, len });
+    }
+
+    /// The operation.
+    #[inline]
+    pub fn op(&self) -> Op {
+        self.op
+    }
+
+    /// Change the operation, keeping the segments (to reuse a bio).
+    #[inline]
+    pub fn set_op(&mut self, op: Op) {
+        self.op = op;
+    }
+
+    /// The flags.
+    #[inline]
+    pub fn flags(&self) -> BioFlags {
+        self.flags
+    }
+
+    /// Replace the flags.
+    #[inline]
+    pub fn set_flags(&mut self, flags: BioFlags) {
+        self.flags = flags;
+    }
+
+    /// First 512-byte sector.
+    #[inline]
+    pub fn sector(&self) -> u64 {
+        self.sector
+    }
+
+    /// Move the bio to another sector (to reuse it).
+    #[inline]
+    pub fn set_sector(&mut self, sector: u64) {
+        self.sector = sector;
+    }
+
+    /// Byte offset on the device.
+    #[inline]
+    pub fn offset_bytes(&self) -> u64 {
+        self.sector << SECTOR_SHIFT
+    }
+
+    /// Length in bytes (the segments' total, or the range of a discard).
+    #[inline]
+    pub fn len_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    /// Length in 512-byte sectors, rounded up.
+    #[inline]
+    pub fn len_sectors(&self) -> u64 {
+        self.size_bytes.div_ceil(SECTOR_SIZE)
+    }
+
+    /// The segments.
+    #[inline]
+    pub fn segments(&self) -> &[Segment] {
+        &self.segs
+    }
+
+    /// The segments, mutably.
+    #[inline]
+    pub fn segments_mut(&mut self) -> &mut [Segment] {
+        &mut self.segs
+    }
+
+    /// The status set at completion.
+    #[inline]
+    pub fn status(&self) -> Status {
+        self.status
+    }
+
+    /// Set the completion callback. Without one, the completion goes to the
+    /// closure given to `Context::poll`.
+    #[inline]
+    pub fn set_end_io(&mut self, end_io: Option<EndIo>) {
+        self.end_io = end_io;
+    }
+
+    /// The completion callback.
+    #[inline]
+    pub fn end_io(&self) -> Option<EndIo> {
+        self.end_io
+    }
+
+    /// Take the bio apart into its buffers (to return them to a pool).
+    pub fn into_buffers(self) -> impl Iterator<Item = IoBuf> {
+        self.segs.into_iter().map(|s| s.buf)
+    }
+
+    /// Copy of the first buffer's bytes of segment `i` (tests and verify).
+    pub fn segment(&self, i: usize) -> Option<&Segment> {
+        self.segs.get(i)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn four_segments_stay_inline() {
+        let mut bio = Bio::new(Op::Write, 8);
+        for _ in 0..BIO_INLINE_SEGMENTS {
+            bio.push_segment(IoBuf::page_aligned(4096), 0, 4096);
+        }
+        assert!(!bio.segs.spilled());
+        assert_eq!(bio.len_bytes(), 4 * 4096);
+        assert_eq!(bio.len_sectors(), 32);
+        bio.push_segment(IoBuf::page_aligned(4096), 512, 512);
+        assert!(bio.segs.spilled());
+    }
+
+    #[test]
+    fn op_classes() {
+        assert!(Op::Write.is_write());
+        assert!(Op::Discard.is_write());
+        assert!(Op::WriteZeroes.is_write());
+        assert!(!Op::Read.is_write());
+        assert!(!Op::Flush.is_write());
+        assert!(Op::Read.has_data());
+        assert!(!Op::Discard.has_data());
+    }
+
+    #[test]
+    #[should_panic(expected = "runs past")]
+    fn segment_past_buffer_is_refused() {
+        let mut bio = Bio::new(Op::Read, 0);
+        bio.push_segment(IoBuf::page_aligned(512), 256, 512);
+    }
+}

@@ -1,0 +1,145 @@
+//! The bio set: a context's preallocated slots for bios in flight (Linux
+//! `struct bio_set`, a mempool of bios).
+//!
+//! A bio moved into the layer on submit lives in one slot of its context's
+//! bio set until its completion is reaped; requests chain slots together
+//! when bios merge. The set is sized when the context is created and never
+//! grows, so the per-I/O path allocates nothing; when it is empty, the
+//! submitter is pushed back until completions free slots.
+
+use std::cell::UnsafeCell;
+use std::ptr::NonNull;
+use std::task::Waker;
+
+use crate::bio::Bio;
+use crate::error::Status;
+
+/// How the completion of a slot's bio is delivered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Delivery {
+    /// To the bio's `end_io` or to the closure given to `poll`.
+    Callback,
+    /// A blocking call or a future waits on the slot itself.
+    Waiter,
+    /// The future that waited was dropped: drop the bio when it completes.
+    Orphan,
+}
+
+/// One slot.
+#[derive(Debug)]
+pub struct BioNode {
+    pub(crate) bio: Option<Bio>,
+    pub(crate) next: Option<NonNull<BioNode>>,
+    pub(crate) delivery: Delivery,
+    pub(crate) done: bool,
+    pub(crate) index: u32,
+}
+
+/// A fixed set of bio slots with a free list.
+#[derive(Debug)]
+pub(crate) struct BioSet {
+    // Boxed slice: addresses are stable for the set's life. Each node is in
+    // an UnsafeCell because a request owning it may read it from another
+    // thread while the owner context touches other nodes.
+    nodes: Box<[UnsafeCell<BioNode>]>,
+    // Beside the nodes, not in them: only futures use wakers, and a node
+    // stays within the descriptor budget without one.
+    wakers: Box<[Option<Waker>]>,
+    free: Vec<u32>,
+}
+
+impl BioSet {
+    pub(crate) fn new(capacity: u32) -> BioSet {
+        let nodes = (0..capacity)
+            .map(|index| {
+                UnsafeCell::new(BioNode {
+                    bio: None,
+                    next: None,
+                    delivery: Delivery::Callback,
+                    done: false,
+                    index,
+                })
+            })
+            .collect();
+        BioSet {
+            nodes,
+            wakers: (0..capacity).map(|_| None).collect(),
+            free: (0..capacity).rev().collect(),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn available(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Store `bio` in a free slot; gives it back if the set is full.
+    #[inline]
+    pub(crate) fn insert(&mut self, bio: Bio, delivery: Delivery) -> Result<NonNull<BioNode>, Bio> {
+        let Some(index) = self.free.pop() else {
+            return Err(bio);
+        };
+        let node = self.node_mut(index);
+        debug_assert!(node.bio.is_none(), "bio slot {index} handed out twice");
+        node.bio = Some(bio);
+        node.next = None;
+        node.delivery = delivery;
+        node.done = false;
+        Ok(NonNull::from(node))
+    }
+
+    /// Free slot `index`, returning its bio (if still there).
+    #[inline]
+    pub(crate) fn remove(&mut self, index: u32) -> Option<Bio> {
+        let node = self.node_mut(index);
+        let bio = node.bio.take();
+        node.next = None;
+        self.wakers[index as usize] = None;
+        debug_assert!(self.free.len() < self.nodes.len(), "bio slot {index} freed twice");
+        self.free.push(index);
+        bio
+    }
+
+    /// A slot the context owns right now: free, or ended and back from its
+    /// request. Never call this for a slot still chained to a live request.
+    #[inline]
+    pub(crate) fn node(&self, index: u32) -> &BioNode {
+        debug_assert!((index as usize) < self.nodes.len());
+        // SAFETY: callers only name slots that no request holds (free, or
+        // ended after completion came back to this context), so no other
+        // thread reads it; &self excludes a writer here.
+        unsafe { &*self.nodes[index as usize].get() }
+    }
+
+    /// Mutable access to a slot the context owns right now (see `node`).
+    #[inline]
+    pub(crate) fn node_mut(&mut self, index: u32) -> &mut BioNode {
+        debug_assert!((index as usize) < self.nodes.len());
+        // SAFETY: as in `node`; &mut self makes this the only access.
+        unsafe { &mut *self.nodes[index as usize].get() }
+    }
+
+    /// Record the end of a slot's bio; returns how it must be delivered.
+    #[inline]
+    pub(crate) fn end(&mut self, index: u32, status: Status) -> Delivery {
+        let node = self.node_mut(index);
+        debug_assert!(!node.done, "bio slot {index} completed twice");
+        node.done = true;
+        if let Some(bio) = node.bio.as_mut() {
+            bio.status = status;
+        }
+        let delivery = node.delivery;
+        if let Some(w) = self.wakers[index as usize].take() {
+            w.wake();
+        }
+        delivery
+    }
+}
+
+impl BioSet {
+    /// The waker of slot `index` (futures).
+    #[inline]
+    pub(crate) fn waker_mut(&mut self, index: u32) -> &mut Option<Waker> {
+        &mut self.wakers[index as usize]
+    }
+}

@@ -1,0 +1,737 @@
+//! The context: one submitting thread's handle on a device, and the front of
+//! the pipeline (Linux: the per-CPU `struct blk_mq_ctx`, plus the task's
+//! plug, plus `submit_bio`).
+//!
+//! `caller → Bio → plug → software queue → scheduler → hardware queue →
+//! driver → completion → caller`. A context owns its bio set, plug, software
+//! queue, tag cache, completion lists and stats shard, so submitting and
+//! completing touch nothing another context touches, except the hardware
+//! queue's lock, once per batch, and only when contexts share a hardware
+//! queue. Completions are routed back to the submitting context, and
+//! callbacks run only after the reap, never recursively.
+//!
+//! A context is `Send` (it may move to another thread) but not `Sync`.
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::io::{IoSlice, IoSliceMut};
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+
+use crate::bio::{Bio, Op};
+use crate::bioset::{BioSet, Delivery};
+use crate::buf::IoBuf;
+use crate::clock;
+use crate::completion::{Completion, RemoteQueue};
+use crate::error::{Error, Result, Status};
+use crate::limits::{SECTOR_SHIFT, SECTOR_SIZE};
+use crate::plug::Plug;
+use crate::queue::{Device, DeviceInner};
+use crate::request::{RqRef, RqState};
+use crate::sbitmap::AllocHint;
+use crate::sched::{Scheduled, Scheduler};
+use crate::stats::{bump, drop_by, DiskStats, Histograms, StatGroup, StatShard};
+use crate::sw_queue::SwQueue;
+use crate::tag::{TagCache, Tags};
+
+/// What other contexts may touch of this one: its remote completion queue.
+pub(crate) struct CtxShared {
+    pub(crate) remote: RemoteQueue<RqRef>,
+}
+
+/// Polls before a waiting context goes to sleep on its hardware queue.
+const SPIN_POLLS: u32 = 256;
+/// Longest sleep between polls for a driver that only completes when polled.
+const POLL_SLEEP: Duration = Duration::from_micros(50);
+/// Longest sleep for a driver that notifies.
+const NOTIFY_SLEEP: Duration = Duration::from_millis(10);
+
+/// A per-thread handle for I/O on one device.
+pub struct Context {
+    dev: Arc<DeviceInner>,
+    st: CtxState,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+// SAFETY: the raw pointers a context holds (into its own bio set and its own
+// boxed CtxShared, and RqRefs into the device's tag sets) stay valid wherever
+// the context goes, and the context is not Sync, so moving it to another
+// thread moves all access with it.
+unsafe impl Send for Context {}
+
+struct CtxState {
+    shared: Box<CtxShared>,
+    id: u32,
+    hwq: u16,
+    tags: Arc<Tags>,
+    hint: AllocHint,
+    tag_cache: TagCache,
+    bioset: BioSet,
+    plug: Plug,
+    plug_on: bool,
+    sw: SwQueue,
+    sched: Scheduler,
+    done: Vec<RqRef>,
+    ended: VecDeque<u32>,
+    freed_tags: Vec<u32>,
+    stats: Arc<CachePadded<StatShard>>,
+    hist: Histograms,
+    iostats: bool,
+    timeout_ms: u32,
+    /// Clock of the current batch (0: not read yet).
+    batch_ns: u64,
+    /// Requests this context built that have not ended yet.
+    in_flight: u32,
+}
+
+impl Device {
+    /// Open a context for the calling thread. Control plane: allocates the
+    /// context's bio set and lists, sized to the tag depth.
+    pub fn context(&self) -> Result<Context> {
+        let dev = self.inner.clone();
+        let id = dev.next_ctx.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Linux blk_mq_map_queues: contexts round-robin over hardware queues.
+        let hwq = (id as usize % dev.hw_queues.len()) as u16;
+        let tags = dev.tags[hwq as usize].clone();
+        let total = tags.total() as usize;
+        let bioset_size = (2 * total + dev.cfg.plug_max as usize).max(64);
+        let st = CtxState {
+            shared: Box::new(CtxShared {
+                remote: RemoteQueue::new(total),
+            }),
+            id,
+            hwq,
+            hint: AllocHint::new(id),
+            tag_cache: TagCache::default(),
+            bioset: BioSet::new(bioset_size as u32),
+            plug: Plug::new(dev.cfg.plug_max),
+            plug_on: dev.cfg.plug,
+            sw: SwQueue::new(total),
+            sched: Scheduler::None,
+            done: Vec::with_capacity(total),
+            ended: VecDeque::with_capacity(bioset_size),
+            freed_tags: Vec::with_capacity(total),
+            stats: dev.stats.register(),
+            hist: Histograms::new(),
+            iostats: dev.cfg.iostats,
+            timeout_ms: dev.cfg.timeout_ms,
+            batch_ns: 0,
+            in_flight: 0,
+            tags,
+        };
+        Ok(Context {
+            dev,
+            st,
+            _not_sync: PhantomData,
+        })
+    }
+}
+
+impl Context {
+    /// The device.
+    pub fn device(&self) -> Device {
+        Device {
+            inner: self.dev.clone(),
+        }
+    }
+
+    /// This context's index (its software queue).
+    pub fn id(&self) -> u32 {
+        self.st.id
+    }
+
+    /// The hardware queue this context is mapped to.
+    pub fn hw_queue(&self) -> u16 {
+        self.st.hwq
+    }
+
+    /// Requests submitted and not yet completed.
+    pub fn in_flight(&self) -> u32 {
+        self.st.in_flight
+    }
+
+    /// Completed bios waiting for [`Context::poll`].
+    pub fn ready(&self) -> usize {
+        self.st.ended.len()
+    }
+
+    /// This context's own counters.
+    pub fn stats(&self) -> DiskStats {
+        let mut s = DiskStats::default();
+        let sh: &StatShard = &self.st.stats;
+        for g in 0..crate::stats::NR_STAT_GROUPS {
+            s.ios[g] = sh.ios[g].load(std::sync::atomic::Ordering::Relaxed);
+            s.merges[g] = sh.merges[g].load(std::sync::atomic::Ordering::Relaxed);
+            s.sectors[g] = sh.sectors[g].load(std::sync::atomic::Ordering::Relaxed);
+            s.nsecs[g] = sh.nsecs[g].load(std::sync::atomic::Ordering::Relaxed);
+        }
+        let ld = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        s.requests = ld(&sh.requests);
+        s.bios = ld(&sh.bios);
+        s.splits = ld(&sh.splits);
+        s.bytes_copied = ld(&sh.bytes_copied);
+        s.requeues = ld(&sh.requeues);
+        s.timeouts = ld(&sh.timeouts);
+        s.errors = ld(&sh.errors);
+        s
+    }
+
+    /// This context's latency histograms.
+    pub fn histograms(&self) -> &Histograms {
+        &self.st.hist
+    }
+
+    /// Clear this context's latency histograms (end of a warm-up).
+    pub fn reset_histograms(&mut self) {
+        self.st.hist.reset();
+    }
+
+    /// Submit a bio. Its completion is delivered exactly once: to its
+    /// `end_io`, or to the closure of a later [`Context::poll`]. A bio that
+    /// fails validation completes with the error, like any other.
+    ///
+    /// When tags run out, this waits for in-flight I/O to finish. It gives
+    /// the bio back only when the context is full of completions the caller
+    /// has not polled yet: poll, then submit again.
+    #[inline]
+    pub fn submit(&mut self, bio: Bio) -> std::result::Result<(), Bio> {
+        self.st.submit(&self.dev, bio, Delivery::Callback).map(|_| ())
+    }
+
+    /// Flush the plug: issue everything submitted so far (Linux
+    /// `blk_finish_plug`).
+    #[inline]
+    pub fn unplug(&mut self) {
+        self.st.flush_plug(&self.dev);
+    }
+
+    /// Issue what is plugged, reap completions, and deliver them: each bio
+    /// to its `end_io`, or to `f`. Returns how many were delivered. Never
+    /// blocks.
+    #[inline]
+    pub fn poll(&mut self, f: impl FnMut(Completion<'_>)) -> usize {
+        self.st.flush_plug(&self.dev);
+        self.st.reap(&self.dev);
+        self.st.deliver(&self.dev, f)
+    }
+
+    /// Like [`Context::poll`], but waits until at least `min` completions
+    /// were delivered or nothing is left in flight.
+    pub fn poll_wait(&mut self, min: usize, mut f: impl FnMut(Completion<'_>)) -> usize {
+        let mut n = self.poll(&mut f);
+        let mut spins = 0u32;
+        while n < min && self.st.in_flight > 0 {
+            let hq = &self.dev.hw_queues[self.st.hwq as usize];
+            let seen = hq.notify.seq();
+            let got = self.poll(&mut f);
+            n += got;
+            if got > 0 || n >= min {
+                spins = 0;
+                continue;
+            }
+            self.st.backoff(&self.dev, seen, &mut spins);
+        }
+        n
+    }
+
+    /// Submit `bio`, wait for it, and hand it back with its result.
+    pub fn submit_wait(&mut self, bio: Bio) -> (Bio, Result<()>) {
+        let idx = match self.st.submit(&self.dev, bio, Delivery::Waiter) {
+            Ok(idx) => idx,
+            Err(bio) => {
+                // Full of unpolled completions: a blocking caller cannot be
+                // told to poll, so make room by waiting for it to drain.
+                return self.resubmit_after_room(bio);
+            }
+        };
+        self.st.wait_slot(&self.dev, idx);
+        let bio = self.st.bioset.remove(idx).expect("waited slot holds its bio");
+        let r = match bio.status() {
+            Status::Ok => Ok(()),
+            s => Err(self.dev.info.error_for(&bio, s)),
+        };
+        (bio, r)
+    }
+
+    fn resubmit_after_room(&mut self, bio: Bio) -> (Bio, Result<()>) {
+        let info = &self.dev.info;
+        let e = Error::Setup {
+            device: info.name.clone(),
+            reason: format!(
+                "{} completions wait to be polled; poll the context before blocking I/O",
+                self.st.ended.len()
+            ),
+        };
+        (bio, Err(e))
+    }
+
+    fn blocking(&mut self, op: Op, offset_bytes: u64, bufs: &[(*mut u8, usize)], len_bytes: u64) -> Result<()> {
+        let info = &self.dev.info;
+        if offset_bytes % SECTOR_SIZE != 0 {
+            return Err(Error::BadLength {
+                device: info.name.clone(),
+                op,
+                offset_bytes,
+                len_bytes,
+                logical_block_size: info.limits.logical_block_size,
+            });
+        }
+        let mut bio = Bio::new(op, offset_bytes >> SECTOR_SHIFT);
+        if op.has_data() {
+            for &(ptr, len) in bufs {
+                // Slices never have null pointers, even when empty.
+                let p = NonNull::new(ptr).unwrap_or(NonNull::dangling());
+                // SAFETY: the caller's slice is valid for `len` bytes and
+                // borrowed by this call, which does not return before the
+                // bio's completion is reaped (submit_wait waits for it).
+                let buf = unsafe { IoBuf::from_raw(p, len) };
+                bio.push_segment(buf, 0, len as u32);
+            }
+        } else if op != Op::Flush {
+            bio = match op {
+                Op::Discard => Bio::discard(offset_bytes >> SECTOR_SHIFT, len_bytes),
+                _ => Bio::write_zeroes(offset_bytes >> SECTOR_SHIFT, len_bytes),
+            };
+        }
+        self.submit_wait(bio).1
+    }
+
+    /// Read `buf.len()` bytes at `offset_bytes`, straight into `buf`.
+    pub fn read_at(&mut self, buf: &mut [u8], offset_bytes: u64) -> Result<()> {
+        let len = buf.len();
+        self.blocking(Op::Read, offset_bytes, &[(buf.as_mut_ptr(), len)], len as u64)
+    }
+
+    /// Write `buf` at `offset_bytes`, straight from `buf`.
+    pub fn write_at(&mut self, buf: &[u8], offset_bytes: u64) -> Result<()> {
+        let len = buf.len();
+        // The driver only reads a write's memory.
+        self.blocking(Op::Write, offset_bytes, &[(buf.as_ptr() as *mut u8, len)], len as u64)
+    }
+
+    /// Read into several buffers as one bio (one request).
+    pub fn readv_at(&mut self, bufs: &mut [IoSliceMut<'_>], offset_bytes: u64) -> Result<()> {
+        let mut segs: smallvec::SmallVec<[(*mut u8, usize); 8]> = smallvec::SmallVec::new();
+        let mut total = 0u64;
+        for b in bufs.iter_mut() {
+            total += b.len() as u64;
+            segs.push((b.as_mut_ptr(), b.len()));
+        }
+        self.blocking(Op::Read, offset_bytes, &segs, total)
+    }
+
+    /// Write several buffers as one bio (one request).
+    pub fn writev_at(&mut self, bufs: &[IoSlice<'_>], offset_bytes: u64) -> Result<()> {
+        let mut segs: smallvec::SmallVec<[(*mut u8, usize); 8]> = smallvec::SmallVec::new();
+        let mut total = 0u64;
+        for b in bufs {
+            total += b.len() as u64;
+            segs.push((b.as_ptr() as *mut u8, b.len()));
+        }
+        self.blocking(Op::Write, offset_bytes, &segs, total)
+    }
+
+    /// Make completed writes durable.
+    pub fn flush(&mut self) -> Result<()> {
+        self.blocking(Op::Flush, 0, &[], 0)
+    }
+
+    /// Discard `len_bytes` at `offset_bytes`.
+    pub fn discard(&mut self, offset_bytes: u64, len_bytes: u64) -> Result<()> {
+        self.blocking(Op::Discard, offset_bytes, &[], len_bytes)
+    }
+
+    /// Make `len_bytes` at `offset_bytes` read back as zeros.
+    pub fn write_zeroes(&mut self, offset_bytes: u64, len_bytes: u64) -> Result<()> {
+        self.blocking(Op::WriteZeroes, offset_bytes, &[], len_bytes)
+    }
+
+    // ---- futures support (see crate::future) ----
+
+    pub(crate) fn submit_waiter(&mut self, bio: Bio) -> std::result::Result<u32, Bio> {
+        let r = self.st.submit(&self.dev, bio, Delivery::Waiter);
+        self.st.flush_plug(&self.dev);
+        r
+    }
+
+    /// Reap, and report whether slot `idx` is done (registering `waker` if not).
+    pub(crate) fn check_waiter(&mut self, idx: u32, waker: &std::task::Waker) -> bool {
+        if !self.st.bioset.node(idx).done {
+            self.st.reap(&self.dev);
+            // Orphans (futures dropped early) are freed here.
+            self.st.deliver(&self.dev, |_| {});
+        }
+        if self.st.bioset.node(idx).done {
+            return true;
+        }
+        let slot = self.st.bioset.waker_mut(idx);
+        if !slot.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            *slot = Some(waker.clone());
+        }
+        false
+    }
+
+    pub(crate) fn take_waiter(&mut self, idx: u32) -> (Bio, Result<()>) {
+        let bio = self.st.bioset.remove(idx).expect("waited slot holds its bio");
+        let r = match bio.status() {
+            Status::Ok => Ok(()),
+            s => Err(self.dev.info.error_for(&bio, s)),
+        };
+        (bio, r)
+    }
+
+    pub(crate) fn orphan_waiter(&mut self, idx: u32) {
+        if self.st.bioset.node(idx).done {
+            self.st.bioset.remove(idx);
+        } else {
+            self.st.bioset.node_mut(idx).delivery = Delivery::Orphan;
+            *self.st.bioset.waker_mut(idx) = None;
+        }
+    }
+}
+
+impl CtxState {
+    #[inline]
+    fn shared_ptr(&self) -> NonNull<CtxShared> {
+        NonNull::from(&*self.shared)
+    }
+
+    /// The clock of the current batch: one read per batch.
+    #[inline]
+    fn batch_now(&mut self) -> u64 {
+        if self.batch_ns == 0 {
+            self.batch_ns = clock::now_ns();
+        }
+        self.batch_ns
+    }
+
+    #[inline]
+    fn submit(&mut self, dev: &DeviceInner, bio: Bio, delivery: Delivery) -> std::result::Result<u32, Bio> {
+        if self.bioset.available() == 0 {
+            self.make_room(dev);
+            if self.bioset.available() == 0 {
+                return Err(bio);
+            }
+        }
+        let status = dev.info.validate(&bio);
+        let node = match self.bioset.insert(bio, delivery) {
+            Ok(n) => n,
+            Err(bio) => return Err(bio),
+        };
+        // SAFETY: the slot was just filled and is owned by this context.
+        let idx = unsafe { node.as_ref() }.index;
+        bump(&self.stats.bios, 1);
+        if !status.is_ok() {
+            bump(&self.stats.errors, 1);
+            self.end_bio(idx, status);
+            return Ok(idx);
+        }
+        let rq = self.get_rq(dev);
+        let full = {
+            let _legacy = dev.lock.hold();
+            self.queue_rq(rq, node)
+        };
+        if full {
+            self.flush_plug(dev);
+        }
+        Ok(idx)
+    }
+
+    /// Wait (bounded by the request timeouts) until a bio slot is free.
+    fn make_room(&mut self, dev: &DeviceInner) {
+        let mut spins = 0;
+        while self.bioset.available() == 0 && self.in_flight > 0 {
+            let seen = dev.hw_queues[self.hwq as usize].notify.seq();
+            self.flush_plug(dev);
+            self.reap(dev);
+            self.backoff(dev, seen, &mut spins);
+        }
+    }
+
+    /// Get a request (a tag), waiting if all are in use.
+    #[inline]
+    fn get_rq(&mut self, dev: &DeviceInner) -> RqRef {
+        if let Some(rq) = self.tags.take_cached(&mut self.tag_cache) {
+            return rq;
+        }
+        let want = if self.plug_on { dev.cfg.plug_max.clamp(1, 64) } else { 1 };
+        self.tags.get_batch(&mut self.hint, want, &mut self.tag_cache);
+        if let Some(rq) = self.tags.take_cached(&mut self.tag_cache) {
+            return rq;
+        }
+        self.get_rq_slow(dev)
+    }
+
+    #[cold]
+    fn get_rq_slow(&mut self, dev: &DeviceInner) -> RqRef {
+        let mut spins = 0;
+        loop {
+            // Our own plugged and in-flight requests hold tags: push them on.
+            let seen = dev.hw_queues[self.hwq as usize].notify.seq();
+            self.flush_plug(dev);
+            self.reap(dev);
+            if let Some(rq) = self.tags.get(&mut self.hint) {
+                return rq;
+            }
+            if self.in_flight > 0 && !dev.completes_async {
+                // Our completions need polling: poll, with a short sleep.
+                self.backoff(dev, seen, &mut spins);
+            } else if let Some(rq) = self.tags.get_wait(&mut self.hint, Duration::from_millis(1)) {
+                return rq;
+            }
+        }
+    }
+
+    /// Build the request from the bio and queue it. Returns true if the plug
+    /// is full.
+    #[inline]
+    fn queue_rq(&mut self, mut rq: RqRef, node: NonNull<crate::bioset::BioNode>) -> bool {
+        // SAFETY: the slot was just filled by this context and no request
+        // holds it yet.
+        let bio = unsafe { node.as_ref() }.bio.as_ref().expect("slot holds a bio");
+        rq.op = bio.op();
+        rq.flags = bio.flags();
+        rq.sector = bio.sector();
+        rq.size_bytes = bio.len_bytes();
+        rq.nr_bios = 1;
+        rq.bio_head = Some(node);
+        rq.bio_tail = Some(node);
+        rq.owner = Some(self.shared_ptr());
+        rq.hwq = self.hwq;
+        rq.status = Status::Ok;
+        rq.set_driver_data(0);
+        if self.iostats {
+            rq.start_ns = self.batch_now();
+            bump(&self.stats.in_flight[rq.op.is_write() as usize], 1);
+        }
+        rq.transition(RqState::Idle, RqState::Queued);
+        bump(&self.stats.requests, 1);
+        self.in_flight += 1;
+        if self.plug_on {
+            self.plug.push(rq)
+        } else {
+            self.sw.push(rq);
+            true
+        }
+    }
+
+    /// Move the plug into the software queue and run the hardware queue.
+    #[inline]
+    fn flush_plug(&mut self, dev: &DeviceInner) {
+        if self.plug.is_empty() && self.sw.is_empty() {
+            return;
+        }
+        for rq in self.plug.drain() {
+            self.sw.push(rq);
+        }
+        self.tags.drain_cache(&mut self.tag_cache);
+        self.run_hw_queue(dev);
+    }
+
+    /// Dispatch the software queue to the hardware queue (Linux
+    /// `blk_mq_run_hw_queue`), then end what completed inline.
+    #[inline]
+    fn run_hw_queue(&mut self, dev: &DeviceInner) {
+        let deadline_ms = if self.timeout_ms > 0 {
+            clock::coarse_ms() + u64::from(self.timeout_ms)
+        } else {
+            0
+        };
+        let hq = &dev.hw_queues[self.hwq as usize];
+        let out = {
+            let _legacy = dev.lock.hold();
+            let mut inner = hq.lock();
+            let mut src = Scheduled {
+                sched: self.sched,
+                sw: &mut self.sw,
+            };
+            inner.dispatch(&mut src, &mut self.done, deadline_ms)
+        };
+        if out.busy > 0 {
+            bump(&self.stats.requeues, u64::from(out.busy));
+        }
+        self.batch_ns = 0;
+        self.complete_done(dev);
+    }
+
+    /// Reap the hardware queue and the remote queue, then end completions.
+    #[inline]
+    fn reap(&mut self, dev: &DeviceInner) {
+        let remote = self.shared.remote.drain_into(&mut self.done);
+        if self.in_flight as usize > remote {
+            let hq = &dev.hw_queues[self.hwq as usize];
+            let _legacy = dev.lock.hold();
+            let mut inner = hq.lock();
+            inner.poll(&mut self.done);
+            if inner.has_dispatch() {
+                let deadline_ms = if self.timeout_ms > 0 {
+                    clock::coarse_ms() + u64::from(self.timeout_ms)
+                } else {
+                    0
+                };
+                let mut src = Scheduled {
+                    sched: self.sched,
+                    sw: &mut self.sw,
+                };
+                let out = inner.dispatch(&mut src, &mut self.done, deadline_ms);
+                if out.busy > 0 {
+                    bump(&self.stats.requeues, u64::from(out.busy));
+                }
+            }
+            if self.timeout_ms > 0 {
+                let n = inner.check_timeouts(&hq.tags, clock::coarse_ms(), &mut self.done);
+                if n > 0 {
+                    bump(&self.stats.timeouts, u64::from(n));
+                }
+            }
+        }
+        self.complete_done(dev);
+    }
+
+    /// End every request in `done`: route foreign ones to their owners, and
+    /// end our own (stats, bios, tags). Callbacks do not run here.
+    #[inline]
+    fn complete_done(&mut self, dev: &DeviceInner) {
+        if self.done.is_empty() {
+            return;
+        }
+        let now = if self.iostats { clock::now_ns() } else { 0 };
+        let me = self.shared_ptr();
+        let mut done = std::mem::take(&mut self.done);
+        for rq in done.drain(..) {
+            match rq.owner {
+                Some(owner) if owner != me => {
+                    let hwq = rq.hwq as usize;
+                    // SAFETY: a context outlives its requests (its Drop waits
+                    // for all of them), so the owner's CtxShared is alive.
+                    unsafe { owner.as_ref() }.remote.push(rq);
+                    dev.hw_queues[hwq].notify.notify();
+                }
+                _ => {
+                    let _legacy = dev.lock.hold();
+                    self.end_request(rq, now);
+                }
+            }
+        }
+        self.done = done;
+        self.tags.put_batch(&mut self.freed_tags);
+        if self.iostats {
+            dev.stats.update_io_ticks(now / 1_000_000, true);
+        }
+    }
+
+    #[inline]
+    fn end_request(&mut self, mut rq: RqRef, now_ns: u64) {
+        debug_assert_eq!(rq.state(), RqState::Complete);
+        let status = rq.status;
+        if self.iostats {
+            let g = StatGroup::of(rq.op);
+            let lat = now_ns.saturating_sub(rq.start_ns);
+            let sh: &StatShard = &self.stats;
+            bump(&sh.ios[g as usize], 1);
+            bump(&sh.sectors[g as usize], rq.size_bytes >> SECTOR_SHIFT);
+            bump(&sh.nsecs[g as usize], lat);
+            drop_by(&sh.in_flight[rq.op.is_write() as usize], 1);
+            self.hist.record(g, lat);
+        }
+        if !status.is_ok() {
+            bump(&self.stats.errors, 1);
+        }
+        let mut node = rq.bio_head.take();
+        rq.bio_tail = None;
+        while let Some(n) = node {
+            // SAFETY: the request came back to its owner, so its bio chain
+            // (slots of this context's bio set) is ours again.
+            let (idx, next) = unsafe { (n.as_ref().index, n.as_ref().next) };
+            node = next;
+            self.end_bio(idx, status);
+        }
+        debug_assert!(self.in_flight > 0);
+        self.in_flight -= 1;
+        self.tags.retire(rq, &mut self.freed_tags);
+    }
+
+    #[inline]
+    fn end_bio(&mut self, idx: u32, status: Status) {
+        match self.bioset.end(idx, status) {
+            Delivery::Callback | Delivery::Orphan => {
+                debug_assert!(self.ended.len() < self.ended.capacity());
+                self.ended.push_back(idx);
+            }
+            Delivery::Waiter => {}
+        }
+    }
+
+    /// Run callbacks for ended bios, oldest first.
+    #[inline]
+    fn deliver(&mut self, dev: &DeviceInner, mut f: impl FnMut(Completion<'_>)) -> usize {
+        let mut n = 0;
+        while let Some(idx) = self.ended.pop_front() {
+            let delivery = self.bioset.node(idx).delivery;
+            let Some(bio) = self.bioset.remove(idx) else {
+                continue;
+            };
+            if delivery == Delivery::Orphan {
+                continue;
+            }
+            let c = Completion { bio, info: &dev.info };
+            match c.bio.end_io() {
+                Some(end_io) => end_io(c),
+                None => f(c),
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// Wait for slot `idx` to end.
+    fn wait_slot(&mut self, dev: &DeviceInner, idx: u32) {
+        self.flush_plug(dev);
+        let mut spins = 0;
+        while !self.bioset.node(idx).done {
+            let seen = dev.hw_queues[self.hwq as usize].notify.seq();
+            self.reap(dev);
+            if self.bioset.node(idx).done {
+                break;
+            }
+            self.backoff(dev, seen, &mut spins);
+        }
+    }
+
+    /// One step of waiting: spin-poll for a while, then sleep on the
+    /// hardware queue's futex (bounded), woken by a driver's notifier or a
+    /// remote completion.
+    fn backoff(&mut self, dev: &DeviceInner, seen: u32, spins: &mut u32) {
+        *spins += 1;
+        if *spins < SPIN_POLLS {
+            std::hint::spin_loop();
+            return;
+        }
+        let t = if dev.completes_async { NOTIFY_SLEEP } else { POLL_SLEEP };
+        dev.hw_queues[self.hwq as usize].notify.wait(seen, t);
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        let dev = &*self.dev;
+        let st = &mut self.st;
+        st.flush_plug(dev);
+        let mut spins = 0;
+        while st.in_flight > 0 {
+            let seen = dev.hw_queues[st.hwq as usize].notify.seq();
+            st.reap(dev);
+            if st.in_flight > 0 {
+                st.backoff(dev, seen, &mut spins);
+            }
+        }
+        // Bios with end_io still get their call; the rest are dropped.
+        st.deliver(dev, |_| {});
+        st.tags.drain_cache(&mut st.tag_cache);
+        dev.stats.retire(&st.stats, &st.hist);
+    }
+}

@@ -1,0 +1,124 @@
+//! The driver API (Linux `struct blk_mq_ops`): the only thing a driver
+//! implements, and the only part of the core a driver sees.
+//!
+//! Sits at the end of the pipeline: the hardware queue hands requests to
+//! [`Driver::queue_rq`], rings the doorbell with [`Driver::commit_rqs`], and
+//! reaps with [`Driver::poll`]. Each hardware queue has its own driver state
+//! (`Self::HwQueue`, Linux `hctx->driver_data`), always reached through
+//! `&mut`: the core serialises access to one hardware queue, so a driver
+//! needs no lock of its own for per-queue state.
+//!
+//! Ownership contract: a request handed to `queue_rq` belongs to the driver
+//! until the driver gives it back, exactly once, either through
+//! [`Completions::complete`] (from `queue_rq`, `poll` or `timeout`) or as
+//! [`QueueRq::Busy`]. Nothing else may end it, so a request can neither be
+//! lost nor completed twice.
+
+use crate::completion::{Completions, HwNotifier};
+use crate::error::Error;
+use crate::limits::{Features, QueueLimits};
+use crate::request::RqRef;
+
+/// The answer of [`Driver::queue_rq`] (Linux `blk_status_t` from `queue_rq`).
+#[must_use = "a busy request must be requeued, not dropped"]
+#[derive(Debug)]
+pub enum QueueRq {
+    /// The driver took the request (and may already have completed it).
+    Issued,
+    /// The driver cannot take it now (Linux `BLK_STS_RESOURCE`): the core puts
+    /// it on the hardware queue's dispatch list and retries later.
+    Busy(RqRef),
+}
+
+/// The answer of [`Driver::timeout`] (Linux `enum blk_eh_timer_return`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutAction {
+    /// The driver completed the request (through `done`) or will.
+    Done,
+    /// Still making progress: give it another timeout period.
+    ResetTimer,
+}
+
+/// A block driver. Three required methods move requests; everything else has
+/// a safe default.
+pub trait Driver: Send + Sync + 'static {
+    /// Per-hardware-queue state: a ring, a connection, a completion list.
+    type HwQueue: Send + 'static;
+
+    /// Set up hardware queue `index` (Linux `init_hctx`). `notifier` wakes
+    /// contexts sleeping on this queue; a driver that completes requests from
+    /// another thread calls it after making completions available to `poll`.
+    fn init_hw_queue(&self, index: u16, notifier: HwNotifier) -> Result<Self::HwQueue, Error>;
+
+    /// Issue one request. `last` is true for the last request of a batch:
+    /// the driver may defer ringing its doorbell until then, or until
+    /// [`Driver::commit_rqs`]. To complete at once, call `done.complete`.
+    fn queue_rq(&self, hq: &mut Self::HwQueue, rq: RqRef, last: bool, done: &mut Completions<'_>) -> QueueRq;
+
+    /// Ring the doorbell for requests queued without `last` (Linux
+    /// `commit_rqs`): called when a batch ends early, e.g. after `Busy`.
+    fn commit_rqs(&self, hq: &mut Self::HwQueue);
+
+    /// Reap finished requests into `done`; returns how many.
+    fn poll(&self, hq: &mut Self::HwQueue, done: &mut Completions<'_>) -> usize;
+
+    /// Request `tag` of this queue has been in flight past the timeout. The
+    /// default keeps waiting.
+    fn timeout(&self, _hq: &mut Self::HwQueue, _tag: u32, _done: &mut Completions<'_>) -> TimeoutAction {
+        TimeoutAction::ResetTimer
+    }
+
+    /// Queue limits. Default: 512-byte blocks, no size limits.
+    fn limits(&self) -> QueueLimits {
+        QueueLimits::default()
+    }
+
+    /// Features. Default: no write cache, no FUA, no discard, writable.
+    fn features(&self) -> Features {
+        Features::default()
+    }
+
+    /// Requests the driver can hold at once per hardware queue, below the tag
+    /// depth (Linux `get_budget`); `None` means the tags are the only bound.
+    fn budget(&self) -> Option<u32> {
+        None
+    }
+
+    /// True if completions arrive without `poll` being called (a thread or
+    /// an interrupt calls the notifier); then waiters may sleep instead of
+    /// polling.
+    fn completes_async(&self) -> bool {
+        false
+    }
+}
+
+/// The type-erased per-queue driver the hardware queue holds.
+pub(crate) trait HwQueueOps: Send {
+    fn queue_rq(&mut self, rq: RqRef, last: bool, done: &mut Completions<'_>) -> QueueRq;
+    fn commit_rqs(&mut self);
+    fn poll(&mut self, done: &mut Completions<'_>) -> usize;
+    fn timeout(&mut self, tag: u32, done: &mut Completions<'_>) -> TimeoutAction;
+}
+
+pub(crate) struct Bound<D: Driver> {
+    pub(crate) driver: std::sync::Arc<D>,
+    pub(crate) hq: D::HwQueue,
+}
+
+impl<D: Driver> HwQueueOps for Bound<D> {
+    #[inline]
+    fn queue_rq(&mut self, rq: RqRef, last: bool, done: &mut Completions<'_>) -> QueueRq {
+        self.driver.queue_rq(&mut self.hq, rq, last, done)
+    }
+    #[inline]
+    fn commit_rqs(&mut self) {
+        self.driver.commit_rqs(&mut self.hq)
+    }
+    #[inline]
+    fn poll(&mut self, done: &mut Completions<'_>) -> usize {
+        self.driver.poll(&mut self.hq, done)
+    }
+    fn timeout(&mut self, tag: u32, done: &mut Completions<'_>) -> TimeoutAction {
+        self.driver.timeout(&mut self.hq, tag, done)
+    }
+}

@@ -1,0 +1,183 @@
+//! The hardware queue (Linux `struct blk_mq_hw_ctx`): one of the driver's
+//! dispatch queues, such as an io_uring ring or an NBD connection.
+//!
+//! Fifth stage: `scheduler → hardware queue → driver`. Dispatch takes
+//! requests from the dispatch list (requests the driver once answered busy)
+//! and then from the scheduler, issues them with `queue_rq` while the budget
+//! allows, and rings the doorbell once (`commit_rqs`) if the batch ended
+//! early. The hardware queue's lock is taken once per batch, and only by the
+//! contexts mapped to it: in `mq` mode with a hardware queue per context, by
+//! one context only.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crossbeam_utils::CachePadded;
+
+use crate::completion::{Completions, Notify};
+use crate::driver::{HwQueueOps, QueueRq, TimeoutAction};
+use crate::request::{RqRef, RqState};
+use crate::sched::DispatchSource;
+use crate::tag::Tags;
+
+/// One hardware queue.
+pub(crate) struct HwQueue {
+    pub(crate) notify: crate::sync::Arc<Notify>,
+    pub(crate) tags: Arc<Tags>,
+    inner: CachePadded<Mutex<HwInner>>,
+}
+
+/// What the hardware queue's lock protects.
+pub(crate) struct HwInner {
+    index: u16,
+    ops: Box<dyn HwQueueOps>,
+    /// Requests the driver answered busy, retried first (Linux `hctx->dispatch`).
+    dispatch: VecDeque<RqRef>,
+    /// Requests the driver holds now.
+    in_driver: u32,
+    /// Most requests the driver may hold (its budget).
+    budget: u32,
+    timeout_ms: u32,
+    next_scan_ms: u64,
+    expired: Vec<u32>,
+}
+
+/// What one dispatch run did.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct DispatchOutcome {
+    pub(crate) issued: u32,
+    pub(crate) busy: u32,
+}
+
+impl HwQueue {
+    pub(crate) fn new(
+        index: u16,
+        ops: Box<dyn HwQueueOps>,
+        notify: crate::sync::Arc<Notify>,
+        tags: Arc<Tags>,
+        budget: Option<u32>,
+        timeout_ms: u32,
+    ) -> HwQueue {
+        let total = tags.total() as usize;
+        HwQueue {
+            notify,
+            inner: CachePadded::new(Mutex::new(HwInner {
+                index,
+                ops,
+                dispatch: VecDeque::with_capacity(total),
+                in_driver: 0,
+                budget: budget.unwrap_or(u32::MAX).max(1),
+                timeout_ms,
+                next_scan_ms: 0,
+                expired: Vec::with_capacity(total),
+            })),
+            tags,
+        }
+    }
+
+    /// Take the hardware queue for a dispatch or reap run.
+    #[inline]
+    pub(crate) fn lock(&self) -> MutexGuard<'_, HwInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl HwInner {
+    /// Issue requests from the dispatch list, then from `src`, until both are
+    /// empty, the driver is busy, or the budget is spent. Completions the
+    /// driver makes inline land in `done`.
+    pub(crate) fn dispatch(
+        &mut self,
+        src: &mut impl DispatchSource,
+        done: &mut Vec<RqRef>,
+        deadline_ms: u64,
+    ) -> DispatchOutcome {
+        let mut out = DispatchOutcome::default();
+        let mut need_commit = false;
+        loop {
+            if self.in_driver >= self.budget {
+                break;
+            }
+            let rq = match self.dispatch.pop_front() {
+                Some(rq) => rq,
+                None => match src.next() {
+                    Some(rq) => rq,
+                    None => break,
+                },
+            };
+            let last = self.dispatch.is_empty() && src.is_empty() || self.in_driver + 1 >= self.budget;
+            rq.transition(RqState::Queued, RqState::InFlight);
+            if deadline_ms != 0 {
+                rq.arm_timeout(self.index, deadline_ms);
+            }
+            let before = done.len();
+            match self.ops.queue_rq(rq, last, &mut Completions::new(done)) {
+                QueueRq::Issued => {
+                    out.issued += 1;
+                    self.in_driver += 1;
+                    self.in_driver -= (done.len() - before) as u32;
+                    need_commit = !last;
+                }
+                QueueRq::Busy(rq) => {
+                    rq.transition(RqState::InFlight, RqState::Queued);
+                    debug_assert!(self.dispatch.len() < self.dispatch.capacity());
+                    self.dispatch.push_front(rq);
+                    out.busy += 1;
+                    need_commit = true;
+                    break;
+                }
+            }
+        }
+        if need_commit {
+            self.ops.commit_rqs();
+        }
+        out
+    }
+
+    /// True if requests wait on the dispatch list.
+    #[inline]
+    pub(crate) fn has_dispatch(&self) -> bool {
+        !self.dispatch.is_empty()
+    }
+
+    /// Reap the driver.
+    #[inline]
+    pub(crate) fn poll(&mut self, done: &mut Vec<RqRef>) -> usize {
+        let before = done.len();
+        self.ops.poll(&mut Completions::new(done));
+        let n = done.len() - before;
+        self.in_driver -= n as u32;
+        n
+    }
+
+    /// Ask the driver about requests past their deadline (Linux
+    /// `blk_mq_timeout_work`). Scans at most every quarter timeout.
+    pub(crate) fn check_timeouts(&mut self, tags: &Tags, now_ms: u64, done: &mut Vec<RqRef>) -> u32 {
+        if self.timeout_ms == 0 || now_ms < self.next_scan_ms {
+            return 0;
+        }
+        self.next_scan_ms = now_ms + u64::from(self.timeout_ms / 4).max(1);
+        let mut expired = std::mem::take(&mut self.expired);
+        tags.for_each_in_flight(self.index, |tag, deadline| {
+            let d = deadline.load(std::sync::atomic::Ordering::Relaxed);
+            if d != 0 && d <= now_ms {
+                debug_assert!(expired.len() < expired.capacity());
+                expired.push(tag);
+            }
+        });
+        let mut timed_out = 0;
+        for &tag in &expired {
+            let before = done.len();
+            let action = self.ops.timeout(tag, &mut Completions::new(done));
+            let n = (done.len() - before) as u32;
+            self.in_driver -= n;
+            timed_out += n;
+            if action == TimeoutAction::ResetTimer && n == 0 {
+                tags.rearm(tag, now_ms + u64::from(self.timeout_ms));
+            }
+        }
+        expired.clear();
+        self.expired = expired;
+        timed_out
+    }
+}

@@ -1,0 +1,63 @@
+//! mqblk-core: the multi-queue block layer, without any driver.
+//!
+//! The pipeline, in module order:
+//!
+//! ```text
+//! caller ─▶ Bio ─▶ Plug ─▶ SwQueue ─▶ Scheduler ─▶ HwQueue (tags) ─▶ Driver
+//!        ◀─ completion (routed to the submitting context) ◀──────────┘
+//! ```
+//!
+//! Drivers implement [`driver::Driver`] and see nothing else of the core.
+//! Devices are created and configured through [`queue`] (control plane);
+//! I/O goes through a per-thread [`context::Context`] (data plane).
+
+#![warn(missing_docs)]
+
+pub(crate) mod sync;
+
+pub mod error;
+pub mod limits;
+pub mod spec;
+pub mod clock;
+
+// Front end.
+pub mod buf;
+pub mod bio;
+pub mod context;
+pub mod future;
+mod bioset;
+
+// Pipeline stages.
+mod plug;
+mod sw_queue;
+pub mod sched;
+pub mod sbitmap;
+pub mod tag;
+pub mod request;
+mod hw_queue;
+pub mod driver;
+pub mod completion;
+
+// Accounting and the control plane.
+pub mod stats;
+pub mod queue;
+
+pub use bio::{Bio, BioFlags, Op, Segment};
+pub use buf::{BufPool, IoBuf};
+pub use completion::{Completion, Completions, HwNotifier};
+pub use context::Context;
+pub use driver::{Driver, QueueRq, TimeoutAction};
+pub use error::{Error, Result, Status};
+pub use future::{block_on, AsyncContext};
+pub use limits::{Features, QueueLimits};
+pub use queue::{Device, DeviceConfig, QueueMode};
+pub use request::{Request, RqRef};
+pub use stats::{DiskStats, Histograms};
+
+/// Bytes of a request plus its bio slot, for one in-flight I/O (Linux
+/// 2.4's kiobuf took 8792).
+pub const fn descriptor_bytes() -> usize {
+    std::mem::size_of::<request::Request>()
+        + std::mem::size_of::<bioset::BioNode>()
+        + std::mem::size_of::<request::RqAtomics>()
+}

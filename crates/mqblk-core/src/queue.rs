@@ -1,0 +1,464 @@
+//! The device and its request queue (Linux `struct gendisk` and
+//! `struct request_queue`): the control plane.
+//!
+//! Creating a device binds a [`Driver`] to hardware queues, tag sets, a
+//! buffer pool and stats, and fixes the queue mode. Everything here runs at
+//! setup; the per-I/O path (in [`crate::context`]) never takes a lock that
+//! setup takes.
+
+use std::sync::Arc;
+
+use crate::bio::{Bio, Op};
+use crate::buf::BufPool;
+use crate::completion::{HwNotifier, Notify};
+use crate::driver::{Bound, Driver};
+use crate::error::{Error, InvalidKind, Result, Status};
+use crate::hw_queue::HwQueue;
+use crate::limits::{Features, QueueLimits, SECTOR_SHIFT};
+use crate::spec::SpecOptions;
+use crate::stats::DeviceStats;
+use crate::tag::Tags;
+
+/// How submitting contexts share the queue (see DESIGN: queue modes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum QueueMode {
+    /// blk-mq: a software queue per context mapped onto hardware queues; no
+    /// shared lock on the hot path when there are enough hardware queues.
+    #[default]
+    Mq,
+    /// One request queue per device under its own lock (Linux 2.6–3.x legacy).
+    DeviceLock,
+    /// One lock over every device in the process (Linux 2.4 `io_request_lock`).
+    GlobalLock,
+}
+
+impl QueueMode {
+    /// Parse `mq`, `device-lock` or `global-lock`.
+    pub fn parse(s: &str) -> Option<QueueMode> {
+        match s {
+            "mq" => Some(QueueMode::Mq),
+            "device-lock" | "device_lock" => Some(QueueMode::DeviceLock),
+            "global-lock" | "global_lock" => Some(QueueMode::GlobalLock),
+            _ => None,
+        }
+    }
+
+    /// The name used on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            QueueMode::Mq => "mq",
+            QueueMode::DeviceLock => "device-lock",
+            QueueMode::GlobalLock => "global-lock",
+        }
+    }
+}
+
+/// Everything needed to create a device, besides the driver.
+#[derive(Clone, Debug)]
+pub struct DeviceConfig {
+    /// Device name, as diskstats shows it (`nullb0`).
+    pub name: String,
+    /// Capacity in bytes (rounded down to the logical block size).
+    pub capacity_bytes: u64,
+    /// Hardware queues.
+    pub nr_hw_queues: u16,
+    /// Normal tags per hardware queue (or in the shared set).
+    pub queue_depth: u32,
+    /// Reserved tags.
+    pub reserved_tags: u32,
+    /// One tag set shared by every hardware queue.
+    pub shared_tags: bool,
+    /// Queue mode.
+    pub queue_mode: QueueMode,
+    /// Plugging on (`plug=1`) or off.
+    pub plug: bool,
+    /// Requests in a plug before it is flushed (Linux `BLK_MAX_REQUEST_COUNT`).
+    pub plug_max: u32,
+    /// Per-I/O accounting and latency histograms (`iostats=0` turns them and
+    /// their clock reads off).
+    pub iostats: bool,
+    /// Request timeout in milliseconds; 0 disables timeout handling.
+    pub timeout_ms: u32,
+    /// Read-only device, whatever the driver says.
+    pub read_only: bool,
+}
+
+impl DeviceConfig {
+    /// Defaults for a device of `capacity_bytes`.
+    pub fn new(name: impl Into<String>, capacity_bytes: u64) -> DeviceConfig {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        DeviceConfig {
+            name: name.into(),
+            capacity_bytes,
+            nr_hw_queues: cpus.clamp(1, 1024) as u16,
+            queue_depth: 64,
+            reserved_tags: 0,
+            shared_tags: false,
+            queue_mode: QueueMode::Mq,
+            plug: true,
+            plug_max: 32,
+            iostats: true,
+            timeout_ms: 30_000,
+            read_only: false,
+        }
+    }
+
+    /// Take the options every device kind accepts: `hw_queues`,
+    /// `queue_depth`, `reserved_tags`, `shared_tags`, `queue_mode`, `plug`,
+    /// `iostats`, `io_timeout_ms`, `ro`.
+    pub fn take_common(&mut self, o: &mut SpecOptions) -> Result<()> {
+        if let Some(n) = o.take_u64("hw_queues")? {
+            if !(1..=1024).contains(&n) {
+                return Err(o.error("hw_queues", &n.to_string(), "1 to 1024"));
+            }
+            self.nr_hw_queues = n as u16;
+        }
+        if let Some(n) = o.take_u64("queue_depth")? {
+            if !(1..=65536).contains(&n) {
+                return Err(o.error("queue_depth", &n.to_string(), "1 to 65536"));
+            }
+            self.queue_depth = n as u32;
+        }
+        if let Some(n) = o.take_u64("reserved_tags")? {
+            if n > 1024 {
+                return Err(o.error("reserved_tags", &n.to_string(), "0 to 1024"));
+            }
+            self.reserved_tags = n as u32;
+        }
+        if let Some(b) = o.take_bool("shared_tags")? {
+            self.shared_tags = b;
+        }
+        if let Some(m) = o.take_str("queue_mode") {
+            self.queue_mode = QueueMode::parse(&m)
+                .ok_or_else(|| o.error("queue_mode", &m, "mq, device-lock or global-lock"))?;
+        }
+        if let Some(p) = o.take_str("plug") {
+            self.plug = crate::spec::parse_bool(&p)
+                .ok_or_else(|| o.error("plug", &p, "on or off"))?;
+        }
+        if let Some(b) = o.take_bool("iostats")? {
+            self.iostats = b;
+        }
+        if let Some(ms) = o.take_u64("io_timeout_ms")? {
+            self.timeout_ms = ms.min(u64::from(u32::MAX)) as u32;
+        }
+        if let Some(b) = o.take_bool("ro")? {
+            self.read_only = b;
+        }
+        Ok(())
+    }
+}
+
+/// The read-mostly facts about a device that the per-I/O path consults.
+#[derive(Debug)]
+pub struct QueueInfo {
+    /// Device name.
+    pub name: Arc<str>,
+    /// Capacity in 512-byte sectors.
+    pub capacity_sectors: u64,
+    /// Limits.
+    pub limits: QueueLimits,
+    /// Features.
+    pub features: Features,
+    /// Mode.
+    pub mode: QueueMode,
+}
+
+impl QueueInfo {
+    /// Check a bio against capacity, limits and features. Returns the
+    /// status to complete it with; the typed error is built from it later.
+    #[inline]
+    pub(crate) fn validate(&self, bio: &Bio) -> Status {
+        let op = bio.op();
+        if op == Op::Flush {
+            return Status::Ok;
+        }
+        let lim = &self.limits;
+        let len = bio.len_bytes();
+        if len == 0 {
+            return Status::Invalid(InvalidKind::ZeroLength);
+        }
+        let lbs_mask = u64::from(lim.logical_block_size) - 1;
+        if (bio.offset_bytes() | len) & lbs_mask != 0 {
+            return Status::Invalid(InvalidKind::BadLength);
+        }
+        let end = bio.sector().checked_add(len >> SECTOR_SHIFT);
+        if end.is_none_or(|e| e > self.capacity_sectors) {
+            return Status::Invalid(InvalidKind::OutOfRange);
+        }
+        if op.is_write() && self.features.read_only {
+            return Status::Invalid(InvalidKind::ReadOnly);
+        }
+        match op {
+            Op::Read | Op::Write => {
+                let segs = bio.segments();
+                if segs.len() > lim.max_segments as usize {
+                    return Status::Invalid(InvalidKind::TooManySegments);
+                }
+                let dma = lim.dma_alignment as usize;
+                for s in segs {
+                    if (s.addr() | s.len() as usize) & dma != 0 {
+                        return Status::Invalid(InvalidKind::Misaligned);
+                    }
+                }
+            }
+            Op::Discard if !self.features.discard => {
+                return Status::Invalid(InvalidKind::Unsupported);
+            }
+            Op::WriteZeroes if !self.features.write_zeroes => {
+                return Status::Invalid(InvalidKind::Unsupported);
+            }
+            _ => {}
+        }
+        Status::Ok
+    }
+
+    /// Build the typed error for a bio that ended with `status`.
+    pub fn error_for(&self, bio: &Bio, status: Status) -> Error {
+        let device = self.name.clone();
+        let op = bio.op();
+        let offset_bytes = bio.offset_bytes();
+        let lim = &self.limits;
+        match status {
+            Status::Invalid(InvalidKind::OutOfRange) => Error::OutOfRange {
+                device,
+                op,
+                sector: bio.sector(),
+                len_sectors: bio.len_sectors(),
+                capacity_sectors: self.capacity_sectors,
+            },
+            Status::Invalid(InvalidKind::BadLength) => Error::BadLength {
+                device,
+                op,
+                offset_bytes,
+                len_bytes: bio.len_bytes(),
+                logical_block_size: lim.logical_block_size,
+            },
+            Status::Invalid(InvalidKind::ZeroLength) => Error::ZeroLength {
+                device,
+                op,
+                offset_bytes,
+                logical_block_size: lim.logical_block_size,
+            },
+            Status::Invalid(InvalidKind::Misaligned) => {
+                let dma = lim.dma_alignment as usize;
+                let (segment, s) = bio
+                    .segments()
+                    .iter()
+                    .enumerate()
+                    .find(|(_, s)| (s.addr() | s.len() as usize) & dma != 0)
+                    .map_or((0, None), |(i, s)| (i, Some(s)));
+                Error::Misaligned {
+                    device,
+                    op,
+                    offset_bytes,
+                    segment,
+                    addr: s.map_or(0, |s| s.addr()),
+                    len_bytes: s.map_or(0, |s| s.len()),
+                    alignment: lim.dma_alignment + 1,
+                }
+            }
+            Status::Invalid(InvalidKind::ReadOnly) => Error::ReadOnly {
+                device,
+                op,
+                offset_bytes,
+            },
+            Status::Invalid(InvalidKind::TooManySegments) => Error::TooManySegments {
+                device,
+                op,
+                offset_bytes,
+                segments: bio.segments().len(),
+                max_segments: lim.max_segments,
+            },
+            Status::Invalid(InvalidKind::Unsupported) => Error::Unsupported {
+                device,
+                op,
+                offset_bytes,
+            },
+            status => Error::Io {
+                device,
+                op,
+                offset_bytes,
+                len_bytes: bio.len_bytes(),
+                status,
+            },
+        }
+    }
+}
+
+/// The lock of the legacy queue modes. `None` in `mq` mode.
+pub(crate) enum QueueLock {
+    None,
+    Device(std::sync::Mutex<()>),
+    Global,
+}
+
+/// Linux 2.4's `io_request_lock`: one lock for every queue in the process.
+static IO_REQUEST_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+impl QueueLock {
+    /// Take the legacy lock, if this mode has one.
+    #[inline]
+    pub(crate) fn hold(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
+        match self {
+            QueueLock::None => None,
+            QueueLock::Device(m) => Some(m.lock().unwrap_or_else(|e| e.into_inner())),
+            QueueLock::Global => Some(IO_REQUEST_LOCK.lock().unwrap_or_else(|e| e.into_inner())),
+        }
+    }
+}
+
+pub(crate) struct DeviceInner {
+    pub(crate) info: QueueInfo,
+    pub(crate) cfg: DeviceConfig,
+    pub(crate) hw_queues: Box<[HwQueue]>,
+    pub(crate) tags: Box<[Arc<Tags>]>,
+    pub(crate) lock: QueueLock,
+    pub(crate) buf_pool: BufPool,
+    pub(crate) stats: DeviceStats,
+    pub(crate) completes_async: bool,
+    pub(crate) next_ctx: std::sync::atomic::AtomicU32,
+}
+
+/// A block device: a driver behind hardware queues. Cheap to clone; every
+/// clone is the same device. Open a [`crate::context::Context`] per thread
+/// to do I/O.
+#[derive(Clone)]
+pub struct Device {
+    pub(crate) inner: Arc<DeviceInner>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("name", &self.inner.info.name)
+            .field("capacity_sectors", &self.inner.info.capacity_sectors)
+            .field("mode", &self.inner.info.mode)
+            .field("hw_queues", &self.inner.hw_queues.len())
+            .finish()
+    }
+}
+
+impl Device {
+    /// Create a device from a driver and a configuration.
+    pub fn new<D: Driver>(driver: D, cfg: DeviceConfig) -> Result<Device> {
+        let name: Arc<str> = Arc::from(cfg.name.as_str());
+        let setup = |reason: String| Error::Setup {
+            device: name.clone(),
+            reason,
+        };
+        let limits = driver.limits();
+        limits.check().map_err(|e| setup(format!("driver limits: {e}")))?;
+        let mut features = driver.features();
+        features.read_only |= cfg.read_only;
+        if cfg.nr_hw_queues == 0 || cfg.queue_depth == 0 {
+            return Err(setup("need at least one hardware queue and one tag".into()));
+        }
+        let lbs = u64::from(limits.logical_block_size);
+        let capacity_bytes = cfg.capacity_bytes / lbs * lbs;
+        if capacity_bytes == 0 {
+            return Err(setup(format!(
+                "capacity {} is smaller than one logical block of {lbs} bytes",
+                cfg.capacity_bytes
+            )));
+        }
+        let shared = cfg.shared_tags || cfg.queue_mode != QueueMode::Mq;
+        let nr = cfg.nr_hw_queues as usize;
+        let tags: Box<[Arc<Tags>]> = if shared {
+            let t = Arc::new(Tags::new(cfg.queue_depth, cfg.reserved_tags, 0));
+            (0..nr).map(|_| t.clone()).collect()
+        } else {
+            (0..nr)
+                .map(|i| Arc::new(Tags::new(cfg.queue_depth, cfg.reserved_tags, i as u16)))
+                .collect()
+        };
+        let completes_async = driver.completes_async();
+        let budget = driver.budget();
+        let driver = Arc::new(driver);
+        let mut hw_queues = Vec::with_capacity(nr);
+        for (i, t) in tags.iter().enumerate() {
+            let notify = crate::sync::Arc::new(Notify::default());
+            let hq = driver.init_hw_queue(i as u16, HwNotifier(notify.clone()))?;
+            let ops = Box::new(Bound {
+                driver: driver.clone(),
+                hq,
+            });
+            hw_queues.push(HwQueue::new(i as u16, ops, notify, t.clone(), budget, cfg.timeout_ms));
+        }
+        let lock = match cfg.queue_mode {
+            QueueMode::Mq => QueueLock::None,
+            QueueMode::DeviceLock => QueueLock::Device(std::sync::Mutex::new(())),
+            QueueMode::GlobalLock => QueueLock::Global,
+        };
+        let align = (limits.dma_alignment as usize + 1).max(crate::buf::PAGE_SIZE);
+        Ok(Device {
+            inner: Arc::new(DeviceInner {
+                info: QueueInfo {
+                    name,
+                    capacity_sectors: capacity_bytes >> SECTOR_SHIFT,
+                    limits,
+                    features,
+                    mode: cfg.queue_mode,
+                },
+                cfg,
+                hw_queues: hw_queues.into_boxed_slice(),
+                tags,
+                lock,
+                buf_pool: BufPool::new(align),
+                stats: DeviceStats::new(),
+                completes_async,
+                next_ctx: std::sync::atomic::AtomicU32::new(0),
+            }),
+        })
+    }
+
+    /// The read-mostly facts: name, capacity, limits, features, mode.
+    pub fn info(&self) -> &QueueInfo {
+        &self.inner.info
+    }
+
+    /// Device name.
+    pub fn name(&self) -> &str {
+        &self.inner.info.name
+    }
+
+    /// Capacity in bytes.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.inner.info.capacity_sectors << SECTOR_SHIFT
+    }
+
+    /// Logical block size in bytes.
+    pub fn logical_block_size(&self) -> u32 {
+        self.inner.info.limits.logical_block_size
+    }
+
+    /// The queue mode.
+    pub fn queue_mode(&self) -> QueueMode {
+        self.inner.info.mode
+    }
+
+    /// The configuration the device was created with.
+    pub fn config(&self) -> &DeviceConfig {
+        &self.inner.cfg
+    }
+
+    /// Number of hardware queues.
+    pub fn nr_hw_queues(&self) -> usize {
+        self.inner.hw_queues.len()
+    }
+
+    /// The device's buffer pool (buffers aligned for this device).
+    pub fn buf_pool(&self) -> &BufPool {
+        &self.inner.buf_pool
+    }
+
+    /// A buffer of `len` bytes from the pool.
+    pub fn alloc_buf(&self, len: usize) -> crate::buf::IoBuf {
+        self.inner.buf_pool.get(len)
+    }
+
+    /// The device's stats.
+    pub fn stats(&self) -> &DeviceStats {
+        &self.inner.stats
+    }
+}

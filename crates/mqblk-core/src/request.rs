@@ -1,0 +1,273 @@
+//! The request: one or more merged bios sent to the device as one command
+//! (Linux `struct request`).
+//!
+//! A request is preallocated per tag (see [`crate::tag`]) and owned, while in
+//! use, through a unique [`RqRef`]: whoever holds the `RqRef` (the plug, a
+//! software queue, a hardware queue's dispatch list, a driver, a completion
+//! batch) is the only one touching it, so no lock guards it. Its state moves
+//! `Idle → Queued → InFlight → Complete → Idle`, asserted on both sides of
+//! every transition.
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+use crate::bio::{BioFlags, Op, Segment};
+use crate::bioset::BioNode;
+use crate::context::CtxShared;
+use crate::error::Status;
+use crate::limits::SECTOR_SHIFT;
+
+/// Life-cycle state of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum RqState {
+    /// The tag is free.
+    Idle = 0,
+    /// Built from a bio; waiting in a plug, software queue or dispatch list.
+    Queued = 1,
+    /// Handed to the driver.
+    InFlight = 2,
+    /// The driver completed it; waiting for the owner to end its bios.
+    Complete = 3,
+}
+
+impl RqState {
+    fn from_u8(v: u8) -> RqState {
+        match v {
+            0 => RqState::Idle,
+            1 => RqState::Queued,
+            2 => RqState::InFlight,
+            _ => RqState::Complete,
+        }
+    }
+}
+
+/// The fields of a request that the timeout scan reads while the owner
+/// works on the request. They live beside the request, not in it, so the
+/// scan never forms a reference into a request someone else holds mutably.
+#[derive(Debug, Default)]
+pub(crate) struct RqAtomics {
+    pub(crate) state: AtomicU8,
+    pub(crate) hwq: std::sync::atomic::AtomicU16,
+    pub(crate) deadline_ms: AtomicU64,
+}
+
+/// A block request. Drivers see it through [`RqRef`].
+#[derive(Debug)]
+pub struct Request {
+    atoms: NonNull<RqAtomics>,
+    pub(crate) op: Op,
+    pub(crate) flags: BioFlags,
+    pub(crate) status: Status,
+    pub(crate) hwq: u16,
+    pub(crate) nr_bios: u16,
+    pub(crate) tag: u32,
+    pub(crate) sector: u64,
+    pub(crate) size_bytes: u64,
+    pub(crate) bio_head: Option<NonNull<BioNode>>,
+    pub(crate) bio_tail: Option<NonNull<BioNode>>,
+    /// The submitting context: completions are routed back to it.
+    pub(crate) owner: Option<NonNull<CtxShared>>,
+    pub(crate) start_ns: u64,
+    driver_data: u64,
+}
+
+impl Request {
+    pub(crate) fn new(tag: u32, hwq: u16, atoms: NonNull<RqAtomics>) -> Request {
+        Request {
+            atoms,
+            op: Op::Read,
+            flags: BioFlags::NONE,
+            status: Status::Ok,
+            hwq,
+            nr_bios: 0,
+            tag,
+            sector: 0,
+            size_bytes: 0,
+            bio_head: None,
+            bio_tail: None,
+            owner: None,
+            start_ns: 0,
+            driver_data: 0,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn atoms(&self) -> &RqAtomics {
+        // SAFETY: atoms points into the Tags' atomics array, which lives as
+        // long as the request slots and is only ever shared-borrowed.
+        unsafe { self.atoms.as_ref() }
+    }
+
+    /// Current state.
+    #[inline]
+    pub fn state(&self) -> RqState {
+        RqState::from_u8(self.atoms().state.load(Ordering::Relaxed))
+    }
+
+    /// Arm the timeout: `ms` on the coarse clock, on hardware queue `hwq`.
+    #[inline]
+    pub(crate) fn arm_timeout(&self, hwq: u16, ms: u64) {
+        let a = self.atoms();
+        a.hwq.store(hwq, Ordering::Relaxed);
+        a.deadline_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Move from `from` to `to`, asserting both sides.
+    #[inline]
+    pub(crate) fn transition(&self, from: RqState, to: RqState) {
+        debug_assert_eq!(self.state(), from, "request {} in wrong state", self.tag);
+        self.atoms().state.store(to as u8, Ordering::Release);
+        debug_assert_eq!(self.state(), to);
+    }
+
+    /// The tag (index in the hardware queue's tag set).
+    #[inline]
+    pub fn tag(&self) -> u32 {
+        self.tag
+    }
+
+    /// The hardware queue this request was mapped to.
+    #[inline]
+    pub fn hw_queue(&self) -> u16 {
+        self.hwq
+    }
+
+    /// The operation.
+    #[inline]
+    pub fn op(&self) -> Op {
+        self.op
+    }
+
+    /// The flags.
+    #[inline]
+    pub fn flags(&self) -> BioFlags {
+        self.flags
+    }
+
+    /// First 512-byte sector.
+    #[inline]
+    pub fn sector(&self) -> u64 {
+        self.sector
+    }
+
+    /// Byte offset on the device.
+    #[inline]
+    pub fn offset_bytes(&self) -> u64 {
+        self.sector << SECTOR_SHIFT
+    }
+
+    /// Length in bytes.
+    #[inline]
+    pub fn len_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    /// Number of bios merged into this request.
+    #[inline]
+    pub fn nr_bios(&self) -> u16 {
+        self.nr_bios
+    }
+
+    /// Status set by the driver.
+    #[inline]
+    pub fn status(&self) -> Status {
+        self.status
+    }
+
+    /// A word of driver-private data (Linux `blk_mq_rq_to_pdu`), e.g. a
+    /// wire handle or a ring slot.
+    #[inline]
+    pub fn driver_data(&self) -> u64 {
+        self.driver_data
+    }
+
+    /// Set the driver-private word.
+    #[inline]
+    pub fn set_driver_data(&mut self, v: u64) {
+        self.driver_data = v;
+    }
+
+    /// Visit every data segment of every bio, in order.
+    #[inline]
+    pub fn for_each_segment(&self, mut f: impl FnMut(&Segment)) {
+        let mut node = self.bio_head;
+        while let Some(n) = node {
+            // SAFETY: the request's bio chain is owned by the request while
+            // the request is owned (RqRef is unique), and nodes stay valid
+            // until the owner context ends them after completion.
+            let n = unsafe { n.as_ref() };
+            if let Some(bio) = n.bio.as_ref() {
+                for s in bio.segments() {
+                    f(s);
+                }
+            }
+            node = n.next;
+        }
+    }
+
+    /// Visit every data segment mutably (a driver filling a read).
+    #[inline]
+    pub fn for_each_segment_mut(&mut self, mut f: impl FnMut(&mut Segment)) {
+        let mut node = self.bio_head;
+        while let Some(mut n) = node {
+            // SAFETY: as in for_each_segment; &mut self makes this the only
+            // access to the chain.
+            let n = unsafe { n.as_mut() };
+            if let Some(bio) = n.bio.as_mut() {
+                for s in bio.segments_mut() {
+                    f(s);
+                }
+            }
+            node = n.next;
+        }
+    }
+
+    /// Number of data segments across all bios.
+    pub fn nr_segments(&self) -> usize {
+        let mut n = 0;
+        self.for_each_segment(|_| n += 1);
+        n
+    }
+}
+
+/// Unique ownership of one in-use request. Not `Clone`: moving it moves the
+/// right to touch the request.
+#[derive(Debug)]
+pub struct RqRef {
+    ptr: NonNull<Request>,
+}
+
+// SAFETY: an RqRef is the only handle to its request (tags hand out each slot
+// once); sending it sends that exclusive access, and every handoff between
+// threads goes through a lock or an atomic with release/acquire ordering.
+unsafe impl Send for RqRef {}
+
+impl RqRef {
+    /// # Safety
+    ///
+    /// The caller must own the tag of this slot (it was just allocated and
+    /// has no other `RqRef`), and the slot must outlive the `RqRef`.
+    #[inline]
+    pub(crate) unsafe fn from_slot(ptr: NonNull<Request>) -> RqRef {
+        RqRef { ptr }
+    }
+}
+
+impl std::ops::Deref for RqRef {
+    type Target = Request;
+    #[inline]
+    fn deref(&self) -> &Request {
+        // SAFETY: from_slot's contract: the slot is live and this handle is
+        // the only way to it.
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl std::ops::DerefMut for RqRef {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Request {
+        // SAFETY: as for deref; &mut self makes the access exclusive.
+        unsafe { self.ptr.as_mut() }
+    }
+}

@@ -1,0 +1,273 @@
+//! Device spec strings (control plane): `null,size=1T,completion=inline`,
+//! `ram,size=1G`, `file:/path,direct=1`, `nbd://host:port/export`.
+//!
+//! A spec is a driver kind, an optional target (after `:` for files, or the
+//! whole URL for network kinds), and `key=value` options. Options are taken
+//! one by one by the core and the driver; any left over is an error that
+//! names it, so a typo never passes silently.
+
+use crate::error::{Error, Result};
+
+/// A parsed spec.
+#[derive(Debug, Clone)]
+pub struct DeviceSpec {
+    /// Driver kind: `null`, `ram`, `file`, `nbd`, ...
+    pub kind: String,
+    /// Target of the driver (a path or a URL), if any.
+    pub target: Option<String>,
+    /// The options, to be taken by the core and the driver.
+    pub options: SpecOptions,
+}
+
+/// Options of a spec, consumed key by key.
+#[derive(Debug, Clone, Default)]
+pub struct SpecOptions {
+    spec: String,
+    entries: Vec<(String, String)>,
+}
+
+const MAX_SPEC_LEN: usize = 4096;
+
+/// Parse a spec string.
+pub fn parse(spec: &str) -> Result<DeviceSpec> {
+    let bad = |reason: &str| Error::spec(spec, reason);
+    if spec.len() > MAX_SPEC_LEN {
+        return Err(bad("longer than 4096 bytes"));
+    }
+    let spec_t = spec.trim();
+    if spec_t.is_empty() {
+        return Err(bad("empty; expected a driver kind such as `null` or `ram,size=1G`"));
+    }
+    // URL-shaped specs (nbd://, nbd+unix://) keep their query for the driver.
+    if let Some((scheme, _)) = spec_t.split_once("://") {
+        if scheme.is_empty() || !scheme.chars().all(|c| c.is_ascii_alphanumeric() || c == '+') {
+            return Err(bad("URL scheme must be letters, digits or `+`"));
+        }
+        let kind = scheme.split('+').next().unwrap_or(scheme).to_ascii_lowercase();
+        let (url, opts) = match spec_t.split_once(',') {
+            Some((u, o)) => (u, Some(o)),
+            None => (spec_t, None),
+        };
+        let options = SpecOptions::parse(spec, opts.unwrap_or(""))?;
+        return Ok(DeviceSpec {
+            kind,
+            target: Some(url.to_string()),
+            options,
+        });
+    }
+    let (head, opts) = match spec_t.split_once(',') {
+        Some((h, o)) => (h, o),
+        None => (spec_t, ""),
+    };
+    let (kind, target) = match head.split_once(':') {
+        Some((k, t)) => {
+            if t.is_empty() {
+                return Err(bad("empty target after `:`"));
+            }
+            (k, Some(t.to_string()))
+        }
+        None => (head, None),
+    };
+    if kind.is_empty() || !kind.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+        return Err(bad("driver kind must be letters, digits, `_` or `-`"));
+    }
+    Ok(DeviceSpec {
+        kind: kind.to_ascii_lowercase(),
+        target,
+        options: SpecOptions::parse(spec, opts)?,
+    })
+}
+
+impl SpecOptions {
+    fn parse(spec: &str, opts: &str) -> Result<SpecOptions> {
+        let mut entries: Vec<(String, String)> = Vec::new();
+        for part in opts.split(',') {
+            let part = part.trim();
+            if part.is_empty() {
+                continue;
+            }
+            let (k, v) = match part.split_once('=') {
+                Some((k, v)) => (k.trim(), v.trim()),
+                // A bare key is a boolean switch, as in fio job files.
+                None => (part, "1"),
+            };
+            if k.is_empty() {
+                return Err(Error::spec(spec, format!("option `{part}` has no name")));
+            }
+            if entries.iter().any(|(e, _)| e == k) {
+                return Err(Error::spec(spec, format!("option `{k}` given twice")));
+            }
+            entries.push((k.to_string(), v.to_string()));
+        }
+        Ok(SpecOptions {
+            spec: spec.to_string(),
+            entries,
+        })
+    }
+
+    /// An empty option set for `spec` (for building devices in code).
+    pub fn empty(spec: &str) -> SpecOptions {
+        SpecOptions {
+            spec: spec.to_string(),
+            entries: Vec::new(),
+        }
+    }
+
+    /// Add or replace an option (the bench's `--hw-queues` and friends).
+    pub fn set(&mut self, key: &str, value: &str) {
+        self.entries.retain(|(k, _)| k != key);
+        self.entries.push((key.to_string(), value.to_string()));
+    }
+
+    /// The whole spec, for error messages.
+    pub fn spec(&self) -> &str {
+        &self.spec
+    }
+
+    /// An error about option `key`.
+    pub fn error(&self, key: &str, value: &str, expected: &str) -> Error {
+        Error::spec(&self.spec, format!("option {key}={value:?}: expected {expected}"))
+    }
+
+    /// Take a string option.
+    pub fn take_str(&mut self, key: &str) -> Option<String> {
+        let pos = self.entries.iter().position(|(k, _)| k == key)?;
+        Some(self.entries.remove(pos).1)
+    }
+
+    /// Take a plain unsigned integer.
+    pub fn take_u64(&mut self, key: &str) -> Result<Option<u64>> {
+        match self.take_str(key) {
+            None => Ok(None),
+            Some(v) => v
+                .parse::<u64>()
+                .map(Some)
+                .map_err(|_| self.error(key, &v, "an unsigned integer")),
+        }
+    }
+
+    /// Take a size with an optional binary suffix (`4k`, `1M`, `1T`, `1GiB`).
+    pub fn take_size(&mut self, key: &str) -> Result<Option<u64>> {
+        match self.take_str(key) {
+            None => Ok(None),
+            Some(v) => parse_size(&v)
+                .map(Some)
+                .map_err(|why| self.error(key, &v, &format!("a size such as 4k or 1G ({why})"))),
+        }
+    }
+
+    /// Take a boolean: `1`/`0`, `true`/`false`, `on`/`off`, `yes`/`no`.
+    pub fn take_bool(&mut self, key: &str) -> Result<Option<bool>> {
+        match self.take_str(key) {
+            None => Ok(None),
+            Some(v) => parse_bool(&v)
+                .map(Some)
+                .ok_or_else(|| self.error(key, &v, "0 or 1 (or on/off, true/false)")),
+        }
+    }
+
+    /// Take a floating-point number.
+    pub fn take_f64(&mut self, key: &str) -> Result<Option<f64>> {
+        match self.take_str(key) {
+            None => Ok(None),
+            Some(v) => match v.parse::<f64>() {
+                Ok(x) if x.is_finite() => Ok(Some(x)),
+                _ => Err(self.error(key, &v, "a number")),
+            },
+        }
+    }
+
+    /// Fail if any option was not taken, naming it.
+    pub fn finish(self) -> Result<()> {
+        match self.entries.first() {
+            None => Ok(()),
+            Some((k, _)) => Err(Error::spec(
+                &self.spec,
+                format!("unknown option `{k}` for this device kind"),
+            )),
+        }
+    }
+}
+
+/// Parse `on/off`-style booleans.
+pub fn parse_bool(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "1" | "true" | "on" | "yes" => Some(true),
+        "0" | "false" | "off" | "no" => Some(false),
+        _ => None,
+    }
+}
+
+/// Parse a size as fio does: binary suffixes `k`, `m`, `g`, `t`, `p`
+/// (optionally followed by `b` or `ib`), case-insensitive; no suffix means
+/// bytes.
+pub fn parse_size(v: &str) -> std::result::Result<u64, String> {
+    let s = v.trim();
+    if s.is_empty() {
+        return Err("empty".into());
+    }
+    let digits_end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    if digits_end == 0 {
+        return Err("must start with a number".into());
+    }
+    let n: u64 = s[..digits_end].parse().map_err(|_| "number too large".to_string())?;
+    let suffix = s[digits_end..].to_ascii_lowercase();
+    let shift = match suffix.as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        "p" | "pb" | "pib" => 50,
+        _ => return Err(format!("unknown suffix `{suffix}`")),
+    };
+    n.checked_mul(1u64 << shift).ok_or_else(|| "size overflows 64 bits".to_string())
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_targets_and_options() {
+        let s = parse("null,size=1T,completion=inline").unwrap();
+        assert_eq!(s.kind, "null");
+        assert!(s.target.is_none());
+        let mut o = s.options;
+        assert_eq!(o.take_size("size").unwrap(), Some(1 << 40));
+        assert_eq!(o.take_str("completion").as_deref(), Some("inline"));
+        o.finish().unwrap();
+
+        let s = parse("file:/tmp/x,direct=1").unwrap();
+        assert_eq!(s.kind, "file");
+        assert_eq!(s.target.as_deref(), Some("/tmp/x"));
+
+        let s = parse("nbd+unix:///export?socket=/tmp/s,conns=4").unwrap();
+        assert_eq!(s.kind, "nbd");
+        assert_eq!(s.target.as_deref(), Some("nbd+unix:///export?socket=/tmp/s"));
+    }
+
+    #[test]
+    fn malformed_specs_are_typed_errors() {
+        for bad in ["", ",", "nu ll", "file:", "null,=3", "null,a=1,a=2", "://x"] {
+            assert!(matches!(parse(bad), Err(Error::Spec { .. })), "{bad:?}");
+        }
+        let mut o = parse("null,size=12q").unwrap().options;
+        let e = o.take_size("size").unwrap_err().to_string();
+        assert!(e.contains("size=\"12q\""), "{e}");
+        let o = parse("null,sise=1G").unwrap().options;
+        let e = o.finish().unwrap_err().to_string();
+        assert!(e.contains("unknown option `sise`"), "{e}");
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4k"), Ok(4096));
+        assert_eq!(parse_size("4KiB"), Ok(4096));
+        assert_eq!(parse_size("1m"), Ok(1 << 20));
+        assert_eq!(parse_size("512"), Ok(512));
+        assert!(parse_size("k").is_err());
+        assert!(parse_size("99999999999999999999").is_err());
+        assert!(parse_size("16777216T").is_err());
+    }
+}

@@ -1,0 +1,206 @@
+//! Tags: the bounded set of request slots of a hardware queue (Linux
+//! `struct blk_mq_tags`, built on the sbitmap).
+//!
+//! Each tag owns one preallocated [`Request`]. Taking a tag is taking the
+//! right to use that request; the number of tags bounds the requests in
+//! flight. Tags `0..reserved` come from a separate reserved map, so internal
+//! commands never starve behind normal I/O. A tag set is per hardware queue
+//! by default, or shared by all hardware queues of a device.
+
+use std::cell::UnsafeCell;
+use std::ptr::NonNull;
+use std::time::Duration;
+
+use crate::request::{Request, RqAtomics, RqRef, RqState};
+use crate::sbitmap::{AllocHint, SbitmapQueue};
+
+/// Request slots and their allocator.
+pub struct Tags {
+    normal: SbitmapQueue,
+    reserved: Option<SbitmapQueue>,
+    nr_reserved: u32,
+    rqs: Box<[UnsafeCell<Request>]>,
+    // Declared after rqs: requests point into it.
+    atoms: Box<[RqAtomics]>,
+}
+
+// SAFETY: every request slot is touched only by the holder of its tag (the
+// sbitmap hands each bit to one owner at a time, with acquire/release on the
+// bit), except for the atomic `state` and `deadline_ms` fields, which the
+// timeout scan reads concurrently; hence sharing Tags between threads is sound.
+unsafe impl Sync for Tags {}
+// SAFETY: Tags owns its slots; moving it moves them.
+unsafe impl Send for Tags {}
+
+impl Tags {
+    /// `depth` normal tags plus `reserved` reserved ones, for hardware queue
+    /// `hwq` (for a shared set, the hwq of each request is set when used).
+    pub fn new(depth: u32, reserved: u32, hwq: u16) -> Tags {
+        assert!(depth >= 1, "a tag set needs at least one tag");
+        let total = depth + reserved;
+        let atoms: Box<[RqAtomics]> = (0..total).map(|_| RqAtomics::default()).collect();
+        let rqs = atoms
+            .iter()
+            .enumerate()
+            .map(|(t, a)| UnsafeCell::new(Request::new(t as u32, hwq, NonNull::from(a))))
+            .collect();
+        Tags {
+            normal: SbitmapQueue::new(depth, None),
+            reserved: (reserved > 0).then(|| SbitmapQueue::new(reserved, None)),
+            nr_reserved: reserved,
+            rqs,
+            atoms,
+        }
+    }
+
+    /// Normal tags.
+    pub fn depth(&self) -> u32 {
+        self.normal.depth()
+    }
+
+    /// Reserved tags.
+    pub fn nr_reserved(&self) -> u32 {
+        self.nr_reserved
+    }
+
+    /// All tags.
+    pub fn total(&self) -> u32 {
+        self.rqs.len() as u32
+    }
+
+    /// Tags in use (approximate while I/O runs).
+    pub fn busy(&self) -> u32 {
+        self.normal.weight() + self.reserved.as_ref().map_or(0, |r| r.weight())
+    }
+
+    #[inline]
+    fn claim(&self, tag: u32) -> RqRef {
+        debug_assert!(tag < self.total());
+        let rq = self.rqs[tag as usize].get();
+        // SAFETY: the caller just took `tag` from a bitmap, so it is the
+        // slot's only owner; the slot lives as long as self, which outlives
+        // every RqRef (the device keeps its Tags until all contexts are gone).
+        let rq = unsafe { RqRef::from_slot(NonNull::new_unchecked(rq)) };
+        debug_assert_eq!(rq.state(), RqState::Idle, "tag {tag} allocated while in use");
+        rq
+    }
+
+    /// Take one normal tag.
+    #[inline]
+    pub(crate) fn get(&self, hint: &mut AllocHint) -> Option<RqRef> {
+        let bit = self.normal.get(hint)?;
+        Some(self.claim(bit + self.nr_reserved))
+    }
+
+    /// Take up to `nr` normal tags at once; see [`TagCache`].
+    #[inline]
+    pub(crate) fn get_batch(&self, hint: &mut AllocHint, nr: u32, cache: &mut TagCache) {
+        debug_assert_eq!(cache.mask, 0);
+        let (mask, offset) = self.normal.get_batch(hint, nr);
+        cache.mask = mask;
+        cache.offset = offset + self.nr_reserved;
+    }
+
+    /// Wait up to `timeout` for a normal tag.
+    pub(crate) fn get_wait(&self, hint: &mut AllocHint, timeout: Duration) -> Option<RqRef> {
+        let bit = self.normal.get_wait(hint, timeout)?;
+        Some(self.claim(bit + self.nr_reserved))
+    }
+
+    /// Take a reserved tag.
+    pub fn get_reserved(&self, hint: &mut AllocHint) -> Option<RqRef> {
+        let bit = self.reserved.as_ref()?.get(hint)?;
+        Some(self.claim(bit))
+    }
+
+    /// Take the tag out of the cache's lowest bit.
+    #[inline]
+    pub(crate) fn take_cached(&self, cache: &mut TagCache) -> Option<RqRef> {
+        if cache.mask == 0 {
+            return None;
+        }
+        let bit = cache.mask.trailing_zeros();
+        cache.mask &= cache.mask - 1;
+        Some(self.claim(cache.offset + bit))
+    }
+
+    /// Return the cache's unused tags.
+    pub(crate) fn drain_cache(&self, cache: &mut TagCache) {
+        while cache.mask != 0 {
+            let bit = cache.mask.trailing_zeros();
+            cache.mask &= cache.mask - 1;
+            self.normal.put(cache.offset + bit - self.nr_reserved);
+        }
+    }
+
+    #[inline]
+    fn put_tag(&self, tag: u32) {
+        if tag < self.nr_reserved {
+            if let Some(r) = &self.reserved {
+                r.put(tag);
+            }
+        } else {
+            self.normal.put(tag - self.nr_reserved);
+        }
+    }
+
+    /// Free a batch of normal tags gathered by [`Tags::retire`]: one atomic
+    /// per bitmap word, one wake check.
+    #[inline]
+    pub(crate) fn put_batch(&self, bits: &mut Vec<u32>) {
+        if !bits.is_empty() {
+            self.normal.put_batch(bits);
+            bits.clear();
+        }
+    }
+
+    /// Mark a completed request idle and record its tag for a later
+    /// [`Tags::put_batch`]; reserved tags are freed at once.
+    #[inline]
+    pub(crate) fn retire(&self, rq: RqRef, batch: &mut Vec<u32>) {
+        let tag = rq.tag();
+        rq.transition(RqState::Complete, RqState::Idle);
+        drop(rq);
+        if tag < self.nr_reserved {
+            self.put_tag(tag);
+        } else {
+            debug_assert!(batch.len() < batch.capacity(), "tag batch must not grow");
+            batch.push(tag - self.nr_reserved);
+        }
+    }
+
+    /// Visit requests that are in flight (timeout scan). Reads only atomics.
+    pub(crate) fn for_each_in_flight(&self, hwq: u16, mut f: impl FnMut(u32, &std::sync::atomic::AtomicU64)) {
+        use std::sync::atomic::Ordering;
+        let mut visit = |tag: u32| {
+            debug_assert!((tag as usize) < self.atoms.len());
+            let a = &self.atoms[tag as usize];
+            if a.state.load(Ordering::Acquire) == RqState::InFlight as u8
+                && a.hwq.load(Ordering::Relaxed) == hwq
+            {
+                f(tag, &a.deadline_ms);
+            }
+        };
+        self.normal.for_each_set(|b| visit(b + self.nr_reserved));
+        if let Some(r) = &self.reserved {
+            r.for_each_set(&mut visit);
+        }
+    }
+
+    /// Push an in-flight request's deadline out (timeout reset).
+    pub(crate) fn rearm(&self, tag: u32, deadline_ms: u64) {
+        debug_assert!((tag as usize) < self.atoms.len());
+        self.atoms[tag as usize]
+            .deadline_ms
+            .store(deadline_ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+}
+
+/// A context's batch of pre-taken tags (Linux `plug->cached_rq`): one
+/// atomic operation fills it, then tags are handed out with no atomics.
+#[derive(Debug, Default)]
+pub(crate) struct TagCache {
+    mask: u64,
+    offset: u32,
+}

@@ -1,0 +1,44 @@
+//! mqblk: a multi-queue block I/O layer in user space.
+//!
+//! This crate is the front door: it re-exports the core ([`mqblk_core`])
+//! and opens any built-in device from a spec string:
+//!
+//! ```
+//! let dev = mqblk::open("null,size=1G,completion=inline").unwrap();
+//! let mut ctx = dev.context().unwrap();
+//! let mut buf = dev.alloc_buf(4096);
+//! ctx.read_at(buf.as_mut_slice(), 0).unwrap();
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub use mqblk_core::*;
+
+/// Open a device from a spec string such as `null,size=1T,completion=inline`.
+///
+/// Kinds: `null` (see `mqblk_null` for its options). Every kind also takes
+/// the common options `hw_queues`, `queue_depth`, `reserved_tags`,
+/// `shared_tags`, `queue_mode`, `plug`, `iostats`, `io_timeout_ms` and `ro`.
+pub fn open(spec: &str) -> Result<Device> {
+    let s = mqblk_core::spec::parse(spec)?;
+    open_parsed(s)
+}
+
+/// Open an already parsed spec (the bench adds its overrides to it first).
+pub fn open_parsed(s: mqblk_core::spec::DeviceSpec) -> Result<Device> {
+    match s.kind.as_str() {
+        "null" | "nullb" => {
+            if let Some(t) = &s.target {
+                return Err(Error::spec(
+                    s.options.spec(),
+                    format!("the null device takes no target, got `{t}`"),
+                ));
+            }
+            mqblk_null::open(s.options)
+        }
+        other => Err(Error::spec(
+            s.options.spec(),
+            format!("unknown device kind `{other}`; built in: null"),
+        )),
+    }
+}
