@@ -102,6 +102,9 @@ const WORDS_SPREAD_MIN: u32 = 4;
 const CLAIM_ATTEMPTS_MAX: u32 = 64;
 /// Folds of `cleared` into `taken` one word gets in one scan.
 const FOLD_RETRIES_MAX: u32 = 4;
+/// Distinct words one `put_batch` gathers masks for before it flushes; a
+/// completion batch rarely spans more.
+const PUT_BATCH_WORDS_MAX: usize = 8;
 /// Fibonacci hashing multiplier (2^32 / golden ratio): spreads seeds
 /// 0, 1, 2, ... as far apart as possible over `0..depth`.
 const SEED_SPREAD_MULTIPLIER: u32 = 0x9E37_79B9;
@@ -113,15 +116,19 @@ const WAIT_SLICE_MAX: std::time::Duration = std::time::Duration::from_secs(3600)
 /// Per-context allocation hint (Linux: `sb->alloc_hint`, per cpu). Not shared:
 /// each submitting context owns one, so updating it costs no atomics.
 ///
-/// The hint picks the word where a search starts, so contexts seeded
-/// differently start in different words and do not contend.
+/// The hint picks the word where a search starts (the context's home word),
+/// so contexts seeded differently start in different words and do not
+/// contend. Within a word the lowest free bit wins, as in Linux's default
+/// (non-round-robin) mode, so a context cycles through a small, cache-hot
+/// set of request slots. The home follows the last bit handed out, so a
+/// context whose home filled up settles where it found room.
 #[derive(Debug, Default, Clone)]
 pub struct AllocHint {
     /// Spreads this context's first search over the map.
     seed: u32,
-    /// The last bit this context was handed + 1; `>= depth` means "not yet
+    /// The last bit this context was handed; `>= depth` means "not yet
     /// placed: derive from `seed`".
-    next_bit: u32,
+    home_bit: u32,
 }
 
 impl AllocHint {
@@ -131,7 +138,7 @@ impl AllocHint {
     pub fn new(seed: u32) -> Self {
         Self {
             seed,
-            next_bit: u32::MAX,
+            home_bit: u32::MAX,
         }
     }
 }
@@ -301,59 +308,52 @@ impl SbitmapQueue {
         (index, 1u64 << offset)
     }
 
-    /// Where this context's search starts; places a fresh hint by its seed
-    /// (Linux re-randomises a hint that is out of range).
+    /// The word this context searches first; places a fresh hint by its
+    /// seed (Linux re-randomises a hint that is out of range).
     #[inline]
-    fn hint_start_bit(&self, hint: &mut AllocHint) -> u32 {
-        if hint.next_bit >= self.depth {
+    fn hint_home_index(&self, hint: &mut AllocHint) -> usize {
+        if hint.home_bit >= self.depth {
             let spread = hint.seed.wrapping_mul(SEED_SPREAD_MULTIPLIER);
             // Scale the 32-bit hash onto 0..depth (multiply-shift range
             // reduction): uses the well-mixed high bits of the hash.
-            let start = (u64::from(spread) * u64::from(self.depth)) >> 32;
-            hint.next_bit = start as u32;
+            let home_bit = (u64::from(spread) * u64::from(self.depth)) >> 32;
+            hint.home_bit = home_bit as u32;
         }
-        debug_assert!(hint.next_bit < self.depth);
-        hint.next_bit
+        debug_assert!(hint.home_bit < self.depth);
+        (hint.home_bit >> self.shift) as usize
     }
 
-    /// Records that this context was handed bits up to `last_bit`.
+    /// Records that this context was just handed `bit`.
     #[inline]
-    fn hint_advance(&self, hint: &mut AllocHint, last_bit: u32) {
-        debug_assert!(last_bit < self.depth);
-        let next_bit = last_bit + 1;
-        hint.next_bit = if next_bit >= self.depth { 0 } else { next_bit };
+    fn hint_record(&self, hint: &mut AllocHint, bit: u32) {
+        debug_assert!(bit < self.depth);
+        hint.home_bit = bit;
     }
 
     /// Take one free bit, starting the search at the hint; `None` if every
     /// bit is taken. Lock-free, allocation-free.
     pub fn get(&self, hint: &mut AllocHint) -> Option<u32> {
-        let start_bit = self.hint_start_bit(hint);
+        let home_index = self.hint_home_index(hint);
         let nr_words = self.words.len();
-        let start_index = (start_bit >> self.shift) as usize;
-        let start_offset = start_bit & ((1u32 << self.shift) - 1);
         for step in 0..nr_words {
-            let mut index = start_index + step;
+            let mut index = home_index + step;
             if index >= nr_words {
                 index -= nr_words;
             }
-            // Only the home word resumes after the last bit handed out;
-            // other words are searched from their lowest bit.
-            let offset_from = if step == 0 { start_offset } else { 0 };
-            if let Some(offset) = self.claim_in_word(index, offset_from) {
+            if let Some(offset) = self.claim_in_word(index) {
                 let bit = ((index as u32) << self.shift) | offset;
                 debug_assert!(bit < self.depth);
-                self.hint_advance(hint, bit);
+                self.hint_record(hint, bit);
                 return Some(bit);
             }
         }
         None
     }
 
-    /// Claim one bit of word `index`, preferring bits at or above
-    /// `offset_from`. Linux `sbitmap_find_bit_in_word`.
-    fn claim_in_word(&self, index: usize, offset_from: u32) -> Option<u32> {
+    /// Claim the lowest free bit of word `index` (Linux
+    /// `sbitmap_find_bit_in_word`).
+    fn claim_in_word(&self, index: usize) -> Option<u32> {
         debug_assert!(index < self.words.len());
-        debug_assert!(offset_from < 64);
         let word = &self.words[index];
         let depth_mask = self.word_depth_mask(index);
         let mut taken = word.taken.load(Ordering::Relaxed);
@@ -378,9 +378,7 @@ impl SbitmapQueue {
                 return None;
             }
             attempts += 1;
-            let preferred = free & (u64::MAX << offset_from);
-            let candidates = if preferred != 0 { preferred } else { free };
-            let offset = candidates.trailing_zeros();
+            let offset = free.trailing_zeros();
             let mask = 1u64 << offset;
             // Acquire: pairs with the Release of the `put`/fold/`put_batch`
             // that freed this bit, so the previous holder's writes to the
@@ -439,11 +437,10 @@ impl SbitmapQueue {
             return (0, 0);
         }
         let nr = nr.min(64);
-        let start_bit = self.hint_start_bit(hint);
+        let home_index = self.hint_home_index(hint);
         let nr_words = self.words.len();
-        let start_index = (start_bit >> self.shift) as usize;
         for step in 0..nr_words {
-            let mut index = start_index + step;
+            let mut index = home_index + step;
             if index >= nr_words {
                 index -= nr_words;
             }
@@ -455,7 +452,7 @@ impl SbitmapQueue {
                 let last_bit = offset + (63 - mask.leading_zeros());
                 debug_assert!(mask.count_ones() <= nr);
                 debug_assert!(last_bit < self.depth);
-                self.hint_advance(hint, last_bit);
+                self.hint_record(hint, last_bit);
                 return (mask, offset);
             }
         }
@@ -529,16 +526,20 @@ impl SbitmapQueue {
         self.wake_after_free();
     }
 
-    /// Free many bits (Linux `sbitmap_queue_clear_batch`): one atomic op per
-    /// run of bits in the same word (pass them grouped by word, e.g. sorted,
-    /// for one op per word), straight into `taken` (a batch needs no
-    /// deferral), then one wake check for the whole batch.
+    /// Free many bits (Linux `sbitmap_queue_clear_batch`), in any order:
+    /// straight into `taken` (a batch needs no deferral), one atomic op per
+    /// word touched, then one wake check for the whole batch.
+    ///
+    /// Masks are gathered on the stack for up to `PUT_BATCH_WORDS_MAX`
+    /// distinct words at once; a batch spread over more words than that
+    /// flushes early and may touch a word twice (still correct, and still no
+    /// allocation).
     pub fn put_batch(&self, bits: &[u32]) {
-        let Some(&first_bit) = bits.first() else {
+        if bits.is_empty() {
             return;
-        };
-        let (mut run_index, _) = self.locate(first_bit);
-        let mut run_mask = 0u64;
+        }
+        let mut pending = [(0usize, 0u64); PUT_BATCH_WORDS_MAX];
+        let mut pending_len = 0usize;
         for &bit in bits {
             debug_assert!(
                 bit < self.depth,
@@ -546,20 +547,40 @@ impl SbitmapQueue {
                 self.depth
             );
             let (index, mask) = self.locate(bit);
-            if index != run_index {
-                self.release_run(run_index, run_mask);
-                run_index = index;
-                run_mask = 0;
-            }
-            debug_assert_eq!(run_mask & mask, 0, "tag {bit} twice in one put_batch");
-            run_mask |= mask;
+            let slot = pending[..pending_len]
+                .iter()
+                .position(|&(pending_index, _)| pending_index == index);
+            let slot = match slot {
+                Some(slot) => slot,
+                None => {
+                    if pending_len == PUT_BATCH_WORDS_MAX {
+                        for &(pending_index, pending_mask) in &pending {
+                            self.release_mask(pending_index, pending_mask);
+                        }
+                        pending_len = 0;
+                    }
+                    debug_assert!(pending_len < PUT_BATCH_WORDS_MAX);
+                    pending[pending_len] = (index, 0);
+                    pending_len += 1;
+                    pending_len - 1
+                }
+            };
+            debug_assert!(slot < pending_len);
+            debug_assert_eq!(
+                pending[slot].1 & mask,
+                0,
+                "tag {bit} twice in one put_batch"
+            );
+            pending[slot].1 |= mask;
         }
-        self.release_run(run_index, run_mask);
+        for &(index, mask) in &pending[..pending_len] {
+            self.release_mask(index, mask);
+        }
         self.wake_after_free();
     }
 
     /// Clear `mask` in word `index`'s `taken` with one atomic op.
-    fn release_run(&self, index: usize, mask: u64) {
+    fn release_mask(&self, index: usize, mask: u64) {
         debug_assert!(index < self.words.len());
         debug_assert_ne!(mask, 0);
         let word = &self.words[index];
@@ -603,7 +624,7 @@ impl SbitmapQueue {
         debug_assert!(index < self.words.len());
         let word = &self.words[index];
         // `cleared` first: a bit put and folded between the two loads then
-        // reads as free, not as held twice over.
+        // reads as free; the other order would count it as still held.
         let cleared = word.cleared.load(Ordering::Acquire);
         let taken = word.taken.load(Ordering::Acquire);
         taken & !cleared & self.word_depth_mask(index)
@@ -847,6 +868,35 @@ mod tests {
         assert_eq!(again, freed);
         q.put_batch(&[]);
         assert_eq!(q.weight(), 100);
+    }
+
+    #[test]
+    fn sbitmap_put_batch_accepts_any_order_and_many_words() {
+        let q = SbitmapQueue::new(1024, Some(3));
+        let mut hint = AllocHint::default();
+        let _all = take_all(&q, &mut hint);
+        // 37 is odd, so i * 37 mod 1024 is 200 distinct tags over ~all 128
+        // words, interleaved: exercises the stack table and its flush.
+        let freed: Vec<u32> = (0..200u32).map(|i| (i * 37) % 1024).collect();
+        q.put_batch(&freed);
+        assert_eq!(q.weight(), 1024 - 200);
+        let mut held = Vec::new();
+        q.for_each_set(|bit| held.push(bit));
+        assert_eq!(held.len(), 1024 - 200);
+        assert!(held.iter().all(|bit| !freed.contains(bit)));
+        // A few words, out of order: one op per word, then all reusable.
+        let second = [9, 1, 17, 3, 13, 19];
+        assert!(second.iter().all(|bit| held.contains(bit)));
+        q.put_batch(&second);
+        let mut again = Vec::new();
+        while let Some(bit) = q.get(&mut hint) {
+            again.push(bit);
+        }
+        again.sort_unstable();
+        let mut expect = freed.clone();
+        expect.extend(second);
+        expect.sort_unstable();
+        assert_eq!(again, expect);
     }
 
     #[test]
