@@ -88,6 +88,18 @@ impl BioSet {
         Ok(NonNull::from(node))
     }
 
+    /// Prepare an ended slot, still holding its bio, for another submission.
+    #[inline]
+    pub(crate) fn reuse(&mut self, index: u32) -> NonNull<BioNode> {
+        let node = self.node_mut(index);
+        debug_assert!(node.done, "bio slot {index} reused while in flight");
+        debug_assert!(node.bio.is_some());
+        node.done = false;
+        node.next = None;
+        node.delivery = Delivery::Callback;
+        NonNull::from(node)
+    }
+
     /// Free slot `index`, returning its bio (if still there).
     #[inline]
     pub(crate) fn remove(&mut self, index: u32) -> Option<Bio> {

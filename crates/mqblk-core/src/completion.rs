@@ -51,49 +51,65 @@ impl<'a> Completions<'a> {
     }
 }
 
-/// One finished bio, as the caller sees it.
+/// One finished bio, as the caller sees it. The bio stays in its context
+/// slot while the callback runs: take it with [`Completion::into_bio`], or
+/// send it again with [`Completion::resubmit`] (no copy, and the submission
+/// happens after the reap, so a callback never recurses into the layer).
 pub struct Completion<'a> {
-    pub(crate) bio: Bio,
+    pub(crate) slot: &'a mut Option<Bio>,
+    pub(crate) resubmit: &'a mut bool,
     pub(crate) info: &'a QueueInfo,
 }
 
 impl Completion<'_> {
+    #[inline]
+    fn bio_ref(&self) -> &Bio {
+        self.slot.as_ref().expect("a completion always holds its bio")
+    }
+
     /// The outcome, as a typed error naming device, offset and limit.
     pub fn result(&self) -> Result<(), Error> {
-        match self.bio.status() {
+        let bio = self.bio_ref();
+        match bio.status() {
             Status::Ok => Ok(()),
-            s => Err(self.info.error_for(&self.bio, s)),
+            s => Err(self.info.error_for(bio, s)),
         }
     }
 
     /// The one-byte status.
     #[inline]
     pub fn status(&self) -> Status {
-        self.bio.status()
+        self.bio_ref().status()
     }
 
     /// The finished bio.
     #[inline]
     pub fn bio(&self) -> &Bio {
-        &self.bio
+        self.bio_ref()
     }
 
-    /// The finished bio, mutably.
+    /// The finished bio, mutably (to aim it elsewhere before resubmitting).
     #[inline]
     pub fn bio_mut(&mut self) -> &mut Bio {
-        &mut self.bio
+        self.slot.as_mut().expect("a completion always holds its bio")
     }
 
-    /// Take the bio back (with its buffers) for reuse.
+    /// Take the bio back (with its buffers).
     #[inline]
     pub fn into_bio(self) -> Bio {
-        self.bio
+        self.slot.take().expect("a completion always holds its bio")
+    }
+
+    /// Submit the bio again, as it is now, once the current reap is over.
+    #[inline]
+    pub fn resubmit(self) {
+        *self.resubmit = true;
     }
 
     /// The caller's cookie.
     #[inline]
     pub fn private(&self) -> u64 {
-        self.bio.private
+        self.bio_ref().private
     }
 }
 

@@ -77,6 +77,7 @@ struct CtxState {
     sched: Scheduler,
     done: Vec<RqRef>,
     ended: VecDeque<u32>,
+    resubmit: Vec<u32>,
     freed_tags: Vec<u32>,
     stats: Arc<CachePadded<StatShard>>,
     hist: Histograms,
@@ -114,6 +115,7 @@ impl Device {
             sched: Scheduler::None,
             done: Vec::with_capacity(total),
             ended: VecDeque::with_capacity(bioset_size),
+            resubmit: Vec::with_capacity(bioset_size),
             freed_tags: Vec::with_capacity(total),
             stats: dev.stats.register(),
             hist: Histograms::new(),
@@ -417,18 +419,27 @@ impl CtxState {
                 return Err(bio);
             }
         }
-        let status = dev.info.validate(&bio);
         let node = match self.bioset.insert(bio, delivery) {
             Ok(n) => n,
             Err(bio) => return Err(bio),
         };
-        // SAFETY: the slot was just filled and is owned by this context.
-        let idx = unsafe { node.as_ref() }.index;
+        Ok(self.submit_node(dev, node))
+    }
+
+    /// Validate the bio in `node` and send it down the pipeline.
+    #[inline]
+    fn submit_node(&mut self, dev: &DeviceInner, node: NonNull<crate::bioset::BioNode>) -> u32 {
+        // SAFETY: the slot was just filled (or reused) and is owned by this
+        // context; no request holds it yet.
+        let (idx, status) = unsafe {
+            let n = node.as_ref();
+            (n.index, dev.info.validate(n.bio.as_ref().expect("slot holds a bio")))
+        };
         bump(&self.stats.bios, 1);
         if !status.is_ok() {
             bump(&self.stats.errors, 1);
             self.end_bio(idx, status);
-            return Ok(idx);
+            return idx;
         }
         let rq = self.get_rq(dev);
         let full = {
@@ -438,7 +449,19 @@ impl CtxState {
         if full {
             self.flush_plug(dev);
         }
-        Ok(idx)
+        idx
+    }
+
+    /// Submit again the bios whose callbacks asked for it.
+    #[inline]
+    fn resubmit_pending(&mut self, dev: &DeviceInner) {
+        let mut pending = std::mem::take(&mut self.resubmit);
+        for &idx in &pending {
+            let node = self.bioset.reuse(idx);
+            self.submit_node(dev, node);
+        }
+        pending.clear();
+        self.resubmit = pending;
     }
 
     /// Wait (bounded by the request timeouts) until a bio slot is free.
@@ -666,24 +689,38 @@ impl CtxState {
         }
     }
 
-    /// Run callbacks for ended bios, oldest first.
+    /// Run callbacks for ended bios, oldest first. Bios the callbacks ask
+    /// to resubmit are sent again afterwards, not from inside the callback.
     #[inline]
     fn deliver(&mut self, dev: &DeviceInner, mut f: impl FnMut(Completion<'_>)) -> usize {
         let mut n = 0;
         while let Some(idx) = self.ended.pop_front() {
-            let delivery = self.bioset.node(idx).delivery;
-            let Some(bio) = self.bioset.remove(idx) else {
-                continue;
-            };
-            if delivery == Delivery::Orphan {
+            let node = self.bioset.node_mut(idx);
+            if node.delivery == Delivery::Orphan || node.bio.is_none() {
+                self.bioset.remove(idx);
                 continue;
             }
-            let c = Completion { bio, info: &dev.info };
-            match c.bio.end_io() {
+            let end_io = node.bio.as_ref().and_then(|b| b.end_io());
+            let mut again = false;
+            let c = Completion {
+                slot: &mut node.bio,
+                resubmit: &mut again,
+                info: &dev.info,
+            };
+            match end_io {
                 Some(end_io) => end_io(c),
                 None => f(c),
             }
             n += 1;
+            if again && self.bioset.node(idx).bio.is_some() {
+                debug_assert!(self.resubmit.len() < self.resubmit.capacity());
+                self.resubmit.push(idx);
+            } else {
+                self.bioset.remove(idx);
+            }
+        }
+        if !self.resubmit.is_empty() {
+            self.resubmit_pending(dev);
         }
         n
     }

@@ -205,7 +205,7 @@ fn progress_bar(enabled: bool, runtime: Option<Duration>) -> Option<indicatif::P
 
 fn check_job(job: &JobSpec, dev: &Device) -> Result<()> {
     let lbs = u64::from(dev.logical_block_size());
-    if job.bs == 0 || job.bs % lbs != 0 {
+    if job.bs == 0 || !job.bs.is_multiple_of(lbs) {
         bail!(
             "job {}: bs={} is not a multiple of {}'s logical block size {lbs}",
             job.name,
@@ -371,7 +371,9 @@ fn job_thread(index: usize, job: JobSpec, dev: Device, shared: Arc<Shared>) -> R
             }
             issued_bytes += bs;
         }
-        ctx.poll_wait(1, |c| {
+        // Reap; a finished bio is aimed at its next offset and resubmitted in
+        // place (no copy), unless this job has issued all it should.
+        ctx.poll_wait(1, |mut c| {
             let dir = if c.bio().op() == Op::Read { &mut read } else { &mut write };
             dir.ios += 1;
             if c.status().is_ok() {
@@ -383,7 +385,16 @@ fn job_thread(index: usize, job: JobSpec, dev: Device, shared: Arc<Shared>) -> R
                     first_error_at = c.bio().offset_bytes();
                 }
             }
-            free.push(c.into_bio());
+            if issued_bytes < bytes_limit || !measuring {
+                let (op, sector) = offsets.next();
+                let bio = c.bio_mut();
+                bio.set_op(op);
+                bio.set_sector(sector);
+                issued_bytes += bs;
+                c.resubmit();
+            } else {
+                free.push(c.into_bio());
+            }
         });
         progress.store(read.ios + write.ios, Relaxed);
     }

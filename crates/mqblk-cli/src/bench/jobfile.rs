@@ -127,7 +127,12 @@ pub fn parse(text: &str, cli: &JobOptions) -> Result<Vec<JobSpec>, JobFileError>
         if let Some(rest) = line.strip_prefix('[') {
             let name = rest
                 .strip_suffix(']')
-                .ok_or_else(|| err(line_no, format!("section header {line:?} has no closing `]`")))?
+                .ok_or_else(|| {
+                    err(
+                        line_no,
+                        format!("section header {line:?} has no closing `]`"),
+                    )
+                })?
                 .trim();
             if name.is_empty() {
                 return Err(err(line_no, "empty section name `[]`"));
@@ -164,22 +169,18 @@ pub fn parse(text: &str, cli: &JobOptions) -> Result<Vec<JobSpec>, JobFileError>
             continue;
         }
         // Repeated `device=` lines add devices within the section only.
-        options.set(key, value).map_err(|e| describe(line_no, key, value, &e))?;
+        options
+            .set(key, value)
+            .map_err(|e| describe(line_no, key, value, &e))?;
     }
     close(current.take(), &mut global, &mut jobs, cli)?;
     if jobs.is_empty() {
-        return Err(err(0, "no job sections; add one such as [job1] after [global]"));
-    }
-    let total: u64 = jobs.iter().map(|j: &JobSpec| u64::from(j.numjobs)).sum();
-    if jobs.len() > super::options::JOBS_MAX as usize || total > u64::from(super::options::JOBS_MAX) {
         return Err(err(
             0,
-            format!(
-                "{total} jobs in total; at most {} may run at once",
-                super::options::JOBS_MAX
-            ),
+            "no job sections; add one such as [job1] after [global]",
         ));
     }
+    super::options::check_run(&jobs).map_err(|why| err(0, why))?;
     Ok(jobs)
 }
 
@@ -388,9 +389,25 @@ mod tests {
 
     fn ini_line() -> impl Strategy<Value = String> {
         let key = prop::sample::select(vec![
-            "rw", "bs", "iodepth", "numjobs", "size", "runtime", "time_based", "ramp_time",
-            "rwmixread", "randseed", "device", "queue_mode", "hw_queues", "plug", "iostats",
-            "ioengine", "name", "filename", "",
+            "rw",
+            "bs",
+            "iodepth",
+            "numjobs",
+            "size",
+            "runtime",
+            "time_based",
+            "ramp_time",
+            "rwmixread",
+            "randseed",
+            "device",
+            "queue_mode",
+            "hw_queues",
+            "plug",
+            "iostats",
+            "ioengine",
+            "name",
+            "filename",
+            "",
         ]);
         prop_oneof![
             (key, ".{0,12}").prop_map(|(k, v)| format!("{k}={v}")),

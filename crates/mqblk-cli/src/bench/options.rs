@@ -232,15 +232,16 @@ impl JobOptions {
                 // Syntax only here; the device kind checks its own options
                 // when the device is opened.
                 mqblk::spec::parse(v).map_err(|e| bad(raw, format!("{expected} ({e})")))?;
-                self.devices.get_or_insert_with(Vec::new).push(v.to_string());
+                self.devices
+                    .get_or_insert_with(Vec::new)
+                    .push(v.to_string());
             }
             "queue_mode" => {
                 let mode = QueueMode::parse(v).ok_or_else(|| bad(raw, expected))?;
                 self.queue_mode = Some(mode.name().to_string());
             }
             "hw_queues" => {
-                self.hw_queues =
-                    Some(parse_u64_in(v, 1, HW_QUEUES_MAX.into(), expected)? as u16);
+                self.hw_queues = Some(parse_u64_in(v, 1, HW_QUEUES_MAX.into(), expected)? as u16);
             }
             "plug" => self.plug = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?),
             "iostats" => self.iostats = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?),
@@ -279,7 +280,10 @@ impl JobOptions {
     pub fn build(&self, default_name: &str) -> Result<JobSpec, String> {
         let d = JobSpec::default();
         let job = JobSpec {
-            name: self.name.clone().unwrap_or_else(|| default_name.to_string()),
+            name: self
+                .name
+                .clone()
+                .unwrap_or_else(|| default_name.to_string()),
             rw: self.rw.unwrap_or(d.rw),
             bs: self.bs.unwrap_or(d.bs),
             iodepth: self.iodepth.unwrap_or(d.iodepth),
@@ -340,7 +344,10 @@ pub fn check(job: &JobSpec) -> Result<(), String> {
         }
     }
     if job.devices.is_empty() {
-        return Err(format!("job {}: no device; give one with device=SPEC", job.name));
+        return Err(format!(
+            "job {}: no device; give one with device=SPEC",
+            job.name
+        ));
     }
     Ok(())
 }
@@ -385,7 +392,10 @@ mod tests {
             Some(Some(Duration::from_millis(500)))
         );
         assert_eq!(
-            set("queue_mode", "device_lock").unwrap().queue_mode.as_deref(),
+            set("queue_mode", "device_lock")
+                .unwrap()
+                .queue_mode
+                .as_deref(),
             Some("device-lock")
         );
         assert_eq!(set("plug", "off").unwrap().plug, Some(false));
@@ -404,7 +414,15 @@ mod tests {
         assert_eq!(ok("7us"), Duration::from_micros(7));
         assert_eq!(ok("2m"), Duration::from_secs(120));
         assert_eq!(ok("1H"), Duration::from_secs(3600));
-        for bad in ["", "s", "-1", "1.5", "3x", "99999999999999999999", "18446744073709551615d"] {
+        for bad in [
+            "",
+            "s",
+            "-1",
+            "1.5",
+            "3x",
+            "99999999999999999999",
+            "18446744073709551615d",
+        ] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }
     }
@@ -439,7 +457,10 @@ mod tests {
             assert!(msg.contains(&format!("{v:?}")), "{k}={v}: {msg}");
             assert!(msg.contains("expected"), "{k}={v}: {msg}");
         }
-        assert_eq!(set("ioengine", "null").unwrap_err(), OptionError::UnknownKey);
+        assert_eq!(
+            set("ioengine", "null").unwrap_err(),
+            OptionError::UnknownKey
+        );
         let mut o = JobOptions::default();
         assert!(matches!(
             o.set("bs", None),

@@ -19,7 +19,7 @@ use super::job::JobSpec;
 use super::result::{DirResult, JobResult, RunResult};
 
 /// `--output-format`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     /// fio's text report.
     Normal,
@@ -81,7 +81,7 @@ pub fn num2str(num: u64, maxlen: usize, pow2: bool) -> String {
 }
 
 /// IOPS as fio prints them (four significant digits).
-pub fn format_iops(iops: f64) -> String {
+pub fn fmt_iops(iops: f64) -> String {
     num2str(round_u64(iops), 4, false)
 }
 
@@ -436,7 +436,7 @@ fn write_dir(out: &mut String, label: &str, d: &DirResult, lat: Option<Lat>, run
     let _ = writeln!(
         out,
         "  {label}: IOPS={}, BW={bw} ({bw_si})({}B/{}msec)",
-        format_iops(iops),
+        fmt_iops(iops),
         num2str(d.bytes, 4, true),
         msec(runtime_ns),
     );
@@ -463,10 +463,22 @@ pub fn normal(specs: &[JobSpec], run: &RunResult) -> String {
             job.name
         );
         if job.read.ios > 0 {
-            write_dir(&mut out, " read", &job.read, lat_of(job, StatGroup::Read), job.runtime_ns);
+            write_dir(
+                &mut out,
+                "read",
+                &job.read,
+                lat_of(job, StatGroup::Read),
+                job.runtime_ns,
+            );
         }
         if job.write.ios > 0 {
-            write_dir(&mut out, "write", &job.write, lat_of(job, StatGroup::Write), job.runtime_ns);
+            write_dir(
+                &mut out,
+                "write",
+                &job.write,
+                lat_of(job, StatGroup::Write),
+                job.runtime_ns,
+            );
         }
         let _ = writeln!(
             out,
@@ -487,7 +499,12 @@ pub fn normal(specs: &[JobSpec], run: &RunResult) -> String {
 
 /// fio's group line: aggregate bandwidth over the longest runtime, the
 /// per-job range, the total I/O, and the runtime range.
-fn write_group(out: &mut String, label: &str, run: &RunResult, dir: impl Fn(&JobResult) -> &DirResult) {
+fn write_group(
+    out: &mut String,
+    label: &str,
+    run: &RunResult,
+    dir: impl Fn(&JobResult) -> &DirResult,
+) {
     let active: Vec<&JobResult> = run.jobs.iter().filter(|j| dir(j).ios > 0).collect();
     if active.is_empty() {
         return;
@@ -519,7 +536,10 @@ fn write_layer(out: &mut String, run: &RunResult) {
     } else {
         l.requests as f64 / l.bios as f64
     };
-    let _ = writeln!(out, "\nmqblk (the layer, measured phase, all jobs):");
+    let _ = writeln!(
+        out,
+        "\nmqblk: (the layer's own figures, measured phase, all jobs)"
+    );
     let _ = writeln!(
         out,
         "  queue_mode={}, devices={}",
@@ -639,14 +659,14 @@ mod tests {
 
     #[test]
     fn iops_like_fio() {
-        assert_eq!(format_iops(0.0), "0");
-        assert_eq!(format_iops(999.0), "999");
-        assert_eq!(format_iops(4_012_345.0), "4012k");
-        assert_eq!(format_iops(16_200_000.0), "16.2M");
-        assert_eq!(format_iops(12_345.0), "12.3k");
-        assert_eq!(format_iops(10_000.0), "10.0k");
-        assert_eq!(format_iops(258_400.0), "258k");
-        assert_eq!(format_iops(f64::NAN), "0");
+        assert_eq!(fmt_iops(0.0), "0");
+        assert_eq!(fmt_iops(999.0), "999");
+        assert_eq!(fmt_iops(4_012_345.0), "4012k");
+        assert_eq!(fmt_iops(16_200_000.0), "16.2M");
+        assert_eq!(fmt_iops(12_345.0), "12.3k");
+        assert_eq!(fmt_iops(10_000.0), "10.0k");
+        assert_eq!(fmt_iops(258_400.0), "258k");
+        assert_eq!(fmt_iops(f64::NAN), "0");
     }
 
     #[test]
@@ -682,15 +702,29 @@ mod tests {
             assert!(job["usr_cpu"].is_f64());
             assert!(job["sys_cpu"].is_f64());
             let opts = job["job options"].as_object().unwrap();
-            for k in ["rw", "bs", "iodepth", "numjobs", "runtime", "time_based", "device"] {
+            for k in [
+                "rw",
+                "bs",
+                "iodepth",
+                "numjobs",
+                "runtime",
+                "time_based",
+                "device",
+            ] {
                 assert!(opts[k].is_string(), "job options.{k}");
             }
             assert_eq!(opts["rw"], "randrw");
             for dir in ["read", "write", "trim"] {
                 let d = &job[dir];
                 for k in [
-                    "io_bytes", "io_kbytes", "bw_bytes", "bw", "runtime", "total_ios",
-                    "short_ios", "drop_ios",
+                    "io_bytes",
+                    "io_kbytes",
+                    "bw_bytes",
+                    "bw",
+                    "runtime",
+                    "total_ios",
+                    "short_ios",
+                    "drop_ios",
                 ] {
                     assert!(d[k].is_u64(), "{dir}.{k}: {}", d[k]);
                 }
@@ -706,10 +740,23 @@ mod tests {
                     let pct = l["percentile"].as_object().unwrap();
                     assert_eq!(pct.len(), 17);
                     for k in [
-                        "1.000000", "5.000000", "10.000000", "20.000000", "30.000000",
-                        "40.000000", "50.000000", "60.000000", "70.000000", "80.000000",
-                        "90.000000", "95.000000", "99.000000", "99.500000", "99.900000",
-                        "99.950000", "99.990000",
+                        "1.000000",
+                        "5.000000",
+                        "10.000000",
+                        "20.000000",
+                        "30.000000",
+                        "40.000000",
+                        "50.000000",
+                        "60.000000",
+                        "70.000000",
+                        "80.000000",
+                        "90.000000",
+                        "95.000000",
+                        "99.000000",
+                        "99.500000",
+                        "99.900000",
+                        "99.950000",
+                        "99.990000",
                     ] {
                         assert!(pct[k].is_u64(), "{dir}.{lat}.percentile.{k}");
                     }
@@ -731,7 +778,14 @@ mod tests {
         assert_eq!(m["queue_mode"], "mq");
         assert!(m["allocs_per_io"].is_f64());
         assert!(m["ns_per_io_cpu"].is_f64());
-        for k in ["bytes_copied", "requests", "bios", "merges", "splits", "descriptor_bytes"] {
+        for k in [
+            "bytes_copied",
+            "requests",
+            "bios",
+            "merges",
+            "splits",
+            "descriptor_bytes",
+        ] {
             assert!(m[k].is_u64(), "mqblk.{k}");
         }
         assert_eq!(m["devices"], json!(["nullb0"]));
@@ -755,20 +809,29 @@ mod tests {
         let (specs, mut run) = synthetic();
         run.jobs[1].write = DirResult::default();
         let text = normal(&specs, &run);
-        assert!(text.contains("job0: (groupid=0, jobs=1): err= 0: pid="), "{text}");
-        assert!(text.contains("  read: IOPS=1000k, BW=3906MiB/s (4096MB/s)(11.4GiB/3000msec)"), "{text}");
-        assert_eq!(text.matches("write: IOPS=").count(), 1, "{text}");
+        assert!(
+            text.contains("job0: (groupid=0, jobs=1): err= 0: pid="),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n  read: IOPS=1000k, BW=3906MiB/s (4096MB/s)(11.4GiB/3000msec)\n"),
+            "{text}"
+        );
+        assert_eq!(text.matches("\n  write: IOPS=").count(), 1, "{text}");
         assert!(text.contains("    clat (nsec): min=50, max="), "{text}");
         assert!(text.contains("    clat percentiles (nsec):"), "{text}");
         assert!(text.contains("     |  1.00th=["), "{text}");
         assert!(text.contains("     | 99.99th=["), "{text}");
-        assert!(text.contains("  cpu          : usr=96.67%, sys=0.33%"), "{text}");
+        assert!(
+            text.contains("  cpu          : usr=96.67%, sys=0.33%"),
+            "{text}"
+        );
         assert!(text.contains("Run status group 0 (all jobs):"), "{text}");
         assert!(text.contains("   READ: bw="), "{text}");
         assert!(text.contains("  WRITE: bw="), "{text}");
         assert!(text.contains("run=3000-3000msec"), "{text}");
         for k in [
-            "mqblk",
+            "\nmqblk: ",
             "queue_mode=mq",
             "allocs_per_io=",
             "bytes_copied=",

@@ -1,0 +1,30 @@
+//! `mqblk bench`: fio's job model and fio's reports, run on mqblk devices.
+//!
+//! A run goes through these modules in order:
+//!
+//! ```text
+//! command line ─┐
+//!               ├─▶ options (one key=value setter) ─▶ job (JobSpec) ─▶ engine ─▶ result ─▶ report
+//! job file ─────┘     ▲ jobfile parses fio INI
+//! ```
+//!
+//! - [`options`]: every key, its parsing and validation, and the layering
+//!   of `[global]`, job sections and the command line (which wins).
+//! - [`jobfile`]: fio job files (INI) into jobs.
+//! - [`job`]: the typed job.
+//! - [`engine`]: runs the jobs, one thread and one context each.
+//! - [`result`]: what was measured.
+//! - [`report`]: fio's text and JSON output, plus the layer's own figures.
+
+// Pipeline order; one group per stage so that rustfmt keeps the order.
+pub mod options;
+
+pub mod jobfile;
+
+pub mod job;
+
+pub mod engine;
+
+pub mod result;
+
+pub mod report;

@@ -1,0 +1,410 @@
+//! `mqblk`: the command-line front of the mqblk block layer.
+//!
+//! - `mqblk bench`: fio's option names (and fio job files), fio-shaped
+//!   output, plus the layer's own figures; see [`bench`].
+//! - `mqblk info --device SPEC`: what a device spec opens: capacity, block
+//!   size, limits, features, queue mode and hardware queues.
+//!
+//! The binary counts heap allocations (see [`alloc_count`]) so that the
+//! bench can report allocations per I/O.
+
+mod alloc_count;
+mod bench;
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Args, Parser, Subcommand};
+
+use bench::options::JobOptions;
+use bench::report::{self, Format};
+
+#[global_allocator]
+static GLOBAL: alloc_count::CountingAlloc = alloc_count::CountingAlloc;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "mqblk",
+    version,
+    about = "A user-space multi-queue block layer"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Measure devices with fio's options and fio-shaped output.
+    ///
+    /// Options given on the command line override the job file's, in every
+    /// section. Values are validated as fio job-file values are: sizes take
+    /// binary suffixes (4k = 4096), times are seconds unless suffixed (us,
+    /// ms, s, m, h).
+    #[command(args_override_self = true)]
+    Bench(Box<BenchArgs>),
+    /// Open a device spec and print what it is: capacity, block size,
+    /// limits, features, queue mode, hardware queues.
+    Info(InfoArgs),
+}
+
+#[derive(Args, Debug)]
+struct BenchArgs {
+    /// A fio job file (INI) with [global] and job sections.
+    #[arg(value_name = "JOBFILE")]
+    jobfile: Option<PathBuf>,
+
+    /// Name of the command-line job (default job0).
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+
+    /// read, write, randread, randwrite, rw (readwrite), randrw.
+    #[arg(long, value_name = "MODE")]
+    rw: Option<String>,
+
+    /// Block size, 512 to 64M, a multiple of 512 (default 4k).
+    #[arg(long, value_name = "SIZE")]
+    bs: Option<String>,
+
+    /// I/Os in flight per job, 1 to 65536 (default 1).
+    #[arg(long, value_name = "N")]
+    iodepth: Option<String>,
+
+    /// Copies of the job, each a thread with its own context (default 1).
+    #[arg(long, value_name = "N")]
+    numjobs: Option<String>,
+
+    /// Bytes of the device to cover (default: the whole device).
+    #[arg(long, value_name = "SIZE")]
+    size: Option<String>,
+
+    /// Run time: seconds, or with a suffix us, ms, s, m, h (0: no limit).
+    #[arg(long, value_name = "TIME")]
+    runtime: Option<String>,
+
+    /// Run for the whole runtime, wrapping around the size.
+    #[arg(
+        long = "time_based",
+        alias = "time-based",
+        value_name = "0|1",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "1"
+    )]
+    time_based: Option<String>,
+
+    /// Run this long before measuring.
+    #[arg(long = "ramp_time", alias = "ramp-time", value_name = "TIME")]
+    ramp_time: Option<String>,
+
+    /// Percentage of reads in rw and randrw (default 50).
+    #[arg(long, value_name = "PERCENT")]
+    rwmixread: Option<String>,
+
+    /// Seed of the random offsets.
+    #[arg(long, value_name = "N")]
+    randseed: Option<String>,
+
+    /// Report format.
+    #[arg(
+        long = "output-format",
+        alias = "output_format",
+        value_enum,
+        default_value = "normal"
+    )]
+    output_format: Format,
+
+    /// Device spec, repeatable: job i uses device i mod n (default null).
+    #[arg(long = "device", value_name = "SPEC")]
+    device: Vec<String>,
+
+    /// mq, device-lock or global-lock.
+    #[arg(long = "queue-mode", alias = "queue_mode", value_name = "MODE")]
+    queue_mode: Option<String>,
+
+    /// Hardware queues of every device, 1 to 1024.
+    #[arg(long = "hw-queues", alias = "hw_queues", value_name = "N")]
+    hw_queues: Option<String>,
+
+    /// Plugging: on or off (1/0).
+    #[arg(long, value_name = "on|off")]
+    plug: Option<String>,
+
+    /// Per-I/O accounting and latency: 1 or 0 (default 1).
+    #[arg(long, value_name = "0|1")]
+    iostats: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct InfoArgs {
+    /// Device spec, such as null,size=1G.
+    #[arg(long = "device", value_name = "SPEC", default_value = "null")]
+    device: String,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Bench(args) => bench_command(&args),
+        Command::Info(args) => info_command(&args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One line, with every cause: `{:#}` joins the chain with `: `.
+            eprintln!("mqblk: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+impl BenchArgs {
+    /// The command line's options as one layer, validated by the same
+    /// setter as job files; errors name the option as it was written.
+    fn job_options(&self) -> Result<JobOptions> {
+        let mut o = JobOptions::default();
+        let single = [
+            ("name", "name", &self.name),
+            ("rw", "rw", &self.rw),
+            ("bs", "bs", &self.bs),
+            ("iodepth", "iodepth", &self.iodepth),
+            ("numjobs", "numjobs", &self.numjobs),
+            ("size", "size", &self.size),
+            ("runtime", "runtime", &self.runtime),
+            ("time_based", "time_based", &self.time_based),
+            ("ramp_time", "ramp_time", &self.ramp_time),
+            ("rwmixread", "rwmixread", &self.rwmixread),
+            ("randseed", "randseed", &self.randseed),
+            ("queue-mode", "queue_mode", &self.queue_mode),
+            ("hw-queues", "hw_queues", &self.hw_queues),
+            ("plug", "plug", &self.plug),
+            ("iostats", "iostats", &self.iostats),
+        ];
+        for (flag, key, value) in single {
+            if let Some(v) = value {
+                o.set(key, Some(v))
+                    .map_err(|e| anyhow::anyhow!("--{flag}: {e}"))?;
+            }
+        }
+        for spec in &self.device {
+            o.set("device", Some(spec))
+                .map_err(|e| anyhow::anyhow!("--device: {e}"))?;
+        }
+        Ok(o)
+    }
+}
+
+fn bench_command(args: &BenchArgs) -> Result<()> {
+    let cli = args.job_options()?;
+    let jobs = match &args.jobfile {
+        Some(path) => {
+            if cli.name.is_some() {
+                bail!("--name names the command-line job; a job file names its jobs by their [sections]");
+            }
+            bench::jobfile::load(path, &cli)?
+        }
+        None => vec![cli.build("job0").map_err(anyhow::Error::msg)?],
+    };
+    bench::options::check_run(&jobs).map_err(anyhow::Error::msg)?;
+    let format = args.output_format;
+
+    let mut out = std::io::stdout().lock();
+    if format == Format::Normal {
+        out.write_all(report::starting(&jobs).as_bytes())?;
+        out.flush()?;
+    }
+    let progress = std::io::stderr().is_terminal();
+    let run = bench::engine::run(&jobs, progress)?;
+    match format {
+        Format::Normal => out.write_all(report::normal(&jobs, &run).as_bytes())?,
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut out, &report::json(&jobs, &run))?;
+            out.write_all(b"\n")?;
+        }
+    }
+    out.flush()?;
+
+    let failed: Vec<String> = run
+        .jobs
+        .iter()
+        .filter(|j| j.first_error.is_some() || j.read.errors + j.write.errors > 0)
+        .map(|j| {
+            format!(
+                "{} (job {}): {} errors, first: {}",
+                j.name,
+                j.index,
+                j.read.errors + j.write.errors,
+                j.first_error.as_deref().unwrap_or("unknown")
+            )
+        })
+        .collect();
+    if !failed.is_empty() {
+        bail!(
+            "I/O errors in {} job(s): {}",
+            failed.len(),
+            failed.join("; ")
+        );
+    }
+    Ok(())
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+fn info_command(args: &InfoArgs) -> Result<()> {
+    let spec = &args.device;
+    let dev = mqblk::open(spec).with_context(|| format!("--device {spec:?}"))?;
+    let info = dev.info();
+    let cfg = dev.config();
+    let l = &info.limits;
+    let f = &info.features;
+    let cap = dev.capacity_bytes();
+    let mut s = String::new();
+    let mut line = |k: &str, v: String| {
+        let kv = if v.is_empty() {
+            k.to_string()
+        } else {
+            format!("{k:<28}{v}")
+        };
+        s.push_str(&kv);
+        s.push('\n');
+    };
+    line("name:", dev.name().to_string());
+    line("spec:", spec.clone());
+    line(
+        "capacity:",
+        format!(
+            "{cap} bytes ({}B), {} sectors",
+            report::num2str(cap, 4, true),
+            info.capacity_sectors
+        ),
+    );
+    line("logical_block_size:", dev.logical_block_size().to_string());
+    line("physical_block_size:", l.physical_block_size.to_string());
+    line("queue_mode:", info.mode.name().to_string());
+    line("hw_queues:", dev.nr_hw_queues().to_string());
+    line(
+        "queue_depth:",
+        format!(
+            "{} per hw queue (reserved {}, shared tags {})",
+            cfg.queue_depth,
+            cfg.reserved_tags,
+            yes_no(cfg.shared_tags)
+        ),
+    );
+    line(
+        "plug:",
+        format!(
+            "{} (flush at {} requests)",
+            if cfg.plug { "on" } else { "off" },
+            cfg.plug_max
+        ),
+    );
+    line("iostats:", if cfg.iostats { "1" } else { "0" }.to_string());
+    line("io_timeout_ms:", cfg.timeout_ms.to_string());
+    line("limits:", String::new());
+    line("  max_sectors:", l.max_sectors.to_string());
+    line("  max_segments:", l.max_segments.to_string());
+    line("  max_segment_size:", l.max_segment_size.to_string());
+    line(
+        "  seg_boundary_mask:",
+        format!("{:#x}", l.seg_boundary_mask),
+    );
+    line("  chunk_sectors:", l.chunk_sectors.to_string());
+    line("  dma_alignment:", l.dma_alignment.to_string());
+    line("  max_discard_sectors:", l.max_discard_sectors.to_string());
+    line(
+        "  max_write_zeroes_sectors:",
+        l.max_write_zeroes_sectors.to_string(),
+    );
+    line("features:", String::new());
+    line("  write_cache:", yes_no(f.write_cache).into());
+    line("  fua:", yes_no(f.fua).into());
+    line("  discard:", yes_no(f.discard).into());
+    line("  write_zeroes:", yes_no(f.write_zeroes).into());
+    line("  read_only:", yes_no(f.read_only || cfg.read_only).into());
+    line("  rotational:", yes_no(f.rotational).into());
+    let mut out = std::io::stdout().lock();
+    out.write_all(s.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    fn bench(argv: &[&str]) -> BenchArgs {
+        let mut full = vec!["mqblk", "bench"];
+        full.extend_from_slice(argv);
+        match Cli::try_parse_from(full).unwrap().command {
+            Command::Bench(b) => *b,
+            Command::Info(_) => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn both_value_forms_and_flags() {
+        let b = bench(&[
+            "--bs=8k",
+            "--iodepth",
+            "4",
+            "--time_based",
+            "--runtime=1",
+            "jobs.fio",
+            "--device",
+            "null",
+            "--device=null,size=1G",
+            "--bs=16k",
+        ]);
+        assert_eq!(b.bs.as_deref(), Some("16k"));
+        assert_eq!(b.iodepth.as_deref(), Some("4"));
+        assert_eq!(b.time_based.as_deref(), Some("1"));
+        assert_eq!(b.jobfile, Some(PathBuf::from("jobs.fio")));
+        assert_eq!(b.device, vec!["null", "null,size=1G"]);
+        let o = b.job_options().unwrap();
+        assert_eq!(o.bs, Some(16384));
+        assert_eq!(o.time_based, Some(true));
+        assert_eq!(o.devices.as_ref().map(Vec::len), Some(2));
+        let b = bench(&[
+            "--time_based=0",
+            "--queue_mode=global-lock",
+            "--hw-queues",
+            "2",
+        ]);
+        let o = b.job_options().unwrap();
+        assert_eq!(o.time_based, Some(false));
+        assert_eq!(o.queue_mode.as_deref(), Some("global-lock"));
+        assert_eq!(o.hw_queues, Some(2));
+    }
+
+    #[test]
+    fn bad_values_name_the_option() {
+        for (arg, flag) in [
+            ("--bs=0", "--bs"),
+            ("--iodepth=0", "--iodepth"),
+            ("--rw=foo", "--rw"),
+            ("--rwmixread=101", "--rwmixread"),
+            ("--size=12q", "--size"),
+            ("--plug=maybe", "--plug"),
+            ("--queue-mode=none", "--queue-mode"),
+            ("--device=nu ll", "--device"),
+        ] {
+            let e = bench(&[arg]).job_options().unwrap_err().to_string();
+            assert!(e.starts_with(flag), "{arg}: {e}");
+            assert!(e.contains("expected"), "{arg}: {e}");
+        }
+    }
+}
