@@ -74,6 +74,7 @@ impl BioSet {
     }
 
     /// Store `bio` in a free slot; gives it back if the set is full.
+    #[allow(clippy::result_large_err)]
     #[inline]
     pub(crate) fn insert(&mut self, bio: Bio, delivery: Delivery) -> Result<NonNull<BioNode>, Bio> {
         let Some(index) = self.free.pop() else {
@@ -107,7 +108,10 @@ impl BioSet {
         let bio = node.bio.take();
         node.next = None;
         self.wakers[index as usize] = None;
-        debug_assert!(self.free.len() < self.nodes.len(), "bio slot {index} freed twice");
+        debug_assert!(
+            self.free.len() < self.nodes.len(),
+            "bio slot {index} freed twice"
+        );
         self.free.push(index);
         bio
     }

@@ -206,7 +206,9 @@ impl BufPool {
 
 impl std::fmt::Debug for BufPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BufPool").field("align", &self.align).finish()
+        f.debug_struct("BufPool")
+            .field("align", &self.align)
+            .finish()
     }
 }
 

@@ -64,7 +64,9 @@ pub struct Completion<'a> {
 impl Completion<'_> {
     #[inline]
     fn bio_ref(&self) -> &Bio {
-        self.slot.as_ref().expect("a completion always holds its bio")
+        self.slot
+            .as_ref()
+            .expect("a completion always holds its bio")
     }
 
     /// The outcome, as a typed error naming device, offset and limit.
@@ -91,7 +93,9 @@ impl Completion<'_> {
     /// The finished bio, mutably (to aim it elsewhere before resubmitting).
     #[inline]
     pub fn bio_mut(&mut self) -> &mut Bio {
-        self.slot.as_mut().expect("a completion always holds its bio")
+        self.slot
+            .as_mut()
+            .expect("a completion always holds its bio")
     }
 
     /// Take the bio back (with its buffers).

@@ -94,7 +94,9 @@ impl Device {
     /// context's bio set and lists, sized to the tag depth.
     pub fn context(&self) -> Result<Context> {
         let dev = self.inner.clone();
-        let id = dev.next_ctx.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = dev
+            .next_ctx
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Linux blk_mq_map_queues: contexts round-robin over hardware queues.
         let hwq = (id as usize % dev.hw_queues.len()) as u16;
         let tags = dev.tags[hwq as usize].clone();
@@ -199,9 +201,14 @@ impl Context {
     /// When tags run out, this waits for in-flight I/O to finish. It gives
     /// the bio back only when the context is full of completions the caller
     /// has not polled yet: poll, then submit again.
+    // Back-pressure hands the caller's bio back by value; boxing it would
+    // allocate per I/O.
+    #[allow(clippy::result_large_err)]
     #[inline]
     pub fn submit(&mut self, bio: Bio) -> std::result::Result<(), Bio> {
-        self.st.submit(&self.dev, bio, Delivery::Callback).map(|_| ())
+        self.st
+            .submit(&self.dev, bio, Delivery::Callback)
+            .map(|_| ())
     }
 
     /// Flush the plug: issue everything submitted so far (Linux
@@ -251,7 +258,11 @@ impl Context {
             }
         };
         self.st.wait_slot(&self.dev, idx);
-        let bio = self.st.bioset.remove(idx).expect("waited slot holds its bio");
+        let bio = self
+            .st
+            .bioset
+            .remove(idx)
+            .expect("waited slot holds its bio");
         let r = match bio.status() {
             Status::Ok => Ok(()),
             s => Err(self.dev.info.error_for(&bio, s)),
@@ -271,9 +282,15 @@ impl Context {
         (bio, Err(e))
     }
 
-    fn blocking(&mut self, op: Op, offset_bytes: u64, bufs: &[(*mut u8, usize)], len_bytes: u64) -> Result<()> {
+    fn blocking(
+        &mut self,
+        op: Op,
+        offset_bytes: u64,
+        bufs: &[(*mut u8, usize)],
+        len_bytes: u64,
+    ) -> Result<()> {
         let info = &self.dev.info;
-        if offset_bytes % SECTOR_SIZE != 0 {
+        if !offset_bytes.is_multiple_of(SECTOR_SIZE) {
             return Err(Error::BadLength {
                 device: info.name.clone(),
                 op,
@@ -305,14 +322,24 @@ impl Context {
     /// Read `buf.len()` bytes at `offset_bytes`, straight into `buf`.
     pub fn read_at(&mut self, buf: &mut [u8], offset_bytes: u64) -> Result<()> {
         let len = buf.len();
-        self.blocking(Op::Read, offset_bytes, &[(buf.as_mut_ptr(), len)], len as u64)
+        self.blocking(
+            Op::Read,
+            offset_bytes,
+            &[(buf.as_mut_ptr(), len)],
+            len as u64,
+        )
     }
 
     /// Write `buf` at `offset_bytes`, straight from `buf`.
     pub fn write_at(&mut self, buf: &[u8], offset_bytes: u64) -> Result<()> {
         let len = buf.len();
         // The driver only reads a write's memory.
-        self.blocking(Op::Write, offset_bytes, &[(buf.as_ptr() as *mut u8, len)], len as u64)
+        self.blocking(
+            Op::Write,
+            offset_bytes,
+            &[(buf.as_ptr() as *mut u8, len)],
+            len as u64,
+        )
     }
 
     /// Read into several buffers as one bio (one request).
@@ -354,6 +381,7 @@ impl Context {
 
     // ---- futures support (see crate::future) ----
 
+    #[allow(clippy::result_large_err)]
     pub(crate) fn submit_waiter(&mut self, bio: Bio) -> std::result::Result<u32, Bio> {
         let r = self.st.submit(&self.dev, bio, Delivery::Waiter);
         self.st.flush_plug(&self.dev);
@@ -378,7 +406,11 @@ impl Context {
     }
 
     pub(crate) fn take_waiter(&mut self, idx: u32) -> (Bio, Result<()>) {
-        let bio = self.st.bioset.remove(idx).expect("waited slot holds its bio");
+        let bio = self
+            .st
+            .bioset
+            .remove(idx)
+            .expect("waited slot holds its bio");
         let r = match bio.status() {
             Status::Ok => Ok(()),
             s => Err(self.dev.info.error_for(&bio, s)),
@@ -411,18 +443,21 @@ impl CtxState {
         self.batch_ns
     }
 
+    #[allow(clippy::result_large_err)]
     #[inline]
-    fn submit(&mut self, dev: &DeviceInner, bio: Bio, delivery: Delivery) -> std::result::Result<u32, Bio> {
+    fn submit(
+        &mut self,
+        dev: &DeviceInner,
+        bio: Bio,
+        delivery: Delivery,
+    ) -> std::result::Result<u32, Bio> {
         if self.bioset.available() == 0 {
             self.make_room(dev);
             if self.bioset.available() == 0 {
                 return Err(bio);
             }
         }
-        let node = match self.bioset.insert(bio, delivery) {
-            Ok(n) => n,
-            Err(bio) => return Err(bio),
-        };
+        let node = self.bioset.insert(bio, delivery)?;
         Ok(self.submit_node(dev, node))
     }
 
@@ -433,7 +468,10 @@ impl CtxState {
         // context; no request holds it yet.
         let (idx, status) = unsafe {
             let n = node.as_ref();
-            (n.index, dev.info.validate(n.bio.as_ref().expect("slot holds a bio")))
+            (
+                n.index,
+                dev.info.validate(n.bio.as_ref().expect("slot holds a bio")),
+            )
         };
         bump(&self.stats.bios, 1);
         if !status.is_ok() {
@@ -481,8 +519,13 @@ impl CtxState {
         if let Some(rq) = self.tags.take_cached(&mut self.tag_cache) {
             return rq;
         }
-        let want = if self.plug_on { dev.cfg.plug_max.clamp(1, 64) } else { 1 };
-        self.tags.get_batch(&mut self.hint, want, &mut self.tag_cache);
+        let want = if self.plug_on {
+            dev.cfg.plug_max.clamp(1, 64)
+        } else {
+            1
+        };
+        self.tags
+            .get_batch(&mut self.hint, want, &mut self.tag_cache);
         if let Some(rq) = self.tags.take_cached(&mut self.tag_cache) {
             return rq;
         }
@@ -515,7 +558,10 @@ impl CtxState {
     fn queue_rq(&mut self, mut rq: RqRef, node: NonNull<crate::bioset::BioNode>) -> bool {
         // SAFETY: the slot was just filled by this context and no request
         // holds it yet.
-        let bio = unsafe { node.as_ref() }.bio.as_ref().expect("slot holds a bio");
+        let bio = unsafe { node.as_ref() }
+            .bio
+            .as_ref()
+            .expect("slot holds a bio");
         rq.op = bio.op();
         rq.flags = bio.flags();
         rq.sector = bio.sector();
@@ -748,7 +794,11 @@ impl CtxState {
             std::hint::spin_loop();
             return;
         }
-        let t = if dev.completes_async { NOTIFY_SLEEP } else { POLL_SLEEP };
+        let t = if dev.completes_async {
+            NOTIFY_SLEEP
+        } else {
+            POLL_SLEEP
+        };
         dev.hw_queues[self.hwq as usize].notify.wait(seen, t);
     }
 }

@@ -53,7 +53,13 @@ pub trait Driver: Send + Sync + 'static {
     /// Issue one request. `last` is true for the last request of a batch:
     /// the driver may defer ringing its doorbell until then, or until
     /// [`Driver::commit_rqs`]. To complete at once, call `done.complete`.
-    fn queue_rq(&self, hq: &mut Self::HwQueue, rq: RqRef, last: bool, done: &mut Completions<'_>) -> QueueRq;
+    fn queue_rq(
+        &self,
+        hq: &mut Self::HwQueue,
+        rq: RqRef,
+        last: bool,
+        done: &mut Completions<'_>,
+    ) -> QueueRq;
 
     /// Ring the doorbell for requests queued without `last` (Linux
     /// `commit_rqs`): called when a batch ends early, e.g. after `Busy`.
@@ -64,7 +70,12 @@ pub trait Driver: Send + Sync + 'static {
 
     /// Request `tag` of this queue has been in flight past the timeout. The
     /// default keeps waiting.
-    fn timeout(&self, _hq: &mut Self::HwQueue, _tag: u32, _done: &mut Completions<'_>) -> TimeoutAction {
+    fn timeout(
+        &self,
+        _hq: &mut Self::HwQueue,
+        _tag: u32,
+        _done: &mut Completions<'_>,
+    ) -> TimeoutAction {
         TimeoutAction::ResetTimer
     }
 

@@ -51,14 +51,28 @@ impl AsyncContext {
 
     /// Read `buf.len()` bytes at `offset_bytes` into `buf`.
     pub async fn read(&self, buf: IoBuf, offset_bytes: u64) -> (IoBuf, Result<()>) {
-        let (bio, r) = self.submit(Bio::read(offset_bytes >> SECTOR_SHIFT, buf)).await;
-        (bio.into_buffers().next().expect("read bio keeps its buffer"), r)
+        let (bio, r) = self
+            .submit(Bio::read(offset_bytes >> SECTOR_SHIFT, buf))
+            .await;
+        (
+            bio.into_buffers()
+                .next()
+                .expect("read bio keeps its buffer"),
+            r,
+        )
     }
 
     /// Write `buf` at `offset_bytes`.
     pub async fn write(&self, buf: IoBuf, offset_bytes: u64) -> (IoBuf, Result<()>) {
-        let (bio, r) = self.submit(Bio::write(offset_bytes >> SECTOR_SHIFT, buf)).await;
-        (bio.into_buffers().next().expect("write bio keeps its buffer"), r)
+        let (bio, r) = self
+            .submit(Bio::write(offset_bytes >> SECTOR_SHIFT, buf))
+            .await;
+        (
+            bio.into_buffers()
+                .next()
+                .expect("write bio keeps its buffer"),
+            r,
+        )
     }
 
     /// Flush the device's write cache.

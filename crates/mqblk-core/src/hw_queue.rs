@@ -105,7 +105,8 @@ impl HwInner {
                     None => break,
                 },
             };
-            let last = self.dispatch.is_empty() && src.is_empty() || self.in_driver + 1 >= self.budget;
+            let last =
+                self.dispatch.is_empty() && src.is_empty() || self.in_driver + 1 >= self.budget;
             rq.transition(RqState::Queued, RqState::InFlight);
             if deadline_ms != 0 {
                 rq.arm_timeout(self.index, deadline_ms);
@@ -152,7 +153,12 @@ impl HwInner {
 
     /// Ask the driver about requests past their deadline (Linux
     /// `blk_mq_timeout_work`). Scans at most every quarter timeout.
-    pub(crate) fn check_timeouts(&mut self, tags: &Tags, now_ms: u64, done: &mut Vec<RqRef>) -> u32 {
+    pub(crate) fn check_timeouts(
+        &mut self,
+        tags: &Tags,
+        now_ms: u64,
+        done: &mut Vec<RqRef>,
+    ) -> u32 {
         if self.timeout_ms == 0 || now_ms < self.next_scan_ms {
             return 0;
         }

@@ -15,32 +15,32 @@
 
 pub(crate) mod sync;
 
+pub mod clock;
 pub mod error;
 pub mod limits;
 pub mod spec;
-pub mod clock;
 
 // Front end.
-pub mod buf;
 pub mod bio;
+mod bioset;
+pub mod buf;
 pub mod context;
 pub mod future;
-mod bioset;
 
 // Pipeline stages.
-mod plug;
-mod sw_queue;
-pub mod sched;
-pub mod sbitmap;
-pub mod tag;
-pub mod request;
-mod hw_queue;
-pub mod driver;
 pub mod completion;
+pub mod driver;
+mod hw_queue;
+mod plug;
+pub mod request;
+pub mod sbitmap;
+pub mod sched;
+mod sw_queue;
+pub mod tag;
 
 // Accounting and the control plane.
-pub mod stats;
 pub mod queue;
+pub mod stats;
 
 pub use bio::{Bio, BioFlags, Op, Segment};
 pub use buf::{BufPool, IoBuf};

@@ -133,8 +133,8 @@ impl DeviceConfig {
                 .ok_or_else(|| o.error("queue_mode", &m, "mq, device-lock or global-lock"))?;
         }
         if let Some(p) = o.take_str("plug") {
-            self.plug = crate::spec::parse_bool(&p)
-                .ok_or_else(|| o.error("plug", &p, "on or off"))?;
+            self.plug =
+                crate::spec::parse_bool(&p).ok_or_else(|| o.error("plug", &p, "on or off"))?;
         }
         if let Some(b) = o.take_bool("iostats")? {
             self.iostats = b;
@@ -348,7 +348,9 @@ impl Device {
             reason,
         };
         let limits = driver.limits();
-        limits.check().map_err(|e| setup(format!("driver limits: {e}")))?;
+        limits
+            .check()
+            .map_err(|e| setup(format!("driver limits: {e}")))?;
         let mut features = driver.features();
         features.read_only |= cfg.read_only;
         if cfg.nr_hw_queues == 0 || cfg.queue_depth == 0 {
@@ -383,7 +385,14 @@ impl Device {
                 driver: driver.clone(),
                 hq,
             });
-            hw_queues.push(HwQueue::new(i as u16, ops, notify, t.clone(), budget, cfg.timeout_ms));
+            hw_queues.push(HwQueue::new(
+                i as u16,
+                ops,
+                notify,
+                t.clone(),
+                budget,
+                cfg.timeout_ms,
+            ));
         }
         let lock = match cfg.queue_mode {
             QueueMode::Mq => QueueLock::None,

@@ -36,14 +36,24 @@ pub fn parse(spec: &str) -> Result<DeviceSpec> {
     }
     let spec_t = spec.trim();
     if spec_t.is_empty() {
-        return Err(bad("empty; expected a driver kind such as `null` or `ram,size=1G`"));
+        return Err(bad(
+            "empty; expected a driver kind such as `null` or `ram,size=1G`",
+        ));
     }
     // URL-shaped specs (nbd://, nbd+unix://) keep their query for the driver.
     if let Some((scheme, _)) = spec_t.split_once("://") {
-        if scheme.is_empty() || !scheme.chars().all(|c| c.is_ascii_alphanumeric() || c == '+') {
+        if scheme.is_empty()
+            || !scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '+')
+        {
             return Err(bad("URL scheme must be letters, digits or `+`"));
         }
-        let kind = scheme.split('+').next().unwrap_or(scheme).to_ascii_lowercase();
+        let kind = scheme
+            .split('+')
+            .next()
+            .unwrap_or(scheme)
+            .to_ascii_lowercase();
         let (url, opts) = match spec_t.split_once(',') {
             Some((u, o)) => (u, Some(o)),
             None => (spec_t, None),
@@ -68,7 +78,11 @@ pub fn parse(spec: &str) -> Result<DeviceSpec> {
         }
         None => (head, None),
     };
-    if kind.is_empty() || !kind.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+    if kind.is_empty()
+        || !kind
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
         return Err(bad("driver kind must be letters, digits, `_` or `-`"));
     }
     Ok(DeviceSpec {
@@ -126,7 +140,10 @@ impl SpecOptions {
 
     /// An error about option `key`.
     pub fn error(&self, key: &str, value: &str, expected: &str) -> Error {
-        Error::spec(&self.spec, format!("option {key}={value:?}: expected {expected}"))
+        Error::spec(
+            &self.spec,
+            format!("option {key}={value:?}: expected {expected}"),
+        )
     }
 
     /// Take a string option.
@@ -210,7 +227,9 @@ pub fn parse_size(v: &str) -> std::result::Result<u64, String> {
     if digits_end == 0 {
         return Err("must start with a number".into());
     }
-    let n: u64 = s[..digits_end].parse().map_err(|_| "number too large".to_string())?;
+    let n: u64 = s[..digits_end]
+        .parse()
+        .map_err(|_| "number too large".to_string())?;
     let suffix = s[digits_end..].to_ascii_lowercase();
     let shift = match suffix.as_str() {
         "" | "b" => 0,
@@ -221,7 +240,8 @@ pub fn parse_size(v: &str) -> std::result::Result<u64, String> {
         "p" | "pb" | "pib" => 50,
         _ => return Err(format!("unknown suffix `{suffix}`")),
     };
-    n.checked_mul(1u64 << shift).ok_or_else(|| "size overflows 64 bits".to_string())
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| "size overflows 64 bits".to_string())
 }
 
 #[cfg(all(test, not(loom)))]
@@ -244,7 +264,10 @@ mod tests {
 
         let s = parse("nbd+unix:///export?socket=/tmp/s,conns=4").unwrap();
         assert_eq!(s.kind, "nbd");
-        assert_eq!(s.target.as_deref(), Some("nbd+unix:///export?socket=/tmp/s"));
+        assert_eq!(
+            s.target.as_deref(),
+            Some("nbd+unix:///export?socket=/tmp/s")
+        );
     }
 
     #[test]

@@ -182,7 +182,8 @@ impl Default for Histograms {
 impl Histograms {
     /// Empty histograms covering 1 ns to 100 s.
     pub fn new() -> Histograms {
-        let h = || Histogram::<u64>::new_with_bounds(1, 100_000_000_000, 2).expect("histogram bounds");
+        let h =
+            || Histogram::<u64>::new_with_bounds(1, 100_000_000_000, 2).expect("histogram bounds");
         Histograms {
             groups: [h(), h(), h(), h()],
         }
@@ -242,7 +243,10 @@ impl DeviceStats {
 
     pub(crate) fn register(&self) -> Arc<CachePadded<StatShard>> {
         let s = Arc::new(CachePadded::new(StatShard::default()));
-        self.shards.lock().unwrap_or_else(|e| e.into_inner()).push(s.clone());
+        self.shards
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(s.clone());
         s
     }
 
@@ -259,7 +263,13 @@ impl DeviceStats {
     pub(crate) fn update_io_ticks(&self, now_ms: u64, busy: bool) {
         let (stamp, ticks) = &*self.io_ticks_ms;
         let old = stamp.load(Relaxed);
-        if now_ms > old && stamp.compare_exchange(old, now_ms, Relaxed, Relaxed).is_ok() && busy && old != 0 {
+        if now_ms > old
+            && stamp
+                .compare_exchange(old, now_ms, Relaxed, Relaxed)
+                .is_ok()
+            && busy
+            && old != 0
+        {
             ticks.fetch_add(now_ms - old, Relaxed);
         }
     }
@@ -278,6 +288,10 @@ impl DeviceStats {
     /// Histograms of contexts that have closed (live contexts report their
     /// own through `Context::histograms`).
     pub fn histograms(&self) -> Histograms {
-        self.retired.lock().unwrap_or_else(|e| e.into_inner()).1.clone()
+        self.retired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .clone()
     }
 }

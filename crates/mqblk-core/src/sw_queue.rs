@@ -24,7 +24,10 @@ impl SwQueue {
 
     #[inline]
     pub(crate) fn push(&mut self, rq: RqRef) {
-        debug_assert!(self.list.len() < self.list.capacity(), "software queue must not grow");
+        debug_assert!(
+            self.list.len() < self.list.capacity(),
+            "software queue must not grow"
+        );
         self.list.push_back(rq);
     }
 

@@ -81,7 +81,11 @@ impl Tags {
         // slot's only owner; the slot lives as long as self, which outlives
         // every RqRef (the device keeps its Tags until all contexts are gone).
         let rq = unsafe { RqRef::from_slot(NonNull::new_unchecked(rq)) };
-        debug_assert_eq!(rq.state(), RqState::Idle, "tag {tag} allocated while in use");
+        debug_assert_eq!(
+            rq.state(),
+            RqState::Idle,
+            "tag {tag} allocated while in use"
+        );
         rq
     }
 
@@ -160,7 +164,7 @@ impl Tags {
     pub(crate) fn retire(&self, rq: RqRef, batch: &mut Vec<u32>) {
         let tag = rq.tag();
         rq.transition(RqState::Complete, RqState::Idle);
-        drop(rq);
+        // The RqRef ends here: the tag is free for the next owner.
         if tag < self.nr_reserved {
             self.put_tag(tag);
         } else {
@@ -170,7 +174,11 @@ impl Tags {
     }
 
     /// Visit requests that are in flight (timeout scan). Reads only atomics.
-    pub(crate) fn for_each_in_flight(&self, hwq: u16, mut f: impl FnMut(u32, &std::sync::atomic::AtomicU64)) {
+    pub(crate) fn for_each_in_flight(
+        &self,
+        hwq: u16,
+        mut f: impl FnMut(u32, &std::sync::atomic::AtomicU64),
+    ) {
         use std::sync::atomic::Ordering;
         let mut visit = |tag: u32| {
             debug_assert!((tag as usize) < self.atoms.len());
@@ -194,7 +202,6 @@ impl Tags {
             .deadline_ms
             .store(deadline_ms, std::sync::atomic::Ordering::Relaxed);
     }
-
 }
 
 /// A context's batch of pre-taken tags (Linux `plug->cached_rq`): one

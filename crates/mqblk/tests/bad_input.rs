@@ -10,7 +10,12 @@ fn out_of_range_names_capacity() {
     let mut buf = dev.alloc_buf(4096);
     let e = ctx.read_at(buf.as_mut_slice(), 1 << 20).unwrap_err();
     match &e {
-        Error::OutOfRange { sector, len_sectors, capacity_sectors, .. } => {
+        Error::OutOfRange {
+            sector,
+            len_sectors,
+            capacity_sectors,
+            ..
+        } => {
             assert_eq!((*sector, *len_sectors, *capacity_sectors), (2048, 8, 2048));
         }
         other => panic!("wrong error {other:?}"),
@@ -18,7 +23,10 @@ fn out_of_range_names_capacity() {
     let msg = e.to_string();
     assert!(msg.starts_with(dev.name()) && msg.contains("2048"), "{msg}");
     // Straddling the end is out of range too; the last block is fine.
-    assert!(matches!(ctx.read_at(buf.as_mut_slice(), (1 << 20) - 2048), Err(Error::OutOfRange { .. })));
+    assert!(matches!(
+        ctx.read_at(buf.as_mut_slice(), (1 << 20) - 2048),
+        Err(Error::OutOfRange { .. })
+    ));
     ctx.read_at(buf.as_mut_slice(), (1 << 20) - 4096).unwrap();
     // Sector arithmetic that would overflow is out of range, not a panic.
     let bio = Bio::read(u64::MAX - 1, dev.alloc_buf(4096));
@@ -32,12 +40,44 @@ fn length_not_a_multiple_of_the_block_size() {
     let mut ctx = dev.context().unwrap();
     let mut buf = dev.alloc_buf(8192);
     let e = ctx.read_at(&mut buf.as_mut_slice()[..512], 0).unwrap_err();
-    assert!(matches!(e, Error::BadLength { len_bytes: 512, logical_block_size: 4096, .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            Error::BadLength {
+                len_bytes: 512,
+                logical_block_size: 4096,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("4096"), "{e}");
-    let e = ctx.read_at(&mut buf.as_mut_slice()[..4096], 512).unwrap_err();
-    assert!(matches!(e, Error::BadLength { offset_bytes: 512, .. }), "{e:?}");
-    let e = ctx.read_at(&mut buf.as_mut_slice()[..4096], 100).unwrap_err();
-    assert!(matches!(e, Error::BadLength { offset_bytes: 100, .. }), "{e:?}");
+    let e = ctx
+        .read_at(&mut buf.as_mut_slice()[..4096], 512)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::BadLength {
+                offset_bytes: 512,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let e = ctx
+        .read_at(&mut buf.as_mut_slice()[..4096], 100)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::BadLength {
+                offset_bytes: 100,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -45,7 +85,17 @@ fn zero_length() {
     let dev = mqblk::open("null,size=1M").unwrap();
     let mut ctx = dev.context().unwrap();
     let e = ctx.read_at(&mut [], 4096).unwrap_err();
-    assert!(matches!(e, Error::ZeroLength { offset_bytes: 4096, logical_block_size: 512, .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            Error::ZeroLength {
+                offset_bytes: 4096,
+                logical_block_size: 512,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     let e = ctx.discard(0, 0).unwrap_err();
     assert!(matches!(e, Error::ZeroLength { .. }), "{e:?}");
 }
@@ -57,7 +107,12 @@ fn misaligned_buffer_names_the_segment_and_alignment() {
     let mut buf = dev.alloc_buf(8192);
     let e = ctx.read_at(&mut buf.as_mut_slice()[1..513], 0).unwrap_err();
     match &e {
-        Error::Misaligned { segment, alignment, addr, .. } => {
+        Error::Misaligned {
+            segment,
+            alignment,
+            addr,
+            ..
+        } => {
             assert_eq!((*segment, *alignment), (0, 512));
             assert_eq!(*addr % 512, 1);
         }
@@ -68,7 +123,10 @@ fn misaligned_buffer_names_the_segment_and_alignment() {
     bio.push_segment(dev.alloc_buf(4096), 0, 4096);
     bio.push_segment(IoBuf::page_aligned(4096), 8, 512);
     let (_, r) = ctx.submit_wait(bio);
-    assert!(matches!(r, Err(Error::Misaligned { segment: 1, .. })), "{r:?}");
+    assert!(
+        matches!(r, Err(Error::Misaligned { segment: 1, .. })),
+        "{r:?}"
+    );
 }
 
 #[test]
@@ -77,7 +135,16 @@ fn write_to_read_only_device() {
     let mut ctx = dev.context().unwrap();
     let buf = dev.alloc_buf(4096);
     let e = ctx.write_at(buf.as_slice(), 8192).unwrap_err();
-    assert!(matches!(e, Error::ReadOnly { offset_bytes: 8192, .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            Error::ReadOnly {
+                offset_bytes: 8192,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("read-only"), "{e}");
     assert!(matches!(ctx.discard(0, 4096), Err(Error::ReadOnly { .. })));
     let mut r = dev.alloc_buf(4096);
@@ -118,9 +185,14 @@ fn bad_bios_through_the_callback_api_complete_once_with_their_error() {
     good.private = 2;
     ctx.submit(good).unwrap();
     let mut got = Vec::new();
-    ctx.poll_wait(2, |c| got.push((c.private(), c.result().map_err(|e| e.to_string()))));
+    ctx.poll_wait(2, |c| {
+        got.push((c.private(), c.result().map_err(|e| e.to_string())))
+    });
     got.sort_by_key(|g| g.0);
     assert_eq!(got.len(), 2);
-    assert!(got[0].1.as_ref().unwrap_err().contains("capacity"), "{got:?}");
+    assert!(
+        got[0].1.as_ref().unwrap_err().contains("capacity"),
+        "{got:?}"
+    );
     assert!(got[1].1.is_ok());
 }

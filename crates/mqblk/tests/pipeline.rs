@@ -16,7 +16,9 @@ fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static)
     match rx.recv_timeout(Duration::from_secs(60)) {
         Ok(v) => v,
         Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what}: hung for 60 s"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("{what}: the test thread panicked (see above)"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            panic!("{what}: the test thread panicked (see above)")
+        }
     }
 }
 
@@ -92,7 +94,8 @@ fn tag_exhaustion_waits_instead_of_failing() {
     // Four tags, 32 bios in flight from one context: submit must wait for
     // tags (polling its own completions) and never lose a bio.
     let seen = within("exhaustion", || {
-        let dev = mqblk::open("null,size=16M,hw_queues=1,queue_depth=4,completion=deferred").unwrap();
+        let dev =
+            mqblk::open("null,size=16M,hw_queues=1,queue_depth=4,completion=deferred").unwrap();
         run_callbacks(&dev, 1000, 4096)
     });
     assert_eq!(seen.len(), 1000);
@@ -137,7 +140,10 @@ fn requeued_requests_are_retried_until_done() {
 #[test]
 fn timed_out_request_fails_with_timeout_and_device_stays_usable() {
     within("timeout", || {
-        let dev = mqblk::open("null,size=16M,timeout_probability=100,timeout_interval=2,io_timeout_ms=30").unwrap();
+        let dev = mqblk::open(
+            "null,size=16M,timeout_probability=100,timeout_interval=2,io_timeout_ms=30",
+        )
+        .unwrap();
         let mut ctx = dev.context().unwrap();
         let mut buf = dev.alloc_buf(4096);
         let mut outcomes = Vec::new();
@@ -146,23 +152,42 @@ fn timed_out_request_fails_with_timeout_and_device_stays_usable() {
         }
         let timeouts = outcomes
             .iter()
-            .filter(|r| matches!(r, Err(Error::Io { status: Status::Timeout, .. })))
+            .filter(|r| {
+                matches!(
+                    r,
+                    Err(Error::Io {
+                        status: Status::Timeout,
+                        ..
+                    })
+                )
+            })
             .count();
         assert_eq!(timeouts, 2, "{outcomes:?}");
         assert_eq!(outcomes.iter().filter(|r| r.is_ok()).count(), 2);
-        let msg = outcomes.iter().find_map(|r| r.as_ref().err()).unwrap().to_string();
+        let msg = outcomes
+            .iter()
+            .find_map(|r| r.as_ref().err())
+            .unwrap()
+            .to_string();
         assert!(msg.contains("nullb") && msg.contains("timed out"), "{msg}");
         assert_eq!(dev.stats().snapshot().timeouts, 2);
         // Still usable after the timeouts.
         ctx.read_at(buf.as_mut_slice(), 0).ok();
         drop(ctx);
-        assert_eq!(dev.stats().snapshot().timeouts, 2, "stats survive the context");
+        assert_eq!(
+            dev.stats().snapshot().timeouts,
+            2,
+            "stats survive the context"
+        );
     });
 }
 
 fn roundtrip_all_modes(extra: &str) {
     for mode in ["mq", "device-lock", "global-lock"] {
-        let dev = mqblk::open(&format!("null,size=8M,memory_backed=1,hw_queues=2,queue_mode={mode}{extra}")).unwrap();
+        let dev = mqblk::open(&format!(
+            "null,size=8M,memory_backed=1,hw_queues=2,queue_mode={mode}{extra}"
+        ))
+        .unwrap();
         assert_eq!(dev.queue_mode().name(), mode);
         let threads: Vec<_> = (0..2u64)
             .map(|t| {
@@ -210,7 +235,10 @@ fn data_roundtrips_with_plug_off_and_iostats_off() {
         ctx.write_at(wb.as_slice(), 0).unwrap();
         ctx.read_at(r.as_mut_slice(), 0).unwrap();
         assert_eq!(r.as_slice(), &w[..]);
-        assert_eq!(ctx.histograms().group(mqblk::stats::StatGroup::Read).len(), 0);
+        assert_eq!(
+            ctx.histograms().group(mqblk::stats::StatGroup::Read).len(),
+            0
+        );
         drop(ctx);
         assert_eq!(dev.stats().snapshot().ios[0], 0, "iostats=0 counts nothing");
     });
@@ -220,19 +248,30 @@ fn data_roundtrips_with_plug_off_and_iostats_off() {
 fn vectored_io_is_one_request() {
     let dev = mqblk::open("null,size=8M,memory_backed=1,hw_queues=1").unwrap();
     let mut ctx = dev.context().unwrap();
-    let mut bufs: Vec<IoBuf> = (0..6).map(|i| {
-        let mut b = dev.alloc_buf(4096);
-        b.as_mut_slice().copy_from_slice(&pattern(i, 4096));
-        b
-    }).collect();
-    let slices: Vec<std::io::IoSlice<'_>> = bufs.iter().map(|b| std::io::IoSlice::new(b.as_slice())).collect();
+    let mut bufs: Vec<IoBuf> = (0..6)
+        .map(|i| {
+            let mut b = dev.alloc_buf(4096);
+            b.as_mut_slice().copy_from_slice(&pattern(i, 4096));
+            b
+        })
+        .collect();
+    let slices: Vec<std::io::IoSlice<'_>> = bufs
+        .iter()
+        .map(|b| std::io::IoSlice::new(b.as_slice()))
+        .collect();
     ctx.writev_at(&slices, 65536).unwrap();
     let before = ctx.stats().requests;
     let mut out: Vec<IoBuf> = (0..6).map(|_| dev.alloc_buf(4096)).collect();
-    let mut islices: Vec<std::io::IoSliceMut<'_>> =
-        out.iter_mut().map(|b| std::io::IoSliceMut::new(b.as_mut_slice())).collect();
+    let mut islices: Vec<std::io::IoSliceMut<'_>> = out
+        .iter_mut()
+        .map(|b| std::io::IoSliceMut::new(b.as_mut_slice()))
+        .collect();
     ctx.readv_at(&mut islices, 65536).unwrap();
-    assert_eq!(ctx.stats().requests - before, 1, "a readv of 6 segments is one request");
+    assert_eq!(
+        ctx.stats().requests - before,
+        1,
+        "a readv of 6 segments is one request"
+    );
     for (a, b) in bufs.iter_mut().zip(out.iter()) {
         assert_eq!(a.as_slice(), b.as_slice());
     }
@@ -276,7 +315,10 @@ fn end_io_callbacks_run_after_the_reap() {
     }
     let mut to_closure = 0;
     ctx.poll_wait(10, |_| to_closure += 1);
-    assert_eq!(to_closure, 0, "bios with end_io do not reach the poll closure");
+    assert_eq!(
+        to_closure, 0,
+        "bios with end_io do not reach the poll closure"
+    );
     assert_eq!(CALLS.load(Ordering::Relaxed), 55);
 }
 

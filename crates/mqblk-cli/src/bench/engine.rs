@@ -71,7 +71,8 @@ fn open_devices(jobs: &[JobSpec]) -> Result<HashMap<String, Device>> {
             if !job.iostats {
                 parsed.options.set("iostats", "0");
             }
-            let dev = mqblk::open_parsed(parsed).with_context(|| format!("opening device {spec:?}"))?;
+            let dev =
+                mqblk::open_parsed(parsed).with_context(|| format!("opening device {spec:?}"))?;
             devs.insert(key, dev);
         }
     }
@@ -79,7 +80,10 @@ fn open_devices(jobs: &[JobSpec]) -> Result<HashMap<String, Device>> {
 }
 
 fn device_key(job: &JobSpec, spec: &str) -> String {
-    format!("{spec}|{:?}|{:?}|{:?}|{}", job.queue_mode, job.hw_queues, job.plug, job.iostats)
+    format!(
+        "{spec}|{:?}|{:?}|{:?}|{}",
+        job.queue_mode, job.hw_queues, job.plug, job.iostats
+    )
 }
 
 /// Run all jobs (numjobs expanded) concurrently and measure them.
@@ -105,7 +109,9 @@ pub fn run(jobs: &[JobSpec], progress: bool) -> Result<RunResult> {
         finished: AtomicUsize::new(0),
         start: Barrier::new(n + 1),
         end: Barrier::new(n + 1),
-        progress: (0..n).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
+        progress: (0..n)
+            .map(|_| CachePadded::new(AtomicU64::new(0)))
+            .collect(),
     });
     let mut handles = Vec::with_capacity(n);
     for (index, (job, dev)) in plan.iter().cloned().enumerate() {
@@ -169,7 +175,9 @@ pub fn run(jobs: &[JobSpec], progress: bool) -> Result<RunResult> {
         ..LayerResult::default()
     };
     for h in handles {
-        let (r, stats) = h.join().map_err(|_| anyhow::anyhow!("a job thread panicked"))??;
+        let (r, stats) = h
+            .join()
+            .map_err(|_| anyhow::anyhow!("a job thread panicked"))??;
         layer.ios += r.read.ios + r.write.ios;
         layer.bytes_copied += stats.bytes_copied;
         layer.requests += stats.requests;
@@ -179,7 +187,10 @@ pub fn run(jobs: &[JobSpec], progress: bool) -> Result<RunResult> {
         layer.cpu_ns += r.usr_ns + r.sys_ns;
         results.push(r);
     }
-    Ok(RunResult { jobs: results, layer })
+    Ok(RunResult {
+        jobs: results,
+        layer,
+    })
 }
 
 fn sleep_unless_done(shared: &Shared, n: usize, d: Duration) {
@@ -216,7 +227,10 @@ fn check_job(job: &JobSpec, dev: &Device) -> Result<()> {
     if job.bs > u64::from(u32::MAX) {
         bail!("job {}: bs={} is larger than 4 GiB", job.name, job.bs);
     }
-    let region = job.size.unwrap_or(dev.capacity_bytes()).min(dev.capacity_bytes());
+    let region = job
+        .size
+        .unwrap_or(dev.capacity_bytes())
+        .min(dev.capacity_bytes());
     if region < job.bs {
         bail!(
             "job {}: size {} is smaller than bs={} (device {} has {} bytes)",
@@ -289,12 +303,20 @@ impl Offsets {
     }
 }
 
-fn job_thread(index: usize, job: JobSpec, dev: Device, shared: Arc<Shared>) -> Result<(JobResult, mqblk::DiskStats)> {
+fn job_thread(
+    index: usize,
+    job: JobSpec,
+    dev: Device,
+    shared: Arc<Shared>,
+) -> Result<(JobResult, mqblk::DiskStats)> {
     // Set up everything before the start barrier: the measured phase
     // allocates nothing.
     let setup = (|| -> Result<_> {
         let ctx = dev.context()?;
-        let region = job.size.unwrap_or(dev.capacity_bytes()).min(dev.capacity_bytes());
+        let region = job
+            .size
+            .unwrap_or(dev.capacity_bytes())
+            .min(dev.capacity_bytes());
         let bs_sectors = job.bs >> 9;
         let seed = job.randseed ^ (index as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let offsets = Offsets {
@@ -327,7 +349,13 @@ fn job_thread(index: usize, job: JobSpec, dev: Device, shared: Arc<Shared>) -> R
             return Err(e);
         }
     };
-    let bytes_limit = if job.time_based { u64::MAX } else { job.size.unwrap_or(dev.capacity_bytes()).min(dev.capacity_bytes()) };
+    let bytes_limit = if job.time_based {
+        u64::MAX
+    } else {
+        job.size
+            .unwrap_or(dev.capacity_bytes())
+            .min(dev.capacity_bytes())
+    };
     let bs = job.bs;
     let mut read = DirResult::default();
     let mut write = DirResult::default();
@@ -374,7 +402,11 @@ fn job_thread(index: usize, job: JobSpec, dev: Device, shared: Arc<Shared>) -> R
         // Reap; a finished bio is aimed at its next offset and resubmitted in
         // place (no copy), unless this job has issued all it should.
         ctx.poll_wait(1, |mut c| {
-            let dir = if c.bio().op() == Op::Read { &mut read } else { &mut write };
+            let dir = if c.bio().op() == Op::Read {
+                &mut read
+            } else {
+                &mut write
+            };
             dir.ios += 1;
             if c.status().is_ok() {
                 dir.bytes += bs;
@@ -430,7 +462,8 @@ fn job_thread(index: usize, job: JobSpec, dev: Device, shared: Arc<Shared>) -> R
         usr_ns: cpu_end.0.saturating_sub(cpu_start.0),
         sys_ns: cpu_end.1.saturating_sub(cpu_start.1),
         stats,
-        first_error: first_error.map(|s| format!("{s} at offset {first_error_at} on {}", dev.name())),
+        first_error: first_error
+            .map(|s| format!("{s} at offset {first_error_at} on {}", dev.name())),
     };
     Ok((
         JobResult {
