@@ -286,24 +286,69 @@ impl QueueInfo {
     }
 }
 
+/// The lock of the legacy queue modes, a spinlock like Linux's
+/// `q->queue_lock` and `io_request_lock`: one atomic exchange to take it, a
+/// plain release store to drop it. Waiters spin, then yield, so a holder
+/// that was preempted is not starved of the CPU.
+pub(crate) struct SpinLock {
+    locked: std::sync::atomic::AtomicBool,
+}
+
+pub(crate) struct SpinGuard<'a>(&'a SpinLock);
+
+impl SpinLock {
+    pub(crate) const fn new() -> SpinLock {
+        SpinLock {
+            locked: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn lock(&self) -> SpinGuard<'_> {
+        use std::sync::atomic::Ordering::{Acquire, Relaxed};
+        let mut spins = 0u32;
+        while self.locked.swap(true, Acquire) {
+            // Test before test-and-set: spin on a shared line, not an owned one.
+            while self.locked.load(Relaxed) {
+                spins += 1;
+                if spins < 128 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        }
+        SpinGuard(self)
+    }
+}
+
+impl Drop for SpinGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.0
+            .locked
+            .store(false, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// The lock of the legacy queue modes. `None` in `mq` mode.
 pub(crate) enum QueueLock {
     None,
-    Device(std::sync::Mutex<()>),
+    Device(SpinLock),
     Global,
 }
 
 /// Linux 2.4's `io_request_lock`: one lock for every queue in the process.
-static IO_REQUEST_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+static IO_REQUEST_LOCK: SpinLock = SpinLock::new();
 
 impl QueueLock {
     /// Take the legacy lock, if this mode has one.
     #[inline]
-    pub(crate) fn hold(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
+    pub(crate) fn hold(&self) -> Option<SpinGuard<'_>> {
         match self {
             QueueLock::None => None,
-            QueueLock::Device(m) => Some(m.lock().unwrap_or_else(|e| e.into_inner())),
-            QueueLock::Global => Some(IO_REQUEST_LOCK.lock().unwrap_or_else(|e| e.into_inner())),
+            QueueLock::Device(l) => Some(l.lock()),
+            QueueLock::Global => Some(IO_REQUEST_LOCK.lock()),
         }
     }
 }
@@ -396,7 +441,7 @@ impl Device {
         }
         let lock = match cfg.queue_mode {
             QueueMode::Mq => QueueLock::None,
-            QueueMode::DeviceLock => QueueLock::Device(std::sync::Mutex::new(())),
+            QueueMode::DeviceLock => QueueLock::Device(SpinLock::new()),
             QueueMode::GlobalLock => QueueLock::Global,
         };
         let align = (limits.dma_alignment as usize + 1).max(crate::buf::PAGE_SIZE);

@@ -7,7 +7,6 @@
 //! so the engine costs a few nanoseconds per I/O beside the layer it
 //! measures. Latency comes from the layer's own histograms.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -46,18 +45,17 @@ struct Measured {
     first_error: Option<String>,
 }
 
-/// Open every device spec once, with the bench's overrides added.
-fn open_devices(jobs: &[JobSpec]) -> Result<HashMap<String, Device>> {
-    let mut devs = HashMap::new();
+/// Open the devices of every job section, with the bench's overrides added.
+/// Each `--device` is its own device, even when two specs read the same:
+/// `--device null --device null` is two null devices.
+fn open_devices(jobs: &[JobSpec]) -> Result<Vec<Vec<Device>>> {
+    let mut all = Vec::with_capacity(jobs.len());
     for job in jobs {
         if job.devices.is_empty() {
             bail!("job {}: no --device given", job.name);
         }
+        let mut devs = Vec::with_capacity(job.devices.len());
         for spec in &job.devices {
-            let key = device_key(job, spec);
-            if devs.contains_key(&key) {
-                continue;
-            }
             let mut parsed = mqblk::spec::parse(spec)?;
             if let Some(m) = &job.queue_mode {
                 parsed.options.set("queue_mode", m);
@@ -73,17 +71,11 @@ fn open_devices(jobs: &[JobSpec]) -> Result<HashMap<String, Device>> {
             }
             let dev =
                 mqblk::open_parsed(parsed).with_context(|| format!("opening device {spec:?}"))?;
-            devs.insert(key, dev);
+            devs.push(dev);
         }
+        all.push(devs);
     }
-    Ok(devs)
-}
-
-fn device_key(job: &JobSpec, spec: &str) -> String {
-    format!(
-        "{spec}|{:?}|{:?}|{:?}|{}",
-        job.queue_mode, job.hw_queues, job.plug, job.iostats
-    )
+    Ok(all)
 }
 
 /// Run all jobs (numjobs expanded) concurrently and measure them.
@@ -91,12 +83,10 @@ pub fn run(jobs: &[JobSpec], progress: bool) -> Result<RunResult> {
     let devs = open_devices(jobs)?;
     // Expand numjobs; job i of the run uses device i mod n of its section.
     let mut plan: Vec<(JobSpec, Device)> = Vec::new();
-    for job in jobs {
+    for (job, devs) in jobs.iter().zip(&devs) {
         for _ in 0..job.numjobs {
             let i = plan.len();
-            let spec = &job.devices[i % job.devices.len()];
-            let dev = devs[&device_key(job, spec)].clone();
-            plan.push((job.clone(), dev));
+            plan.push((job.clone(), devs[i % devs.len()].clone()));
         }
     }
     for (job, dev) in &plan {
