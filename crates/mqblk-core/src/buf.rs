@@ -25,6 +25,9 @@ pub struct IoBuf {
     len: u32,
     align_log2: u8,
     owned: bool,
+    /// Nonzero: the buffer is a slice of arena `arena - 1` and goes back to
+    /// it on drop.
+    arena: u16,
 }
 
 // SAFETY: an IoBuf is a unique handle to its bytes (owned) or a handle whose
@@ -49,6 +52,7 @@ impl IoBuf {
             len: len as u32,
             align_log2: align.trailing_zeros() as u8,
             owned: true,
+            arena: 0,
         }
     }
 
@@ -73,6 +77,7 @@ impl IoBuf {
             len: len as u32,
             align_log2: (ptr.as_ptr() as usize).trailing_zeros().min(63) as u8,
             owned: false,
+            arena: 0,
         }
     }
 
@@ -106,6 +111,14 @@ impl IoBuf {
         self.owned
     }
 
+    /// The arena this buffer was carved from, if any: drivers that
+    /// registered the arena's region (io_uring fixed buffers) can address the
+    /// buffer by region and offset.
+    #[inline]
+    pub fn arena_id(&self) -> Option<u16> {
+        (self.arena != 0).then(|| self.arena - 1)
+    }
+
     /// The bytes.
     #[inline]
     pub fn as_slice(&self) -> &[u8] {
@@ -124,7 +137,9 @@ impl IoBuf {
 
 impl Drop for IoBuf {
     fn drop(&mut self) {
-        if self.owned {
+        if self.arena != 0 {
+            arena_return(self.arena - 1, self.ptr, self.len as usize);
+        } else if self.owned {
             let layout = Layout::from_size_align((self.len as usize).max(1), self.align())
                 .expect("IoBuf layout");
             // SAFETY: an owned buffer was allocated in IoBuf::new with exactly
@@ -150,7 +165,85 @@ const CLASSES: usize = 18;
 /// Buffers kept per class once returned.
 const KEEP_PER_CLASS: usize = 256;
 
-/// A pool of aligned buffers for one device, in power-of-two size classes.
+fn class_of(len: usize) -> Option<usize> {
+    let c = len.max(512).next_power_of_two().trailing_zeros() as usize - 9;
+    (c < CLASSES).then_some(c)
+}
+
+/// A contiguous region of buffer memory a driver may register with its
+/// hardware (io_uring fixed buffers): every pool buffer carved from it lies
+/// inside `[addr, addr + len)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BufRegion {
+    /// Start address.
+    pub addr: usize,
+    /// Length in bytes.
+    pub len: usize,
+    /// The arena's id, as [`IoBuf::arena_id`] reports it.
+    pub arena_id: u16,
+}
+
+/// One fixed region carved into power-of-two buffers. It lives in a global
+/// table so that a buffer dropped anywhere finds its way back, and its
+/// memory is freed only when the pool is gone and no buffer is out.
+struct Arena {
+    base: NonNull<u8>,
+    layout: Layout,
+    align: usize,
+    state: std::sync::Mutex<ArenaState>,
+}
+
+struct ArenaState {
+    bump: usize,
+    free: Vec<Vec<usize>>,
+    outstanding: usize,
+    pool_alive: bool,
+}
+
+// SAFETY: the arena's memory is only reached through IoBufs, each of which
+// owns a disjoint slice of it; the bookkeeping is behind a mutex.
+unsafe impl Send for Arena {}
+// SAFETY: as above.
+unsafe impl Sync for Arena {}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: base was allocated in BufPool::with_arena with this layout;
+        // the arena is dropped once, after its last buffer came back.
+        unsafe { alloc::dealloc(self.base.as_ptr(), self.layout) };
+    }
+}
+
+/// Arenas by id. Touched when a pool is made or dropped and when an arena
+/// buffer is dropped: never per I/O (buffers are reused, not dropped).
+static ARENAS: std::sync::Mutex<Vec<Option<std::sync::Arc<Arena>>>> =
+    std::sync::Mutex::new(Vec::new());
+
+fn arenas() -> std::sync::MutexGuard<'static, Vec<Option<std::sync::Arc<Arena>>>> {
+    ARENAS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn arena_return(id: u16, ptr: NonNull<u8>, len: usize) {
+    let mut table = arenas();
+    let Some(Some(arena)) = table.get(id as usize) else {
+        debug_assert!(false, "buffer of unknown arena {id}");
+        return;
+    };
+    let mut st = arena.state.lock().unwrap_or_else(|e| e.into_inner());
+    let offset = ptr.as_ptr() as usize - arena.base.as_ptr() as usize;
+    if let Some(c) = class_of(len.max(arena.align)) {
+        st.free[c].push(offset);
+    }
+    debug_assert!(st.outstanding > 0);
+    st.outstanding -= 1;
+    if st.outstanding == 0 && !st.pool_alive {
+        drop(st);
+        table[id as usize] = None;
+    }
+}
+
+/// A pool of aligned buffers for one device, in power-of-two size classes,
+/// optionally carved from one fixed arena that drivers can register.
 ///
 /// `get` and `put` are control-plane operations (they take a lock): a caller
 /// takes its buffers before I/O starts and reuses them, so the per-I/O path
@@ -158,6 +251,7 @@ const KEEP_PER_CLASS: usize = 256;
 pub struct BufPool {
     align: usize,
     classes: Mutex<Vec<Vec<IoBuf>>>,
+    arena: Option<(u16, std::sync::Arc<Arena>)>,
 }
 
 impl BufPool {
@@ -166,7 +260,48 @@ impl BufPool {
         BufPool {
             align: align.max(PAGE_SIZE).next_power_of_two(),
             classes: Mutex::new((0..CLASSES).map(|_| Vec::new()).collect()),
+            arena: None,
         }
+    }
+
+    /// A pool that carves buffers from one `arena_bytes` region first (and
+    /// falls back to the heap when it is used up).
+    pub fn with_arena(align: usize, arena_bytes: usize) -> BufPool {
+        let mut pool = BufPool::new(align);
+        if arena_bytes == 0 {
+            return pool;
+        }
+        let layout = Layout::from_size_align(arena_bytes, pool.align).expect("arena layout");
+        // SAFETY: the layout has a non-zero size.
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        let Some(base) = NonNull::new(raw) else {
+            alloc::handle_alloc_error(layout)
+        };
+        let arena = std::sync::Arc::new(Arena {
+            base,
+            layout,
+            align: pool.align,
+            state: std::sync::Mutex::new(ArenaState {
+                bump: 0,
+                free: (0..CLASSES).map(|_| Vec::new()).collect(),
+                outstanding: 0,
+                pool_alive: true,
+            }),
+        });
+        let mut table = arenas();
+        let id = match table.iter().position(|a| a.is_none()) {
+            Some(i) => i,
+            None => {
+                table.push(None);
+                table.len() - 1
+            }
+        };
+        if id >= u16::MAX as usize {
+            return pool;
+        }
+        table[id] = Some(arena.clone());
+        pool.arena = Some((id as u16, arena));
+        pool
     }
 
     /// The alignment of every buffer from this pool.
@@ -174,14 +309,53 @@ impl BufPool {
         self.align
     }
 
-    fn class_of(len: usize) -> Option<usize> {
-        let c = len.max(512).next_power_of_two().trailing_zeros() as usize - 9;
-        (c < CLASSES).then_some(c)
+    /// The registrable regions of this pool (its arena, if it has one).
+    pub fn regions(&self) -> Vec<BufRegion> {
+        self.arena
+            .iter()
+            .map(|(id, a)| BufRegion {
+                addr: a.base.as_ptr() as usize,
+                len: a.layout.size(),
+                arena_id: *id,
+            })
+            .collect()
     }
 
-    /// A buffer of at least `len` bytes (exactly `len` bytes long).
+    fn from_arena(&self, len: usize) -> Option<IoBuf> {
+        let (id, arena) = self.arena.as_ref()?;
+        let class_len = len.max(self.align).next_power_of_two();
+        let c = class_of(class_len)?;
+        let mut st = arena.state.lock().unwrap_or_else(|e| e.into_inner());
+        let offset = match st.free[c].pop() {
+            Some(o) => o,
+            None => {
+                let o = st.bump.next_multiple_of(self.align);
+                if o + class_len > arena.layout.size() {
+                    return None;
+                }
+                st.bump = o + class_len;
+                o
+            }
+        };
+        st.outstanding += 1;
+        // SAFETY: offset + class_len lies inside the arena (checked when the
+        // slice was carved), so the pointer stays in the allocation.
+        let ptr = unsafe { NonNull::new_unchecked(arena.base.as_ptr().add(offset)) };
+        Some(IoBuf {
+            ptr,
+            len: len as u32,
+            align_log2: self.align.trailing_zeros() as u8,
+            owned: false,
+            arena: id + 1,
+        })
+    }
+
+    /// A buffer of exactly `len` bytes, zeroed when first handed out.
     pub fn get(&self, len: usize) -> IoBuf {
-        if let Some(c) = Self::class_of(len) {
+        if let Some(b) = self.from_arena(len) {
+            return b;
+        }
+        if let Some(c) = class_of(len) {
             let mut classes = lock(&self.classes);
             if let Some(pos) = classes[c].iter().rposition(|b| b.len() == len) {
                 return classes[c].swap_remove(pos);
@@ -190,15 +364,30 @@ impl BufPool {
         IoBuf::new(len, self.align)
     }
 
-    /// Return a buffer for reuse. Borrowed buffers are simply forgotten.
+    /// Return a buffer for reuse. Arena buffers go back to their arena;
+    /// borrowed buffers are simply forgotten.
     pub fn put(&self, buf: IoBuf) {
-        if !buf.is_owned() || buf.align() < self.align {
+        if buf.arena != 0 || !buf.is_owned() || buf.align() < self.align {
             return;
         }
-        if let Some(c) = Self::class_of(buf.len()) {
+        if let Some(c) = class_of(buf.len()) {
             let mut classes = lock(&self.classes);
             if classes[c].len() < KEEP_PER_CLASS {
                 classes[c].push(buf);
+            }
+        }
+    }
+}
+
+impl Drop for BufPool {
+    fn drop(&mut self) {
+        if let Some((id, arena)) = self.arena.take() {
+            let mut table = arenas();
+            let mut st = arena.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.pool_alive = false;
+            if st.outstanding == 0 {
+                drop(st);
+                table[id as usize] = None;
             }
         }
     }
@@ -208,6 +397,7 @@ impl std::fmt::Debug for BufPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BufPool")
             .field("align", &self.align)
+            .field("regions", &self.regions())
             .finish()
     }
 }
@@ -227,6 +417,35 @@ mod tests {
         pool.put(b);
         let b2 = pool.get(8192);
         assert_eq!(b2.as_ptr(), addr, "pool must hand the same buffer back");
+    }
+
+    #[test]
+    fn arena_buffers_come_from_the_region_and_outlive_the_pool() {
+        let pool = BufPool::with_arena(4096, 1 << 20);
+        let r = pool.regions();
+        assert_eq!(r.len(), 1);
+        let a = pool.get(4096);
+        let b = pool.get(8192);
+        for buf in [&a, &b] {
+            let addr = buf.as_ptr() as usize;
+            assert!(addr >= r[0].addr && addr + buf.len() <= r[0].addr + r[0].len);
+            assert_eq!(addr % 4096, 0);
+            assert_eq!(buf.arena_id(), Some(r[0].arena_id));
+        }
+        let a_addr = a.as_ptr();
+        drop(a);
+        let a2 = pool.get(4096);
+        assert_eq!(a2.as_ptr(), a_addr, "a dropped arena buffer is reused");
+        // Exhausting the arena falls back to the heap.
+        let big = pool.get(2 << 20);
+        assert!(big.arena_id().is_none());
+        drop(pool);
+        // Buffers outlive the pool; the arena goes when the last one does.
+        let mut b = b;
+        b.as_mut_slice().fill(3);
+        assert!(b.as_slice().iter().all(|&x| x == 3));
+        drop(b);
+        drop(a2);
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! [`QueueRq::Busy`]. Nothing else may end it, so a request can neither be
 //! lost nor completed twice.
 
+use crate::buf::BufRegion;
 use crate::completion::{Completions, HwNotifier};
 use crate::error::Error;
 use crate::limits::{Features, QueueLimits};
@@ -39,16 +40,47 @@ pub enum TimeoutAction {
     ResetTimer,
 }
 
+/// What a hardware queue is set up with (Linux `init_hctx`'s arguments).
+#[derive(Debug)]
+pub struct HwQueueSetup<'a> {
+    /// Index of this hardware queue.
+    pub index: u16,
+    /// Wakes contexts sleeping on this queue. A driver that completes
+    /// requests from another thread calls it after making completions
+    /// available to `poll`.
+    pub notifier: HwNotifier,
+    /// Normal tags of this queue's tag set: the most requests it can be
+    /// handed at once, with `reserved_tags`.
+    pub queue_depth: u32,
+    /// Reserved tags.
+    pub reserved_tags: u32,
+    /// Memory the device's buffer pool hands out, for drivers that register
+    /// buffers with their hardware (io_uring fixed buffers).
+    pub buf_regions: &'a [BufRegion],
+}
+
+/// One run of a device's address space, as block status reports it (NBD
+/// `base:allocation`, SEEK_HOLE/SEEK_DATA).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    /// Start, in bytes.
+    pub offset_bytes: u64,
+    /// Length, in bytes.
+    pub len_bytes: u64,
+    /// Not allocated: reads return zeros and the range takes no space.
+    pub hole: bool,
+    /// Known to read as zeros.
+    pub zero: bool,
+}
+
 /// A block driver. Three required methods move requests; everything else has
 /// a safe default.
 pub trait Driver: Send + Sync + 'static {
     /// Per-hardware-queue state: a ring, a connection, a completion list.
     type HwQueue: Send + 'static;
 
-    /// Set up hardware queue `index` (Linux `init_hctx`). `notifier` wakes
-    /// contexts sleeping on this queue; a driver that completes requests from
-    /// another thread calls it after making completions available to `poll`.
-    fn init_hw_queue(&self, index: u16, notifier: HwNotifier) -> Result<Self::HwQueue, Error>;
+    /// Set up one hardware queue (Linux `init_hctx`).
+    fn init_hw_queue(&self, setup: HwQueueSetup<'_>) -> Result<Self::HwQueue, Error>;
 
     /// Issue one request. `last` is true for the last request of a batch:
     /// the driver may defer ringing its doorbell until then, or until
@@ -100,6 +132,47 @@ pub trait Driver: Send + Sync + 'static {
     /// polling.
     fn completes_async(&self) -> bool {
         false
+    }
+
+    /// Bytes of buffer arena the device's pool should carve buffers from, so
+    /// the driver can register them (see [`HwQueueSetup::buf_regions`]).
+    /// Default: none; buffers come from the heap.
+    fn buffer_arena_bytes(&self) -> usize {
+        0
+    }
+
+    /// Describe `[offset_bytes, offset_bytes + len_bytes)` as data and hole
+    /// extents, in order and without gaps, into `out`. Returns false if the
+    /// driver does not know (then everything is reported as data). Control
+    /// plane: it may lock and allocate.
+    fn extents(
+        &self,
+        _offset_bytes: u64,
+        _len_bytes: u64,
+        _out: &mut Vec<Extent>,
+    ) -> Result<bool, Error> {
+        Ok(false)
+    }
+}
+
+/// The type-erased device-level driver the device holds.
+pub(crate) trait DeviceOps: Send + Sync {
+    fn extents(
+        &self,
+        offset_bytes: u64,
+        len_bytes: u64,
+        out: &mut Vec<Extent>,
+    ) -> Result<bool, Error>;
+}
+
+impl<D: Driver> DeviceOps for D {
+    fn extents(
+        &self,
+        offset_bytes: u64,
+        len_bytes: u64,
+        out: &mut Vec<Extent>,
+    ) -> Result<bool, Error> {
+        Driver::extents(self, offset_bytes, len_bytes, out)
     }
 }
 

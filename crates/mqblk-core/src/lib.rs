@@ -43,10 +43,10 @@ pub mod queue;
 pub mod stats;
 
 pub use bio::{Bio, BioFlags, Op, Segment};
-pub use buf::{BufPool, IoBuf};
+pub use buf::{BufPool, BufRegion, IoBuf};
 pub use completion::{Completion, Completions, HwNotifier};
 pub use context::Context;
-pub use driver::{Driver, QueueRq, TimeoutAction};
+pub use driver::{Driver, Extent, HwQueueSetup, QueueRq, TimeoutAction};
 pub use error::{Error, Result, Status};
 pub use future::{block_on, AsyncContext};
 pub use limits::{Features, QueueLimits};

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use crate::bio::{Bio, Op};
 use crate::buf::BufPool;
 use crate::completion::{HwNotifier, Notify};
-use crate::driver::{Bound, Driver};
+use crate::driver::{Bound, DeviceOps, Driver, Extent, HwQueueSetup};
 use crate::error::{Error, InvalidKind, Result, Status};
 use crate::hw_queue::HwQueue;
 use crate::limits::{Features, QueueLimits, SECTOR_SHIFT};
@@ -360,6 +360,7 @@ pub(crate) struct DeviceInner {
     pub(crate) tags: Box<[Arc<Tags>]>,
     pub(crate) lock: QueueLock,
     pub(crate) buf_pool: BufPool,
+    pub(crate) ops: Arc<dyn DeviceOps>,
     pub(crate) stats: DeviceStats,
     pub(crate) completes_async: bool,
     pub(crate) next_ctx: std::sync::atomic::AtomicU32,
@@ -421,11 +422,20 @@ impl Device {
         };
         let completes_async = driver.completes_async();
         let budget = driver.budget();
+        let align = (limits.dma_alignment as usize + 1).max(crate::buf::PAGE_SIZE);
+        let buf_pool = BufPool::with_arena(align, driver.buffer_arena_bytes());
+        let buf_regions = buf_pool.regions();
         let driver = Arc::new(driver);
         let mut hw_queues = Vec::with_capacity(nr);
         for (i, t) in tags.iter().enumerate() {
             let notify = crate::sync::Arc::new(Notify::default());
-            let hq = driver.init_hw_queue(i as u16, HwNotifier(notify.clone()))?;
+            let hq = driver.init_hw_queue(HwQueueSetup {
+                index: i as u16,
+                notifier: HwNotifier(notify.clone()),
+                queue_depth: cfg.queue_depth,
+                reserved_tags: cfg.reserved_tags,
+                buf_regions: &buf_regions,
+            })?;
             let ops = Box::new(Bound {
                 driver: driver.clone(),
                 hq,
@@ -444,7 +454,6 @@ impl Device {
             QueueMode::DeviceLock => QueueLock::Device(SpinLock::new()),
             QueueMode::GlobalLock => QueueLock::Global,
         };
-        let align = (limits.dma_alignment as usize + 1).max(crate::buf::PAGE_SIZE);
         Ok(Device {
             inner: Arc::new(DeviceInner {
                 info: QueueInfo {
@@ -458,7 +467,8 @@ impl Device {
                 hw_queues: hw_queues.into_boxed_slice(),
                 tags,
                 lock,
-                buf_pool: BufPool::new(align),
+                buf_pool,
+                ops: driver,
                 stats: DeviceStats::new(),
                 completes_async,
                 next_ctx: std::sync::atomic::AtomicU32::new(0),
@@ -514,5 +524,31 @@ impl Device {
     /// The device's stats.
     pub fn stats(&self) -> &DeviceStats {
         &self.inner.stats
+    }
+
+    /// Data and hole extents covering `[offset_bytes, offset_bytes +
+    /// len_bytes)` (clipped to the device), for block status. A driver that
+    /// does not track allocation reports one data extent.
+    pub fn extents(&self, offset_bytes: u64, len_bytes: u64) -> Result<Vec<Extent>> {
+        let cap = self.capacity_bytes();
+        let end = offset_bytes.saturating_add(len_bytes).min(cap);
+        if offset_bytes >= end {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        if !self
+            .inner
+            .ops
+            .extents(offset_bytes, end - offset_bytes, &mut out)?
+        {
+            out.clear();
+            out.push(Extent {
+                offset_bytes,
+                len_bytes: end - offset_bytes,
+                hole: false,
+                zero: false,
+            });
+        }
+        Ok(out)
     }
 }

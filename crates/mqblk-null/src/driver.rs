@@ -14,8 +14,8 @@
 
 use mqblk_core::bio::Op;
 use mqblk_core::clock;
-use mqblk_core::completion::{Completions, HwNotifier};
-use mqblk_core::driver::{Driver, QueueRq, TimeoutAction};
+use mqblk_core::completion::Completions;
+use mqblk_core::driver::{Driver, Extent, HwQueueSetup, QueueRq, TimeoutAction};
 use mqblk_core::error::{Error, Result, Status};
 use mqblk_core::limits::{Features, QueueLimits, SECTOR_SIZE};
 use mqblk_core::queue::DeviceConfig;
@@ -25,7 +25,7 @@ use crate::bad_blocks::BadBlocks;
 use crate::config::{CompletionMode, NullConfig};
 use crate::fault::{Fault, FaultInjector};
 use crate::hw_queue::NullQueue;
-use crate::store::Store;
+use crate::store::{Store, PAGE_BYTES};
 use crate::throttle::Throttle;
 
 /// The null block driver. Build it with [`NullDriver::new`], or let
@@ -35,7 +35,6 @@ pub struct NullDriver {
     cfg: NullConfig,
     /// Requests one hardware queue can hold at once: the tag depth plus the
     /// reserved tags (with a shared tag set, one queue may hold them all).
-    queue_capacity: usize,
     /// True if requests need their data or range looked at: memory-backed
     /// or with bad blocks.
     touches_data: bool,
@@ -58,13 +57,11 @@ impl NullDriver {
                     .into(),
             });
         }
-        let queue_capacity = dev.queue_depth as usize + dev.reserved_tags as usize;
         let store = cfg.memory_backed.then(Store::new);
         let throttle = (cfg.mbps > 0).then(|| Throttle::new(cfg.mbps, clock::coarse_ms()));
         Ok(NullDriver {
             touches_data: cfg.memory_backed || !cfg.bad_blocks.is_empty(),
             cfg,
-            queue_capacity,
             store,
             throttle,
         })
@@ -121,7 +118,8 @@ impl NullDriver {
 impl Driver for NullDriver {
     type HwQueue = NullQueue;
 
-    fn init_hw_queue(&self, index: u16, _notifier: HwNotifier) -> Result<NullQueue> {
+    fn init_hw_queue(&self, setup: HwQueueSetup<'_>) -> Result<NullQueue> {
+        let index = setup.index;
         let c = &self.cfg;
         let faults = FaultInjector::new(c.requeue, c.timeout, c.error, c.seed, index);
         Ok(NullQueue::new(
@@ -129,7 +127,7 @@ impl Driver for NullDriver {
             c.completion,
             c.completion_nsec,
             faults,
-            self.queue_capacity,
+            (setup.queue_depth + setup.reserved_tags) as usize,
         ))
     }
 
@@ -212,6 +210,42 @@ impl Driver for NullDriver {
             read_only: false,
             rotational: false,
         }
+    }
+
+    /// With `memory_backed=1`, pages never written (or discarded) are holes.
+    fn extents(&self, offset_bytes: u64, len_bytes: u64, out: &mut Vec<Extent>) -> Result<bool> {
+        let Some(store) = self.store() else {
+            return Ok(false);
+        };
+        let page = PAGE_BYTES as u64;
+        let end = offset_bytes + len_bytes;
+        let first = offset_bytes / page;
+        let last = end.div_ceil(page);
+        let mut push = |from: u64, to: u64, hole: bool| {
+            let (from, to) = (from.max(offset_bytes), to.min(end));
+            if from >= to {
+                return;
+            }
+            match out.last_mut() {
+                Some(e) if e.hole == hole && e.offset_bytes + e.len_bytes == from => {
+                    e.len_bytes += to - from
+                }
+                _ => out.push(Extent {
+                    offset_bytes: from,
+                    len_bytes: to - from,
+                    hole,
+                    zero: hole,
+                }),
+            }
+        };
+        let mut at = first;
+        for p in store.resident_in(first, last) {
+            push(at * page, p * page, true);
+            push(p * page, (p + 1) * page, false);
+            at = p + 1;
+        }
+        push(at * page, last * page, true);
+        Ok(true)
     }
 
     fn completes_async(&self) -> bool {

@@ -56,6 +56,22 @@ impl Store {
         self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Page numbers in `[first_page, end_page)` that hold data, sorted.
+    pub fn resident_in(&self, first_page: u64, end_page: u64) -> Vec<u64> {
+        let mut pages: Vec<u64> = Vec::new();
+        for shard in self.shards.iter() {
+            let shard = shard.lock().unwrap_or_else(|e| e.into_inner());
+            pages.extend(
+                shard
+                    .keys()
+                    .copied()
+                    .filter(|p| (first_page..end_page).contains(p)),
+            );
+        }
+        pages.sort_unstable();
+        pages
+    }
+
     /// Copy `data` to the device at `offset_bytes`.
     pub fn write(&self, offset_bytes: u64, data: &[u8]) {
         for_each_page_chunk(offset_bytes, data.len(), |page, in_page, range| {

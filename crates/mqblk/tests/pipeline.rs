@@ -363,3 +363,40 @@ fn op_helpers() {
 }
 
 use std::future::Future;
+
+#[test]
+fn extents_report_holes_of_a_memory_backed_device() {
+    let dev = mqblk::open("null,size=1M,memory_backed=1").unwrap();
+    // A device that does not track allocation reports one data extent.
+    let plain = mqblk::open("null,size=1M").unwrap();
+    let e = plain.extents(0, 1 << 20).unwrap();
+    assert_eq!(e.len(), 1);
+    assert!(!e[0].hole);
+    let mut ctx = dev.context().unwrap();
+    let w = dev.alloc_buf(8192);
+    ctx.write_at(w.as_slice(), 65536).unwrap();
+    let e = dev.extents(0, 1 << 20).unwrap();
+    let shape: Vec<(u64, u64, bool)> = e
+        .iter()
+        .map(|x| (x.offset_bytes, x.len_bytes, x.hole))
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            (0, 65536, true),
+            (65536, 8192, false),
+            (73728, (1 << 20) - 73728, true)
+        ]
+    );
+    ctx.discard(65536, 4096).unwrap();
+    let e = dev.extents(65536, 8192).unwrap();
+    let shape: Vec<(u64, u64, bool)> = e
+        .iter()
+        .map(|x| (x.offset_bytes, x.len_bytes, x.hole))
+        .collect();
+    assert_eq!(shape, vec![(65536, 4096, true), (69632, 4096, false)]);
+    assert!(
+        dev.extents(2 << 20, 10).unwrap().is_empty(),
+        "past the end: nothing"
+    );
+}
