@@ -289,6 +289,13 @@ impl Bio {
         self.size_bytes
     }
 
+    /// Set the length of a data-less bio (discard, write-zeroes, a bounce
+    /// piece before its buffer is attached).
+    #[inline]
+    pub(crate) fn set_len_bytes(&mut self, len: u64) {
+        self.size_bytes = len;
+    }
+
     /// Length in 512-byte sectors, rounded up.
     #[inline]
     pub fn len_sectors(&self) -> u64 {

@@ -23,6 +23,12 @@ pub(crate) enum Delivery {
     Waiter,
     /// The future that waited was dropped: drop the bio when it completes.
     Orphan,
+    /// A piece of a split parent (`bio.private` is the parent's slot).
+    Child,
+    /// A bounced piece of a parent (`bio.private` is the parent's slot).
+    Bounce,
+    /// A flush the layer issued for its flush queue.
+    FlushInternal,
 }
 
 /// One slot.
@@ -30,9 +36,14 @@ pub(crate) enum Delivery {
 pub struct BioNode {
     pub(crate) bio: Option<Bio>,
     pub(crate) next: Option<NonNull<BioNode>>,
+    /// Outstanding pieces of a split parent, plus one while it is being cut.
+    pub(crate) aux: u32,
     pub(crate) delivery: Delivery,
     pub(crate) done: bool,
-    pub(crate) index: u32,
+    /// The bio was split: its pieces, not it, went to requests.
+    pub(crate) parent: bool,
+    /// Flush-sequence stages still to run (see `flush`).
+    pub(crate) stages: u8,
 }
 
 /// A fixed set of bio slots with a free list.
@@ -51,13 +62,15 @@ pub(crate) struct BioSet {
 impl BioSet {
     pub(crate) fn new(capacity: u32) -> BioSet {
         let nodes = (0..capacity)
-            .map(|index| {
+            .map(|_| {
                 UnsafeCell::new(BioNode {
                     bio: None,
                     next: None,
+                    aux: 0,
                     delivery: Delivery::Callback,
                     done: false,
-                    index,
+                    parent: false,
+                    stages: 0,
                 })
             })
             .collect();
@@ -66,6 +79,15 @@ impl BioSet {
             wakers: (0..capacity).map(|_| None).collect(),
             free: (0..capacity).rev().collect(),
         }
+    }
+
+    /// The slot index of a node of this set.
+    #[inline]
+    pub(crate) fn index_of(&self, node: NonNull<BioNode>) -> u32 {
+        let base = self.nodes.as_ptr() as usize;
+        let i = (node.as_ptr() as usize - base) / std::mem::size_of::<UnsafeCell<BioNode>>();
+        debug_assert!(i < self.nodes.len());
+        i as u32
     }
 
     #[inline]
@@ -84,8 +106,11 @@ impl BioSet {
         debug_assert!(node.bio.is_none(), "bio slot {index} handed out twice");
         node.bio = Some(bio);
         node.next = None;
+        node.aux = 0;
         node.delivery = delivery;
         node.done = false;
+        node.parent = false;
+        node.stages = 0;
         Ok(NonNull::from(node))
     }
 
@@ -97,7 +122,10 @@ impl BioSet {
         debug_assert!(node.bio.is_some());
         node.done = false;
         node.next = None;
+        node.aux = 0;
         node.delivery = Delivery::Callback;
+        node.parent = false;
+        node.stages = 0;
         NonNull::from(node)
     }
 
@@ -127,6 +155,14 @@ impl BioSet {
         unsafe { &*self.nodes[index as usize].get() }
     }
 
+    /// A raw pointer to slot `index` (for chaining into requests).
+    #[inline]
+    pub(crate) fn node_ptr(&self, index: u32) -> NonNull<BioNode> {
+        debug_assert!((index as usize) < self.nodes.len());
+        // SAFETY: UnsafeCell::get never returns null.
+        unsafe { NonNull::new_unchecked(self.nodes[index as usize].get()) }
+    }
+
     /// Mutable access to a slot the context owns right now (see `node`).
     #[inline]
     pub(crate) fn node_mut(&mut self, index: u32) -> &mut BioNode {
@@ -135,7 +171,7 @@ impl BioSet {
         unsafe { &mut *self.nodes[index as usize].get() }
     }
 
-    /// Record the end of a slot's bio; returns how it must be delivered.
+    /// Record the end of a user bio; returns how it must be delivered.
     #[inline]
     pub(crate) fn end(&mut self, index: u32, status: Status) -> Delivery {
         let node = self.node_mut(index);

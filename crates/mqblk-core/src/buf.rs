@@ -34,6 +34,9 @@ pub struct IoBuf {
 // creator promised exclusive use for the life of the I/O (borrowed); moving
 // it to another thread moves that exclusivity with it.
 unsafe impl Send for IoBuf {}
+// SAFETY: through &IoBuf the bytes can only be read (writing needs &mut), so
+// sharing references across threads is as safe as sharing &[u8].
+unsafe impl Sync for IoBuf {}
 
 impl IoBuf {
     /// Allocate a zeroed buffer of `len` bytes aligned to `align` (a power of

@@ -22,18 +22,23 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use crate::bio::{Bio, Op};
-use crate::bioset::{BioSet, Delivery};
+use crate::bio::{Bio, BioFlags, Op};
+use crate::bioset::{BioNode, BioSet, Delivery};
+use crate::bounce::{self, BouncePool};
 use crate::buf::IoBuf;
 use crate::clock;
 use crate::completion::{Completion, RemoteQueue};
-use crate::error::{Error, Result, Status};
+use crate::error::{Error, InvalidKind, Result, Status};
+use crate::flush::{self, FlushQueue};
+use crate::limits::QueueLimits;
 use crate::limits::{SECTOR_SHIFT, SECTOR_SIZE};
+use crate::merge;
 use crate::plug::Plug;
 use crate::queue::{Device, DeviceInner};
 use crate::request::{RqRef, RqState};
 use crate::sbitmap::AllocHint;
 use crate::sched::{Scheduled, Scheduler};
+use crate::split::{self, Fit, Splitter};
 use crate::stats::{bump, drop_by, DiskStats, Histograms, StatGroup, StatShard};
 use crate::sw_queue::SwQueue;
 use crate::tag::{TagCache, Tags};
@@ -83,6 +88,16 @@ struct CtxState {
     hist: Histograms,
     iostats: bool,
     timeout_ms: u32,
+    /// This context's copy of the queue limits (refreshed after a freeze).
+    limits: QueueLimits,
+    nomerges: u8,
+    bounce_on: bool,
+    bounce: BouncePool,
+    flushq: FlushQueue,
+    /// Flush-sequence bios whose next stage is ready to run.
+    seq_ready: Vec<u32>,
+    /// The next flush must be issued.
+    flush_kick: bool,
     /// Clock of the current batch (0: not read yet).
     batch_ns: u64,
     /// Requests this context built that have not ended yet.
@@ -123,6 +138,13 @@ impl Device {
             hist: Histograms::new(),
             iostats: dev.cfg.iostats,
             timeout_ms: dev.cfg.timeout_ms,
+            limits: dev.info.limits,
+            nomerges: dev.cfg.nomerges,
+            bounce_on: dev.cfg.bounce,
+            bounce: BouncePool::new(dev.buf_pool.align()),
+            flushq: FlushQueue::new(bioset_size),
+            seq_ready: Vec::with_capacity(bioset_size),
+            flush_kick: false,
             batch_ns: 0,
             in_flight: 0,
             tags,
@@ -225,6 +247,7 @@ impl Context {
     pub fn poll(&mut self, f: impl FnMut(Completion<'_>)) -> usize {
         self.st.flush_plug(&self.dev);
         self.st.reap(&self.dev);
+        self.st.process_deferred(&self.dev);
         self.st.deliver(&self.dev, f)
     }
 
@@ -392,6 +415,7 @@ impl Context {
     pub(crate) fn check_waiter(&mut self, idx: u32, waker: &std::task::Waker) -> bool {
         if !self.st.bioset.node(idx).done {
             self.st.reap(&self.dev);
+            self.st.process_deferred(&self.dev);
             // Orphans (futures dropped early) are freed here.
             self.st.deliver(&self.dev, |_| {});
         }
@@ -463,31 +487,293 @@ impl CtxState {
 
     /// Validate the bio in `node` and send it down the pipeline.
     #[inline]
-    fn submit_node(&mut self, dev: &DeviceInner, node: NonNull<crate::bioset::BioNode>) -> u32 {
+    fn submit_node(&mut self, dev: &DeviceInner, node: NonNull<BioNode>) -> u32 {
+        let idx = self.bioset.index_of(node);
         // SAFETY: the slot was just filled (or reused) and is owned by this
         // context; no request holds it yet.
-        let (idx, status) = unsafe {
-            let n = node.as_ref();
+        let (op, flags, status) = unsafe {
+            let bio = node.as_ref().bio.as_ref().expect("slot holds a bio");
             (
-                n.index,
-                dev.info.validate(n.bio.as_ref().expect("slot holds a bio")),
+                bio.op(),
+                bio.flags(),
+                dev.info.validate(bio, self.bounce_on),
             )
         };
         bump(&self.stats.bios, 1);
         if !status.is_ok() {
             bump(&self.stats.errors, 1);
-            self.end_bio(idx, status);
+            self.finish(idx, status);
             return idx;
+        }
+        if op == Op::Flush || flags.bits() & (BioFlags::FUA.bits() | BioFlags::PREFLUSH.bits()) != 0
+        {
+            let stages = flush::policy(op, flags, &dev.info.features);
+            if stages != flush::DATA {
+                self.bioset.node_mut(idx).stages = stages;
+                self.advance(dev, idx);
+                return idx;
+            }
+        }
+        self.submit_data(dev, idx);
+        idx
+    }
+
+    /// Send the data of bio `idx` on: merge it, make it a request, or split
+    /// (and bounce) it.
+    #[inline]
+    fn submit_data(&mut self, dev: &DeviceInner, idx: u32) {
+        let node = self.bioset.node_ptr(idx);
+        // SAFETY: slot `idx` is owned by this context and not in a request.
+        let bio = unsafe { node.as_ref() }
+            .bio
+            .as_ref()
+            .expect("slot holds a bio");
+        let emulate_zeroes = bio.op() == Op::WriteZeroes && !dev.info.features.write_zeroes;
+        if emulate_zeroes || split::fits(bio, &self.limits) == Fit::Split {
+            self.split_submit(dev, idx, emulate_zeroes);
+            return;
+        }
+        if self.nomerges < 2 && merge::mergeable(bio) && self.try_merge(dev, node) {
+            return;
         }
         let rq = self.get_rq(dev);
         let full = {
             let _legacy = dev.lock.hold();
-            self.queue_rq(rq, node)
+            self.queue_rq(dev, rq, node)
         };
         if full {
             self.flush_plug(dev);
         }
-        idx
+    }
+
+    /// Try to join a waiting request: the plug's newest, then (with
+    /// `nomerges=0`) the last few in the software queue.
+    #[inline]
+    fn try_merge(&mut self, dev: &DeviceInner, node: NonNull<BioNode>) -> bool {
+        // SAFETY: the slot is owned by this context and not in a request.
+        let bio = unsafe { node.as_ref() }
+            .bio
+            .as_ref()
+            .expect("slot holds a bio");
+        let (sector, bytes, segs, group) = (
+            bio.sector(),
+            bio.len_bytes(),
+            bio.segments().len(),
+            StatGroup::of(bio.op()),
+        );
+        let _legacy = dev.lock.hold();
+        let lim = &self.limits;
+        let candidates = if self.nomerges == 0 { 8 } else { 1 };
+        let target = match self.plug.last_mut() {
+            Some(rq) => merge::can_merge(rq, bio, lim).map(|side| (rq, side)),
+            None => self
+                .sw
+                .iter_mut_newest(candidates)
+                .find_map(|rq| merge::can_merge(rq, bio, lim).map(|side| (rq, side))),
+        };
+        let Some((rq, side)) = target else {
+            return false;
+        };
+        merge::attach(rq, node, sector, bytes, segs, side);
+        bump(&self.stats.merges[group as usize], 1);
+        true
+    }
+
+    /// Cut bio `idx` into pieces that fit (bouncing misaligned ones) and
+    /// submit each; the parent ends once, after all of them.
+    fn split_submit(&mut self, dev: &DeviceInner, idx: u32, emulate_zeroes: bool) {
+        {
+            let n = self.bioset.node_mut(idx);
+            n.parent = true;
+            // The submission's own reference: the parent cannot end while
+            // pieces are still being cut, however fast they complete.
+            n.aux = 1;
+        }
+        let parent_ptr = self.bioset.node_ptr(idx);
+        let mut splitter = Splitter::default();
+        let mut pieces = 0u32;
+        let mut failed = Status::Ok;
+        loop {
+            // SAFETY: the parent slot stays owned by this context while it is
+            // cut; pieces live in other slots, so nothing else touches it.
+            let parent = unsafe { parent_ptr.as_ref() }
+                .bio
+                .as_ref()
+                .expect("parent holds its bio");
+            let zero = emulate_zeroes.then_some(&dev.zero_buf);
+            let piece = match splitter.next(parent, &self.limits, zero) {
+                Ok(Some(p)) => p,
+                Ok(None) => break,
+                Err(_) => {
+                    failed = Status::Invalid(InvalidKind::TooManySegments);
+                    break;
+                }
+            };
+            pieces += 1;
+            let mut child = piece.bio;
+            child.private = u64::from(idx);
+            let delivery = if piece.bounce {
+                let len = child.len_bytes() as usize;
+                let mut buf = self.bounce.get(len);
+                if child.op() == Op::Write {
+                    let n = bounce::copy_from_bio(
+                        parent,
+                        piece.offset_in_parent,
+                        &mut buf.as_mut_slice()[..len],
+                    );
+                    bump(&self.stats.bytes_copied, n);
+                }
+                child.set_len_bytes(0);
+                child.push_segment(buf, 0, len as u32);
+                Delivery::Bounce
+            } else {
+                Delivery::Child
+            };
+            let cnode = loop {
+                match self.bioset.insert(child, delivery) {
+                    Ok(n) => break n,
+                    Err(c) => {
+                        child = c;
+                        self.make_room(dev);
+                    }
+                }
+            };
+            self.bioset.node_mut(idx).aux += 1;
+            let rq = self.get_rq(dev);
+            let full = {
+                let _legacy = dev.lock.hold();
+                self.queue_rq(dev, rq, cnode)
+            };
+            if full {
+                self.flush_plug(dev);
+            }
+        }
+        if pieces > 1 {
+            bump(&self.stats.splits, 1);
+        }
+        self.child_done(idx, failed);
+    }
+
+    /// A piece of parent `idx` ended (or the cutting did).
+    fn child_done(&mut self, idx: u32, status: Status) {
+        let n = self.bioset.node_mut(idx);
+        debug_assert!(n.parent);
+        debug_assert!(n.aux > 0);
+        if let Some(bio) = n.bio.as_mut() {
+            if bio.status.is_ok() && !status.is_ok() {
+                bio.status = status;
+            }
+        }
+        n.aux -= 1;
+        if n.aux == 0 {
+            n.parent = false;
+            let status = n.bio.as_ref().map_or(Status::Ok, |b| b.status);
+            self.data_done(idx, status);
+        }
+    }
+
+    /// The data stage of bio `idx` ended with `status`.
+    #[inline]
+    fn data_done(&mut self, idx: u32, status: Status) {
+        if self.bioset.node(idx).stages != 0 && status.is_ok() {
+            // More stages (a POSTFLUSH): run them from a submitting path.
+            self.seq_ready.push(idx);
+        } else {
+            self.finish(idx, status);
+        }
+    }
+
+    /// Run the next stage of bio `idx`'s flush sequence: PREFLUSH, then
+    /// DATA, then POSTFLUSH, then the end.
+    fn advance(&mut self, dev: &DeviceInner, idx: u32) {
+        let n = self.bioset.node_mut(idx);
+        let stages = n.stages;
+        if stages & flush::PREFLUSH != 0 {
+            n.stages &= !flush::PREFLUSH;
+            self.join_flush(dev, idx);
+        } else if stages & flush::DATA != 0 {
+            n.stages &= !flush::DATA;
+            self.submit_data(dev, idx);
+        } else if stages & flush::POSTFLUSH != 0 {
+            n.stages &= !flush::POSTFLUSH;
+            self.join_flush(dev, idx);
+        } else {
+            self.finish(idx, Status::Ok);
+        }
+    }
+
+    /// Wait for the next device flush (combining with any already waiting).
+    fn join_flush(&mut self, dev: &DeviceInner, idx: u32) {
+        if self.flushq.running {
+            debug_assert!(self.flushq.pending.len() < self.flushq.pending.capacity());
+            self.flushq.pending.push(idx);
+        } else {
+            self.flushq.waiting_running.push(idx);
+            self.issue_flush(dev);
+        }
+    }
+
+    fn issue_flush(&mut self, dev: &DeviceInner) {
+        debug_assert!(!self.flushq.running);
+        self.flushq.running = true;
+        self.flushq.issued += 1;
+        let mut bio = Bio::flush();
+        let node = loop {
+            match self.bioset.insert(bio, Delivery::FlushInternal) {
+                Ok(n) => break n,
+                Err(b) => {
+                    bio = b;
+                    self.make_room(dev);
+                }
+            }
+        };
+        let rq = self.get_rq(dev);
+        let full = {
+            let _legacy = dev.lock.hold();
+            self.queue_rq(dev, rq, node)
+        };
+        if full {
+            self.flush_plug(dev);
+        }
+    }
+
+    /// The running flush ended: release its waiters; start the next one if
+    /// more are pending (from a submitting path).
+    fn flush_done(&mut self, status: Status) {
+        self.flushq.running = false;
+        let mut waiters = std::mem::take(&mut self.flushq.waiting_running);
+        for &idx in &waiters {
+            if status.is_ok() {
+                self.seq_ready.push(idx);
+            } else {
+                self.finish(idx, status);
+            }
+        }
+        waiters.clear();
+        self.flushq.waiting_running = waiters;
+        if !self.flushq.pending.is_empty() {
+            std::mem::swap(&mut self.flushq.pending, &mut self.flushq.waiting_running);
+            self.flush_kick = true;
+        }
+    }
+
+    /// Stages that completions made ready; run here, never from the reap,
+    /// so no completion recurses into submission.
+    fn process_deferred(&mut self, dev: &DeviceInner) {
+        while self.flush_kick || !self.seq_ready.is_empty() {
+            if self.flush_kick {
+                self.flush_kick = false;
+                self.issue_flush(dev);
+            }
+            let mut ready = std::mem::take(&mut self.seq_ready);
+            for &idx in &ready {
+                self.advance(dev, idx);
+            }
+            ready.clear();
+            if self.seq_ready.is_empty() {
+                self.seq_ready = ready;
+            }
+        }
     }
 
     /// Submit again the bios whose callbacks asked for it.
@@ -555,7 +841,7 @@ impl CtxState {
     /// Build the request from the bio and queue it. Returns true if the plug
     /// is full.
     #[inline]
-    fn queue_rq(&mut self, mut rq: RqRef, node: NonNull<crate::bioset::BioNode>) -> bool {
+    fn queue_rq(&mut self, dev: &DeviceInner, mut rq: RqRef, node: NonNull<BioNode>) -> bool {
         // SAFETY: the slot was just filled by this context and no request
         // holds it yet.
         let bio = unsafe { node.as_ref() }
@@ -563,10 +849,11 @@ impl CtxState {
             .as_ref()
             .expect("slot holds a bio");
         rq.op = bio.op();
-        rq.flags = bio.flags();
+        rq.flags = flush::request_flags(bio.flags(), &dev.info.features);
         rq.sector = bio.sector();
         rq.size_bytes = bio.len_bytes();
         rq.nr_bios = 1;
+        rq.nr_segs = bio.segments().len().min(u16::MAX as usize) as u16;
         rq.bio_head = Some(node);
         rq.bio_tail = Some(node);
         rq.owner = Some(self.shared_ptr());
@@ -715,7 +1002,8 @@ impl CtxState {
         while let Some(n) = node {
             // SAFETY: the request came back to its owner, so its bio chain
             // (slots of this context's bio set) is ours again.
-            let (idx, next) = unsafe { (n.as_ref().index, n.as_ref().next) };
+            let next = unsafe { n.as_ref().next };
+            let idx = self.bioset.index_of(n);
             node = next;
             self.end_bio(idx, status);
         }
@@ -724,14 +1012,57 @@ impl CtxState {
         self.tags.retire(rq, &mut self.freed_tags);
     }
 
+    /// A bio's request ended: route by what the bio is.
     #[inline]
     fn end_bio(&mut self, idx: u32, status: Status) {
-        match self.bioset.end(idx, status) {
-            Delivery::Callback | Delivery::Orphan => {
+        let n = self.bioset.node(idx);
+        match n.delivery {
+            Delivery::Callback | Delivery::Waiter | Delivery::Orphan => self.data_done(idx, status),
+            Delivery::Child => {
+                let parent = n.bio.as_ref().map_or(0, |b| b.private as u32);
+                self.bioset.remove(idx);
+                self.child_done(parent, status);
+            }
+            Delivery::Bounce => {
+                let mut child = self.bioset.remove(idx).expect("bounce piece holds its bio");
+                let parent = child.private as u32;
+                if status.is_ok() && child.op() == Op::Read {
+                    let pnode = self.bioset.node_mut(parent);
+                    let pbio = pnode.bio.as_mut().expect("parent holds its bio");
+                    let offset = (child.sector() - pbio.sector()) << SECTOR_SHIFT;
+                    let len = child.len_bytes() as usize;
+                    let n = bounce::copy_to_bio(
+                        pbio,
+                        offset,
+                        &child.segments_mut()[0].as_mut_slice()[..len],
+                    );
+                    bump(&self.stats.bytes_copied, n);
+                }
+                if let Some(buf) = child.into_buffers().next() {
+                    self.bounce.put(buf);
+                }
+                self.child_done(parent, status);
+            }
+            Delivery::FlushInternal => {
+                self.bioset.remove(idx);
+                self.flush_done(status);
+            }
+        }
+    }
+
+    /// End a user bio for good: to its waiter, or queued for callbacks.
+    #[inline]
+    fn finish(&mut self, idx: u32, status: Status) {
+        let final_status = match self.bioset.node(idx).bio.as_ref() {
+            Some(b) if !b.status.is_ok() => b.status,
+            _ => status,
+        };
+        match self.bioset.end(idx, final_status) {
+            Delivery::Waiter => {}
+            _ => {
                 debug_assert!(self.ended.len() < self.ended.capacity());
                 self.ended.push_back(idx);
             }
-            Delivery::Waiter => {}
         }
     }
 
@@ -778,6 +1109,7 @@ impl CtxState {
         while !self.bioset.node(idx).done {
             let seen = dev.hw_queues[self.hwq as usize].notify.seq();
             self.reap(dev);
+            self.process_deferred(dev);
             if self.bioset.node(idx).done {
                 break;
             }
@@ -809,9 +1141,10 @@ impl Drop for Context {
         let st = &mut self.st;
         st.flush_plug(dev);
         let mut spins = 0;
-        while st.in_flight > 0 {
+        while st.in_flight > 0 || !st.seq_ready.is_empty() || st.flush_kick {
             let seen = dev.hw_queues[st.hwq as usize].notify.seq();
             st.reap(dev);
+            st.process_deferred(dev);
             if st.in_flight > 0 {
                 st.backoff(dev, seen, &mut spins);
             }

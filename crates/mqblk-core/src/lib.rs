@@ -23,9 +23,13 @@ pub mod spec;
 // Front end.
 pub mod bio;
 mod bioset;
+mod bounce;
 pub mod buf;
 pub mod context;
+mod flush;
 pub mod future;
+mod merge;
+mod split;
 
 // Pipeline stages.
 pub mod completion;

@@ -42,7 +42,6 @@ impl Plug {
 
     /// The newest request, for merging.
     #[inline]
-    #[allow(dead_code)]
     pub(crate) fn last_mut(&mut self) -> Option<&mut RqRef> {
         self.list.last_mut()
     }

@@ -81,6 +81,11 @@ pub struct DeviceConfig {
     pub timeout_ms: u32,
     /// Read-only device, whatever the driver says.
     pub read_only: bool,
+    /// Merging: 0 all, 1 only with the most recent request, 2 none (Linux
+    /// `nomerges`).
+    pub nomerges: u8,
+    /// Bounce misaligned segments (on) or refuse them with an error (off).
+    pub bounce: bool,
 }
 
 impl DeviceConfig {
@@ -100,12 +105,14 @@ impl DeviceConfig {
             iostats: true,
             timeout_ms: 30_000,
             read_only: false,
+            nomerges: 0,
+            bounce: true,
         }
     }
 
     /// Take the options every device kind accepts: `hw_queues`,
     /// `queue_depth`, `reserved_tags`, `shared_tags`, `queue_mode`, `plug`,
-    /// `iostats`, `io_timeout_ms`, `ro`.
+    /// `iostats`, `io_timeout_ms`, `ro`, `nomerges`, `bounce`.
     pub fn take_common(&mut self, o: &mut SpecOptions) -> Result<()> {
         if let Some(n) = o.take_u64("hw_queues")? {
             if !(1..=1024).contains(&n) {
@@ -145,6 +152,15 @@ impl DeviceConfig {
         if let Some(b) = o.take_bool("ro")? {
             self.read_only = b;
         }
+        if let Some(n) = o.take_u64("nomerges")? {
+            if n > 2 {
+                return Err(o.error("nomerges", &n.to_string(), "0, 1 or 2"));
+            }
+            self.nomerges = n as u8;
+        }
+        if let Some(b) = o.take_bool("bounce")? {
+            self.bounce = b;
+        }
         Ok(())
     }
 }
@@ -168,7 +184,7 @@ impl QueueInfo {
     /// Check a bio against capacity, limits and features. Returns the
     /// status to complete it with; the typed error is built from it later.
     #[inline]
-    pub(crate) fn validate(&self, bio: &Bio) -> Status {
+    pub(crate) fn validate(&self, bio: &Bio, bounce: bool) -> Status {
         let op = bio.op();
         if op == Op::Flush {
             return Status::Ok;
@@ -190,24 +206,19 @@ impl QueueInfo {
             return Status::Invalid(InvalidKind::ReadOnly);
         }
         match op {
-            Op::Read | Op::Write => {
-                let segs = bio.segments();
-                if segs.len() > lim.max_segments as usize {
-                    return Status::Invalid(InvalidKind::TooManySegments);
-                }
+            // Misaligned segments are bounced; refused only with bounce off.
+            Op::Read | Op::Write if !bounce => {
                 let dma = lim.dma_alignment as usize;
-                for s in segs {
+                for s in bio.segments() {
                     if (s.addr() | s.len() as usize) & dma != 0 {
                         return Status::Invalid(InvalidKind::Misaligned);
                     }
                 }
             }
-            Op::Discard if !self.features.discard => {
+            Op::Discard if !self.features.discard || lim.max_discard_sectors == 0 => {
                 return Status::Invalid(InvalidKind::Unsupported);
             }
-            Op::WriteZeroes if !self.features.write_zeroes => {
-                return Status::Invalid(InvalidKind::Unsupported);
-            }
+            // Write-zeroes without device support is emulated with writes.
             _ => {}
         }
         Status::Ok
@@ -360,6 +371,8 @@ pub(crate) struct DeviceInner {
     pub(crate) tags: Box<[Arc<Tags>]>,
     pub(crate) lock: QueueLock,
     pub(crate) buf_pool: BufPool,
+    /// Zeros that emulated write-zeroes pieces point at (never written).
+    pub(crate) zero_buf: crate::buf::IoBuf,
     pub(crate) ops: Arc<dyn DeviceOps>,
     pub(crate) stats: DeviceStats,
     pub(crate) completes_async: bool,
@@ -468,6 +481,7 @@ impl Device {
                 tags,
                 lock,
                 buf_pool,
+                zero_buf: crate::buf::IoBuf::new(64 << 10, align),
                 ops: driver,
                 stats: DeviceStats::new(),
                 completes_async,

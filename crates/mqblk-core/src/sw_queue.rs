@@ -41,9 +41,9 @@ impl SwQueue {
         self.list.is_empty()
     }
 
+    /// The newest `n` waiting requests, newest first (merge candidates).
     #[inline]
-    #[allow(dead_code)]
-    pub(crate) fn len(&self) -> usize {
-        self.list.len()
+    pub(crate) fn iter_mut_newest(&mut self, n: usize) -> impl Iterator<Item = &mut RqRef> {
+        self.list.iter_mut().rev().take(n)
     }
 }

@@ -16,9 +16,11 @@ pub use mqblk_core::*;
 
 /// Open a device from a spec string such as `null,size=1T,completion=inline`.
 ///
-/// Kinds: `null` (see `mqblk_null` for its options). Every kind also takes
-/// the common options `hw_queues`, `queue_depth`, `reserved_tags`,
-/// `shared_tags`, `queue_mode`, `plug`, `iostats`, `io_timeout_ms` and `ro`.
+/// Kinds: `null` (see `mqblk_null` for its options) and `ram` (a sparse,
+/// memory-backed disk like Linux's brd: `ram,size=1G`, see `mqblk_ram`).
+/// Every kind also takes the common options `hw_queues`, `queue_depth`,
+/// `reserved_tags`, `shared_tags`, `queue_mode`, `plug`, `iostats`,
+/// `io_timeout_ms` and `ro`.
 pub fn open(spec: &str) -> Result<Device> {
     let s = mqblk_core::spec::parse(spec)?;
     open_parsed(s)
@@ -36,9 +38,18 @@ pub fn open_parsed(s: mqblk_core::spec::DeviceSpec) -> Result<Device> {
             }
             mqblk_null::open(s.options)
         }
+        "ram" => {
+            if let Some(t) = &s.target {
+                return Err(Error::spec(
+                    s.options.spec(),
+                    format!("the ram device takes no target, got `{t}`"),
+                ));
+            }
+            mqblk_ram::open(s.options)
+        }
         other => Err(Error::spec(
             s.options.spec(),
-            format!("unknown device kind `{other}`; built in: null"),
+            format!("unknown device kind `{other}`; built in: null, ram"),
         )),
     }
 }

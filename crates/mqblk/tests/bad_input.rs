@@ -102,7 +102,8 @@ fn zero_length() {
 
 #[test]
 fn misaligned_buffer_names_the_segment_and_alignment() {
-    let dev = mqblk::open("null,size=1M").unwrap();
+    // With bouncing off, the device's alignment is a hard requirement.
+    let dev = mqblk::open("null,size=1M,bounce=0").unwrap();
     let mut ctx = dev.context().unwrap();
     let mut buf = dev.alloc_buf(8192);
     let e = ctx.read_at(&mut buf.as_mut_slice()[1..513], 0).unwrap_err();
@@ -165,6 +166,8 @@ fn malformed_specs_and_options() {
         ("null,hw_queues=0", "hw_queues"),
         ("null,queue_depth=0", "queue_depth"),
         ("null,plug=maybe", "plug"),
+        ("null,nomerges=3", "nomerges"),
+        ("null,bounce=perhaps", "bounce"),
         ("null,error_probability=101", "error_probability"),
         ("null:/dev/x", "target"),
     ] {

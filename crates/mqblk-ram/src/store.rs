@@ -1,0 +1,591 @@
+//! The sparse page store behind the ram driver (Linux brd's xarray of
+//! pages, `brd->brd_pages`).
+//!
+//! Sits behind the ram driver's `queue_rq` ([`crate::driver::RamDriver`]):
+//! writes copy into 4 KiB pages, reads copy out of them, and discard and
+//! write-zeroes free them. A page is allocated on its first write of non-zero data; a page
+//! never written (or discarded since) is a hole that reads as zeros and
+//! takes no memory.
+//!
+//! The store is shared by every hardware queue, so it is split into shards,
+//! each behind its own lock and on its own cache line. Pages are grouped in
+//! chunks of [`CHUNK_PAGES`] (64 KiB): one lock acquisition and one map
+//! lookup serve a whole chunk, and chunk numbers pick the shard, so two
+//! queues working on different places of the device rarely take the same
+//! lock. Each shard keeps its chunks in order, so that a discard of any size
+//! (a whole 1 TiB device) and the extent walk visit only what is stored,
+//! never every page number of the range.
+
+use std::collections::btree_map::Entry;
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crossbeam_utils::CachePadded;
+
+/// Size of one store page, in bytes.
+pub const PAGE_BYTES: usize = 4096;
+const PAGE_SHIFT: u32 = PAGE_BYTES.trailing_zeros();
+
+/// Pages per chunk: the unit one lock acquisition covers.
+pub const CHUNK_PAGES: usize = 16;
+const CHUNK_BYTES: usize = CHUNK_PAGES * PAGE_BYTES;
+const CHUNK_SHIFT: u32 = CHUNK_BYTES.trailing_zeros();
+
+/// Fewest shards a store gets, whatever the machine.
+pub const MIN_SHARDS: usize = 16;
+/// Most shards a store gets.
+pub const MAX_SHARDS: usize = 1024;
+
+type Page = Box<[u8; PAGE_BYTES]>;
+
+/// A page could not be allocated: the process is out of memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("out of memory allocating the page at byte {offset_bytes}; discard unused ranges or make the device smaller")]
+pub struct OutOfMemory {
+    /// Device offset of the page that could not be allocated.
+    pub offset_bytes: u64,
+}
+
+/// Up to [`CHUNK_PAGES`] consecutive pages; absent ones are holes.
+#[derive(Default)]
+struct Chunk {
+    pages: [Option<Page>; CHUNK_PAGES],
+    resident: u32,
+}
+
+impl Chunk {
+    /// Bit `i` set: page `i` of the chunk is stored.
+    fn resident_mask(&self) -> u32 {
+        self.pages
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.is_some())
+            .fold(0, |m, (i, _)| m | 1 << i)
+    }
+
+    /// Make bytes `range` of the chunk read as zeros: whole pages are freed,
+    /// partly covered ones zeroed in place (and freed if that leaves them
+    /// all zeros). Returns the pages freed.
+    fn zero(&mut self, range: Range<usize>) -> u32 {
+        debug_assert!(range.end <= CHUNK_BYTES);
+        let mut freed = 0;
+        let mut at = range.start;
+        while at < range.end {
+            let i = at / PAGE_BYTES;
+            let in_page = at % PAGE_BYTES;
+            let n = (PAGE_BYTES - in_page).min(range.end - at);
+            debug_assert!(i < CHUNK_PAGES);
+            let slot = &mut self.pages[i];
+            if let Some(page) = slot {
+                let whole = n == PAGE_BYTES;
+                if !whole {
+                    page[in_page..in_page + n].fill(0);
+                }
+                if whole || is_zero(&page[..]) {
+                    *slot = None;
+                    freed += 1;
+                }
+            }
+            at += n;
+        }
+        debug_assert!(freed <= self.resident);
+        self.resident -= freed;
+        freed
+    }
+}
+
+/// The chunks whose number maps to one shard, in order.
+#[derive(Default)]
+struct Shard {
+    chunks: BTreeMap<u64, Box<Chunk>>,
+    resident_pages: u64,
+}
+
+impl Shard {
+    /// Copy `src` into chunk `chunk_no` from byte `in_chunk` on. Holes
+    /// written with zeros stay holes.
+    fn write(&mut self, chunk_no: u64, in_chunk: usize, src: &[u8]) -> Result<(), OutOfMemory> {
+        debug_assert!(in_chunk + src.len() <= CHUNK_BYTES);
+        let chunk = match self.chunks.entry(chunk_no) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(_) if is_zero(src) => return Ok(()),
+            Entry::Vacant(e) => e.insert(Box::default()),
+        };
+        let mut result = Ok(());
+        let mut done = 0;
+        while done < src.len() {
+            let at = in_chunk + done;
+            let (i, in_page) = (at / PAGE_BYTES, at % PAGE_BYTES);
+            let n = (PAGE_BYTES - in_page).min(src.len() - done);
+            let piece = &src[done..done + n];
+            debug_assert!(i < CHUNK_PAGES);
+            match &mut chunk.pages[i] {
+                Some(page) => page[in_page..in_page + n].copy_from_slice(piece),
+                None if is_zero(piece) => {}
+                slot @ None => match new_page(in_page, piece) {
+                    Some(page) => {
+                        *slot = Some(page);
+                        chunk.resident += 1;
+                        self.resident_pages += 1;
+                    }
+                    None => {
+                        let offset_bytes = (chunk_no << CHUNK_SHIFT) + (i * PAGE_BYTES) as u64;
+                        result = Err(OutOfMemory { offset_bytes });
+                        break;
+                    }
+                },
+            }
+            done += n;
+        }
+        if chunk.resident == 0 {
+            // Only zeros reached a new chunk, or its first page failed.
+            self.chunks.remove(&chunk_no);
+        }
+        result
+    }
+
+    /// Copy chunk `chunk_no` from byte `in_chunk` on into `out`.
+    fn read(&self, chunk_no: u64, in_chunk: usize, out: &mut [u8]) {
+        debug_assert!(in_chunk + out.len() <= CHUNK_BYTES);
+        let Some(chunk) = self.chunks.get(&chunk_no) else {
+            out.fill(0);
+            return;
+        };
+        let mut done = 0;
+        while done < out.len() {
+            let at = in_chunk + done;
+            let (i, in_page) = (at / PAGE_BYTES, at % PAGE_BYTES);
+            let n = (PAGE_BYTES - in_page).min(out.len() - done);
+            let dst = &mut out[done..done + n];
+            debug_assert!(i < CHUNK_PAGES);
+            match &chunk.pages[i] {
+                Some(page) => dst.copy_from_slice(&page[in_page..in_page + n]),
+                None => dst.fill(0),
+            }
+            done += n;
+        }
+    }
+
+    /// Zero device bytes `[start_bytes, end_bytes)` within the stored
+    /// chunks numbered `chunks`, dropping chunks left empty.
+    fn zero(&mut self, chunks: std::ops::RangeInclusive<u64>, start_bytes: u64, end_bytes: u64) {
+        let mut freed = 0u64;
+        self.chunks
+            .extract_if(chunks, |&chunk_no, chunk| {
+                freed += u64::from(chunk.zero(chunk_bytes(chunk_no, start_bytes, end_bytes)));
+                chunk.resident == 0
+            })
+            .for_each(drop);
+        debug_assert!(freed <= self.resident_pages);
+        self.resident_pages -= freed;
+    }
+}
+
+/// The bytes of chunk `chunk_no` that device bytes `[start_bytes,
+/// end_bytes)` cover, relative to the chunk.
+#[inline]
+fn chunk_bytes(chunk_no: u64, start_bytes: u64, end_bytes: u64) -> Range<usize> {
+    let base = chunk_no << CHUNK_SHIFT;
+    let from = start_bytes.max(base) - base;
+    let to = end_bytes.min(base.saturating_add(CHUNK_BYTES as u64)) - base;
+    debug_assert!(from <= to);
+    debug_assert!(to <= CHUNK_BYTES as u64);
+    from as usize..to as usize
+}
+
+/// A new page holding `piece` at `in_page`, zeros elsewhere; `None` if the
+/// allocator refuses.
+fn new_page(in_page: usize, piece: &[u8]) -> Option<Page> {
+    let mut v: Vec<u8> = Vec::new();
+    v.try_reserve_exact(PAGE_BYTES).ok()?;
+    if piece.len() == PAGE_BYTES {
+        // A whole-page write: copy once instead of zeroing first.
+        v.extend_from_slice(piece);
+    } else {
+        v.resize(PAGE_BYTES, 0);
+        v[in_page..in_page + piece.len()].copy_from_slice(piece);
+    }
+    v.into_boxed_slice().try_into().ok()
+}
+
+/// True if every byte is zero. Folds 64 bytes at a time, which the compiler
+/// turns into vector ORs, and stops at the first non-zero block.
+#[inline]
+fn is_zero(b: &[u8]) -> bool {
+    let blocks = b.chunks_exact(64);
+    let tail = blocks.remainder();
+    blocks
+        .into_iter()
+        .all(|c| c.iter().fold(0u8, |a, &x| a | x) == 0)
+        && tail.iter().all(|&x| x == 0)
+}
+
+/// A sparse byte store addressed by device offset, shared by every hardware
+/// queue of a ram device.
+pub struct Store {
+    shards: Box<[CachePadded<RwLock<Shard>>]>,
+    shard_mask: u64,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("shards", &self.shards.len())
+            .field("resident_pages", &self.resident_pages())
+            .finish()
+    }
+}
+
+impl Store {
+    /// An empty store with enough shards that `nr_hw_queues` queues (or this
+    /// machine's CPUs, if more) rarely meet on one lock: four per queue,
+    /// from [`MIN_SHARDS`] to [`MAX_SHARDS`].
+    pub fn for_queues(nr_hw_queues: usize) -> Store {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Store::with_shards(nr_hw_queues.max(cpus).saturating_mul(4))
+    }
+
+    /// An empty store with `shards` shards (rounded up to a power of two
+    /// and clamped to [`MIN_SHARDS`]..=[`MAX_SHARDS`]).
+    pub fn with_shards(shards: usize) -> Store {
+        let n = shards.clamp(MIN_SHARDS, MAX_SHARDS).next_power_of_two();
+        Store {
+            shards: (0..n)
+                .map(|_| CachePadded::new(RwLock::new(Shard::default())))
+                .collect(),
+            shard_mask: n as u64 - 1,
+        }
+    }
+
+    /// Number of shards (locks).
+    pub fn nr_shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    // A panic while holding a shard leaves its pages and counts consistent
+    // (every update is a copy or a whole-page swap, counted right after), so
+    // a poisoned lock is still usable.
+    #[inline]
+    fn shard(&self, chunk_no: u64) -> RwLockReadGuard<'_, Shard> {
+        let i = (chunk_no & self.shard_mask) as usize;
+        debug_assert!(i < self.shards.len());
+        self.shards[i].read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    #[inline]
+    fn shard_mut(&self, chunk_no: u64) -> RwLockWriteGuard<'_, Shard> {
+        let i = (chunk_no & self.shard_mask) as usize;
+        debug_assert!(i < self.shards.len());
+        self.shards[i].write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Copy `data` to the device at `offset_bytes`, allocating pages as
+    /// needed. All-zero data landing on a hole leaves the hole.
+    ///
+    /// On [`OutOfMemory`], the bytes before the failed page are written and
+    /// the rest are not (a torn write, as a failed disk write may be).
+    pub fn write(&self, offset_bytes: u64, data: &[u8]) -> Result<(), OutOfMemory> {
+        for_each_chunk_piece(offset_bytes, data.len(), |chunk_no, in_chunk, range| {
+            self.shard_mut(chunk_no)
+                .write(chunk_no, in_chunk, &data[range])
+        })
+    }
+
+    /// Copy `out.len()` bytes at `offset_bytes` into `out`. Holes read as
+    /// zeros, and reading allocates nothing.
+    pub fn read(&self, offset_bytes: u64, out: &mut [u8]) {
+        let _ = for_each_chunk_piece(offset_bytes, out.len(), |chunk_no, in_chunk, range| {
+            self.shard(chunk_no)
+                .read(chunk_no, in_chunk, &mut out[range]);
+            Ok::<(), std::convert::Infallible>(())
+        });
+    }
+
+    /// Make `len_bytes` at `offset_bytes` read as zeros (discard and
+    /// write-zeroes): whole pages are freed, partly covered ones are zeroed
+    /// in place. A short range visits its chunks one by one; a long one (up
+    /// to the whole device) visits each shard once and only the chunks it
+    /// stores in the range.
+    pub fn discard(&self, offset_bytes: u64, len_bytes: u64) {
+        let end = offset_bytes.saturating_add(len_bytes);
+        if offset_bytes >= end {
+            return;
+        }
+        let first_chunk = offset_bytes >> CHUNK_SHIFT;
+        let last_chunk = (end - 1) >> CHUNK_SHIFT;
+        if last_chunk - first_chunk < self.shards.len() as u64 {
+            for chunk_no in first_chunk..=last_chunk {
+                self.shard_mut(chunk_no)
+                    .zero(chunk_no..=chunk_no, offset_bytes, end);
+            }
+        } else {
+            for shard in self.shards.iter() {
+                let mut shard = shard.write().unwrap_or_else(|e| e.into_inner());
+                shard.zero(first_chunk..=last_chunk, offset_bytes, end);
+            }
+        }
+    }
+
+    /// The stored pages in `[first_page, end_page)`, as sorted runs of
+    /// consecutive page numbers (the data extents; the gaps are holes).
+    /// Control plane: locks each shard in turn and allocates.
+    pub fn resident_runs(&self, first_page: u64, end_page: u64) -> Vec<Range<u64>> {
+        let mut runs: Vec<Range<u64>> = Vec::new();
+        if first_page >= end_page {
+            return runs;
+        }
+        let shift = CHUNK_SHIFT - PAGE_SHIFT;
+        let (first_chunk, last_chunk) = (first_page >> shift, (end_page - 1) >> shift);
+        let mut masks: Vec<(u64, u32)> = Vec::new();
+        for shard in self.shards.iter() {
+            let shard = shard.read().unwrap_or_else(|e| e.into_inner());
+            masks.extend(
+                shard
+                    .chunks
+                    .range(first_chunk..=last_chunk)
+                    .map(|(&no, c)| (no, c.resident_mask())),
+            );
+        }
+        masks.sort_unstable_by_key(|&(no, _)| no);
+        for (chunk_no, mask) in masks {
+            for i in 0..CHUNK_PAGES as u64 {
+                let page = (chunk_no << shift) + i;
+                if mask & (1 << i) == 0 || !(first_page..end_page).contains(&page) {
+                    continue;
+                }
+                match runs.last_mut() {
+                    Some(r) if r.end == page => r.end += 1,
+                    _ => runs.push(page..page + 1),
+                }
+            }
+        }
+        runs
+    }
+
+    /// Pages currently stored.
+    pub fn resident_pages(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| s.read().unwrap_or_else(|e| e.into_inner()).resident_pages)
+            .sum()
+    }
+
+    /// Bytes of page memory currently held: [`Store::resident_pages`] times
+    /// [`PAGE_BYTES`] (the chunk and map bookkeeping, about 2% on top, is
+    /// not counted).
+    pub fn resident_bytes(&self) -> u64 {
+        self.resident_pages() * PAGE_BYTES as u64
+    }
+}
+
+/// Call `f(chunk_no, offset_in_chunk, buffer_range)` for each chunk-sized
+/// piece of `len` bytes at device offset `offset_bytes`, stopping at the
+/// first error.
+#[inline]
+fn for_each_chunk_piece<E>(
+    offset_bytes: u64,
+    len: usize,
+    mut f: impl FnMut(u64, usize, Range<usize>) -> Result<(), E>,
+) -> Result<(), E> {
+    let mut done = 0usize;
+    while done < len {
+        let pos = offset_bytes + done as u64;
+        let chunk_no = pos >> CHUNK_SHIFT;
+        let in_chunk = (pos & (CHUNK_BYTES as u64 - 1)) as usize;
+        let n = (CHUNK_BYTES - in_chunk).min(len - done);
+        f(chunk_no, in_chunk, done..done + n)?;
+        done += n;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PAGE: u64 = PAGE_BYTES as u64;
+
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1)
+            .collect()
+    }
+
+    fn read(s: &Store, off: u64, len: usize) -> Vec<u8> {
+        let mut v = vec![0xAA; len];
+        s.read(off, &mut v);
+        v
+    }
+
+    #[test]
+    fn write_then_read_across_pages_and_chunks() {
+        let s = Store::with_shards(16);
+        // Unaligned, spanning a chunk boundary (64 KiB) and five pages.
+        let off = CHUNK_BYTES as u64 - 3 * PAGE - 512;
+        let data = pattern(4 * PAGE_BYTES, 7);
+        s.write(off, &data).unwrap();
+        assert_eq!(read(&s, off, data.len()), data);
+        assert_eq!(s.resident_pages(), 5);
+        assert_eq!(s.resident_bytes(), 5 * PAGE);
+        // Bytes around it are zeros.
+        assert_eq!(read(&s, off - 512, 512), vec![0; 512]);
+        assert_eq!(read(&s, off + data.len() as u64, 512), vec![0; 512]);
+        // Overwrite a piece: no new page.
+        let patch = pattern(1024, 99);
+        s.write(off + 3000, &patch).unwrap();
+        let mut expect = data.clone();
+        expect[3000..4024].copy_from_slice(&patch);
+        assert_eq!(read(&s, off, data.len()), expect);
+        assert_eq!(s.resident_pages(), 5);
+    }
+
+    #[test]
+    fn unwritten_reads_are_zeros_and_allocate_nothing() {
+        let s = Store::with_shards(16);
+        assert_eq!(read(&s, 0, 3 * PAGE_BYTES), vec![0; 3 * PAGE_BYTES]);
+        assert_eq!(read(&s, (1 << 40) - 512, 512), vec![0; 512]);
+        assert_eq!(s.resident_pages(), 0);
+        // A read of a page next to a stored one, in the same chunk.
+        s.write(0, &[1; 512]).unwrap();
+        assert_eq!(read(&s, PAGE, PAGE_BYTES), vec![0; PAGE_BYTES]);
+        assert_eq!(s.resident_pages(), 1);
+    }
+
+    #[test]
+    fn zeros_written_to_holes_stay_holes() {
+        let s = Store::with_shards(16);
+        s.write(0, &vec![0; 2 * CHUNK_BYTES]).unwrap();
+        assert_eq!(s.resident_pages(), 0);
+        assert!(s.resident_runs(0, 1 << 20).is_empty());
+        // Zeros over a stored page do overwrite it.
+        s.write(PAGE, &[9; 512]).unwrap();
+        s.write(PAGE, &[0; 512]).unwrap();
+        assert_eq!(read(&s, PAGE, 512), vec![0; 512]);
+        // Mixed: only the page with data is allocated.
+        let mut mixed = vec![0u8; 3 * PAGE_BYTES];
+        mixed[2 * PAGE_BYTES + 10] = 5;
+        s.write(8 * PAGE, &mixed).unwrap();
+        assert_eq!(s.resident_runs(8, 11), vec![10..11]);
+        assert_eq!(read(&s, 8 * PAGE, mixed.len()), mixed);
+    }
+
+    #[test]
+    fn discard_frees_whole_pages_and_zeroes_partial_ones() {
+        let s = Store::with_shards(16);
+        let data = pattern(8 * PAGE_BYTES, 3);
+        s.write(0, &data).unwrap();
+        assert_eq!(s.resident_pages(), 8);
+
+        // Whole pages 2 and 3.
+        s.discard(2 * PAGE, 2 * PAGE);
+        assert_eq!(s.resident_pages(), 6);
+        assert_eq!(read(&s, 2 * PAGE, 2 * PAGE_BYTES), vec![0; 2 * PAGE_BYTES]);
+        assert_eq!(read(&s, PAGE, PAGE_BYTES), data[PAGE_BYTES..2 * PAGE_BYTES]);
+
+        // 512-byte granular: partial head and tail zeroed in place, page 5
+        // (fully inside) freed.
+        s.discard(4 * PAGE + 512, 2 * PAGE + 512);
+        assert_eq!(s.resident_pages(), 5);
+        let at = |p: u64, o: u64| (p * PAGE + o) as usize;
+        assert_eq!(read(&s, 4 * PAGE, 512), data[at(4, 0)..at(4, 512)]);
+        assert_eq!(read(&s, 4 * PAGE + 512, 3584), vec![0; 3584]);
+        assert_eq!(read(&s, 5 * PAGE, PAGE_BYTES), vec![0; PAGE_BYTES]);
+        assert_eq!(read(&s, 6 * PAGE, 1024), vec![0; 1024]);
+        assert_eq!(read(&s, 6 * PAGE + 1024, 3072), data[at(6, 1024)..at(7, 0)]);
+
+        // Zeroing the rest of a page piecewise frees it too.
+        s.discard(4 * PAGE, 512);
+        assert_eq!(s.resident_pages(), 4, "page 4 is all zeros now");
+    }
+
+    #[test]
+    fn discard_of_a_huge_range_visits_only_what_is_stored() {
+        let s = Store::with_shards(16);
+        let tib = 1u64 << 40;
+        s.write(0, &[1; 4096]).unwrap();
+        s.write(tib / 2 + 12345 * 512, &[2; 8192]).unwrap();
+        s.write(tib - 4096, &[3; 4096]).unwrap();
+        assert_eq!(s.resident_pages(), 5);
+        // If this walked every page number of the range, it would not end.
+        s.discard(0, u64::MAX);
+        assert_eq!(s.resident_pages(), 0);
+        assert_eq!(read(&s, tib - 4096, 4096), vec![0; 4096]);
+        // Huge but not everything: the bytes outside stay.
+        s.write(0, &[1; 8192]).unwrap();
+        s.write(tib - 8192, &[3; 8192]).unwrap();
+        s.discard(4096, tib - 8192);
+        assert_eq!(read(&s, 0, 4096), vec![1; 4096]);
+        assert_eq!(read(&s, tib - 4096, 4096), vec![3; 4096]);
+        assert_eq!(s.resident_pages(), 2);
+    }
+
+    #[test]
+    fn short_discards_reach_every_shard() {
+        let s = Store::with_shards(16);
+        for page in 0..(64 * CHUNK_PAGES as u64) {
+            s.write(page * PAGE, &[1]).unwrap();
+        }
+        let total = 64 * CHUNK_PAGES as u64;
+        assert_eq!(s.resident_pages(), total);
+        // 5 chunks and a bit, starting off a chunk boundary: the
+        // chunk-by-chunk path.
+        let (from, to) = (3u64, 3 + 5 * CHUNK_PAGES as u64 + 2);
+        s.discard(from * PAGE, (to - from) * PAGE);
+        assert_eq!(s.resident_pages(), total - (to - from));
+        for page in 0..total {
+            let expect = u8::from(!(from..to).contains(&page));
+            assert_eq!(read(&s, page * PAGE, 1)[0], expect, "page {page}");
+        }
+        // Long enough for the shard scan path.
+        s.discard(0, total * PAGE - PAGE);
+        assert_eq!(s.resident_pages(), 1);
+        assert_eq!(s.resident_runs(0, total), vec![total - 1..total]);
+    }
+
+    #[test]
+    fn resident_runs_merge_across_chunks_and_clip() {
+        let s = Store::with_shards(16);
+        // Pages 14..20 (crossing chunk 0 → 1), 40, 41 and 100.
+        s.write(14 * PAGE, &pattern(6 * PAGE_BYTES, 1)).unwrap();
+        s.write(40 * PAGE, &pattern(2 * PAGE_BYTES, 2)).unwrap();
+        s.write(100 * PAGE + 4000, &[7; 10]).unwrap();
+        assert_eq!(s.resident_runs(0, 1 << 30), vec![14..20, 40..42, 100..101]);
+        assert_eq!(s.resident_runs(15, 41), vec![15..20, 40..41]);
+        assert_eq!(s.resident_runs(20, 40), Vec::<Range<u64>>::new());
+        assert_eq!(s.resident_runs(5, 5), Vec::<Range<u64>>::new());
+    }
+
+    #[test]
+    fn shard_counts_are_powers_of_two_in_bounds() {
+        assert_eq!(Store::with_shards(0).nr_shards(), MIN_SHARDS);
+        assert_eq!(Store::with_shards(17).nr_shards(), 32);
+        assert_eq!(Store::with_shards(usize::MAX).nr_shards(), MAX_SHARDS);
+        let s = Store::for_queues(3);
+        assert!(s.nr_shards().is_power_of_two());
+        assert!(s.nr_shards() >= 12);
+    }
+
+    #[test]
+    fn is_zero_checks_every_byte() {
+        for len in [0, 1, 63, 64, 65, 4096, 4097] {
+            let mut v = vec![0u8; len];
+            assert!(is_zero(&v));
+            for i in [0, len / 2, len.saturating_sub(1)] {
+                if i < len {
+                    v[i] = 1;
+                    assert!(!is_zero(&v), "len {len} byte {i}");
+                    v[i] = 0;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn chunk_bytes_clips_to_the_chunk() {
+        let c = CHUNK_BYTES as u64;
+        assert_eq!(chunk_bytes(0, 0, u64::MAX), 0..CHUNK_BYTES);
+        assert_eq!(chunk_bytes(2, 2 * c + 512, 2 * c + 1024), 512..1024);
+        assert_eq!(chunk_bytes(1, 0, c + 4096), 0..4096);
+    }
+}
