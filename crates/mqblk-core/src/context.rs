@@ -46,6 +46,8 @@ use crate::tag::{TagCache, Tags};
 /// What other contexts may touch of this one: its remote completion queue.
 pub(crate) struct CtxShared {
     pub(crate) remote: RemoteQueue<RqRef>,
+    /// Mirror of the owner's in-flight count, for freeze to watch.
+    pub(crate) in_flight: CachePadded<std::sync::atomic::AtomicU32>,
 }
 
 /// Polls before a waiting context goes to sleep on its hardware queue.
@@ -69,7 +71,9 @@ pub struct Context {
 unsafe impl Send for Context {}
 
 struct CtxState {
-    shared: Box<CtxShared>,
+    shared: Arc<CtxShared>,
+    /// The gate word as this context last saw it.
+    gate_seen: u64,
     id: u32,
     hwq: u16,
     tags: Arc<Tags>,
@@ -118,9 +122,11 @@ impl Device {
         let total = tags.total() as usize;
         let bioset_size = (2 * total + dev.cfg.plug_max as usize).max(64);
         let st = CtxState {
-            shared: Box::new(CtxShared {
+            shared: Arc::new(CtxShared {
                 remote: RemoteQueue::new(total),
+                in_flight: CachePadded::new(std::sync::atomic::AtomicU32::new(0)),
             }),
+            gate_seen: u64::MAX,
             id,
             hwq,
             hint: AllocHint::new(id),
@@ -149,6 +155,7 @@ impl Device {
             in_flight: 0,
             tags,
         };
+        dev.ctl().contexts.push(st.shared.clone());
         Ok(Context {
             dev,
             st,
@@ -488,6 +495,9 @@ impl CtxState {
     /// Validate the bio in `node` and send it down the pipeline.
     #[inline]
     fn submit_node(&mut self, dev: &DeviceInner, node: NonNull<BioNode>) -> u32 {
+        if dev.gate.load(std::sync::atomic::Ordering::Acquire) != self.gate_seen {
+            self.pass_gate(dev);
+        }
         let idx = self.bioset.index_of(node);
         // SAFETY: the slot was just filled (or reused) and is owned by this
         // context; no request holds it yet.
@@ -516,6 +526,30 @@ impl CtxState {
         }
         self.submit_data(dev, idx);
         idx
+    }
+
+    /// The queue was frozen or reconfigured: drain while frozen (our own
+    /// in-flight I/O must finish for the freeze to complete), then take a
+    /// fresh copy of the settings.
+    #[cold]
+    fn pass_gate(&mut self, dev: &DeviceInner) {
+        use std::sync::atomic::Ordering::Acquire;
+        let mut spins = 0;
+        while dev.gate.load(Acquire) & crate::queue::GATE_FROZEN != 0 {
+            let seen = dev.hw_queues[self.hwq as usize].notify.seq();
+            self.flush_plug(dev);
+            self.reap(dev);
+            self.process_deferred(dev);
+            if dev.gate.load(Acquire) & crate::queue::GATE_FROZEN == 0 {
+                break;
+            }
+            self.backoff(dev, seen, &mut spins);
+        }
+        let ctl = dev.ctl();
+        self.gate_seen = dev.gate.load(Acquire);
+        self.limits = ctl.limits;
+        self.plug_on = ctl.plug;
+        self.nomerges = ctl.nomerges;
     }
 
     /// Send the data of bio `idx` on: merge it, make it a request, or split
@@ -760,6 +794,9 @@ impl CtxState {
     /// Stages that completions made ready; run here, never from the reap,
     /// so no completion recurses into submission.
     fn process_deferred(&mut self, dev: &DeviceInner) {
+        if !self.flush_kick && self.seq_ready.is_empty() {
+            return;
+        }
         while self.flush_kick || !self.seq_ready.is_empty() {
             if self.flush_kick {
                 self.flush_kick = false;
@@ -774,6 +811,9 @@ impl CtxState {
                 self.seq_ready = ready;
             }
         }
+        // Sequence stages go straight to dispatch, as Linux's flush
+        // machinery does: nobody may be left to unplug them.
+        self.flush_plug(dev);
     }
 
     /// Submit again the bios whose callbacks asked for it.
@@ -867,6 +907,9 @@ impl CtxState {
         rq.transition(RqState::Idle, RqState::Queued);
         bump(&self.stats.requests, 1);
         self.in_flight += 1;
+        self.shared
+            .in_flight
+            .store(self.in_flight, std::sync::atomic::Ordering::Relaxed);
         if self.plug_on {
             self.plug.push(rq)
         } else {
@@ -1009,6 +1052,9 @@ impl CtxState {
         }
         debug_assert!(self.in_flight > 0);
         self.in_flight -= 1;
+        self.shared
+            .in_flight
+            .store(self.in_flight, std::sync::atomic::Ordering::Release);
         self.tags.retire(rq, &mut self.freed_tags);
     }
 
@@ -1153,5 +1199,6 @@ impl Drop for Context {
         st.deliver(dev, |_| {});
         st.tags.drain_cache(&mut st.tag_cache);
         dev.stats.retire(&st.stats, &st.hist);
+        dev.ctl().contexts.retain(|c| !Arc::ptr_eq(c, &st.shared));
     }
 }

@@ -81,6 +81,20 @@ impl QueueLimits {
                 self.max_sectors
             ));
         }
+        if (u64::from(self.max_sectors) * SECTOR_SIZE) % u64::from(lbs) != 0
+            && self.max_sectors != u32::MAX
+        {
+            return Err(format!(
+                "max_sectors {} is not a whole number of {lbs}-byte blocks",
+                self.max_sectors
+            ));
+        }
+        if self.max_segment_size < lbs.min(4096) && self.max_segment_size < 512 {
+            return Err(format!(
+                "max_segment_size {} is below 512",
+                self.max_segment_size
+            ));
+        }
         if self.max_segments == 0 {
             return Err("max_segments must be at least 1".into());
         }

@@ -64,6 +64,9 @@ pub struct DeviceConfig {
     pub nr_hw_queues: u16,
     /// Normal tags per hardware queue (or in the shared set).
     pub queue_depth: u32,
+    /// Tags allocated per set: `queue_depth` can later be raised up to this
+    /// while the device runs (default: `queue_depth`).
+    pub queue_depth_max: u32,
     /// Reserved tags.
     pub reserved_tags: u32,
     /// One tag set shared by every hardware queue.
@@ -86,6 +89,40 @@ pub struct DeviceConfig {
     pub nomerges: u8,
     /// Bounce misaligned segments (on) or refuse them with an error (off).
     pub bounce: bool,
+    /// Lower the driver's limits (Linux's writable `max_sectors_kb` and
+    /// friends): applied on top of `Driver::limits()`, never above it.
+    pub limit_overrides: LimitOverrides,
+}
+
+/// Limits a device may be configured below what its driver allows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LimitOverrides {
+    /// `max_sectors`.
+    pub max_sectors: Option<u32>,
+    /// `max_segments`.
+    pub max_segments: Option<u32>,
+    /// `max_segment_size`.
+    pub max_segment_size: Option<u32>,
+    /// `chunk_sectors`.
+    pub chunk_sectors: Option<u32>,
+}
+
+impl LimitOverrides {
+    /// Apply to `lim`, keeping every value within what the driver allows.
+    pub fn apply(&self, lim: &mut QueueLimits) {
+        if let Some(v) = self.max_sectors {
+            lim.max_sectors = lim.max_sectors.min(v);
+        }
+        if let Some(v) = self.max_segments {
+            lim.max_segments = lim.max_segments.min(v);
+        }
+        if let Some(v) = self.max_segment_size {
+            lim.max_segment_size = lim.max_segment_size.min(v);
+        }
+        if let Some(v) = self.chunk_sectors {
+            lim.chunk_sectors = v;
+        }
+    }
 }
 
 impl DeviceConfig {
@@ -97,6 +134,7 @@ impl DeviceConfig {
             capacity_bytes,
             nr_hw_queues: cpus.clamp(1, 1024) as u16,
             queue_depth: 64,
+            queue_depth_max: 0,
             reserved_tags: 0,
             shared_tags: false,
             queue_mode: QueueMode::Mq,
@@ -107,12 +145,15 @@ impl DeviceConfig {
             read_only: false,
             nomerges: 0,
             bounce: true,
+            limit_overrides: LimitOverrides::default(),
         }
     }
 
     /// Take the options every device kind accepts: `hw_queues`,
     /// `queue_depth`, `reserved_tags`, `shared_tags`, `queue_mode`, `plug`,
-    /// `iostats`, `io_timeout_ms`, `ro`, `nomerges`, `bounce`.
+    /// `iostats`, `io_timeout_ms`, `ro`, `nomerges`, `bounce`, and the limit
+    /// overrides `max_sectors`, `max_segments`, `max_segment_size`,
+    /// `chunk_sectors`.
     pub fn take_common(&mut self, o: &mut SpecOptions) -> Result<()> {
         if let Some(n) = o.take_u64("hw_queues")? {
             if !(1..=1024).contains(&n) {
@@ -125,6 +166,12 @@ impl DeviceConfig {
                 return Err(o.error("queue_depth", &n.to_string(), "1 to 65536"));
             }
             self.queue_depth = n as u32;
+        }
+        if let Some(n) = o.take_u64("queue_depth_max")? {
+            if !(1..=65536).contains(&n) {
+                return Err(o.error("queue_depth_max", &n.to_string(), "1 to 65536"));
+            }
+            self.queue_depth_max = n as u32;
         }
         if let Some(n) = o.take_u64("reserved_tags")? {
             if n > 1024 {
@@ -161,6 +208,19 @@ impl DeviceConfig {
         if let Some(b) = o.take_bool("bounce")? {
             self.bounce = b;
         }
+        let mut u32_opt = |key: &str, min: u64| -> Result<Option<u32>> {
+            match o.take_u64(key)? {
+                None => Ok(None),
+                Some(v) if v >= min && v <= u64::from(u32::MAX) => Ok(Some(v as u32)),
+                Some(v) => Err(o.error(key, &v.to_string(), &format!("{min} to {}", u32::MAX))),
+            }
+        };
+        self.limit_overrides = LimitOverrides {
+            max_sectors: u32_opt("max_sectors", 1)?,
+            max_segments: u32_opt("max_segments", 1)?,
+            max_segment_size: u32_opt("max_segment_size", 512)?,
+            chunk_sectors: u32_opt("chunk_sectors", 0)?,
+        };
         Ok(())
     }
 }
@@ -364,8 +424,25 @@ impl QueueLock {
     }
 }
 
+/// Settings that change only while the queue is frozen, and the contexts
+/// that must drain before they do. Control plane: the data path reads a
+/// context's own copy, refreshed when the gate's generation moves.
+pub(crate) struct Control {
+    pub(crate) hw_limits: QueueLimits,
+    pub(crate) limits: QueueLimits,
+    pub(crate) plug: bool,
+    pub(crate) nomerges: u8,
+    pub(crate) contexts: Vec<Arc<crate::context::CtxShared>>,
+}
+
+/// The gate word: bit 0 set while frozen, the rest a generation bumped at
+/// every unfreeze.
+pub(crate) const GATE_FROZEN: u64 = 1;
+
 pub(crate) struct DeviceInner {
     pub(crate) info: QueueInfo,
+    pub(crate) gate: crossbeam_utils::CachePadded<std::sync::atomic::AtomicU64>,
+    pub(crate) ctl: std::sync::Mutex<Control>,
     pub(crate) cfg: DeviceConfig,
     pub(crate) hw_queues: Box<[HwQueue]>,
     pub(crate) tags: Box<[Arc<Tags>]>,
@@ -377,6 +454,74 @@ pub(crate) struct DeviceInner {
     pub(crate) stats: DeviceStats,
     pub(crate) completes_async: bool,
     pub(crate) next_ctx: std::sync::atomic::AtomicU32,
+}
+
+impl DeviceInner {
+    pub(crate) fn ctl(&self) -> std::sync::MutexGuard<'_, Control> {
+        self.ctl.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A frozen queue: no I/O in flight, none admitted. Settings changed here
+/// apply to every bio submitted after the unfreeze (when the guard drops).
+pub struct Frozen<'a> {
+    dev: &'a Device,
+    ctl: std::sync::MutexGuard<'a, Control>,
+}
+
+impl Frozen<'_> {
+    /// Change the number of tags per tag set (up to `queue_depth_max`).
+    pub fn set_queue_depth(&mut self, depth: u32) -> Result<()> {
+        let inner = &self.dev.inner;
+        let mut seen: Vec<*const Tags> = Vec::new();
+        for t in inner.tags.iter() {
+            let p = Arc::as_ptr(t);
+            if seen.contains(&p) {
+                continue;
+            }
+            seen.push(p);
+            t.set_depth(depth).map_err(|reason| Error::Setup {
+                device: inner.info.name.clone(),
+                reason,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Set the limits below the driver's (none of them above).
+    pub fn set_limits(&mut self, overrides: LimitOverrides) -> Result<()> {
+        let mut lim = self.ctl.hw_limits;
+        overrides.apply(&mut lim);
+        lim.check().map_err(|reason| Error::Setup {
+            device: self.dev.inner.info.name.clone(),
+            reason,
+        })?;
+        self.ctl.limits = lim;
+        Ok(())
+    }
+
+    /// Plugging on or off.
+    pub fn set_plug(&mut self, on: bool) {
+        self.ctl.plug = on;
+    }
+
+    /// Merging: 0, 1 or 2, as `nomerges`.
+    pub fn set_nomerges(&mut self, n: u8) {
+        self.ctl.nomerges = n.min(2);
+    }
+}
+
+impl Drop for Frozen<'_> {
+    fn drop(&mut self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let gate = &self.dev.inner.gate;
+        let g = gate.load(SeqCst);
+        // Clear the frozen bit and move to the next generation.
+        gate.store(((g >> 1) + 1) << 1, SeqCst);
+        for hq in self.dev.inner.hw_queues.iter() {
+            hq.notify.notify();
+        }
+    }
 }
 
 /// A block device: a driver behind hardware queues. Cheap to clone; every
@@ -406,10 +551,23 @@ impl Device {
             device: name.clone(),
             reason,
         };
-        let limits = driver.limits();
+        let mut limits = driver.limits();
         limits
             .check()
             .map_err(|e| setup(format!("driver limits: {e}")))?;
+        let hw_limits = limits;
+        cfg.limit_overrides.apply(&mut limits);
+        limits
+            .check()
+            .map_err(|e| setup(format!("configured limits: {e}")))?;
+        if let Some(c) = cfg.limit_overrides.chunk_sectors {
+            let lbs_sectors = limits.logical_block_size / 512;
+            if c % lbs_sectors != 0 {
+                return Err(setup(format!(
+                    "chunk_sectors {c} is not a multiple of the logical block ({lbs_sectors} sectors)"
+                )));
+            }
+        }
         let mut features = driver.features();
         features.read_only |= cfg.read_only;
         if cfg.nr_hw_queues == 0 || cfg.queue_depth == 0 {
@@ -425,12 +583,25 @@ impl Device {
         }
         let shared = cfg.shared_tags || cfg.queue_mode != QueueMode::Mq;
         let nr = cfg.nr_hw_queues as usize;
+        let depth_max = cfg.queue_depth_max.max(cfg.queue_depth);
         let tags: Box<[Arc<Tags>]> = if shared {
-            let t = Arc::new(Tags::new(cfg.queue_depth, cfg.reserved_tags, 0));
+            let t = Arc::new(Tags::with_max(
+                cfg.queue_depth,
+                depth_max,
+                cfg.reserved_tags,
+                0,
+            ));
             (0..nr).map(|_| t.clone()).collect()
         } else {
             (0..nr)
-                .map(|i| Arc::new(Tags::new(cfg.queue_depth, cfg.reserved_tags, i as u16)))
+                .map(|i| {
+                    Arc::new(Tags::with_max(
+                        cfg.queue_depth,
+                        depth_max,
+                        cfg.reserved_tags,
+                        i as u16,
+                    ))
+                })
                 .collect()
         };
         let completes_async = driver.completes_async();
@@ -476,6 +647,14 @@ impl Device {
                     features,
                     mode: cfg.queue_mode,
                 },
+                gate: crossbeam_utils::CachePadded::new(std::sync::atomic::AtomicU64::new(0)),
+                ctl: std::sync::Mutex::new(Control {
+                    hw_limits,
+                    limits,
+                    plug: cfg.plug,
+                    nomerges: cfg.nomerges,
+                    contexts: Vec::new(),
+                }),
                 cfg,
                 hw_queues: hw_queues.into_boxed_slice(),
                 tags,
@@ -538,6 +717,46 @@ impl Device {
     /// The device's stats.
     pub fn stats(&self) -> &DeviceStats {
         &self.inner.stats
+    }
+
+    pub(crate) fn ctl(&self) -> std::sync::MutexGuard<'_, Control> {
+        self.inner.ctl()
+    }
+
+    /// The queue limits in force now.
+    pub fn limits(&self) -> QueueLimits {
+        self.ctl().limits
+    }
+
+    /// Freeze the queue (Linux `blk_mq_freeze_queue`): new submissions wait
+    /// at the gate, and this returns once every context has drained its
+    /// in-flight I/O, or fails after `timeout`. Change settings through the
+    /// returned guard; dropping it unfreezes. Contexts drain by polling, so
+    /// a context whose owner never polls keeps the freeze from completing.
+    pub fn freeze(&self, timeout: std::time::Duration) -> Result<Frozen<'_>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let ctl = self.ctl();
+        self.inner.gate.fetch_or(GATE_FROZEN, SeqCst);
+        let start = std::time::Instant::now();
+        loop {
+            let busy: u32 = ctl.contexts.iter().map(|c| c.in_flight.load(SeqCst)).sum();
+            if busy == 0 {
+                break;
+            }
+            if start.elapsed() >= timeout {
+                // Unfreeze (the guard's drop) and report.
+                drop(Frozen { dev: self, ctl });
+                return Err(Error::Setup {
+                    device: self.inner.info.name.clone(),
+                    reason: format!(
+                        "freeze timed out after {} ms with {busy} requests in flight",
+                        timeout.as_millis()
+                    ),
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        Ok(Frozen { dev: self, ctl })
     }
 
     /// Data and hole extents covering `[offset_bytes, offset_bytes +

@@ -17,6 +17,9 @@ use crate::sbitmap::{AllocHint, SbitmapQueue};
 /// Request slots and their allocator.
 pub struct Tags {
     normal: SbitmapQueue,
+    /// Normal tags taken out of service to lower the depth below what was
+    /// allocated (control plane only).
+    parked: std::sync::Mutex<Vec<u32>>,
     reserved: Option<SbitmapQueue>,
     nr_reserved: u32,
     rqs: Box<[UnsafeCell<Request>]>,
@@ -36,26 +39,81 @@ impl Tags {
     /// `depth` normal tags plus `reserved` reserved ones, for hardware queue
     /// `hwq` (for a shared set, the hwq of each request is set when used).
     pub fn new(depth: u32, reserved: u32, hwq: u16) -> Tags {
+        Tags::with_max(depth, depth, reserved, hwq)
+    }
+
+    /// `depth` usable normal tags out of `depth_max` allocated, so the depth
+    /// can later be raised up to `depth_max` without reallocating.
+    pub fn with_max(depth: u32, depth_max: u32, reserved: u32, hwq: u16) -> Tags {
         assert!(depth >= 1, "a tag set needs at least one tag");
-        let total = depth + reserved;
+        let depth_max = depth_max.max(depth);
+        let total = depth_max + reserved;
         let atoms: Box<[RqAtomics]> = (0..total).map(|_| RqAtomics::default()).collect();
         let rqs = atoms
             .iter()
             .enumerate()
             .map(|(t, a)| UnsafeCell::new(Request::new(t as u32, hwq, NonNull::from(a))))
             .collect();
-        Tags {
-            normal: SbitmapQueue::new(depth, None),
+        let tags = Tags {
+            normal: SbitmapQueue::new(depth_max, None),
+            parked: std::sync::Mutex::new(Vec::new()),
             reserved: (reserved > 0).then(|| SbitmapQueue::new(reserved, None)),
             nr_reserved: reserved,
             rqs,
             atoms,
-        }
+        };
+        tags.set_depth(depth).expect("a new tag set is idle");
+        tags
     }
 
-    /// Normal tags.
+    fn parked(&self) -> std::sync::MutexGuard<'_, Vec<u32>> {
+        self.parked.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Normal tags in service.
     pub fn depth(&self) -> u32 {
+        self.normal.depth() - self.parked().len() as u32
+    }
+
+    /// Normal tags allocated: the most `set_depth` accepts.
+    pub fn depth_max(&self) -> u32 {
         self.normal.depth()
+    }
+
+    /// Change the number of normal tags in service (Linux
+    /// `blk_mq_tag_update_depth`). Lowering takes free tags out of service, so
+    /// it fails if too many are in use; call it with the queue frozen.
+    pub fn set_depth(&self, depth: u32) -> Result<(), String> {
+        if depth == 0 || depth > self.depth_max() {
+            return Err(format!(
+                "queue_depth {depth} is outside 1..={}",
+                self.depth_max()
+            ));
+        }
+        let mut parked = self.parked();
+        let current = self.depth_max() - parked.len() as u32;
+        if depth > current {
+            for _ in current..depth {
+                let bit = parked.pop().expect("fewer tags in service than allocated");
+                self.normal.put(bit);
+            }
+        } else {
+            let mut hint = AllocHint::new(0);
+            let mut taken = Vec::new();
+            for _ in depth..current {
+                match self.normal.get(&mut hint) {
+                    Some(bit) => taken.push(bit),
+                    None => {
+                        self.normal.put_batch(&taken);
+                        return Err(format!(
+                            "cannot lower queue_depth to {depth}: tags are in use"
+                        ));
+                    }
+                }
+            }
+            parked.extend(taken);
+        }
+        Ok(())
     }
 
     /// Reserved tags.
@@ -70,7 +128,8 @@ impl Tags {
 
     /// Tags in use (approximate while I/O runs).
     pub fn busy(&self) -> u32 {
-        self.normal.weight() + self.reserved.as_ref().map_or(0, |r| r.weight())
+        self.normal.weight() - self.parked().len() as u32
+            + self.reserved.as_ref().map_or(0, |r| r.weight())
     }
 
     #[inline]
