@@ -324,7 +324,7 @@ impl BufPool {
             .collect()
     }
 
-    fn from_arena(&self, len: usize) -> Option<IoBuf> {
+    fn carve(&self, len: usize) -> Option<IoBuf> {
         let (id, arena) = self.arena.as_ref()?;
         let class_len = len.max(self.align).next_power_of_two();
         let c = class_of(class_len)?;
@@ -355,7 +355,7 @@ impl BufPool {
 
     /// A buffer of exactly `len` bytes, zeroed when first handed out.
     pub fn get(&self, len: usize) -> IoBuf {
-        if let Some(b) = self.from_arena(len) {
+        if let Some(b) = self.carve(len) {
             return b;
         }
         if let Some(c) = class_of(len) {

@@ -263,7 +263,7 @@ impl Context {
     pub fn poll_wait(&mut self, min: usize, mut f: impl FnMut(Completion<'_>)) -> usize {
         let mut n = self.poll(&mut f);
         let mut spins = 0u32;
-        while n < min && self.st.in_flight > 0 {
+        while n < min && (self.st.in_flight > 0 || self.st.has_deferred()) {
             let hq = &self.dev.hw_queues[self.st.hwq as usize];
             let seen = hq.notify.seq();
             let got = self.poll(&mut f);
@@ -595,15 +595,16 @@ impl CtxState {
             bio.segments().len(),
             StatGroup::of(bio.op()),
         );
+        let flags = flush::request_flags(bio.flags(), &dev.info.features);
         let _legacy = dev.lock.hold();
         let lim = &self.limits;
         let candidates = if self.nomerges == 0 { 8 } else { 1 };
         let target = match self.plug.last_mut() {
-            Some(rq) => merge::can_merge(rq, bio, lim).map(|side| (rq, side)),
+            Some(rq) => merge::can_merge(rq, bio, flags, lim).map(|side| (rq, side)),
             None => self
                 .sw
                 .iter_mut_newest(candidates)
-                .find_map(|rq| merge::can_merge(rq, bio, lim).map(|side| (rq, side))),
+                .find_map(|rq| merge::can_merge(rq, bio, flags, lim).map(|side| (rq, side))),
         };
         let Some((rq, side)) = target else {
             return false;
@@ -791,29 +792,36 @@ impl CtxState {
         }
     }
 
+    #[inline]
+    fn has_deferred(&self) -> bool {
+        self.flush_kick || !self.seq_ready.is_empty()
+    }
+
     /// Stages that completions made ready; run here, never from the reap,
     /// so no completion recurses into submission.
     fn process_deferred(&mut self, dev: &DeviceInner) {
-        if !self.flush_kick && self.seq_ready.is_empty() {
-            return;
-        }
+        // Bounded: each pass either issues a stage or ends a bio, and a
+        // sequence has at most three stages.
         while self.flush_kick || !self.seq_ready.is_empty() {
-            if self.flush_kick {
-                self.flush_kick = false;
-                self.issue_flush(dev);
+            while self.flush_kick || !self.seq_ready.is_empty() {
+                if self.flush_kick {
+                    self.flush_kick = false;
+                    self.issue_flush(dev);
+                }
+                let mut ready = std::mem::take(&mut self.seq_ready);
+                for &idx in &ready {
+                    self.advance(dev, idx);
+                }
+                ready.clear();
+                if self.seq_ready.is_empty() {
+                    self.seq_ready = ready;
+                }
             }
-            let mut ready = std::mem::take(&mut self.seq_ready);
-            for &idx in &ready {
-                self.advance(dev, idx);
-            }
-            ready.clear();
-            if self.seq_ready.is_empty() {
-                self.seq_ready = ready;
-            }
+            // Sequence stages go straight to dispatch, as Linux's flush
+            // machinery does: nobody may be left to unplug them. Dispatch
+            // can complete them inline and make the next stage ready.
+            self.flush_plug(dev);
         }
-        // Sequence stages go straight to dispatch, as Linux's flush
-        // machinery does: nobody may be left to unplug them.
-        self.flush_plug(dev);
     }
 
     /// Submit again the bios whose callbacks asked for it.

@@ -49,8 +49,9 @@ pub struct HwQueueSetup<'a> {
     /// requests from another thread calls it after making completions
     /// available to `poll`.
     pub notifier: HwNotifier,
-    /// Normal tags of this queue's tag set: the most requests it can be
-    /// handed at once, with `reserved_tags`.
+    /// Normal tags allocated for this queue's tag set (`queue_depth_max`):
+    /// with `reserved_tags`, the most requests it can ever be handed at once,
+    /// even after the depth is raised at run time.
     pub queue_depth: u32,
     /// Reserved tags.
     pub reserved_tags: u32,

@@ -32,9 +32,16 @@ pub(crate) fn mergeable(bio: &Bio) -> bool {
 }
 
 /// Where `bio` could join `rq`, if anywhere, without breaking a limit.
+/// `flags` are the flags the bio's request would carry (see
+/// `flush::request_flags`), which is what `rq.flags` holds.
 #[inline]
-pub(crate) fn can_merge(rq: &Request, bio: &Bio, lim: &QueueLimits) -> Option<Merge> {
-    if rq.op != bio.op() || rq.flags != bio.flags() || rq.flags.contains(BioFlags::NOMERGE) {
+pub(crate) fn can_merge(
+    rq: &Request,
+    bio: &Bio,
+    flags: BioFlags,
+    lim: &QueueLimits,
+) -> Option<Merge> {
+    if rq.op != bio.op() || rq.flags != flags || rq.flags.contains(BioFlags::NOMERGE) {
         return None;
     }
     let rq_sectors = rq.size_bytes >> SECTOR_SHIFT;

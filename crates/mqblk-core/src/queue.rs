@@ -616,7 +616,7 @@ impl Device {
             let hq = driver.init_hw_queue(HwQueueSetup {
                 index: i as u16,
                 notifier: HwNotifier(notify.clone()),
-                queue_depth: cfg.queue_depth,
+                queue_depth: depth_max,
                 reserved_tags: cfg.reserved_tags,
                 buf_regions: &buf_regions,
             })?;

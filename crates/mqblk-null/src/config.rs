@@ -104,6 +104,19 @@ pub struct NullConfig {
     /// Bandwidth limit of the whole device in MiB/s (`mbps`, default 0:
     /// unlimited).
     pub mbps: u64,
+    /// Size of the volatile write cache in bytes (`cache_size`, default 0:
+    /// no cache, every write is durable when it completes). A multiple of
+    /// `block_size`, and only with `memory_backed=1`. With a cache the
+    /// device declares `write_cache`: writes stay volatile until a flush, a
+    /// FUA write or an eviction writes them back, and
+    /// [`crate::NullHandle::power_cut`] drops them (null_blk's `cache_size`).
+    pub cache_size_bytes: u64,
+    /// Declare native FUA when the write cache is on (`fua`, default 1, as
+    /// null_blk's `blk_queue_write_cache(q, true, true)`). With `fua=0` the
+    /// core emulates a FUA write as the write followed by a flush, and the
+    /// driver ignores a FUA flag that reaches it anyway. Ignored without a
+    /// cache.
+    pub fua: bool,
 }
 
 impl Default for NullConfig {
@@ -120,6 +133,8 @@ impl Default for NullConfig {
             seed: DEFAULT_SEED,
             bad_blocks: BadBlocks::default(),
             mbps: 0,
+            cache_size_bytes: 0,
+            fua: true,
         }
     }
 }
@@ -190,7 +205,41 @@ impl NullConfig {
             }
             c.mbps = mbps;
         }
+        if let Some(raw) = o.take_str("cache_size") {
+            let n = parse_size(&raw).map_err(|why| {
+                o.error(
+                    "cache_size",
+                    &raw,
+                    &format!("a size such as 64k or 1M, or 0 for no cache ({why})"),
+                )
+            })?;
+            if n > 0 && !c.memory_backed {
+                return Err(o.error(
+                    "cache_size",
+                    &raw,
+                    "0 unless memory_backed=1 (the write cache holds data, so the device \
+                     must keep data: add memory_backed=1 or drop cache_size)",
+                ));
+            }
+            if !n.is_multiple_of(u64::from(c.block_size)) {
+                let expected = format!(
+                    "a multiple of the block size of {} bytes (block_size): the cache \
+                     holds whole blocks",
+                    c.block_size
+                );
+                return Err(o.error("cache_size", &raw, &expected));
+            }
+            c.cache_size_bytes = n;
+        }
+        if let Some(b) = o.take_bool("fua")? {
+            c.fua = b;
+        }
         Ok(c)
+    }
+
+    /// True if the device has a volatile write cache (`cache_size > 0`).
+    pub fn has_write_cache(&self) -> bool {
+        self.cache_size_bytes > 0
     }
 
     /// True if any fault injector can fire.
@@ -267,6 +316,9 @@ mod tests {
         assert_eq!(c.seed, 1);
         assert!(c.bad_blocks.is_empty());
         assert_eq!(c.mbps, 0);
+        assert_eq!(c.cache_size_bytes, 0);
+        assert!(!c.has_write_cache());
+        assert!(c.fua, "null_blk declares FUA with its cache");
     }
 
     #[test]
@@ -274,7 +326,8 @@ mod tests {
         let c = parse(
             "null,size=1G,block_size=4k,completion=timer,completion_nsec=2500,memory_backed=1,\
              error_interval=3,error_probability=50,timeout_interval=7,timeout_probability=1,\
-             requeue_interval=0,requeue_probability=100,seed=42,bad_blocks=8-15:100-100,mbps=200",
+             requeue_interval=0,requeue_probability=100,seed=42,bad_blocks=8-15:100-100,mbps=200,\
+             cache_size=64k,fua=0",
         )
         .unwrap();
         assert_eq!(c.size_bytes, 1 << 30);
@@ -309,6 +362,15 @@ mod tests {
         assert!(c.bad_blocks.hits(100, 1));
         assert!(!c.bad_blocks.hits(16, 84));
         assert_eq!(c.mbps, 200);
+        assert_eq!(c.cache_size_bytes, 64 << 10);
+        assert!(c.has_write_cache());
+        assert!(!c.fua);
+        let c = parse("null,memory_backed=1,cache_size=1M").unwrap();
+        assert!(
+            c.has_write_cache() && c.fua,
+            "fua defaults to 1 with a cache"
+        );
+        assert!(!parse("null,cache_size=0").unwrap().has_write_cache());
 
         for (s, mode) in [
             ("null,completion=inline", CompletionMode::Inline),
@@ -349,9 +411,35 @@ mod tests {
             ("null,bad_blocks=1-2:x", "bad_blocks"),
             ("null,size=1M,bad_blocks=0-2048", "bad_blocks"),
             ("null,mbps=99999999999", "mbps"),
+            ("null,memory_backed=1,cache_size=lots", "cache_size"),
+            (
+                "null,memory_backed=1,block_size=4k,cache_size=6k",
+                "cache_size",
+            ),
+            ("null,memory_backed=1,cache_size=1M,fua=maybe", "fua"),
         ] {
             assert_spec_error(s, key);
         }
+    }
+
+    #[test]
+    fn a_cache_needs_memory_and_the_error_names_both_options() {
+        for s in ["null,cache_size=1M", "null,cache_size=1M,memory_backed=0"] {
+            let msg = match parse(s) {
+                Err(e @ Error::Spec { .. }) => e.to_string(),
+                other => panic!("{s}: expected a spec error, got {other:?}"),
+            };
+            assert!(msg.contains("cache_size="), "{msg}");
+            assert!(msg.contains("memory_backed=1"), "{msg}");
+        }
+        // The order of the options does not matter.
+        assert!(parse("null,cache_size=1M,memory_backed=1")
+            .unwrap()
+            .has_write_cache());
+        let msg = parse("null,memory_backed=1,block_size=4k,cache_size=6k")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("block_size"), "{msg}");
     }
 
     #[test]

@@ -9,10 +9,14 @@
 //!
 //! 1. `mbps`: admission against a device-wide byte budget (busy if spent);
 //! 2. fault injection: requeue (busy), timeout (kept), error;
-//! 3. `bad_blocks` and `memory_backed`: the data itself;
+//! 3. `bad_blocks` and `memory_backed`: the data itself, through the
+//!    volatile write cache when `cache_size > 0` (flushes and FUA writes
+//!    only mean something there);
 //! 4. completion: inline, or onto the queue's pending list for `poll`.
 
-use mqblk_core::bio::Op;
+use std::sync::Arc;
+
+use mqblk_core::bio::{BioFlags, Op};
 use mqblk_core::clock;
 use mqblk_core::completion::Completions;
 use mqblk_core::driver::{Driver, Extent, HwQueueSetup, QueueRq, TimeoutAction};
@@ -22,8 +26,10 @@ use mqblk_core::queue::DeviceConfig;
 use mqblk_core::request::RqRef;
 
 use crate::bad_blocks::BadBlocks;
+use crate::cache::WriteCache;
 use crate::config::{CompletionMode, NullConfig};
 use crate::fault::{Fault, FaultInjector};
+use crate::handle::{NullHandle, Shared};
 use crate::hw_queue::NullQueue;
 use crate::store::{Store, PAGE_BYTES};
 use crate::throttle::Throttle;
@@ -33,13 +39,13 @@ use crate::throttle::Throttle;
 #[derive(Debug)]
 pub struct NullDriver {
     cfg: NullConfig,
-    /// Requests one hardware queue can hold at once: the tag depth plus the
-    /// reserved tags (with a shared tag set, one queue may hold them all).
     /// True if requests need their data or range looked at: memory-backed
     /// or with bad blocks.
     touches_data: bool,
     store: Option<Store>,
     throttle: Option<Throttle>,
+    /// The write cache and counters, shared with [`NullHandle`]s.
+    shared: Arc<Shared>,
 }
 
 impl NullDriver {
@@ -47,24 +53,55 @@ impl NullDriver {
     ///
     /// Fails if timeout injection is on but `dev` disables the core's
     /// timeout handling (`io_timeout_ms=0`): the kept requests would never
-    /// come back.
+    /// come back. Fails if `cfg` asks for a write cache without
+    /// `memory_backed`, or of a size that is not whole blocks.
     pub fn new(cfg: NullConfig, dev: &DeviceConfig) -> Result<NullDriver> {
+        let setup = |reason: String| Error::Setup {
+            device: dev.name.as_str().into(),
+            reason,
+        };
         if cfg.timeout.is_enabled() && dev.timeout_ms == 0 {
-            return Err(Error::Setup {
-                device: dev.name.as_str().into(),
-                reason: "timeout_probability > 0 needs the core's timeout handling: \
-                         set io_timeout_ms to more than 0"
+            return Err(setup(
+                "timeout_probability > 0 needs the core's timeout handling: \
+                 set io_timeout_ms to more than 0"
                     .into(),
-            });
+            ));
+        }
+        if cfg.has_write_cache() && !cfg.memory_backed {
+            return Err(setup(
+                "cache_size > 0 needs memory_backed=1: the write cache holds data".into(),
+            ));
+        }
+        if !cfg
+            .cache_size_bytes
+            .is_multiple_of(u64::from(cfg.block_size))
+        {
+            return Err(setup(format!(
+                "cache_size {} is not a multiple of block_size {}",
+                cfg.cache_size_bytes, cfg.block_size
+            )));
         }
         let store = cfg.memory_backed.then(Store::new);
         let throttle = (cfg.mbps > 0).then(|| Throttle::new(cfg.mbps, clock::coarse_ms()));
+        let cache = cfg
+            .has_write_cache()
+            .then(|| WriteCache::new(cfg.block_size, cfg.cache_size_bytes));
         Ok(NullDriver {
             touches_data: cfg.memory_backed || !cfg.bad_blocks.is_empty(),
             cfg,
             store,
             throttle,
+            shared: Arc::new(Shared {
+                cache,
+                ..Shared::default()
+            }),
         })
+    }
+
+    /// A handle on this device's power and counters (see [`NullHandle`]).
+    /// Take it before handing the driver to [`mqblk_core::queue::Device::new`].
+    pub fn handle(&self) -> NullHandle {
+        NullHandle::new(self.shared.clone())
     }
 
     /// The configuration.
@@ -72,7 +109,8 @@ impl NullDriver {
         &self.cfg
     }
 
-    /// The backing store, if memory-backed.
+    /// The durable backing store, if memory-backed. With a write cache,
+    /// this is what survives a power cut, not what reads return.
     pub fn store(&self) -> Option<&Store> {
         self.store.as_ref()
     }
@@ -87,6 +125,11 @@ impl NullDriver {
     #[inline(never)]
     fn transfer(&self, rq: &mut RqRef) -> Status {
         let op = rq.op();
+        if op == Op::Flush {
+            Shared::count(&self.shared.flushes);
+        } else if op == Op::Write && rq.flags().contains(BioFlags::FUA) {
+            Shared::count(&self.shared.fua_writes);
+        }
         if op.has_data()
             && self
                 .cfg
@@ -98,6 +141,9 @@ impl NullDriver {
         let Some(store) = &self.store else {
             return Status::Ok;
         };
+        if let Some(cache) = &self.shared.cache {
+            return self.transfer_cached(cache, store, rq);
+        }
         let mut pos = rq.offset_bytes();
         match op {
             Op::Write => rq.for_each_segment(|seg| {
@@ -110,6 +156,35 @@ impl NullDriver {
             }),
             Op::Discard | Op::WriteZeroes => store.discard(pos, rq.len_bytes()),
             Op::Flush => {}
+        }
+        Status::Ok
+    }
+
+    /// Serve `rq` through the write cache, holding it for the whole request
+    /// so no other queue sees the request half done. A FUA write is written
+    /// through only if the device declares FUA: with `fua=0` a real drive
+    /// would not honour the bit, so neither do we, and a core that relied
+    /// on it would lose the write at the next power cut.
+    fn transfer_cached(&self, cache: &WriteCache, store: &Store, rq: &mut RqRef) -> Status {
+        let mut c = cache.lock(store);
+        let mut pos = rq.offset_bytes();
+        match rq.op() {
+            Op::Write if self.cfg.fua && rq.flags().contains(BioFlags::FUA) => {
+                rq.for_each_segment(|seg| {
+                    c.write_through(pos, seg.as_slice());
+                    pos += u64::from(seg.len());
+                })
+            }
+            Op::Write => rq.for_each_segment(|seg| {
+                c.write(pos, seg.as_slice());
+                pos += u64::from(seg.len());
+            }),
+            Op::Read => rq.for_each_segment_mut(|seg| {
+                c.read(pos, seg.as_mut_slice());
+                pos += u64::from(seg.len());
+            }),
+            Op::Discard | Op::WriteZeroes => c.discard(pos, rq.len_bytes()),
+            Op::Flush => c.flush(),
         }
         Status::Ok
     }
@@ -202,9 +277,10 @@ impl Driver for NullDriver {
     }
 
     fn features(&self) -> Features {
+        let write_cache = self.shared.cache.is_some();
         Features {
-            write_cache: false,
-            fua: false,
+            write_cache,
+            fua: write_cache && self.cfg.fua,
             discard: true,
             write_zeroes: true,
             read_only: false,
@@ -212,7 +288,8 @@ impl Driver for NullDriver {
         }
     }
 
-    /// With `memory_backed=1`, pages never written (or discarded) are holes.
+    /// With `memory_backed=1`, pages never written (or discarded) are holes;
+    /// a page with a cached block is data.
     fn extents(&self, offset_bytes: u64, len_bytes: u64, out: &mut Vec<Extent>) -> Result<bool> {
         let Some(store) = self.store() else {
             return Ok(false);
@@ -221,6 +298,12 @@ impl Driver for NullDriver {
         let end = offset_bytes + len_bytes;
         let first = offset_bytes / page;
         let last = end.div_ceil(page);
+        let mut resident = store.resident_in(first, last);
+        if let Some(cache) = &self.shared.cache {
+            resident.extend(cache.pages_in(first, last, page));
+            resident.sort_unstable();
+            resident.dedup();
+        }
         let mut push = |from: u64, to: u64, hole: bool| {
             let (from, to) = (from.max(offset_bytes), to.min(end));
             if from >= to {
@@ -239,7 +322,7 @@ impl Driver for NullDriver {
             }
         };
         let mut at = first;
-        for p in store.resident_in(first, last) {
+        for p in resident {
             push(at * page, p * page, true);
             push(p * page, (p + 1) * page, false);
             at = p + 1;

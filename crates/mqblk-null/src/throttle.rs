@@ -12,6 +12,9 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
+/// Most milliseconds of budget the bucket holds (the longest jiffy).
+const BUCKET_MS: i64 = 10;
+
 /// A device-wide token bucket, refilled every millisecond.
 #[derive(Debug)]
 pub(crate) struct Throttle {
@@ -44,9 +47,11 @@ impl Throttle {
                 .is_ok()
         {
             // One refiller per tick: the exchange above elects it. The
-            // bucket holds at most one tick of budget, as null_blk's does.
+            // coarse clock moves in jiffies (1 to 10 ms), so the bucket
+            // holds up to 10 ms of budget: smaller, and every tick longer
+            // than a millisecond would lose budget and undershoot `mbps`.
             let add = ((now_ms - last).min(1000) as i64) * self.bytes_per_ms;
-            let cap = self.bytes_per_ms;
+            let cap = self.bytes_per_ms * BUCKET_MS;
             let _ = self
                 .tokens
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {

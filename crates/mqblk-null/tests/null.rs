@@ -290,3 +290,29 @@ fn bandwidth_limit_delays_but_serves_everything() {
     }
     assert!(c.stats().requeues > 0, "the budget ran out at least once");
 }
+
+#[test]
+fn write_cache_features_and_extents() {
+    let spec = spec::parse("null,size=1M,memory_backed=1,cache_size=16k").unwrap();
+    let (dev, power) = mqblk_null::open_with_handle(spec.options).expect("open");
+    let f = dev.info().features;
+    assert!(f.write_cache && f.fua, "fua defaults to 1 with a cache");
+    let spec = spec::parse("null,size=1M,memory_backed=1,cache_size=16k,fua=0").unwrap();
+    let f = mqblk_null::open(spec.options).unwrap().info().features;
+    assert!(f.write_cache && !f.fua);
+
+    // A cached block is data even though the durable store has a hole.
+    let mut c = ctx(&dev);
+    c.write_at(pattern(4096, 1).as_slice(), 8192).unwrap();
+    assert_eq!(power.cached_bytes(), 4096);
+    let ext = dev.extents(0, 16384).unwrap();
+    assert!(
+        ext.iter()
+            .any(|e| !e.hole && e.offset_bytes <= 8192 && e.offset_bytes + e.len_bytes >= 12288),
+        "{ext:?}"
+    );
+    power.power_cut();
+    let ext = dev.extents(0, 16384).unwrap();
+    assert!(ext.iter().all(|e| e.hole), "{ext:?}");
+    assert_eq!(read(&mut c, 8192, 4096), vec![0; 4096]);
+}
