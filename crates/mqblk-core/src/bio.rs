@@ -166,6 +166,10 @@ pub struct Bio {
     op: Op,
     flags: BioFlags,
     pub(crate) status: Status,
+    /// OR of every segment's address and length (low 32 bits), kept as
+    /// segments are added, so the alignment check is one AND, not a walk
+    /// (Linux checks a bvec when it is added to the bio).
+    align_or: u32,
     sector: u64,
     size_bytes: u64,
     segs: SmallVec<[Segment; BIO_INLINE_SEGMENTS]>,
@@ -181,6 +185,7 @@ impl Bio {
             op,
             flags: BioFlags::NONE,
             status: Status::Ok,
+            align_or: 0,
             sector,
             size_bytes: 0,
             segs: SmallVec::new(),
@@ -238,6 +243,7 @@ impl Bio {
             buf.len()
         );
         self.size_bytes += u64::from(len);
+        self.align_or |= (buf.as_ptr() as usize + offset as usize) as u32 | len;
         self.segs.push(Segment { buf, offset, len });
     }
 
@@ -306,6 +312,13 @@ impl Bio {
     #[inline]
     pub fn segments(&self) -> &[Segment] {
         &self.segs
+    }
+
+    /// OR of the segments' addresses and lengths: `align_or() & mask == 0`
+    /// means every segment is aligned to `mask + 1`.
+    #[inline]
+    pub fn align_or(&self) -> u32 {
+        self.align_or
     }
 
     /// The segments, mutably.

@@ -51,15 +51,20 @@ pub(crate) fn fits(bio: &Bio, lim: &QueueLimits) -> Fit {
         if segs.len() > lim.max_segments as usize {
             return Fit::Split;
         }
-        let dma = lim.dma_alignment as usize;
+        // DMA alignment masks are below 4 GiB: the low 32 bits decide.
+        if bio.align_or() & lim.dma_alignment != 0 {
+            return Fit::Split;
+        }
         let seg_max = lim.max_segment_size;
         let boundary = lim.seg_boundary_mask;
-        for s in segs {
-            if (s.addr() | s.len() as usize) & dma != 0 || s.len() > seg_max {
-                return Fit::Split;
-            }
-            if boundary != u64::MAX && crosses(s.addr() as u64, u64::from(s.len()), boundary) {
-                return Fit::Split;
+        if seg_max != u32::MAX || boundary != u64::MAX {
+            for s in segs {
+                if s.len() > seg_max {
+                    return Fit::Split;
+                }
+                if boundary != u64::MAX && crosses(s.addr() as u64, u64::from(s.len()), boundary) {
+                    return Fit::Split;
+                }
             }
         }
     }
