@@ -538,6 +538,8 @@ impl CtxState {
         while dev.gate.load(Acquire) & crate::queue::GATE_FROZEN != 0 {
             let seen = dev.hw_queues[self.hwq as usize].notify.seq();
             self.flush_plug(dev);
+            // Tags taken in a batch but not used yet count as in use.
+            self.tags.drain_cache(&mut self.tag_cache);
             self.reap(dev);
             self.process_deferred(dev);
             if dev.gate.load(Acquire) & crate::queue::GATE_FROZEN == 0 {

@@ -81,7 +81,7 @@ impl QueueLimits {
                 self.max_sectors
             ));
         }
-        if (u64::from(self.max_sectors) * SECTOR_SIZE) % u64::from(lbs) != 0
+        if !(u64::from(self.max_sectors) * SECTOR_SIZE).is_multiple_of(u64::from(lbs))
             && self.max_sectors != u32::MAX
         {
             return Err(format!(

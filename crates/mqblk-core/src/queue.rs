@@ -739,7 +739,15 @@ impl Device {
         self.inner.gate.fetch_or(GATE_FROZEN, SeqCst);
         let start = std::time::Instant::now();
         loop {
-            let busy: u32 = ctl.contexts.iter().map(|c| c.in_flight.load(SeqCst)).sum();
+            // Drained: no request in flight, and no tag held (a context
+            // caches tags in batches, and one that passed the gate just
+            // before the freeze holds its tag until it queues the request).
+            let busy: u32 = ctl
+                .contexts
+                .iter()
+                .map(|c| c.in_flight.load(SeqCst))
+                .sum::<u32>()
+                + self.inner.tags.iter().map(|t| t.busy()).sum::<u32>();
             if busy == 0 {
                 break;
             }
@@ -749,7 +757,7 @@ impl Device {
                 return Err(Error::Setup {
                     device: self.inner.info.name.clone(),
                     reason: format!(
-                        "freeze timed out after {} ms with {busy} requests in flight",
+                        "freeze timed out after {} ms with {busy} requests or tags in use",
                         timeout.as_millis()
                     ),
                 });

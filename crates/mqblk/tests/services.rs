@@ -380,7 +380,11 @@ fn depth_limits_and_plug_change_100_times_under_io() {
                         let Some(mut bio) = free.pop() else { break };
                         // Each job writes its own half; 64 KiB bios, so a
                         // small max_sectors splits them.
-                        bio.set_op(if next % 3 == 0 { Op::Read } else { Op::Write });
+                        bio.set_op(if next.is_multiple_of(3) {
+                            Op::Read
+                        } else {
+                            Op::Write
+                        });
                         bio.set_sector(t * 65536 + (next % 256) * 128);
                         bio.private = next;
                         next += 1;
