@@ -1,0 +1,190 @@
+//! `mqblk serve`: export any mqblk device over NBD (TCP or a unix socket,
+//! optionally TLS). The protocol and the data path are in `mqblk_nbd`;
+//! this is the command line: options, exports, signals.
+//!
+//! SIGINT or SIGTERM stops accepting, lets every connection finish its
+//! in-flight requests and send their replies, flushes every export, and
+//! exits 0.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Args, ValueEnum};
+use mqblk_nbd::{ConnLimits, Export, Listen, Server, ServerConfig, TlsMode};
+
+/// TLS policy on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TlsArg {
+    /// No TLS: STARTTLS is refused.
+    Off,
+    /// TLS offered; plaintext still allowed.
+    On,
+    /// TLS required: every option but STARTTLS and ABORT is refused until
+    /// TLS is up.
+    Require,
+}
+
+/// `mqblk serve` options.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Device spec to export, repeatable (e.g. ram,size=1G). The first is
+    /// also the default export (empty name).
+    #[arg(long = "device", value_name = "SPEC", required = true)]
+    pub device: Vec<String>,
+
+    /// Export name of the device at the same position, repeatable. The
+    /// first device defaults to the empty name; later ones need a name.
+    #[arg(long = "export", value_name = "NAME")]
+    pub export: Vec<String>,
+
+    /// Listen on TCP HOST:PORT (port 0 picks a free one; it is printed).
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        conflicts_with = "socket",
+        required_unless_present = "socket"
+    )]
+    pub listen: Option<String>,
+
+    /// Listen on a unix socket.
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+
+    /// Export every device read-only.
+    #[arg(long = "read-only", alias = "readonly", short = 'r')]
+    pub read_only: bool,
+
+    /// PEM certificate chain for TLS.
+    #[arg(long = "tls-cert", value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key for TLS.
+    #[arg(long = "tls-key", value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// TLS policy (default: on with a certificate, off without).
+    #[arg(long, value_enum, value_name = "off|on|require")]
+    pub tls: Option<TlsArg>,
+
+    /// Requests in flight per connection.
+    #[arg(long = "max-requests", value_name = "N", default_value_t = 128)]
+    pub max_requests: u32,
+
+    /// Buffer memory per connection, in MiB (at least 32: one maximum
+    /// request).
+    #[arg(long = "max-mib", value_name = "MIB", default_value_t = 64)]
+    pub max_mib: u64,
+
+    /// Seconds a client may stall mid-message (or not read replies)
+    /// before it is disconnected.
+    #[arg(long = "stall-timeout", value_name = "SECONDS", default_value_t = 30)]
+    pub stall_timeout: u64,
+
+    /// Connections served at once.
+    #[arg(long = "max-connections", value_name = "N", default_value_t = 256)]
+    pub max_connections: usize,
+}
+
+/// Run the server until SIGINT/SIGTERM.
+pub fn serve_command(args: &ServeArgs) -> Result<()> {
+    if args.export.len() > args.device.len() {
+        bail!(
+            "{} --export names for {} --device specs: give one name per device",
+            args.export.len(),
+            args.device.len()
+        );
+    }
+    let mut exports = Vec::with_capacity(args.device.len());
+    for (i, spec) in args.device.iter().enumerate() {
+        let name = match args.export.get(i) {
+            Some(n) => n.clone(),
+            None if i == 0 => String::new(),
+            None => bail!(
+                "--device {spec:?} (number {}) needs an --export name",
+                i + 1
+            ),
+        };
+        let dev = mqblk::open(spec).with_context(|| format!("--device {spec:?}"))?;
+        let kind = mqblk::spec::parse(spec).map(|s| s.kind).unwrap_or_default();
+        let mut e = Export::new(name, dev);
+        e.read_only = args.read_only;
+        // A device over NBD may sit on a server without multi-conn; every
+        // local kind keeps its data in one place all contexts reach.
+        e.multi_conn = kind != "nbd";
+        e.description = format!("mqblk {spec}");
+        exports.push(e);
+    }
+    let tls_mode = match (args.tls, args.tls_cert.is_some()) {
+        (Some(TlsArg::Off), _) | (None, false) => TlsMode::Off,
+        (Some(TlsArg::On), _) | (None, true) => TlsMode::On,
+        (Some(TlsArg::Require), _) => TlsMode::Require,
+    };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(c), Some(k)) => {
+            Some(mqblk_nbd::tls::server_config(c, k).map_err(anyhow::Error::msg)?)
+        }
+        _ => None,
+    };
+    if tls_mode != TlsMode::Off && tls.is_none() {
+        bail!(
+            "--tls={} needs --tls-cert and --tls-key",
+            if tls_mode == TlsMode::On {
+                "on"
+            } else {
+                "require"
+            }
+        );
+    }
+    let limits = ConnLimits {
+        max_requests: args.max_requests,
+        max_bytes: args.max_mib << 20,
+        stall_timeout: Duration::from_secs(args.stall_timeout.max(1)),
+        max_connections: args.max_connections.max(1),
+        ..ConnLimits::default()
+    };
+    let listen = match (&args.listen, &args.socket) {
+        (Some(l), _) => Listen::Tcp(l.clone()),
+        (None, Some(p)) => Listen::Unix(p.clone()),
+        (None, None) => bail!("give --listen HOST:PORT or --socket PATH"),
+    };
+    let server = Server::bind(
+        ServerConfig {
+            exports,
+            tls_mode,
+            tls,
+            limits,
+        },
+        &listen,
+    )?;
+    let stop: Arc<AtomicBool> = server.shutdown_handle();
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).context("installing the signal handler")?;
+    }
+    let at = match (server.local_addr(), &listen) {
+        (Some(a), _) => format!("nbd://{a}"),
+        (None, Listen::Unix(p)) => format!("nbd+unix:///?socket={}", p.display()),
+        (None, Listen::Tcp(l)) => l.clone(),
+    };
+    let names: Vec<String> = server
+        .export_infos()
+        .iter()
+        .map(|e| format!("{:?} ({} bytes)", e.name, e.size))
+        .collect();
+    eprintln!(
+        "mqblk serve: listening on {at}, exports: {}",
+        names.join(", ")
+    );
+    server.run()?;
+    let st = server.stats();
+    eprintln!(
+        "mqblk serve: stopped after {} connections, {} requests ({} errors, {} connections dropped)",
+        st.connections.load(Ordering::Relaxed),
+        st.requests.load(Ordering::Relaxed),
+        st.errors.load(Ordering::Relaxed),
+        st.dropped.load(Ordering::Relaxed)
+    );
+    Ok(())
+}

@@ -1,0 +1,158 @@
+//! The client's side of fixed newstyle negotiation: structured replies,
+//! then `OPT_GO` asking for `INFO_BLOCK_SIZE` (falling back to
+//! `OPT_EXPORT_NAME` on servers without `OPT_GO`).
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use mqblk_nbd_proto::consts::{client_flags, handshake_flags, info, opt, rep};
+use mqblk_nbd_proto::handshake::{
+    decode_greeting, encode_option, OptionReplyHeader, GREETING_LEN, OPTION_REPLY_HEADER_LEN,
+};
+use mqblk_nbd_proto::{BlockSize, Info, InfoRequest};
+
+use crate::transport::Socket;
+
+/// What negotiation settled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Negotiated {
+    /// Export size in bytes.
+    pub size: u64,
+    /// Transmission flags.
+    pub flags: u16,
+    /// Structured replies are on.
+    pub structured: bool,
+    /// The server's size constraints, if it sent them.
+    pub block_size: Option<BlockSize>,
+}
+
+/// How long each step of negotiation may take.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn read_exact(s: &mut Socket, buf: &mut [u8]) -> Result<(), String> {
+    s.read_exact(buf)
+        .map_err(|e| format!("reading from the server: {e}"))
+}
+
+fn read_reply(s: &mut Socket, want_opt: u32) -> Result<(OptionReplyHeader, Vec<u8>), String> {
+    let mut h = [0u8; OPTION_REPLY_HEADER_LEN];
+    read_exact(s, &mut h)?;
+    let h = OptionReplyHeader::decode(&h).map_err(|e| format!("bad option reply: {e}"))?;
+    if h.opt != want_opt {
+        return Err(format!(
+            "option reply for {} while waiting for {want_opt}",
+            h.opt
+        ));
+    }
+    let mut data = vec![0u8; h.len as usize];
+    read_exact(s, &mut data)?;
+    Ok((h, data))
+}
+
+fn send_option(s: &mut Socket, option: u32, data: &[u8]) -> Result<(), String> {
+    let mut v = Vec::with_capacity(16 + data.len());
+    encode_option(option, data, &mut v);
+    s.write_all(&v)
+        .map_err(|e| format!("writing to the server: {e}"))
+}
+
+fn rep_error(reply_type: u32, data: &[u8]) -> String {
+    let name = match reply_type {
+        rep::ERR_UNSUP => "unsupported",
+        rep::ERR_POLICY => "refused by policy",
+        rep::ERR_INVALID => "invalid",
+        rep::ERR_TLS_REQD => "TLS required",
+        rep::ERR_UNKNOWN => "no such export",
+        rep::ERR_SHUTDOWN => "server shutting down",
+        rep::ERR_BLOCK_SIZE_REQD => "block size required",
+        _ => "error",
+    };
+    let msg = String::from_utf8_lossy(data);
+    if msg.is_empty() {
+        name.to_string()
+    } else {
+        format!("{name}: {msg}")
+    }
+}
+
+/// Negotiate `export` on a connected socket. On success the socket is in
+/// the transmission phase.
+pub fn negotiate(s: &mut Socket, export: &str) -> Result<Negotiated, String> {
+    s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    let mut g = [0u8; GREETING_LEN];
+    read_exact(s, &mut g)?;
+    let hflags = decode_greeting(&g).map_err(|e| format!("not an NBD newstyle server: {e}"))?;
+    if hflags & handshake_flags::FIXED_NEWSTYLE == 0 {
+        return Err("the server does not speak fixed newstyle negotiation".into());
+    }
+    let no_zeroes = hflags & handshake_flags::NO_ZEROES != 0;
+    let mut cflags = client_flags::C_FIXED_NEWSTYLE;
+    if no_zeroes {
+        cflags |= client_flags::C_NO_ZEROES;
+    }
+    s.write_all(&cflags.to_be_bytes())
+        .map_err(|e| format!("writing to the server: {e}"))?;
+
+    send_option(s, opt::STRUCTURED_REPLY, &[])?;
+    let (h, _) = read_reply(s, opt::STRUCTURED_REPLY)?;
+    let structured = h.reply_type == rep::ACK;
+
+    let mut d = Vec::new();
+    InfoRequest {
+        name: export,
+        requests: vec![info::BLOCK_SIZE],
+    }
+    .encode(&mut d);
+    send_option(s, opt::GO, &d)?;
+    let mut size_flags = None;
+    let mut block_size = None;
+    loop {
+        let (h, data) = read_reply(s, opt::GO)?;
+        match h.reply_type {
+            rep::INFO => match Info::decode(&data).map_err(|e| format!("bad NBD_REP_INFO: {e}"))? {
+                Info::Export { size, flags } => size_flags = Some((size, flags)),
+                Info::BlockSize(b) => {
+                    b.check().map_err(|e| format!("server block sizes: {e}"))?;
+                    block_size = Some(b);
+                }
+                _ => {}
+            },
+            rep::ACK => {
+                let (size, flags) =
+                    size_flags.ok_or("the server accepted OPT_GO without NBD_INFO_EXPORT")?;
+                s.set_read_timeout(None).map_err(|e| e.to_string())?;
+                return Ok(Negotiated {
+                    size,
+                    flags,
+                    structured,
+                    block_size,
+                });
+            }
+            rep::ERR_UNSUP => break,
+            t if t & rep::FLAG_ERROR != 0 => {
+                return Err(format!("export {export:?}: {}", rep_error(t, &data)));
+            }
+            t => return Err(format!("unexpected reply type {t:#x} to OPT_GO")),
+        }
+    }
+    // An old server: OPT_EXPORT_NAME (no error reply possible).
+    send_option(s, opt::EXPORT_NAME, export.as_bytes())?;
+    let mut b = [0u8; 10];
+    read_exact(s, &mut b).map_err(|e| {
+        format!("export {export:?} refused (the server closed after OPT_EXPORT_NAME): {e}")
+    })?;
+    if !no_zeroes {
+        let mut z = [0u8; 124];
+        read_exact(s, &mut z)?;
+    }
+    s.set_read_timeout(None).map_err(|e| e.to_string())?;
+    let size = u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+    let flags = u16::from_be_bytes([b[8], b[9]]);
+    Ok(Negotiated {
+        size,
+        flags,
+        structured,
+        block_size: None,
+    })
+}

@@ -1,0 +1,105 @@
+//! The NBD client device kind: `nbd://host:port/export` and
+//! `nbd+unix:///export?socket=PATH`, with `conns=N` connections used as N
+//! hardware queues.
+//!
+//! [`open`] connects and negotiates every connection first (control
+//! plane), then builds the device: the size, the queue limits (from
+//! `INFO_BLOCK_SIZE`) and the features (from the transmission flags) are
+//! known before the core sees the driver.
+
+mod driver;
+mod handshake;
+pub mod url;
+
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use mqblk_core::error::{Error, Result};
+use mqblk_core::queue::{Device, DeviceConfig};
+use mqblk_core::spec::SpecOptions;
+use mqblk_nbd_proto::consts::transmission_flags as tf;
+
+pub use driver::{NbdDriver, NbdQueue};
+pub use handshake::{negotiate, Negotiated};
+pub use url::{Address, NbdUrl};
+
+use crate::transport::Socket;
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// How long a send may make no progress before the connection is failed.
+pub const SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Largest `conns`.
+pub const MAX_CONNS: u32 = 64;
+
+/// Connect to `addr`.
+pub fn connect(addr: &Address) -> std::io::Result<Socket> {
+    let s = match addr {
+        Address::Tcp(hp) => Socket::Tcp(TcpStream::connect(hp.as_str())?),
+        Address::Unix(p) => Socket::Unix(UnixStream::connect(p)?),
+    };
+    s.set_nodelay();
+    Ok(s)
+}
+
+/// Open an NBD export as a device. `url` is the spec's target; `opts`
+/// takes `conns` and the common options (`hw_queues` is the same as
+/// `conns`).
+pub fn open(url: &str, mut opts: SpecOptions) -> Result<Device> {
+    let u = url::parse(url).map_err(|why| Error::spec(opts.spec(), why))?;
+    let conns = match (opts.take_u64("conns")?, opts.take_u64("hw_queues")?) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(Error::spec(
+                opts.spec(),
+                "conns and hw_queues disagree; give one",
+            ))
+        }
+        (Some(n), _) | (None, Some(n)) => n,
+        (None, None) => 1,
+    };
+    if !(1..=u64::from(MAX_CONNS)).contains(&conns) {
+        return Err(opts.error("conns", &conns.to_string(), "1 to 64"));
+    }
+    let name = format!("nbd{}", NEXT.fetch_add(1, Ordering::Relaxed));
+    let setup = |reason: String| Error::Setup {
+        device: name.as_str().into(),
+        reason,
+    };
+    let mut socks = Vec::with_capacity(conns as usize);
+    let mut first: Option<Negotiated> = None;
+    for i in 0..conns {
+        let mut s = connect(&u.address).map_err(|e| setup(format!("connect to {url}: {e}")))?;
+        let n = negotiate(&mut s, &u.export).map_err(|e| setup(format!("{url}: {e}")))?;
+        // A server that stops reading must not block a hardware queue
+        // forever: a send that makes no progress for this long fails the
+        // connection (and its requests).
+        s.set_write_timeout(Some(SEND_TIMEOUT))
+            .map_err(|e| setup(format!("{url}: {e}")))?;
+        match &first {
+            None => {
+                if conns > 1 && n.flags & tf::CAN_MULTI_CONN == 0 {
+                    return Err(setup(format!(
+                        "{url}: the server does not advertise CAN_MULTI_CONN, so {conns} connections \
+                         could see different data; use conns=1"
+                    )));
+                }
+                first = Some(n);
+            }
+            Some(f) if f.size != n.size || f.flags != n.flags => {
+                return Err(setup(format!(
+                    "{url}: connection {i} negotiated a different export"
+                )));
+            }
+            Some(_) => {}
+        }
+        socks.push(s);
+    }
+    let neg = first.expect("at least one connection");
+    let mut cfg = DeviceConfig::new(name.clone(), neg.size);
+    cfg.take_common(&mut opts)?;
+    opts.finish()?;
+    cfg.nr_hw_queues = conns as u16;
+    Device::new(NbdDriver::new(name, neg, socks), cfg)
+}

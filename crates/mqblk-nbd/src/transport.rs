@@ -1,0 +1,162 @@
+//! The byte streams NBD runs over: TCP or a unix socket, optionally
+//! wrapped in TLS (rustls) after `NBD_OPT_STARTTLS`.
+
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+/// A connected socket.
+#[derive(Debug)]
+pub enum Socket {
+    /// TCP.
+    Tcp(TcpStream),
+    /// Unix domain socket.
+    Unix(UnixStream),
+}
+
+impl Socket {
+    /// Receive timeout: a blocked read returns `WouldBlock`/`TimedOut`
+    /// after this long, so the caller can look at its deadlines.
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Socket::Tcp(s) => s.set_read_timeout(t),
+            Socket::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+
+    /// Send timeout.
+    pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Socket::Tcp(s) => s.set_write_timeout(t),
+            Socket::Unix(s) => s.set_write_timeout(t),
+        }
+    }
+
+    /// Shut down both directions (wakes a thread blocked on it).
+    pub fn shutdown(&self) {
+        let _ = match self {
+            Socket::Tcp(s) => s.shutdown(Shutdown::Both),
+            Socket::Unix(s) => s.shutdown(Shutdown::Both),
+        };
+    }
+
+    /// Another handle to the same socket.
+    pub fn try_clone(&self) -> io::Result<Socket> {
+        Ok(match self {
+            Socket::Tcp(s) => Socket::Tcp(s.try_clone()?),
+            Socket::Unix(s) => Socket::Unix(s.try_clone()?),
+        })
+    }
+
+    /// Disable Nagle on TCP: replies and requests are small and latency
+    /// bound.
+    pub fn set_nodelay(&self) {
+        if let Socket::Tcp(s) = self {
+            let _ = s.set_nodelay(true);
+        }
+    }
+}
+
+impl Read for Socket {
+    #[inline]
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => s.read(buf),
+            Socket::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Socket {
+    #[inline]
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => s.write(buf),
+            Socket::Unix(s) => s.write(buf),
+        }
+    }
+    #[inline]
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => s.write_vectored(bufs),
+            Socket::Unix(s) => s.write_vectored(bufs),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A server-side stream: plain, or TLS after `STARTTLS`.
+#[derive(Debug)]
+pub enum ServerStream {
+    /// No TLS.
+    Plain(Socket),
+    /// TLS over the socket.
+    Tls(Box<rustls::StreamOwned<rustls::ServerConnection, Socket>>),
+}
+
+impl ServerStream {
+    /// The socket underneath.
+    pub fn socket(&self) -> &Socket {
+        match self {
+            ServerStream::Plain(s) => s,
+            ServerStream::Tls(t) => &t.sock,
+        }
+    }
+
+    /// True if TLS is running.
+    pub fn is_tls(&self) -> bool {
+        matches!(self, ServerStream::Tls(_))
+    }
+
+    /// Send TLS close_notify if TLS is running.
+    pub fn close_tls(&mut self) {
+        if let ServerStream::Tls(t) = self {
+            t.conn.send_close_notify();
+            let _ = t.conn.complete_io(&mut t.sock);
+        }
+    }
+}
+
+impl Read for ServerStream {
+    #[inline]
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            ServerStream::Plain(s) => s.read(buf),
+            ServerStream::Tls(t) => t.read(buf),
+        }
+    }
+}
+
+impl Write for ServerStream {
+    #[inline]
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            ServerStream::Plain(s) => s.write(buf),
+            ServerStream::Tls(t) => t.write(buf),
+        }
+    }
+    #[inline]
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            ServerStream::Plain(s) => s.write_vectored(bufs),
+            ServerStream::Tls(t) => t.write_vectored(bufs),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            ServerStream::Plain(_) => Ok(()),
+            ServerStream::Tls(t) => t.flush(),
+        }
+    }
+}
+
+/// True for the errors a read or write timeout produces.
+pub fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
