@@ -10,6 +10,8 @@
 
 mod alloc_count;
 mod bench;
+mod serve;
+mod stat;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -47,6 +49,11 @@ enum Command {
     /// Open a device spec and print what it is: capacity, block size,
     /// limits, features, queue mode, hardware queues.
     Info(InfoArgs),
+    /// Show a running or finished bench's counters from its --stats-dir:
+    /// an iostat-like view with merges, splits and bounce bytes.
+    Stat(StatArgs),
+    /// Export devices over NBD (TCP or a unix socket, optionally TLS).
+    Serve(Box<serve::ServeArgs>),
 }
 
 #[derive(Args, Debug)]
@@ -134,6 +141,56 @@ struct BenchArgs {
     /// Per-I/O accounting and latency: 1 or 0 (default 1).
     #[arg(long, value_name = "0|1")]
     iostats: Option<String>,
+
+    /// Write a checked header into every block and check it on read-back:
+    /// crc32c, or none.
+    #[arg(long, value_name = "crc32c|none")]
+    verify: Option<String>,
+
+    /// With --verify, read back everything written after the run: 1 or 0
+    /// (default 1).
+    #[arg(long = "do_verify", alias = "do-verify", value_name = "0|1")]
+    do_verify: Option<String>,
+
+    /// With --verify, stop a job at its first mismatch: 1 or 0 (default 0).
+    #[arg(long = "verify_fatal", alias = "verify-fatal", value_name = "0|1")]
+    verify_fatal: Option<String>,
+
+    /// Cut each I/O's buffer into N non-contiguous pieces (readv/writev-style
+    /// bios), 1 to 256.
+    #[arg(long, value_name = "N")]
+    segments: Option<String>,
+
+    /// Keep DIR/diskstats (read it with `iostat -x -f DIR -p ALL 1`) and
+    /// DIR/mqblk.json (read it with `mqblk stat DIR`) up to date.
+    #[arg(long = "stats-dir", alias = "stats_dir", value_name = "DIR")]
+    stats_dir: Option<String>,
+}
+
+fn stat_command(args: &StatArgs) -> Result<()> {
+    let interval = args
+        .interval
+        .as_deref()
+        .map(bench::options::parse_duration)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--interval: {e}"))?;
+    if interval.is_some_and(|d| d.is_zero()) {
+        anyhow::bail!("--interval: must be more than 0");
+    }
+    stat::stat_command(&args.dir, interval, args.count)
+}
+
+#[derive(Args, Debug)]
+struct StatArgs {
+    /// The directory a bench writes with --stats-dir.
+    dir: std::path::PathBuf,
+    /// Print rates every INTERVAL (seconds unless suffixed) instead of the
+    /// run's averages.
+    #[arg(long, value_name = "INTERVAL")]
+    interval: Option<String>,
+    /// With --interval, stop after N reports.
+    #[arg(long, value_name = "N")]
+    count: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -148,6 +205,8 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Bench(args) => bench_command(&args),
         Command::Info(args) => info_command(&args),
+        Command::Stat(args) => stat_command(&args),
+        Command::Serve(args) => serve::serve_command(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -180,6 +239,11 @@ impl BenchArgs {
             ("hw-queues", "hw_queues", &self.hw_queues),
             ("plug", "plug", &self.plug),
             ("iostats", "iostats", &self.iostats),
+            ("verify", "verify", &self.verify),
+            ("do_verify", "do_verify", &self.do_verify),
+            ("verify_fatal", "verify_fatal", &self.verify_fatal),
+            ("segments", "segments", &self.segments),
+            ("stats-dir", "stats_dir", &self.stats_dir),
         ];
         for (flag, key, value) in single {
             if let Some(v) = value {
@@ -244,6 +308,28 @@ fn bench_command(args: &BenchArgs) -> Result<()> {
             "I/O errors in {} job(s): {}",
             failed.len(),
             failed.join("; ")
+        );
+    }
+    let mismatched: Vec<String> = run
+        .jobs
+        .iter()
+        .filter_map(|j| {
+            let v = j.verify.as_ref().filter(|v| v.errors > 0)?;
+            let first = v.mismatches.first().map(|m| m.to_string());
+            Some(format!(
+                "{} (job {}): {} mismatches, first: {}",
+                j.name,
+                j.index,
+                v.errors,
+                first.as_deref().unwrap_or("unknown")
+            ))
+        })
+        .collect();
+    if !mismatched.is_empty() {
+        bail!(
+            "verify failed in {} job(s): {}",
+            mismatched.len(),
+            mismatched.join("; ")
         );
     }
     Ok(())
@@ -330,6 +416,13 @@ fn info_command(args: &InfoArgs) -> Result<()> {
     line("  write_zeroes:", yes_no(f.write_zeroes).into());
     line("  read_only:", yes_no(f.read_only || cfg.read_only).into());
     line("  rotational:", yes_no(f.rotational).into());
+    let driver = mqblk::driver_info(&dev);
+    if !driver.is_empty() {
+        line("driver:", String::new());
+        for (k, v) in driver {
+            line(&format!("  {k}:"), v);
+        }
+    }
     let mut out = std::io::stdout().lock();
     out.write_all(s.as_bytes())?;
     out.flush()?;
@@ -351,7 +444,7 @@ mod tests {
         full.extend_from_slice(argv);
         match Cli::try_parse_from(full).unwrap().command {
             Command::Bench(b) => *b,
-            Command::Info(_) => unreachable!(),
+            Command::Info(_) | Command::Serve(_) | Command::Stat(_) => unreachable!(),
         }
     }
 

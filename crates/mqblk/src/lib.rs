@@ -17,7 +17,12 @@ pub use mqblk_core::*;
 /// Open a device from a spec string such as `null,size=1T,completion=inline`.
 ///
 /// Kinds: `null` (see `mqblk_null` for its options) and `ram` (a sparse,
-/// memory-backed disk like Linux's brd: `ram,size=1G`, see `mqblk_ram`).
+/// memory-backed disk like Linux's brd: `ram,size=1G`, see `mqblk_ram`)
+/// and `file` (a regular file or block device through io_uring or
+/// pread/pwrite: `file:/dev/loop0,direct=1`, see `mqblk_file`), and
+/// `nbd` (an NBD export, `nbd://host:port/export` or
+/// `nbd+unix:///export?socket=PATH`, with `conns=N` connections as
+/// hardware queues, see `mqblk_nbd`).
 /// Every kind also takes the common options `hw_queues`, `queue_depth`,
 /// `reserved_tags`, `shared_tags`, `queue_mode`, `plug`, `iostats`,
 /// `io_timeout_ms` and `ro`.
@@ -47,9 +52,44 @@ pub fn open_parsed(s: mqblk_core::spec::DeviceSpec) -> Result<Device> {
             }
             mqblk_ram::open(s.options)
         }
+        "file" => match s.target {
+            Some(t) => mqblk_file::open(&t, s.options),
+            None => Err(Error::spec(
+                s.options.spec(),
+                "the file device needs a path, as in file:/dev/loop0 or file:/data/disk.img",
+            )),
+        },
+        "nbd" => {
+            // The whole URL is the target: nbd://host:port/export or
+            // nbd+unix:///export?socket=PATH; `conns=N` after a comma.
+            let Some(url) = &s.target else {
+                return Err(Error::spec(
+                    s.options.spec(),
+                    "the nbd device needs a URL: nbd://host:port/export or nbd+unix:///export?socket=PATH",
+                ));
+            };
+            mqblk_nbd::open(url, s.options)
+        }
         other => Err(Error::spec(
             s.options.spec(),
-            format!("unknown device kind `{other}`; built in: null, ram"),
+            format!("unknown device kind `{other}`; built in: null, ram, file, nbd"),
         )),
     }
+}
+
+/// What a device's driver says about its setup beyond limits and features,
+/// as `(key, value)` lines for `mqblk info`: for a file device, the engine
+/// in use, its ring flags, and every fallback it took (`note`). Empty for
+/// drivers with nothing to add.
+pub fn driver_info(dev: &Device) -> Vec<(String, String)> {
+    let Some(i) = mqblk_file::info(dev.name()) else {
+        return Vec::new();
+    };
+    let mut out = vec![
+        ("path".to_string(), i.path.clone()),
+        ("engine".to_string(), i.summary()),
+        ("alignment from".to_string(), i.align_source.to_string()),
+    ];
+    out.extend(i.notes.into_iter().map(|n| ("note".to_string(), n)));
+    out
 }

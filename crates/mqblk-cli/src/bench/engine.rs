@@ -17,6 +17,7 @@ use mqblk::{Bio, Device, Op};
 
 use super::job::JobSpec;
 use super::result::{DirResult, JobResult, LayerResult, RunResult};
+use super::verify::{Hook, NoVerify};
 use crate::alloc_count;
 
 const PHASE_RAMP: u8 = 0;
@@ -71,6 +72,12 @@ fn open_devices(jobs: &[JobSpec]) -> Result<Vec<Vec<Device>>> {
             }
             let dev =
                 mqblk::open_parsed(parsed).with_context(|| format!("opening device {spec:?}"))?;
+            // Fallbacks a driver took (io_uring refused, no IOPOLL) are said.
+            for (k, v) in mqblk::driver_info(&dev) {
+                if k == "note" {
+                    eprintln!("mqblk: {}: {v}", dev.name());
+                }
+            }
             devs.push(dev);
         }
         all.push(devs);
@@ -80,6 +87,7 @@ fn open_devices(jobs: &[JobSpec]) -> Result<Vec<Vec<Device>>> {
 
 /// Run all jobs (numjobs expanded) concurrently and measure them.
 pub fn run(jobs: &[JobSpec], progress: bool) -> Result<RunResult> {
+    super::verify::check_jobs(jobs)?;
     let devs = open_devices(jobs)?;
     // Expand numjobs; job i of the run uses device i mod n of its section.
     let mut plan: Vec<(JobSpec, Device)> = Vec::new();
@@ -104,11 +112,18 @@ pub fn run(jobs: &[JobSpec], progress: bool) -> Result<RunResult> {
             .collect(),
     });
     let mut handles = Vec::with_capacity(n);
+    let mut verifiers = (0..plan.len())
+        .map(|i| super::verify::for_job(&plan, i))
+        .collect::<Result<Vec<_>>>()?;
     for (index, (job, dev)) in plan.iter().cloned().enumerate() {
+        let verifier = verifiers[index].take();
         let shared = shared.clone();
         let h = std::thread::Builder::new()
             .name(format!("{}.{index}", job.name))
-            .spawn(move || job_thread(index, job, dev, shared))?;
+            .spawn(move || match verifier {
+                Some(v) => job_thread(index, job, dev, shared, v),
+                None => job_thread(index, job, dev, shared, NoVerify),
+            })?;
         handles.push(h);
     }
     alloc_count::exclude_this_thread();
@@ -123,6 +138,18 @@ pub fn run(jobs: &[JobSpec], progress: bool) -> Result<RunResult> {
     while shared.measuring.load(Relaxed) + shared.finished.load(Relaxed) < n {
         std::thread::sleep(Duration::from_micros(200));
     }
+    let stats_dir = match &plan[0].0.stats_dir {
+        Some(dir) => {
+            let mut devs: Vec<Device> = Vec::new();
+            for (_, d) in &plan {
+                if !devs.iter().any(|x| x.name() == d.name()) {
+                    devs.push(d.clone());
+                }
+            }
+            Some(crate::stat::StatsDir::new(dir, devs)?)
+        }
+        None => None,
+    };
     let allocs_start = alloc_count::allocations();
     let t0 = Instant::now();
     let runtime = plan.iter().filter_map(|(j, _)| j.runtime).max();
@@ -135,7 +162,15 @@ pub fn run(jobs: &[JobSpec], progress: bool) -> Result<RunResult> {
         if runtime.is_some_and(|r| t0.elapsed() >= r) {
             break;
         }
-        std::thread::sleep(Duration::from_millis(20));
+        // Short steps so the stats directory is fresh for iostat.
+        std::thread::sleep(Duration::from_millis(if stats_dir.is_some() {
+            10
+        } else {
+            20
+        }));
+        if let Some(sd) = &stats_dir {
+            sd.write(false)?;
+        }
         if let Some(bar) = &bar {
             let now = Instant::now();
             if now.duration_since(last.0) >= Duration::from_millis(500) {
@@ -177,6 +212,9 @@ pub fn run(jobs: &[JobSpec], progress: bool) -> Result<RunResult> {
         layer.cpu_ns += r.usr_ns + r.sys_ns;
         results.push(r);
     }
+    if let Some(sd) = &stats_dir {
+        sd.write(true)?;
+    }
     Ok(RunResult {
         jobs: results,
         layer,
@@ -206,6 +244,14 @@ fn progress_bar(enabled: bool, runtime: Option<Duration>) -> Option<indicatif::P
 
 fn check_job(job: &JobSpec, dev: &Device) -> Result<()> {
     let lbs = u64::from(dev.logical_block_size());
+    let segs = u64::from(job.segments.max(1));
+    if !job.bs.is_multiple_of(segs) || !(job.bs / segs).is_multiple_of(512) {
+        bail!(
+            "job {}: bs={} cannot be cut into {segs} segments of whole 512-byte sectors",
+            job.name,
+            job.bs
+        );
+    }
     if job.bs == 0 || !job.bs.is_multiple_of(lbs) {
         bail!(
             "job {}: bs={} is not a multiple of {}'s logical block size {lbs}",
@@ -293,11 +339,12 @@ impl Offsets {
     }
 }
 
-fn job_thread(
+fn job_thread<V: Hook>(
     index: usize,
     job: JobSpec,
     dev: Device,
     shared: Arc<Shared>,
+    mut hook: V,
 ) -> Result<(JobResult, mqblk::DiskStats)> {
     // Set up everything before the start barrier: the measured phase
     // allocates nothing.
@@ -311,7 +358,7 @@ fn job_thread(
         let seed = job.randseed ^ (index as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let offsets = Offsets {
             random: job.rw.is_random(),
-            blocks: region / job.bs,
+            blocks: hook.blocks(region / job.bs),
             bs_sectors,
             next_block: 0,
             read_percent: job.rw.read_percent(job.rwmixread),
@@ -319,13 +366,20 @@ fn job_thread(
         };
         let mut free: Vec<Bio> = Vec::with_capacity(job.iodepth as usize);
         let mut fill = Rng(seed ^ 0x5555);
+        // With --segments=N each bio gets N separately allocated (so
+        // non-contiguous) pieces: a readv/writev-style bio.
+        let piece = (job.bs / u64::from(job.segments)) as usize;
         for _ in 0..job.iodepth {
-            let mut buf = dev.alloc_buf(job.bs as usize);
-            for chunk in buf.as_mut_slice().chunks_mut(8) {
-                let v = fill.next().to_le_bytes();
-                chunk.copy_from_slice(&v[..chunk.len()]);
+            let mut bio = Bio::new(Op::Read, 0);
+            for _ in 0..job.segments {
+                let mut buf = dev.alloc_buf(piece);
+                for chunk in buf.as_mut_slice().chunks_mut(8) {
+                    let v = fill.next().to_le_bytes();
+                    chunk.copy_from_slice(&v[..chunk.len()]);
+                }
+                bio.push_segment(buf, 0, piece as u32);
             }
-            free.push(Bio::read(0, buf));
+            free.push(bio);
         }
         Ok((ctx, offsets, free))
     })();
@@ -360,7 +414,7 @@ fn job_thread(
 
     loop {
         let phase = shared.phase.load(Relaxed);
-        if phase == PHASE_STOP {
+        if phase == PHASE_STOP || hook.stopped() {
             break;
         }
         if !measuring && phase == PHASE_MEASURE {
@@ -383,7 +437,9 @@ fn job_thread(
             let (op, sector) = offsets.next();
             bio.set_op(op);
             bio.set_sector(sector);
+            hook.prepare(&mut bio);
             if let Err(bio) = ctx.submit(bio) {
+                hook.cancel(&bio);
                 free.push(bio);
                 break;
             }
@@ -407,11 +463,13 @@ fn job_thread(
                     first_error_at = c.bio().offset_bytes();
                 }
             }
-            if issued_bytes < bytes_limit || !measuring {
+            hook.complete(&c);
+            if (issued_bytes < bytes_limit || !measuring) && !hook.stopped() {
                 let (op, sector) = offsets.next();
                 let bio = c.bio_mut();
                 bio.set_op(op);
                 bio.set_sector(sector);
+                hook.prepare(bio);
                 issued_bytes += bs;
                 c.resubmit();
             } else {
@@ -433,8 +491,13 @@ fn job_thread(
     shared.finished.fetch_add(1, Relaxed);
     // Drain without counting.
     while ctx.in_flight() > 0 || ctx.ready() > 0 {
-        ctx.poll_wait(1, |c| free.push(c.into_bio()));
+        ctx.poll_wait(1, |c| {
+            hook.complete(&c);
+            free.push(c.into_bio())
+        });
     }
+    // fio's verify phase: read back what was written (not measured).
+    hook.verify_phase(&mut ctx, &mut free);
     shared.end.wait();
 
     let mut stats = stats_end;
@@ -468,6 +531,7 @@ fn job_thread(
             usr_ns: m.usr_ns,
             sys_ns: m.sys_ns,
             first_error: m.first_error,
+            verify: hook.result(),
         },
         m.stats,
     ))

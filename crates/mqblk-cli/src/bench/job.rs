@@ -97,6 +97,18 @@ pub struct JobSpec {
     pub iostats: bool,
     /// `randseed=`.
     pub randseed: u64,
+    /// `verify=` (None: `verify=none`).
+    pub verify: Option<super::verify::VerifyKind>,
+    /// `do_verify=` (default 1): read back what was written after the run.
+    pub do_verify: bool,
+    /// `verify_fatal=` (default 0): stop the job at the first mismatch.
+    pub verify_fatal: bool,
+    /// `segments=`: each I/O's buffer is cut into this many non-contiguous
+    /// pieces (a vectored bio).
+    pub segments: u32,
+    /// `--stats-dir`: keep `DIR/diskstats` (for `iostat -f DIR`) and
+    /// `DIR/mqblk.json` (for `mqblk stat`) up to date while running.
+    pub stats_dir: Option<String>,
 }
 
 impl Default for JobSpec {
@@ -118,6 +130,11 @@ impl Default for JobSpec {
             plug: None,
             iostats: true,
             randseed: 0x6d71_626c_6b00_0001,
+            verify: None,
+            do_verify: true,
+            verify_fatal: false,
+            segments: 1,
+            stats_dir: None,
         }
     }
 }

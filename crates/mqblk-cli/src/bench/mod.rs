@@ -12,6 +12,8 @@
 //!   of `[global]`, job sections and the command line (which wins).
 //! - [`jobfile`]: fio job files (INI) into jobs.
 //! - [`job`]: the typed job.
+//! - [`verify`]: fio's `verify=`: headers written with each block, checked
+//!   on read-back.
 //! - [`engine`]: runs the jobs, one thread and one context each.
 //! - [`result`]: what was measured.
 //! - [`report`]: fio's text and JSON output, plus the layer's own figures.
@@ -22,6 +24,8 @@ pub mod options;
 pub mod jobfile;
 
 pub mod job;
+
+pub mod verify;
 
 pub mod engine;
 

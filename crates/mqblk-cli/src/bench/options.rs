@@ -36,6 +36,11 @@ pub const KEYS: &[&str] = &[
     "hw_queues",
     "plug",
     "iostats",
+    "verify",
+    "do_verify",
+    "verify_fatal",
+    "segments",
+    "stats_dir",
 ];
 
 /// Smallest and largest `bs=` (a 512-byte sector up to 64 MiB).
@@ -123,6 +128,16 @@ pub struct JobOptions {
     pub plug: Option<bool>,
     /// `iostats=`.
     pub iostats: Option<bool>,
+    /// `verify=`; `Some(None)` is `verify=none`.
+    pub verify: Option<Option<super::verify::VerifyKind>>,
+    /// `do_verify=`.
+    pub do_verify: Option<bool>,
+    /// `verify_fatal=`.
+    pub verify_fatal: Option<bool>,
+    /// `segments=`.
+    pub segments: Option<u32>,
+    /// `stats_dir=`.
+    pub stats_dir: Option<String>,
 }
 
 fn bad(value: &str, expected: impl Into<String>) -> OptionError {
@@ -245,6 +260,21 @@ impl JobOptions {
             }
             "plug" => self.plug = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?),
             "iostats" => self.iostats = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?),
+            "verify" => {
+                let kind = super::verify::VerifyKind::parse(v).map_err(|()| bad(raw, expected))?;
+                self.verify = Some(kind);
+            }
+            "do_verify" => self.do_verify = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?),
+            "verify_fatal" => {
+                self.verify_fatal = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?)
+            }
+            "segments" => self.segments = Some(parse_u64_in(v, 1, 256, expected)? as u32),
+            "stats_dir" => {
+                if v.is_empty() {
+                    return Err(bad(raw, expected));
+                }
+                self.stats_dir = Some(v.to_string());
+            }
             _ => return Err(OptionError::UnknownKey),
         }
         Ok(())
@@ -273,6 +303,11 @@ impl JobOptions {
         over(&mut self.hw_queues, &top.hw_queues);
         over(&mut self.plug, &top.plug);
         over(&mut self.iostats, &top.iostats);
+        over(&mut self.verify, &top.verify);
+        over(&mut self.do_verify, &top.do_verify);
+        over(&mut self.verify_fatal, &top.verify_fatal);
+        over(&mut self.segments, &top.segments);
+        over(&mut self.stats_dir, &top.stats_dir);
     }
 
     /// The job these settings describe, on top of the defaults, named
@@ -299,6 +334,11 @@ impl JobOptions {
             hw_queues: self.hw_queues.or(d.hw_queues),
             plug: self.plug.or(d.plug),
             iostats: self.iostats.unwrap_or(d.iostats),
+            verify: self.verify.unwrap_or(d.verify),
+            do_verify: self.do_verify.unwrap_or(d.do_verify),
+            verify_fatal: self.verify_fatal.unwrap_or(d.verify_fatal),
+            segments: self.segments.unwrap_or(d.segments),
+            stats_dir: self.stats_dir.clone().or(d.stats_dir.clone()),
         };
         check(&job)?;
         Ok(job)
@@ -323,6 +363,11 @@ pub fn expected(key: &str) -> Option<&'static str> {
         "hw_queues" => "an integer from 1 to 1024",
         "plug" => "on or off (or 1/0)",
         "iostats" => "1 or 0 (or on/off)",
+        "verify" => "crc32c (or crc32c-intel), or none",
+        "do_verify" => "1 or 0 (default 1: read back and check what was written)",
+        "verify_fatal" => "1 or 0 (default 0: 1 stops the job at the first mismatch)",
+        "segments" => "1 to 256: buffer pieces per I/O (vectored bios)",
+        "stats_dir" => "a directory to write diskstats and mqblk.json into",
         _ => return None,
     })
 }

@@ -200,9 +200,19 @@ fn lat_of(job: &JobResult, group: StatGroup) -> Option<Lat> {
 fn job_error(job: &JobResult) -> i32 {
     if job.first_error.is_some() || job.read.errors > 0 || job.write.errors > 0 {
         EIO
+    } else if verify_errors(job) > 0 {
+        // fio reports a verify failure as EILSEQ.
+        EILSEQ
     } else {
         0
     }
+}
+
+/// errno fio reports for a job whose verify found mismatches.
+const EILSEQ: i32 = 84;
+
+fn verify_errors(job: &JobResult) -> u64 {
+    job.verify.as_ref().map_or(0, |v| v.errors)
 }
 
 fn duration_str(d: Option<Duration>) -> Option<String> {
@@ -253,6 +263,14 @@ fn job_options(spec: &JobSpec) -> Value {
         put("plug", if p { "on" } else { "off" }.into());
     }
     put("iostats", if spec.iostats { "1" } else { "0" }.into());
+    if let Some(kind) = spec.verify {
+        put("verify", kind.name().into());
+        put("do_verify", if spec.do_verify { "1" } else { "0" }.into());
+        put(
+            "verify_fatal",
+            if spec.verify_fatal { "1" } else { "0" }.into(),
+        );
+    }
     Value::Object(o)
 }
 
@@ -330,6 +348,23 @@ pub fn json(specs: &[JobSpec], run: &RunResult) -> Value {
             });
             if let Some(e) = &job.first_error {
                 v["error_message"] = json!(e);
+            }
+            v["verify_errors"] = json!(verify_errors(job));
+            if let Some(r) = &job.verify {
+                v["verify"] = json!({
+                    "type": r.kind,
+                    "blocks_written": r.blocks_written,
+                    "blocks_verified": r.blocks_verified,
+                    "errors": r.errors,
+                    "stopped": r.stopped,
+                    "mismatches": r.mismatches.iter().map(|m| json!({
+                        "offset": m.offset,
+                        "reason": m.reason,
+                        "expected": m.expected.to_string(),
+                        "actual": m.actual.to_string(),
+                        "computed_crc32c": m.computed_crc,
+                    })).collect::<Vec<_>>(),
+                });
             }
             v
         })
@@ -488,6 +523,9 @@ pub fn normal(specs: &[JobSpec], run: &RunResult) -> String {
         );
         let depth = spec_of(specs, job).map_or(0, |s| s.iodepth);
         let _ = writeln!(out, "  device       : {}, iodepth={depth}", job.device);
+        if let Some(r) = &job.verify {
+            r.describe(&mut out);
+        }
         out.push('\n');
     }
     let _ = writeln!(out, "Run status group 0 (all jobs):");
@@ -638,6 +676,7 @@ mod tests {
             usr_ns: 2_900_000_000,
             sys_ns: 10_000_000,
             first_error: None,
+            verify: None,
         };
         let run = RunResult {
             jobs: vec![job(0), job(1)],

@@ -38,6 +38,8 @@ pub struct JobResult {
     pub sys_ns: u64,
     /// First error message, if any.
     pub first_error: Option<String>,
+    /// What `verify=` found, if it was on.
+    pub verify: Option<super::verify::VerifyResult>,
 }
 
 /// The layer's own figures for the whole run (the `mqblk` JSON object).

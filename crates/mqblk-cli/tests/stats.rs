@@ -1,0 +1,204 @@
+//! `iostat` (sysstat) reads the diskstats that `mqblk bench --stats-dir`
+//! keeps, and its figures match the bench's own. `.ci/run` installs
+//! sysstat: a missing iostat fails this test.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// The tests of this file run benches; the iostat comparison needs the CPU
+/// to itself, or its job thread falls behind the throttle.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn mqblk() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_mqblk"))
+}
+
+/// The last report's line for `dev`: the named columns.
+fn iostat_last(out: &str, dev: &str, cols: &[&str]) -> Vec<f64> {
+    let mut header: Vec<&str> = Vec::new();
+    let mut last = None;
+    for l in out.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.first() == Some(&"Device") {
+            header = f;
+        } else if f.first() == Some(&dev) {
+            last = Some((header.clone(), f));
+        }
+    }
+    let (h, f) = last.unwrap_or_else(|| panic!("iostat printed no line for {dev}:\n{out}"));
+    cols.iter()
+        .map(|c| {
+            let i = h
+                .iter()
+                .position(|x| x == c)
+                .unwrap_or_else(|| panic!("no column {c}"));
+            f[i].parse().unwrap()
+        })
+        .collect()
+}
+
+/// Run a throttled bench with a stats dir, sample it with iostat over a 3 s
+/// interval in the middle, and return (iostat columns, bench JSON).
+fn sample(dir: &Path, rw: &str, cols: &[&str]) -> (Vec<f64>, serde_json::Value) {
+    let bench = mqblk()
+        .args([
+            "bench",
+            "--device",
+            "null,size=1G,mbps=40,hw_queues=1",
+            &format!("--rw={rw}"),
+            "--bs=4k",
+            "--iodepth=8",
+            "--runtime=6",
+            "--time_based",
+            "--output-format=json",
+            "--stats-dir",
+        ])
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let iostat = Command::new("iostat")
+        .args(["-x", "-f"])
+        .arg(dir)
+        .args(["-p", "ALL", "3", "2"])
+        .output()
+        .expect("iostat (sysstat) must be installed: .ci/run installs it");
+    assert!(
+        iostat.status.success(),
+        "{}",
+        String::from_utf8_lossy(&iostat.stderr)
+    );
+    let out = bench.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    (
+        iostat_last(&String::from_utf8_lossy(&iostat.stdout), "nullb0", cols),
+        json,
+    )
+}
+
+fn within_1pct(a: f64, b: f64, what: &str) {
+    assert!(b > 0.0, "{what}: bench reported 0");
+    let dev = (a - b).abs() / b;
+    assert!(
+        dev < 0.01,
+        "{what}: iostat {a} vs bench {b} ({:.2}% apart)",
+        dev * 100.0
+    );
+}
+
+#[test]
+fn iostat_reads_mqblk_diskstats_and_agrees_with_the_bench() {
+    let _serial = serial();
+    let base = std::env::temp_dir().join(format!("mqblk-stats-{}", std::process::id()));
+    let (r, json) = sample(&base.join("r"), "randread", &["r/s", "rareq-sz", "w/s"]);
+    let bench_r = json["jobs"][0]["read"]["iops"].as_f64().unwrap();
+    within_1pct(r[0], bench_r, "r/s");
+    assert_eq!(r[1], 4.0, "rareq-sz is the bench's 4 KiB");
+    assert_eq!(r[2], 0.0);
+
+    let (w, json) = sample(&base.join("w"), "randwrite", &["w/s", "wareq-sz", "r/s"]);
+    let bench_w = json["jobs"][0]["write"]["iops"].as_f64().unwrap();
+    within_1pct(w[0], bench_w, "w/s");
+    assert_eq!(w[1], 4.0);
+    assert_eq!(w[2], 0.0);
+
+    // The finished run's own view: totals and the layer's counters.
+    let stat = mqblk().arg("stat").arg(base.join("w")).output().unwrap();
+    assert!(stat.status.success());
+    let text = String::from_utf8_lossy(&stat.stdout);
+    assert!(
+        text.contains("finished run") && text.contains("nullb0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("splits=0") && text.contains("bytes_copied=0"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+fn run_with_stats(dir: &Path, device: &str, bs: &str) -> serde_json::Value {
+    let out = mqblk()
+        .args([
+            "bench",
+            "--device",
+            device,
+            "--rw=write",
+            &format!("--bs={bs}"),
+            "--iodepth=16",
+            "--size=32M",
+            "--output-format=json",
+            "--stats-dir",
+        ])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn stats_dir_shows_merges_and_splits() {
+    let _serial = serial();
+    let base = std::env::temp_dir().join(format!("mqblk-stats-ms-{}", std::process::id()));
+    // Sequential 16 KiB writes: the plug merges neighbours (up to 32 KiB).
+    let dir = base.join("merge");
+    let json = run_with_stats(&dir, "null,size=64M,max_sectors=64,hw_queues=1", "16k");
+    let m = &json["mqblk"];
+    assert!(m["merges"].as_u64().unwrap() > 0, "{m}");
+    assert!(
+        m["requests"].as_u64().unwrap() < m["bios"].as_u64().unwrap(),
+        "{m}"
+    );
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("mqblk.json")).unwrap()).unwrap();
+    let d = &meta["devices"][0];
+    assert!(
+        d["diskstats"][5].as_u64().unwrap() > 0,
+        "wrqm in diskstats: {d}"
+    );
+    // The device counts everything, the bench only its measured phase.
+    assert!(d["bios"].as_u64() >= m["bios"].as_u64());
+    let disk = std::fs::read_to_string(dir.join("diskstats")).unwrap();
+    let fields: Vec<&str> = disk.split_whitespace().collect();
+    assert_eq!(
+        fields.len(),
+        3 + 17,
+        "major, minor, name and 17 fields: {disk}"
+    );
+    let stat = mqblk().arg("stat").arg(&dir).output().unwrap();
+    let text = String::from_utf8_lossy(&stat.stdout);
+    assert!(
+        text.contains("merges=") && !text.contains("merges=0 "),
+        "{text}"
+    );
+
+    // 64 KiB bios over a 32 KiB max_sectors: every bio is split in two.
+    let dir = base.join("split");
+    let json = run_with_stats(&dir, "null,size=64M,max_sectors=64,hw_queues=1", "64k");
+    let m = &json["mqblk"];
+    assert_eq!(m["splits"], m["bios"], "{m}");
+    assert_eq!(
+        m["requests"].as_u64().unwrap(),
+        2 * m["bios"].as_u64().unwrap(),
+        "{m}"
+    );
+    let stat = mqblk().arg("stat").arg(&dir).output().unwrap();
+    let text = String::from_utf8_lossy(&stat.stdout);
+    assert!(
+        text.contains(" 2.000 "),
+        "two requests per bio in the rq/bio column: {text}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
