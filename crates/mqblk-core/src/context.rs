@@ -54,6 +54,9 @@ pub(crate) struct CtxShared {
 const SPIN_POLLS: u32 = 256;
 /// Longest sleep between polls for a driver that only completes when polled.
 const POLL_SLEEP: Duration = Duration::from_micros(50);
+/// Longest a driver's own wait blocks before the context looks around
+/// (timeouts, freeze) again.
+const DRIVER_WAIT: Duration = Duration::from_millis(10);
 /// Longest sleep for a driver that notifies.
 const NOTIFY_SLEEP: Duration = Duration::from_millis(10);
 
@@ -156,6 +159,9 @@ impl Device {
             tags,
         };
         dev.ctl().contexts.push(st.shared.clone());
+        dev.hw_queues[hwq as usize]
+            .nr_ctx
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(Context {
             dev,
             st,
@@ -976,7 +982,8 @@ impl CtxState {
             let _legacy = dev.lock.hold();
             let mut inner = hq.lock();
             inner.poll(&mut self.done);
-            if inner.has_dispatch() {
+            // Requests the driver refused, or that waited out a quiesce.
+            if inner.has_dispatch() || !self.sw.is_empty() {
                 let deadline_ms = if self.timeout_ms > 0 {
                     clock::coarse_ms() + u64::from(self.timeout_ms)
                 } else {
@@ -1177,6 +1184,17 @@ impl CtxState {
     /// hardware queue's futex (bounded), woken by a driver's notifier or a
     /// remote completion.
     fn backoff(&mut self, dev: &DeviceInner, seen: u32, spins: &mut u32) {
+        let hq = &dev.hw_queues[self.hwq as usize];
+        // A hardware queue of our own, with requests out: let the driver
+        // block in its own completion source (one wakeup, no spinning), if
+        // it can. The legacy modes keep the core's wait.
+        if self.in_flight > 0
+            && matches!(dev.lock, crate::queue::QueueLock::None)
+            && hq.nr_ctx.load(std::sync::atomic::Ordering::Relaxed) == 1
+            && hq.lock().driver_wait(DRIVER_WAIT)
+        {
+            return;
+        }
         *spins += 1;
         if *spins < SPIN_POLLS {
             std::hint::spin_loop();
@@ -1210,5 +1228,8 @@ impl Drop for Context {
         st.tags.drain_cache(&mut st.tag_cache);
         dev.stats.retire(&st.stats, &st.hist);
         dev.ctl().contexts.retain(|c| !Arc::ptr_eq(c, &st.shared));
+        dev.hw_queues[st.hwq as usize]
+            .nr_ctx
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }

@@ -101,6 +101,16 @@ pub trait Driver: Send + Sync + 'static {
     /// Reap finished requests into `done`; returns how many.
     fn poll(&self, hq: &mut Self::HwQueue, done: &mut Completions<'_>) -> usize;
 
+    /// Block until `poll` would find a completion, or `timeout` passes (an
+    /// io_uring waits in `io_uring_enter(GETEVENTS, min_complete=1)`, as fio
+    /// does). Returns false if this driver cannot wait, and the core sleeps
+    /// on its own futex instead. The core calls this only for a hardware
+    /// queue that one context has to itself, holding its lock, so the wait
+    /// blocks nobody else.
+    fn wait(&self, _hq: &mut Self::HwQueue, _timeout: std::time::Duration) -> bool {
+        false
+    }
+
     /// Request `tag` of this queue has been in flight past the timeout. The
     /// default keeps waiting.
     fn timeout(
@@ -183,6 +193,7 @@ pub(crate) trait HwQueueOps: Send {
     fn commit_rqs(&mut self);
     fn poll(&mut self, done: &mut Completions<'_>) -> usize;
     fn timeout(&mut self, tag: u32, done: &mut Completions<'_>) -> TimeoutAction;
+    fn wait(&mut self, timeout: std::time::Duration) -> bool;
 }
 
 pub(crate) struct Bound<D: Driver> {
@@ -205,5 +216,8 @@ impl<D: Driver> HwQueueOps for Bound<D> {
     }
     fn timeout(&mut self, tag: u32, done: &mut Completions<'_>) -> TimeoutAction {
         self.driver.timeout(&mut self.hq, tag, done)
+    }
+    fn wait(&mut self, timeout: std::time::Duration) -> bool {
+        self.driver.wait(&mut self.hq, timeout)
     }
 }

@@ -22,6 +22,8 @@ use crate::tag::Tags;
 
 /// One hardware queue.
 pub(crate) struct HwQueue {
+    /// Contexts mapped to this queue (control plane writes, waiters read).
+    pub(crate) nr_ctx: std::sync::atomic::AtomicU32,
     pub(crate) notify: crate::sync::Arc<Notify>,
     pub(crate) tags: Arc<Tags>,
     inner: CachePadded<Mutex<HwInner>>,
@@ -40,6 +42,9 @@ pub(crate) struct HwInner {
     timeout_ms: u32,
     next_scan_ms: u64,
     expired: Vec<u32>,
+    /// Dispatch is stopped (Linux `blk_mq_quiesce_queue`): requests wait in
+    /// the software queues and the dispatch list until it is lifted.
+    pub(crate) quiesced: bool,
 }
 
 /// What one dispatch run did.
@@ -60,6 +65,7 @@ impl HwQueue {
     ) -> HwQueue {
         let total = tags.total() as usize;
         HwQueue {
+            nr_ctx: std::sync::atomic::AtomicU32::new(0),
             notify,
             inner: CachePadded::new(Mutex::new(HwInner {
                 index,
@@ -70,6 +76,7 @@ impl HwQueue {
                 timeout_ms,
                 next_scan_ms: 0,
                 expired: Vec::with_capacity(total),
+                quiesced: false,
             })),
             tags,
         }
@@ -93,6 +100,9 @@ impl HwInner {
         deadline_ms: u64,
     ) -> DispatchOutcome {
         let mut out = DispatchOutcome::default();
+        if self.quiesced {
+            return out;
+        }
         let mut need_commit = false;
         loop {
             if self.in_driver >= self.budget {
@@ -139,6 +149,12 @@ impl HwInner {
     #[inline]
     pub(crate) fn has_dispatch(&self) -> bool {
         !self.dispatch.is_empty()
+    }
+
+    /// Let the driver block until it has completions (see `Driver::wait`).
+    #[inline]
+    pub(crate) fn driver_wait(&mut self, timeout: std::time::Duration) -> bool {
+        self.ops.wait(timeout)
     }
 
     /// Reap the driver.

@@ -54,7 +54,7 @@ pub use driver::{Driver, Extent, HwQueueSetup, QueueRq, TimeoutAction};
 pub use error::{Error, Result, Status};
 pub use future::{block_on, AsyncContext};
 pub use limits::{Features, QueueLimits};
-pub use queue::{Device, DeviceConfig, Frozen, LimitOverrides, QueueMode};
+pub use queue::{Device, DeviceConfig, Frozen, LimitOverrides, QueueMode, Quiesced};
 pub use request::{Request, RqRef};
 pub use stats::{DiskStats, Histograms};
 

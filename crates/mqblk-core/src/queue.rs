@@ -462,6 +462,20 @@ impl DeviceInner {
     }
 }
 
+/// A quiesced queue; dropping it restarts dispatch.
+pub struct Quiesced<'a> {
+    dev: &'a Device,
+}
+
+impl Drop for Quiesced<'_> {
+    fn drop(&mut self) {
+        for hq in self.dev.inner.hw_queues.iter() {
+            hq.lock().quiesced = false;
+            hq.notify.notify();
+        }
+    }
+}
+
 /// A frozen queue: no I/O in flight, none admitted. Settings changed here
 /// apply to every bio submitted after the unfreeze (when the guard drops).
 pub struct Frozen<'a> {
@@ -765,6 +779,17 @@ impl Device {
             std::thread::sleep(std::time::Duration::from_micros(100));
         }
         Ok(Frozen { dev: self, ctl })
+    }
+
+    /// Stop dispatching to the driver (Linux `blk_mq_quiesce_queue`):
+    /// submissions are still accepted and wait in the software queues; no
+    /// request reaches the driver until the returned guard is dropped. Once
+    /// this returns, no dispatch is in progress on any hardware queue.
+    pub fn quiesce(&self) -> Quiesced<'_> {
+        for hq in self.inner.hw_queues.iter() {
+            hq.lock().quiesced = true;
+        }
+        Quiesced { dev: self }
     }
 
     /// Data and hole extents covering `[offset_bytes, offset_bytes +

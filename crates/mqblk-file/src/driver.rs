@@ -203,6 +203,13 @@ impl Driver for FileDriver {
         }
     }
 
+    fn wait(&self, hq: &mut FileQueue, timeout: std::time::Duration) -> bool {
+        match hq {
+            FileQueue::Uring(q) => q.wait(timeout),
+            FileQueue::Psync(_) => false,
+        }
+    }
+
     fn limits(&self) -> QueueLimits {
         let g = &self.geom;
         let lbs = g.logical_block_size;

@@ -790,6 +790,41 @@ impl UringQueue {
         n
     }
 
+    /// Block until the completion queue has an entry or `timeout` passes:
+    /// one `io_uring_enter(GETEVENTS, min_complete=1)` with a timeout, as
+    /// fio waits. False when this thread may not wait on the ring (a
+    /// DEFER_TASKRUN ring owned by another thread).
+    pub fn wait(&mut self, timeout: std::time::Duration) -> bool {
+        if self.in_flight == 0 || !self.ring.completion().is_empty() {
+            return true;
+        }
+        if self.flavor == Flavor::Defer && self.owner != tid() {
+            return false;
+        }
+        if self.cfg.sqpoll_idle_ms.is_some() {
+            return false;
+        }
+        let ts = io_uring::types::Timespec::new()
+            .sec(timeout.as_secs())
+            .nsec(timeout.subsec_nanos());
+        let args = io_uring::types::SubmitArgs::new().timespec(&ts);
+        // Submits anything still queued and waits for one completion;
+        // ETIME (timeout) and EINTR are fine: the caller polls again.
+        match self.ring.submitter().submit_with_args(1, &args) {
+            Ok(n) => {
+                self.unsubmitted -= (n as u32).min(self.unsubmitted);
+                true
+            }
+            Err(e)
+                if e.raw_os_error() == Some(libc::ETIME)
+                    || e.raw_os_error() == Some(libc::EINTR) =>
+            {
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Must we enter the kernel for completions to show up?
     #[inline]
     fn should_enter(&mut self) -> bool {

@@ -439,3 +439,36 @@ fn depth_limits_and_plug_change_100_times_under_io() {
     assert!(f.set_queue_depth(0).is_err());
     assert!(f.set_queue_depth(1000).is_err());
 }
+
+#[test]
+fn quiesce_holds_dispatch_and_unquiesce_releases_it() {
+    let (dev, shared) = recorder(1 << 20, QueueLimits::default(), Features::default(), |c| {
+        c.plug = false;
+    });
+    let mut ctx = dev.context().unwrap();
+    let q = dev.quiesce();
+    for i in 0..8u64 {
+        ctx.submit(Bio::read(i * 8, dev.alloc_buf(4096))).unwrap();
+    }
+    let mut done = 0;
+    for _ in 0..100 {
+        done += ctx.poll(|_| {});
+    }
+    assert_eq!(done, 0, "nothing completes while quiesced");
+    assert!(
+        shared.log.lock().unwrap().is_empty(),
+        "nothing reached the driver"
+    );
+    // While the first request waits in the software queue, the contiguous
+    // bios after it merge into it.
+    assert_eq!(ctx.in_flight(), 1);
+    assert_eq!(ctx.stats().merges[0], 7);
+    drop(q);
+    while done < 8 {
+        done += ctx.poll_wait(8 - done, |c| assert!(c.result().is_ok()));
+    }
+    let log = shared.log.lock().unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].nr_bios, 8);
+    assert_eq!(log[0].len_bytes, 8 * 4096);
+}
