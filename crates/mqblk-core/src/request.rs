@@ -225,6 +225,16 @@ impl Request {
         }
     }
 
+    /// Every data segment of every bio, in order, as mutable slices (a
+    /// driver that wants them all at once, e.g. to copy under one lock).
+    pub fn segments_mut(&mut self) -> SegmentsMut<'_> {
+        SegmentsMut {
+            node: self.bio_head,
+            seg: 0,
+            _rq: std::marker::PhantomData,
+        }
+    }
+
     /// Number of data segments across all bios.
     pub fn nr_segments(&self) -> usize {
         let mut n = 0;
@@ -271,5 +281,39 @@ impl std::ops::DerefMut for RqRef {
     fn deref_mut(&mut self) -> &mut Request {
         // SAFETY: as for deref; &mut self makes the access exclusive.
         unsafe { self.ptr.as_mut() }
+    }
+}
+
+/// Iterator over a request's segments (see [`Request::segments_mut`]).
+pub struct SegmentsMut<'a> {
+    node: Option<NonNull<BioNode>>,
+    seg: usize,
+    _rq: std::marker::PhantomData<&'a mut Request>,
+}
+
+impl<'a> Iterator for SegmentsMut<'a> {
+    type Item = &'a mut [u8];
+
+    fn next(&mut self) -> Option<&'a mut [u8]> {
+        loop {
+            let mut n = self.node?;
+            // SAFETY: the iterator borrows the request mutably for 'a, and
+            // with it the request's bio chain; each segment is handed out
+            // once, and segments of a bio never overlap, so the slices are
+            // disjoint.
+            let node: &'a mut BioNode = unsafe { n.as_mut() };
+            if let Some(bio) = node.bio.as_mut() {
+                let segs = bio.segments_mut();
+                if self.seg < segs.len() {
+                    let i = self.seg;
+                    self.seg += 1;
+                    // SAFETY: as above: segment i is yielded only this once.
+                    let s: &'a mut crate::bio::Segment = unsafe { &mut *(&mut segs[i] as *mut _) };
+                    return Some(s.as_mut_slice());
+                }
+            }
+            self.node = node.next;
+            self.seg = 0;
+        }
     }
 }

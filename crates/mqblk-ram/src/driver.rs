@@ -58,23 +58,17 @@ impl RamDriver {
     /// Move the data of `rq` between its segments and the store.
     #[inline]
     fn transfer(&self, rq: &mut RqRef) -> Status {
-        let mut pos = rq.offset_bytes();
+        let pos = rq.offset_bytes();
         match rq.op() {
-            Op::Write => {
-                let mut status = Status::Ok;
-                rq.for_each_segment(|seg| {
-                    if status.is_ok() && self.store.write(pos, seg.as_slice()).is_err() {
-                        status = Status::NoSpace;
-                    }
-                    pos += u64::from(seg.len());
-                });
-                status
-            }
+            Op::Write => match self
+                .store
+                .write_vectored(pos, rq.segments_mut().map(|s| &*s))
+            {
+                Ok(()) => Status::Ok,
+                Err(_) => Status::NoSpace,
+            },
             Op::Read => {
-                rq.for_each_segment_mut(|seg| {
-                    self.store.read(pos, seg.as_mut_slice());
-                    pos += u64::from(seg.len());
-                });
+                self.store.read_vectored(pos, rq.segments_mut());
                 Status::Ok
             }
             Op::Discard | Op::WriteZeroes => {

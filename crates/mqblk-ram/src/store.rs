@@ -147,24 +147,7 @@ impl Shard {
 
     /// Copy chunk `chunk_no` from byte `in_chunk` on into `out`.
     fn read(&self, chunk_no: u64, in_chunk: usize, out: &mut [u8]) {
-        debug_assert!(in_chunk + out.len() <= CHUNK_BYTES);
-        let Some(chunk) = self.chunks.get(&chunk_no) else {
-            out.fill(0);
-            return;
-        };
-        let mut done = 0;
-        while done < out.len() {
-            let at = in_chunk + done;
-            let (i, in_page) = (at / PAGE_BYTES, at % PAGE_BYTES);
-            let n = (PAGE_BYTES - in_page).min(out.len() - done);
-            let dst = &mut out[done..done + n];
-            debug_assert!(i < CHUNK_PAGES);
-            match &chunk.pages[i] {
-                Some(page) => dst.copy_from_slice(&page[in_page..in_page + n]),
-                None => dst.fill(0),
-            }
-            done += n;
-        }
+        copy_out(self.chunks.get(&chunk_no).map(|c| &**c), in_chunk, out);
     }
 
     /// Zero device bytes `[start_bytes, end_bytes)` within the stored
@@ -302,6 +285,70 @@ impl Store {
         });
     }
 
+    /// Read consecutive device bytes from `offset_bytes` into `bufs` in
+    /// turn, taking each chunk's shard lock once for all the buffers that
+    /// fall into it (a 16-segment request costs one lookup, not sixteen).
+    pub fn read_vectored<'a>(
+        &self,
+        offset_bytes: u64,
+        bufs: impl IntoIterator<Item = &'a mut [u8]>,
+    ) {
+        let mut bufs = bufs.into_iter();
+        let mut cur = bufs.next();
+        let mut off = 0usize;
+        let mut pos = offset_bytes;
+        while cur.is_some() {
+            // One lock and one lookup per chunk, for every buffer in it.
+            let chunk_no = pos >> CHUNK_SHIFT;
+            let shard = self.shard(chunk_no);
+            let chunk = shard.chunks.get(&chunk_no).map(|c| &**c);
+            while let Some(buf) = cur.as_mut() {
+                let in_chunk = (pos & (CHUNK_BYTES as u64 - 1)) as usize;
+                let n = (buf.len() - off).min(CHUNK_BYTES - in_chunk);
+                copy_out(chunk, in_chunk, &mut buf[off..off + n]);
+                off += n;
+                pos += n as u64;
+                if off == buf.len() {
+                    cur = bufs.next();
+                    off = 0;
+                }
+                if pos & (CHUNK_BYTES as u64 - 1) == 0 {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Write consecutive device bytes from `bufs` in turn at `offset_bytes`,
+    /// one shard lock per chunk (see `read_vectored`).
+    pub fn write_vectored<'a>(
+        &self,
+        offset_bytes: u64,
+        bufs: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<(), OutOfMemory> {
+        let mut pos = offset_bytes;
+        let mut held: Option<(u64, RwLockWriteGuard<'_, Shard>)> = None;
+        for buf in bufs {
+            let mut off = 0usize;
+            while off < buf.len() {
+                let chunk_no = pos >> CHUNK_SHIFT;
+                let in_chunk = (pos & (CHUNK_BYTES as u64 - 1)) as usize;
+                let n = (buf.len() - off).min(CHUNK_BYTES - in_chunk);
+                if held.as_ref().map(|h| h.0) != Some(chunk_no) {
+                    // Release the old shard before taking the next: never
+                    // two shard locks at once.
+                    drop(held.take());
+                    held = Some((chunk_no, self.shard_mut(chunk_no)));
+                }
+                let (_, shard) = held.as_mut().expect("shard held");
+                shard.write(chunk_no, in_chunk, &buf[off..off + n])?;
+                off += n;
+                pos += n as u64;
+            }
+        }
+        Ok(())
+    }
+
     /// Make `len_bytes` at `offset_bytes` read as zeros (discard and
     /// write-zeroes): whole pages are freed, partly covered ones are zeroed
     /// in place. A short range visits its chunks one by one; a long one (up
@@ -379,10 +426,32 @@ impl Store {
     }
 }
 
+/// Copy from a chunk (None: a hole) at byte `in_chunk` into `out`.
+#[inline]
+fn copy_out(chunk: Option<&Chunk>, in_chunk: usize, out: &mut [u8]) {
+    debug_assert!(in_chunk + out.len() <= CHUNK_BYTES);
+    let Some(chunk) = chunk else {
+        out.fill(0);
+        return;
+    };
+    let mut done = 0;
+    while done < out.len() {
+        let at = in_chunk + done;
+        let (i, in_page) = (at / PAGE_BYTES, at % PAGE_BYTES);
+        let n = (PAGE_BYTES - in_page).min(out.len() - done);
+        let dst = &mut out[done..done + n];
+        debug_assert!(i < CHUNK_PAGES);
+        match &chunk.pages[i] {
+            Some(page) => dst.copy_from_slice(&page[in_page..in_page + n]),
+            None => dst.fill(0),
+        }
+        done += n;
+    }
+}
+
 /// Call `f(chunk_no, offset_in_chunk, buffer_range)` for each chunk-sized
 /// piece of `len` bytes at device offset `offset_bytes`, stopping at the
 /// first error.
-#[inline]
 fn for_each_chunk_piece<E>(
     offset_bytes: u64,
     len: usize,
