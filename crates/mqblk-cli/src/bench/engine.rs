@@ -122,7 +122,7 @@ pub fn run(jobs: &[JobSpec], progress: bool) -> Result<RunResult> {
             .name(format!("{}.{index}", job.name))
             .spawn(move || match verifier {
                 Some(v) => job_thread(index, job, dev, shared, v),
-                None => job_thread(index, job, dev, shared, NoVerify),
+                None => job_thread(index, job, dev, shared, NoVerify::default()),
             })?;
         handles.push(h);
     }
