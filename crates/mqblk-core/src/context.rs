@@ -287,26 +287,15 @@ impl Context {
     pub fn submit_wait(&mut self, bio: Bio) -> (Bio, Result<()>) {
         let idx = match self.st.submit(&self.dev, bio, Delivery::Waiter) {
             Ok(idx) => idx,
-            Err(bio) => {
-                // Full of unpolled completions: a blocking caller cannot be
-                // told to poll, so make room by waiting for it to drain.
-                return self.resubmit_after_room(bio);
-            }
+            Err(bio) => return self.blocked_by_unpolled(bio),
         };
         self.st.wait_slot(&self.dev, idx);
-        let bio = self
-            .st
-            .bioset
-            .remove(idx)
-            .expect("waited slot holds its bio");
-        let r = match bio.status() {
-            Status::Ok => Ok(()),
-            s => Err(self.dev.info.error_for(&bio, s)),
-        };
-        (bio, r)
+        self.take_waiter(idx)
     }
 
-    fn resubmit_after_room(&mut self, bio: Bio) -> (Bio, Result<()>) {
+    /// A blocking call found every bio slot holding a completion the caller
+    /// has not polled: it cannot wait for them, so it reports that.
+    fn blocked_by_unpolled(&mut self, bio: Bio) -> (Bio, Result<()>) {
         let info = &self.dev.info;
         let e = Error::Setup {
             device: info.name.clone(),
