@@ -388,27 +388,13 @@ mod tests {
     }
 
     fn ini_line() -> impl Strategy<Value = String> {
-        let key = prop::sample::select(vec![
-            "rw",
-            "bs",
-            "iodepth",
-            "numjobs",
-            "size",
-            "runtime",
-            "time_based",
-            "ramp_time",
-            "rwmixread",
-            "randseed",
-            "device",
-            "queue_mode",
-            "hw_queues",
-            "plug",
-            "iostats",
-            "ioengine",
-            "name",
-            "filename",
-            "",
-        ]);
+        // Every known key, plus keys that are ignored or unknown.
+        let keys: Vec<&'static str> = KEYS
+            .iter()
+            .copied()
+            .chain(["ioengine", "direct", "filename", ""])
+            .collect();
+        let key = prop::sample::select(keys);
         prop_oneof![
             (key, ".{0,12}").prop_map(|(k, v)| format!("{k}={v}")),
             ".{0,16}".prop_map(|s| format!("[{s}]")),
