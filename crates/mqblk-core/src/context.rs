@@ -1177,7 +1177,8 @@ impl CtxState {
         // A hardware queue of our own, with requests out: let the driver
         // block in its own completion source (one wakeup, no spinning), if
         // it can. The legacy modes keep the core's wait.
-        if self.in_flight > 0
+        if dev.driver_waits
+            && self.in_flight > 0
             && matches!(dev.lock, crate::queue::QueueLock::None)
             && hq.nr_ctx.load(std::sync::atomic::Ordering::Relaxed) == 1
             && hq.lock().driver_wait(DRIVER_WAIT)

@@ -111,6 +111,12 @@ pub trait Driver: Send + Sync + 'static {
         false
     }
 
+    /// True if [`Driver::wait`] is implemented. Without it the core never
+    /// takes the hardware queue's lock just to ask.
+    fn can_wait(&self) -> bool {
+        false
+    }
+
     /// Request `tag` of this queue has been in flight past the timeout. The
     /// default keeps waiting.
     fn timeout(

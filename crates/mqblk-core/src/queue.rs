@@ -453,6 +453,8 @@ pub(crate) struct DeviceInner {
     pub(crate) ops: Arc<dyn DeviceOps>,
     pub(crate) stats: DeviceStats,
     pub(crate) completes_async: bool,
+    /// The driver implements `Driver::wait`.
+    pub(crate) driver_waits: bool,
     pub(crate) next_ctx: std::sync::atomic::AtomicU32,
 }
 
@@ -619,6 +621,7 @@ impl Device {
                 .collect()
         };
         let completes_async = driver.completes_async();
+        let driver_waits = driver.can_wait();
         let budget = driver.budget();
         let align = (limits.dma_alignment as usize + 1).max(crate::buf::PAGE_SIZE);
         let buf_pool = BufPool::with_arena(align, driver.buffer_arena_bytes());
@@ -678,6 +681,7 @@ impl Device {
                 ops: driver,
                 stats: DeviceStats::new(),
                 completes_async,
+                driver_waits,
                 next_ctx: std::sync::atomic::AtomicU32::new(0),
             }),
         })

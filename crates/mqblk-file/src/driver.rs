@@ -203,6 +203,10 @@ impl Driver for FileDriver {
         }
     }
 
+    fn can_wait(&self) -> bool {
+        matches!(self.engine, Engine::Uring(_))
+    }
+
     fn wait(&self, hq: &mut FileQueue, timeout: std::time::Duration) -> bool {
         match hq {
             FileQueue::Uring(q) => q.wait(timeout),

@@ -472,3 +472,106 @@ fn quiesce_holds_dispatch_and_unquiesce_releases_it() {
     assert_eq!(log[0].nr_bios, 8);
     assert_eq!(log[0].len_bytes, 8 * 4096);
 }
+
+/// A driver whose completions appear only after `wait` (as an interrupt-
+/// driven device's would): without the core's driver-wait path a waiting
+/// context would never see them. With `can_wait` false it is never asked.
+mod waiting {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    use mqblk::driver::HwQueueSetup;
+    use mqblk::{Completions, Device, DeviceConfig, Driver, QueueRq, RqRef, Status};
+
+    pub struct Irq {
+        pub waits: Arc<AtomicU64>,
+        pub can: bool,
+    }
+
+    #[derive(Default)]
+    pub struct Q {
+        held: Vec<RqRef>,
+        ready: bool,
+    }
+
+    impl Driver for Irq {
+        type HwQueue = Q;
+        fn init_hw_queue(&self, _s: HwQueueSetup<'_>) -> mqblk::Result<Q> {
+            Ok(Q::default())
+        }
+        fn queue_rq(&self, q: &mut Q, rq: RqRef, _last: bool, _d: &mut Completions<'_>) -> QueueRq {
+            q.held.push(rq);
+            QueueRq::Issued
+        }
+        fn commit_rqs(&self, _q: &mut Q) {}
+        fn poll(&self, q: &mut Q, done: &mut Completions<'_>) -> usize {
+            if !q.ready && self.can {
+                return 0;
+            }
+            q.ready = false;
+            let n = q.held.len();
+            for rq in q.held.drain(..) {
+                done.complete(rq, Status::Ok);
+            }
+            n
+        }
+        fn wait(&self, q: &mut Q, _t: std::time::Duration) -> bool {
+            assert!(self.can, "the core asked a driver that cannot wait");
+            self.waits.fetch_add(1, Ordering::Relaxed);
+            q.ready = true;
+            true
+        }
+        fn can_wait(&self) -> bool {
+            self.can
+        }
+    }
+
+    pub fn device(can: bool) -> (Device, Arc<AtomicU64>) {
+        let waits = Arc::new(AtomicU64::new(0));
+        let mut c = DeviceConfig::new("irq0", 1 << 20);
+        c.nr_hw_queues = 1;
+        let dev = Device::new(
+            Irq {
+                waits: waits.clone(),
+                can,
+            },
+            c,
+        )
+        .unwrap();
+        (dev, waits)
+    }
+}
+
+#[test]
+fn a_waiting_context_blocks_in_a_driver_that_can_wait() {
+    // Without the driver-wait path the first read would never complete:
+    // fail after a bound instead of hanging.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        driver_wait_body();
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("a read on a waiting driver hung")
+        }
+        Err(_) => panic!("the test thread panicked (see above)"),
+    }
+}
+
+fn driver_wait_body() {
+    let (dev, waits) = waiting::device(true);
+    let mut ctx = dev.context().unwrap();
+    let mut buf = dev.alloc_buf(4096);
+    ctx.read_at(buf.as_mut_slice(), 0).unwrap();
+    assert!(
+        waits.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "completion came through Driver::wait"
+    );
+    // A driver without the capability is polled, never asked to wait.
+    let (dev, waits) = waiting::device(false);
+    let mut ctx = dev.context().unwrap();
+    ctx.read_at(buf.as_mut_slice(), 0).unwrap();
+    assert_eq!(waits.load(std::sync::atomic::Ordering::Relaxed), 0);
+}
