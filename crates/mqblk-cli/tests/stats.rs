@@ -49,10 +49,10 @@ fn sample(dir: &Path, rw: &str, cols: &[&str]) -> (Vec<f64>, serde_json::Value) 
         .args([
             "bench",
             "--device",
-            "null,size=1G,mbps=40,hw_queues=1",
+            "null,size=1G,mbps=8,hw_queues=1",
             &format!("--rw={rw}"),
             "--bs=4k",
-            "--iodepth=8",
+            "--iodepth=32",
             "--runtime=6",
             "--time_based",
             "--output-format=json",
