@@ -94,6 +94,19 @@ impl BioSet {
         i as u32
     }
 
+    /// Never free the slots: a request that was never given back may still
+    /// point into them (see `Context`'s drop).
+    pub(crate) fn leak(self) {
+        std::mem::forget(self.wakers);
+        self.nodes.leak();
+    }
+
+    /// Slots in all.
+    #[inline]
+    pub(crate) fn capacity(&self) -> usize {
+        self.nodes.len()
+    }
+
     #[inline]
     pub(crate) fn available(&self) -> usize {
         self.free.len()

@@ -154,11 +154,119 @@ impl<T> RemoteQueue<T> {
 }
 
 /// A futex word that sleeping contexts wait on (a hardware queue's
-/// "interrupt line").
+/// "interrupt line"), plus the completion fds and futures' wakers that
+/// want to hear of it.
 #[derive(Debug, Default)]
 pub struct Notify {
     seq: AtomicU32,
     sleepers: AtomicU32,
+    /// Set while anyone is subscribed: notify checks it with one load.
+    has_subs: std::sync::atomic::AtomicBool,
+    subs: std::sync::Mutex<Subscribers>,
+}
+
+/// Who hears of a notify besides the futex sleepers.
+#[derive(Debug, Default)]
+struct Subscribers {
+    /// Completion fds of contexts mapped to this queue (signalled at every
+    /// notify).
+    fds: Vec<std::sync::Arc<EventFd>>,
+    /// Wakers of pending futures (woken once, then dropped).
+    wakers: Vec<std::task::Waker>,
+}
+
+impl Notify {
+    fn subs(&self) -> std::sync::MutexGuard<'_, Subscribers> {
+        self.subs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn update_has_subs(&self, subs: &Subscribers) {
+        let any = !subs.fds.is_empty() || !subs.wakers.is_empty();
+        self.has_subs
+            .store(any, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Signal `fd` at every notify, until unsubscribed.
+    pub(crate) fn subscribe_fd(&self, fd: std::sync::Arc<EventFd>) {
+        let mut subs = self.subs();
+        subs.fds.push(fd);
+        self.update_has_subs(&subs);
+    }
+
+    pub(crate) fn unsubscribe_fd(&self, fd: &std::sync::Arc<EventFd>) {
+        let mut subs = self.subs();
+        subs.fds.retain(|f| !std::sync::Arc::ptr_eq(f, fd));
+        self.update_has_subs(&subs);
+    }
+
+    /// Wake `waker` at the next notify (a future waiting for a completion
+    /// that a driver thread or another context will make).
+    pub(crate) fn subscribe_waker(&self, waker: &std::task::Waker) {
+        let mut subs = self.subs();
+        if !subs.wakers.iter().any(|w| w.will_wake(waker)) {
+            subs.wakers.push(waker.clone());
+        }
+        self.update_has_subs(&subs);
+    }
+
+    #[cold]
+    fn tell_subscribers(&self) {
+        let mut subs = self.subs();
+        for fd in &subs.fds {
+            fd.signal();
+        }
+        let wakers = std::mem::take(&mut subs.wakers);
+        self.update_has_subs(&subs);
+        drop(subs);
+        for w in wakers {
+            w.wake();
+        }
+    }
+}
+
+/// An eventfd: a context's completion fd (libblkio's
+/// `blkioq_get_completion_fd`). Readable while calling `poll` on the
+/// context would make progress.
+#[derive(Debug)]
+pub(crate) struct EventFd {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl EventFd {
+    pub(crate) fn new() -> std::io::Result<EventFd> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: eventfd takes no pointers; a non-negative return is a new
+        // fd that we own from here on.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor owned by nobody else.
+        Ok(EventFd {
+            fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    pub(crate) fn raw(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.fd.as_raw_fd()
+    }
+
+    /// Make the fd readable.
+    pub(crate) fn signal(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our own eventfd. A full
+        // counter (EAGAIN) still leaves the fd readable, which is all we want.
+        unsafe { libc::write(self.raw(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Make the fd unreadable again (the owner is about to poll).
+    pub(crate) fn drain(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64; EAGAIN (already empty) is
+        // fine on a non-blocking eventfd.
+        unsafe { libc::read(self.raw(), (&mut v as *mut u64).cast(), 8) };
+    }
 }
 
 impl Notify {
@@ -178,12 +286,15 @@ impl Notify {
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// Wake every sleeper.
+    /// Wake every sleeper, completion fd and waiting future.
     #[inline]
     pub fn notify(&self) {
         self.seq.fetch_add(1, Ordering::SeqCst);
         if self.sleepers.load(Ordering::SeqCst) > 0 {
             futex_wake(&self.seq);
+        }
+        if self.has_subs.load(std::sync::atomic::Ordering::SeqCst) {
+            self.tell_subscribers();
         }
     }
 }

@@ -28,7 +28,7 @@ use crate::bounce::{self, BouncePool};
 use crate::buf::IoBuf;
 use crate::clock;
 use crate::completion::{Completion, RemoteQueue};
-use crate::error::{Error, InvalidKind, Result, Status};
+use crate::error::{Error, InvalidKind, Result, Status, SubmitError};
 use crate::flush::{self, FlushQueue};
 use crate::limits::QueueLimits;
 use crate::limits::{SECTOR_SHIFT, SECTOR_SIZE};
@@ -109,6 +109,8 @@ struct CtxState {
     batch_ns: u64,
     /// Requests this context built that have not ended yet.
     in_flight: u32,
+    /// The completion fd, once asked for.
+    efd: Option<Arc<crate::completion::EventFd>>,
 }
 
 impl Device {
@@ -123,7 +125,10 @@ impl Device {
         let hwq = (id as usize % dev.hw_queues.len()) as u16;
         let tags = dev.tags[hwq as usize].clone();
         let total = tags.total() as usize;
-        let bioset_size = (2 * total + dev.cfg.plug_max as usize).max(64);
+        let bioset_size = match dev.cfg.bioset_size {
+            0 => (2 * total + dev.cfg.plug_max as usize).max(64),
+            n => n as usize,
+        };
         let st = CtxState {
             shared: Arc::new(CtxShared {
                 remote: RemoteQueue::new(total),
@@ -156,6 +161,7 @@ impl Device {
             flush_kick: false,
             batch_ns: 0,
             in_flight: 0,
+            efd: None,
             tags,
         };
         dev.ctl().contexts.push(st.shared.clone());
@@ -238,12 +244,15 @@ impl Context {
     /// has not polled yet: poll, then submit again.
     // Back-pressure hands the caller's bio back by value; boxing it would
     // allocate per I/O.
-    #[allow(clippy::result_large_err)]
     #[inline]
-    pub fn submit(&mut self, bio: Bio) -> std::result::Result<(), Bio> {
-        self.st
-            .submit(&self.dev, bio, Delivery::Callback)
-            .map(|_| ())
+    pub fn submit(&mut self, bio: Bio) -> std::result::Result<(), SubmitError> {
+        match self.st.submit(&self.dev, bio, Delivery::Callback) {
+            Ok(_) => {
+                self.st.kick_fd(&self.dev);
+                Ok(())
+            }
+            Err(bio) => Err(SubmitError::new(self.st.unpolled_error(&self.dev, &bio), bio)),
+        }
     }
 
     /// Flush the plug: issue everything submitted so far (Linux
@@ -251,6 +260,7 @@ impl Context {
     #[inline]
     pub fn unplug(&mut self) {
         self.st.flush_plug(&self.dev);
+        self.st.kick_fd(&self.dev);
     }
 
     /// Issue what is plugged, reap completions, and deliver them: each bio
@@ -258,10 +268,43 @@ impl Context {
     /// blocks.
     #[inline]
     pub fn poll(&mut self, f: impl FnMut(Completion<'_>)) -> usize {
+        if let Some(fd) = &self.st.efd {
+            fd.drain();
+        }
         self.st.flush_plug(&self.dev);
         self.st.reap(&self.dev);
         self.st.process_deferred(&self.dev);
-        self.st.deliver(&self.dev, f)
+        let n = self.st.deliver(&self.dev, f);
+        self.st.kick_fd(&self.dev);
+        n
+    }
+
+    /// A file descriptor that is readable whenever [`Context::poll`] would
+    /// make progress (libblkio's `blkioq_get_completion_fd`): a completion
+    /// is ready, a driver thread or another context finished one of this
+    /// context's requests, bios wait in the plug, or requests are in flight
+    /// on a driver that completes only when polled. An event loop waits on
+    /// it with its sockets (epoll, poll, select), then calls `poll`, which
+    /// clears it. The fd lives as long as the context. Control plane: the
+    /// first call makes the eventfd; with no fd asked for, the hot path pays
+    /// one branch.
+    pub fn completion_fd(&mut self) -> Result<std::os::fd::RawFd> {
+        if let Some(fd) = &self.st.efd {
+            return Ok(fd.raw());
+        }
+        let fd = crate::completion::EventFd::new()
+            .map(Arc::new)
+            .map_err(|e| Error::Setup {
+                device: self.dev.info.name.clone(),
+                reason: format!("cannot make a completion fd: {e}"),
+            })?;
+        self.dev.hw_queues[self.st.hwq as usize]
+            .notify
+            .subscribe_fd(fd.clone());
+        let raw = fd.raw();
+        self.st.efd = Some(fd);
+        self.st.kick_fd(&self.dev);
+        Ok(raw)
     }
 
     /// Like [`Context::poll`], but waits until at least `min` completions
@@ -289,21 +332,19 @@ impl Context {
             Ok(idx) => idx,
             Err(bio) => return self.blocked_by_unpolled(bio),
         };
-        self.st.wait_slot(&self.dev, idx);
-        self.take_waiter(idx)
+        // A blocking call may carry memory borrowed from the caller's stack:
+        // if anything below panics, the guard keeps the unwind from freeing
+        // it while the driver may still touch it.
+        let guard = UnwindGuard { ctx: self, idx };
+        guard.ctx.st.wait_slot(&guard.ctx.dev, idx);
+        let ctx = guard.disarm();
+        ctx.take_waiter(idx)
     }
 
     /// A blocking call found every bio slot holding a completion the caller
     /// has not polled: it cannot wait for them, so it reports that.
     fn blocked_by_unpolled(&mut self, bio: Bio) -> (Bio, Result<()>) {
-        let info = &self.dev.info;
-        let e = Error::Setup {
-            device: info.name.clone(),
-            reason: format!(
-                "{} completions wait to be polled; poll the context before blocking I/O",
-                self.st.ended.len()
-            ),
-        };
+        let e = self.st.unpolled_error(&self.dev, &bio);
         (bio, Err(e))
     }
 
@@ -423,7 +464,10 @@ impl Context {
 
     /// Reap, and report whether slot `idx` is done (registering `waker` if not).
     pub(crate) fn check_waiter(&mut self, idx: u32, waker: &std::task::Waker) -> bool {
+        let notify = &self.dev.hw_queues[self.st.hwq as usize].notify;
+        let seen = notify.seq();
         if !self.st.bioset.node(idx).done {
+            self.st.flush_plug(&self.dev);
             self.st.reap(&self.dev);
             self.st.process_deferred(&self.dev);
             // Orphans (futures dropped early) are freed here.
@@ -432,9 +476,24 @@ impl Context {
         if self.st.bioset.node(idx).done {
             return true;
         }
+        // Woken when the slot ends, by whichever future reaps it...
         let slot = self.st.bioset.waker_mut(idx);
         if !slot.as_ref().is_some_and(|w| w.will_wake(waker)) {
             *slot = Some(waker.clone());
+        }
+        if self.dev.completes_async && !self.st.has_deferred() {
+            // ...or when the driver's thread (or another context) signals
+            // a completion on our hardware queue. A notify since `seen`
+            // may have come before the subscription: look again.
+            notify.subscribe_waker(waker);
+            if notify.seq() != seen {
+                waker.wake_by_ref();
+            }
+        } else {
+            // A driver that completes only when polled makes progress only
+            // when someone polls: ask to be polled again (as an SPDK reactor
+            // or io_uring IOPOLL does).
+            waker.wake_by_ref();
         }
         false
     }
@@ -463,6 +522,20 @@ impl Context {
 }
 
 impl CtxState {
+    /// Make the completion fd readable if polling would make progress.
+    #[inline]
+    fn kick_fd(&self, dev: &DeviceInner) {
+        let Some(fd) = &self.efd else { return };
+        if !self.ended.is_empty()
+            || !self.plug.is_empty()
+            || !self.sw.is_empty()
+            || self.has_deferred()
+            || (self.in_flight > 0 && !dev.completes_async)
+        {
+            fd.signal();
+        }
+    }
+
     #[inline]
     fn shared_ptr(&self) -> NonNull<CtxShared> {
         NonNull::from(&*self.shared)
@@ -669,13 +742,19 @@ impl CtxState {
             } else {
                 Delivery::Child
             };
-            let cnode = loop {
-                match self.bioset.insert(child, delivery) {
-                    Ok(n) => break n,
-                    Err(c) => {
-                        child = c;
-                        self.make_room(dev);
+            let cnode = match self.insert_internal(dev, child, delivery) {
+                Ok(n) => n,
+                Err(child) => {
+                    // No slot can be freed: end the parent with what was
+                    // issued so far, failed, rather than spin.
+                    if let Some(buf) = (delivery == Delivery::Bounce)
+                        .then(|| child.into_buffers().next())
+                        .flatten()
+                    {
+                        self.bounce.put(buf);
                     }
+                    failed = Status::Resource;
+                    break;
                 }
             };
             self.bioset.node_mut(idx).aux += 1;
@@ -757,14 +836,14 @@ impl CtxState {
         debug_assert!(!self.flushq.running);
         self.flushq.running = true;
         self.flushq.issued += 1;
-        let mut bio = Bio::flush();
-        let node = loop {
-            match self.bioset.insert(bio, Delivery::FlushInternal) {
-                Ok(n) => break n,
-                Err(b) => {
-                    bio = b;
-                    self.make_room(dev);
-                }
+        let node = match self.insert_internal(dev, Bio::flush(), Delivery::FlushInternal) {
+            Ok(n) => n,
+            Err(_) => {
+                // No slot for the flush: its waiters fail, typed, instead
+                // of spinning.
+                self.flushq.issued -= 1;
+                self.flush_done(Status::Resource);
+                return;
             }
         };
         let rq = self.get_rq(dev);
@@ -839,6 +918,36 @@ impl CtxState {
         }
         pending.clear();
         self.resubmit = pending;
+    }
+
+    #[cold]
+    fn unpolled_error(&self, dev: &DeviceInner, bio: &Bio) -> Error {
+        Error::Unpolled {
+            device: dev.info.name.clone(),
+            op: bio.op(),
+            offset_bytes: bio.offset_bytes(),
+            slots: self.bioset.capacity(),
+        }
+    }
+
+    /// Put a bio the layer made (a piece, a flush) in a slot: when none is
+    /// free, reap this context's own completions to free one. Gives the bio
+    /// back when every slot holds a completion the caller has not polled:
+    /// the caller fails the bio it serves instead of spinning.
+    #[allow(clippy::result_large_err)]
+    fn insert_internal(
+        &mut self,
+        dev: &DeviceInner,
+        bio: Bio,
+        delivery: Delivery,
+    ) -> std::result::Result<NonNull<BioNode>, Bio> {
+        match self.bioset.insert(bio, delivery) {
+            Ok(n) => Ok(n),
+            Err(bio) => {
+                self.make_room(dev);
+                self.bioset.insert(bio, delivery)
+            }
+        }
     }
 
     /// Wait (bounded by the request timeouts) until a bio slot is free.
@@ -1141,9 +1250,15 @@ impl CtxState {
                 resubmit: &mut again,
                 info: &dev.info,
             };
-            match end_io {
+            // A panicking callback frees its own slot (the bio ended: no
+            // driver holds it) and leaves the rest queued for the next poll.
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match end_io {
                 Some(end_io) => end_io(c),
                 None => f(c),
+            }));
+            if let Err(panic) = ran {
+                self.bioset.remove(idx);
+                std::panic::resume_unwind(panic);
             }
             n += 1;
             if again && self.bioset.node(idx).bio.is_some() {
@@ -1204,23 +1319,103 @@ impl CtxState {
     }
 }
 
+/// Held by a blocking call while its bio is in flight. On the normal path
+/// it is disarmed; if a panic unwinds through the call, its drop waits
+/// (bounded by the request timeout plus a grace period) until the bio has
+/// ended, because the bio may point at the caller's memory, which the
+/// unwind is about to free. If the bio never ends, it aborts the process
+/// with a message: memory a driver may still write cannot be handed back.
+struct UnwindGuard<'a> {
+    ctx: &'a mut Context,
+    idx: u32,
+}
+
+/// Added to the request timeout for waits that must end.
+const GRACE: Duration = Duration::from_secs(5);
+
+impl<'a> UnwindGuard<'a> {
+    fn disarm(self) -> &'a mut Context {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped, so the reference is moved out
+        // exactly once.
+        unsafe { std::ptr::read(&this.ctx) }
+    }
+}
+
+impl Drop for UnwindGuard<'_> {
+    #[cold]
+    fn drop(&mut self) {
+        let ctx = &mut *self.ctx;
+        let dev = &*ctx.dev;
+        let limit = Duration::from_millis(u64::from(ctx.st.timeout_ms)) + GRACE;
+        eprintln!(
+            "mqblk: {}: a panic unwinds through a blocking call; waiting up to {} ms for its I/O to end before its memory is freed",
+            dev.info.name,
+            limit.as_millis()
+        );
+        let start = std::time::Instant::now();
+        let mut spins = 0;
+        while !ctx.st.bioset.node(self.idx).done && start.elapsed() < limit {
+            let seen = dev.hw_queues[ctx.st.hwq as usize].notify.seq();
+            ctx.st.flush_plug(dev);
+            ctx.st.reap(dev);
+            ctx.st.process_deferred(dev);
+            if !ctx.st.bioset.node(self.idx).done {
+                ctx.st.backoff(dev, seen, &mut spins);
+            }
+        }
+        if !ctx.st.bioset.node(self.idx).done {
+            eprintln!(
+                "mqblk: {}: the I/O of a panicking blocking call did not end within {} ms; aborting, because the driver may still write into the caller's memory",
+                dev.info.name,
+                limit.as_millis()
+            );
+            std::process::abort();
+        }
+        ctx.st.bioset.remove(self.idx);
+    }
+}
+
 impl Drop for Context {
     fn drop(&mut self) {
         let dev = &*self.dev;
         let st = &mut self.st;
         st.flush_plug(dev);
         let mut spins = 0;
+        // Requests end by the timeout at the latest; a driver that keeps one
+        // past it (its timeout handler resets the timer forever) gets the
+        // grace period, then this context's slots are leaked, not freed
+        // under it.
+        let limit = Duration::from_millis(u64::from(st.timeout_ms.max(30_000))) + GRACE;
+        let start = std::time::Instant::now();
         while st.in_flight > 0 || !st.seq_ready.is_empty() || st.flush_kick {
             let seen = dev.hw_queues[st.hwq as usize].notify.seq();
             st.reap(dev);
             st.process_deferred(dev);
             if st.in_flight > 0 {
+                if start.elapsed() > limit {
+                    eprintln!(
+                        "mqblk: {}: {} requests of a dropped context did not end within {} ms; leaking the context's bio slots",
+                        dev.info.name,
+                        st.in_flight,
+                        limit.as_millis()
+                    );
+                    std::mem::replace(&mut st.bioset, BioSet::new(0)).leak();
+                    std::mem::forget(st.shared.clone());
+                    st.ended.clear();
+                    st.seq_ready.clear();
+                    st.flush_kick = false;
+                    break;
+                }
                 st.backoff(dev, seen, &mut spins);
             }
         }
         // Bios with end_io still get their call; the rest are dropped.
         st.deliver(dev, |_| {});
         st.tags.drain_cache(&mut st.tag_cache);
+        if let Some(fd) = st.efd.take() {
+            dev.hw_queues[st.hwq as usize].notify.unsubscribe_fd(&fd);
+        }
         dev.stats.retire(&st.stats, &st.hist);
         dev.ctl().contexts.retain(|c| !Arc::ptr_eq(c, &st.shared));
         dev.hw_queues[st.hwq as usize]

@@ -14,11 +14,14 @@
 //! [`QueueRq::Busy`]. Nothing else may end it, so a request can neither be
 //! lost nor completed twice.
 
-use crate::buf::BufRegion;
-use crate::completion::{Completions, HwNotifier};
-use crate::error::Error;
-use crate::limits::{Features, QueueLimits};
-use crate::request::RqRef;
+pub use crate::bio::{BioFlags, Op, Segment};
+pub use crate::buf::BufRegion;
+pub use crate::completion::{Completions, HwNotifier, Notify};
+pub use crate::error::{Error, InvalidKind, Result, Status};
+pub use crate::limits::{Features, QueueLimits, SECTOR_SIZE};
+pub use crate::queue::{Device, DeviceConfig};
+pub use crate::request::{ReadBufs, Request, RqRef, RqState, WriteBufs};
+pub use crate::spec::SpecOptions;
 
 /// The answer of [`Driver::queue_rq`] (Linux `blk_status_t` from `queue_rq`).
 #[must_use = "a busy request must be requeued, not dropped"]

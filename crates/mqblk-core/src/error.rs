@@ -31,6 +31,10 @@ pub enum Status {
     Invalid(InvalidKind),
     /// The device was shut down while the request was queued.
     Shutdown,
+    /// The context ran out of bio slots and could not free one by reaping
+    /// its own completions: every slot holds a completion the caller has not
+    /// polled (Linux `BLK_STS_RESOURCE`).
+    Resource,
 }
 
 impl Status {
@@ -52,6 +56,7 @@ impl Status {
             Status::Invalid(InvalidKind::OutOfRange) => libc::ENOSPC,
             Status::Invalid(_) => libc::EINVAL,
             Status::Shutdown => libc::ENODEV,
+            Status::Resource => libc::EAGAIN,
         }
     }
 
@@ -64,6 +69,7 @@ impl Status {
             libc::EOPNOTSUPP => Status::NotSupported,
             libc::EINVAL => Status::Invalid(InvalidKind::Driver),
             libc::EROFS | libc::EPERM => Status::Invalid(InvalidKind::ReadOnly),
+            libc::EAGAIN => Status::Resource,
             _ => Status::IoError,
         }
     }
@@ -80,6 +86,7 @@ impl fmt::Display for Status {
             Status::Medium => "medium error",
             Status::Invalid(k) => return write!(f, "invalid request ({k:?})"),
             Status::Shutdown => "device shut down",
+            Status::Resource => "out of bio slots: poll the context's completions",
         };
         f.write_str(s)
     }
@@ -216,6 +223,31 @@ pub enum Error {
         /// The driver's status.
         status: Status,
     },
+    /// A submission that could not be accepted now: every bio slot of the
+    /// context holds a completion the caller has not polled yet.
+    #[error("{device}: {op} at offset {offset_bytes}: all {slots} bio slots of this context hold completions that were not polled yet; call Context::poll, then submit again")]
+    Unpolled {
+        /// Device name.
+        device: Arc<str>,
+        /// Operation.
+        op: Op,
+        /// Byte offset of the I/O.
+        offset_bytes: u64,
+        /// Bio slots of the context (`bioset_size`).
+        slots: usize,
+    },
+    /// An offset a byte-addressed call cannot express in whole sectors.
+    #[error("{device}: {op} at offset {offset_bytes} is not a multiple of {align} bytes")]
+    Unaligned {
+        /// Device name.
+        device: Arc<str>,
+        /// Operation.
+        op: Op,
+        /// Byte offset of the I/O.
+        offset_bytes: u64,
+        /// The alignment the offset needs.
+        align: u32,
+    },
     /// A malformed device spec string or option.
     #[error("invalid device spec {spec:?}: {reason}")]
     Spec {
@@ -246,6 +278,8 @@ impl Error {
             Error::TooManySegments { .. } => Status::Invalid(InvalidKind::TooManySegments),
             Error::Unsupported { .. } => Status::Invalid(InvalidKind::Unsupported),
             Error::Io { status, .. } => *status,
+            Error::Unpolled { .. } => Status::Resource,
+            Error::Unaligned { .. } => Status::Invalid(InvalidKind::BadLength),
             Error::Spec { .. } | Error::Setup { .. } => Status::Invalid(InvalidKind::Driver),
         }
     }
@@ -256,6 +290,88 @@ impl Error {
             spec: spec.into(),
             reason: reason.into(),
         }
+    }
+}
+
+impl From<Error> for std::io::Error {
+    /// The errno of the error's status, with the typed error as the source,
+    /// so `?` works in functions that return `std::io::Result`.
+    fn from(e: Error) -> std::io::Error {
+        use std::io::ErrorKind as K;
+        let kind = match &e {
+            Error::OutOfRange { .. } => K::InvalidInput,
+            Error::BadLength { .. }
+            | Error::ZeroLength { .. }
+            | Error::Misaligned { .. }
+            | Error::TooManySegments { .. }
+            | Error::Unaligned { .. }
+            | Error::Spec { .. } => K::InvalidInput,
+            Error::ReadOnly { .. } => K::ReadOnlyFilesystem,
+            Error::Unsupported { .. } => K::Unsupported,
+            Error::Unpolled { .. } => K::WouldBlock,
+            Error::Setup { .. } => K::Other,
+            Error::Io { status, .. } => match status {
+                Status::Timeout => K::TimedOut,
+                Status::NoSpace => K::StorageFull,
+                Status::NotSupported => K::Unsupported,
+                Status::Resource => K::WouldBlock,
+                Status::Shutdown => K::NotConnected,
+                _ => K::Other,
+            },
+        };
+        std::io::Error::new(kind, e)
+    }
+}
+
+/// A bio [`crate::Context::submit`] could not accept, handed back with
+/// the reason, so `?` works and the bio (with its buffers) is not lost.
+#[derive(Debug)]
+pub struct SubmitError {
+    error: Error,
+    bio: Box<crate::bio::Bio>,
+}
+
+impl SubmitError {
+    /// Boxed on the error path only: the common path returns `Ok(())`.
+    pub(crate) fn new(error: Error, bio: crate::bio::Bio) -> SubmitError {
+        SubmitError {
+            error,
+            bio: Box::new(bio),
+        }
+    }
+
+    /// Why the bio was refused.
+    pub fn error(&self) -> &Error {
+        &self.error
+    }
+
+    /// The bio, to submit again after polling.
+    pub fn into_bio(self) -> crate::bio::Bio {
+        *self.bio
+    }
+}
+
+impl fmt::Display for SubmitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl std::error::Error for SubmitError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl From<SubmitError> for Error {
+    fn from(e: SubmitError) -> Error {
+        e.error
+    }
+}
+
+impl From<SubmitError> for std::io::Error {
+    fn from(e: SubmitError) -> std::io::Error {
+        e.error.into()
     }
 }
 

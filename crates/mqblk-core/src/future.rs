@@ -3,10 +3,13 @@
 //!
 //! Front end, beside the blocking and callback APIs. An [`AsyncContext`]
 //! wraps a context so several futures can share it; each future submits
-//! its bio on first poll, then reaps the context when polled. Completion of
-//! a polled driver needs someone to poll, so a pending future asks to be
-//! polled again at once (the SPDK reactor's way), and the waker stored in
-//! the bio slot is woken by whichever future reaps the completion.
+//! its bio on first poll, then reaps the context when polled. A pending
+//! future is woken by its completion: the waker stored in its bio slot is
+//! woken by whichever future reaps it, and, on a driver that completes from
+//! its own thread, the hardware queue's notify wakes it. Only a driver that
+//! completes when polled (the null device, io_uring without a waiting
+//! thread) makes a pending future ask to be polled again, because nothing
+//! but a poll can finish its I/O (the SPDK reactor's way).
 //!
 //! Dropping a future before its bio completes is safe: the bio (and its
 //! owned buffers) stays with the context until the device is done with it.
@@ -20,8 +23,9 @@ use std::task::{Context as TaskCx, Poll, Wake, Waker};
 use crate::bio::Bio;
 use crate::buf::IoBuf;
 use crate::context::Context;
-use crate::error::Result;
-use crate::limits::SECTOR_SHIFT;
+use crate::bio::Op;
+use crate::error::{Error, Result};
+use crate::limits::{SECTOR_SHIFT, SECTOR_SIZE};
 
 /// A context that futures can share.
 pub struct AsyncContext {
@@ -49,8 +53,26 @@ impl AsyncContext {
         }
     }
 
+    /// The typed error for an offset that is not a whole sector (a bio
+    /// addresses sectors: truncating would read or write the wrong bytes).
+    fn check_offset(&self, op: Op, offset_bytes: u64) -> Result<()> {
+        if offset_bytes.is_multiple_of(SECTOR_SIZE) {
+            return Ok(());
+        }
+        let dev = self.ctx.borrow().device();
+        Err(Error::Unaligned {
+            device: dev.info().name.clone(),
+            op,
+            offset_bytes,
+            align: SECTOR_SIZE as u32,
+        })
+    }
+
     /// Read `buf.len()` bytes at `offset_bytes` into `buf`.
     pub async fn read(&self, buf: IoBuf, offset_bytes: u64) -> (IoBuf, Result<()>) {
+        if let Err(e) = self.check_offset(Op::Read, offset_bytes) {
+            return (buf, Err(e));
+        }
         let (bio, r) = self
             .submit(Bio::read(offset_bytes >> SECTOR_SHIFT, buf))
             .await;
@@ -64,6 +86,9 @@ impl AsyncContext {
 
     /// Write `buf` at `offset_bytes`.
     pub async fn write(&self, buf: IoBuf, offset_bytes: u64) -> (IoBuf, Result<()>) {
+        if let Err(e) = self.check_offset(Op::Write, offset_bytes) {
+            return (buf, Err(e));
+        }
         let (bio, r) = self
             .submit(Bio::write(offset_bytes >> SECTOR_SHIFT, buf))
             .await;
@@ -118,8 +143,7 @@ impl Future for BioFuture<'_> {
             this.state = State::Done;
             return Poll::Ready(ctx.take_waiter(idx));
         }
-        // Completions of polled drivers appear only when someone polls.
-        cx.waker().wake_by_ref();
+        // check_waiter registered the waker: the completion wakes us.
         Poll::Pending
     }
 }

@@ -7,9 +7,15 @@
 //!        ◀─ completion (routed to the submitting context) ◀──────────┘
 //! ```
 //!
-//! Drivers implement [`driver::Driver`] and see nothing else of the core.
-//! Devices are created and configured through [`queue`] (control plane);
-//! I/O goes through a per-thread [`context::Context`] (data plane).
+//! Three faces, and nothing else is public:
+//! - the user API at the crate root: [`Device`], [`Context`], [`Bio`],
+//!   [`IoBuf`], completions and errors;
+//! - the driver API, [`driver`]: what a driver implements ([`driver::Driver`])
+//!   and the request it is handed ([`driver::RqRef`]);
+//! - the control plane, [`queue`]: creating and reconfiguring devices.
+//!
+//! Tags, the sbitmap, bio sets and request slots are private: no safe
+//! public function can make a request handle, so none can dangle.
 
 #![warn(missing_docs)]
 
@@ -33,15 +39,19 @@ mod merge;
 mod split;
 
 // Pipeline stages.
-pub mod completion;
+mod completion;
 pub mod driver;
 mod hw_queue;
 mod plug;
-pub mod request;
+mod request;
+// Public only to the loom models in tests/loom_sbitmap.rs.
+#[cfg(loom)]
 pub mod sbitmap;
+#[cfg(not(loom))]
+mod sbitmap;
 pub mod sched;
 mod sw_queue;
-pub mod tag;
+mod tag;
 
 // Accounting and the control plane.
 pub mod queue;
@@ -49,14 +59,13 @@ pub mod stats;
 
 pub use bio::{Bio, BioFlags, Op, Segment};
 pub use buf::{BufPool, BufRegion, IoBuf};
-pub use completion::{Completion, Completions, HwNotifier};
+pub use completion::Completion;
 pub use context::Context;
-pub use driver::{Driver, Extent, HwQueueSetup, QueueRq, TimeoutAction};
-pub use error::{Error, Result, Status};
+pub use driver::Extent;
+pub use error::{Error, Result, Status, SubmitError};
 pub use future::{block_on, AsyncContext};
 pub use limits::{Features, QueueLimits};
 pub use queue::{Device, DeviceConfig, Frozen, LimitOverrides, QueueMode, Quiesced};
-pub use request::{Request, RqRef};
 pub use stats::{DiskStats, Histograms};
 
 /// Bytes of a request plus its bio slot, for one in-flight I/O (Linux

@@ -92,6 +92,9 @@ pub struct DeviceConfig {
     /// Lower the driver's limits (Linux's writable `max_sectors_kb` and
     /// friends): applied on top of `Driver::limits()`, never above it.
     pub limit_overrides: LimitOverrides,
+    /// Bio slots per context (Linux's `bio_set` pool size); 0 sizes it from
+    /// the tag depth and the plug. At least 2: a split parent and a piece.
+    pub bioset_size: u32,
 }
 
 /// Limits a device may be configured below what its driver allows.
@@ -146,12 +149,14 @@ impl DeviceConfig {
             nomerges: 0,
             bounce: true,
             limit_overrides: LimitOverrides::default(),
+            bioset_size: 0,
         }
     }
 
     /// Take the options every device kind accepts: `hw_queues`,
     /// `queue_depth`, `reserved_tags`, `shared_tags`, `queue_mode`, `plug`,
-    /// `iostats`, `io_timeout_ms`, `ro`, `nomerges`, `bounce`, and the limit
+    /// `iostats`, `io_timeout_ms`, `ro`, `nomerges`, `bounce`, `bioset_size`,
+    /// and the limit
     /// overrides `max_sectors`, `max_segments`, `max_segment_size`,
     /// `chunk_sectors`.
     pub fn take_common(&mut self, o: &mut SpecOptions) -> Result<()> {
@@ -207,6 +212,12 @@ impl DeviceConfig {
         }
         if let Some(b) = o.take_bool("bounce")? {
             self.bounce = b;
+        }
+        if let Some(n) = o.take_u64("bioset_size")? {
+            if !(2..=1 << 20).contains(&n) {
+                return Err(o.error("bioset_size", &n.to_string(), "2 to 1048576"));
+            }
+            self.bioset_size = n as u32;
         }
         let mut u32_opt = |key: &str, min: u64| -> Result<Option<u32>> {
             match o.take_u64(key)? {

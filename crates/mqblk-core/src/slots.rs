@@ -46,6 +46,14 @@ impl<T> RawSlots<T> {
     }
 }
 
+impl<T> RawSlots<T> {
+    /// Never free the slots: something outside the owner (a driver that
+    /// kept a request past every deadline) may still point into them.
+    pub(crate) fn leak(self) {
+        std::mem::forget(self);
+    }
+}
+
 impl<T> Drop for RawSlots<T> {
     fn drop(&mut self) {
         // SAFETY: ptr came from Box::into_raw in new and is freed once, here;

@@ -16,7 +16,7 @@ use crate::sbitmap::{AllocHint, SbitmapQueue};
 use crate::slots::RawSlots;
 
 /// Request slots and their allocator.
-pub struct Tags {
+pub(crate) struct Tags {
     normal: SbitmapQueue,
     /// Normal tags taken out of service to lower the depth below what was
     /// allocated (control plane only).
@@ -40,15 +40,9 @@ unsafe impl Sync for Tags {}
 unsafe impl Send for Tags {}
 
 impl Tags {
-    /// `depth` normal tags plus `reserved` reserved ones, for hardware queue
-    /// `hwq` (for a shared set, the hwq of each request is set when used).
-    pub fn new(depth: u32, reserved: u32, hwq: u16) -> Tags {
-        Tags::with_max(depth, depth, reserved, hwq)
-    }
-
     /// `depth` usable normal tags out of `depth_max` allocated, so the depth
     /// can later be raised up to `depth_max` without reallocating.
-    pub fn with_max(depth: u32, depth_max: u32, reserved: u32, hwq: u16) -> Tags {
+    pub(crate) fn with_max(depth: u32, depth_max: u32, reserved: u32, hwq: u16) -> Tags {
         assert!(depth >= 1, "a tag set needs at least one tag");
         let depth_max = depth_max.max(depth);
         let total = depth_max + reserved;
@@ -74,20 +68,15 @@ impl Tags {
         self.parked.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Normal tags in service.
-    pub fn depth(&self) -> u32 {
-        self.normal.depth() - self.parked().len() as u32
-    }
-
     /// Normal tags allocated: the most `set_depth` accepts.
-    pub fn depth_max(&self) -> u32 {
+    pub(crate) fn depth_max(&self) -> u32 {
         self.normal.depth()
     }
 
     /// Change the number of normal tags in service (Linux
     /// `blk_mq_tag_update_depth`). Lowering takes free tags out of service, so
     /// it fails if too many are in use; call it with the queue frozen.
-    pub fn set_depth(&self, depth: u32) -> Result<(), String> {
+    pub(crate) fn set_depth(&self, depth: u32) -> Result<(), String> {
         if depth == 0 || depth > self.depth_max() {
             return Err(format!(
                 "queue_depth {depth} is outside 1..={}",
@@ -120,18 +109,13 @@ impl Tags {
         Ok(())
     }
 
-    /// Reserved tags.
-    pub fn nr_reserved(&self) -> u32 {
-        self.nr_reserved
-    }
-
     /// All tags.
-    pub fn total(&self) -> u32 {
+    pub(crate) fn total(&self) -> u32 {
         self.rqs.len() as u32
     }
 
     /// Tags in use (approximate while I/O runs).
-    pub fn busy(&self) -> u32 {
+    pub(crate) fn busy(&self) -> u32 {
         self.normal.weight() - self.parked().len() as u32
             + self.reserved.as_ref().map_or(0, |r| r.weight())
     }
@@ -172,12 +156,6 @@ impl Tags {
     pub(crate) fn get_wait(&self, hint: &mut AllocHint, timeout: Duration) -> Option<RqRef> {
         let bit = self.normal.get_wait(hint, timeout)?;
         Some(self.claim(bit + self.nr_reserved))
-    }
-
-    /// Take a reserved tag.
-    pub fn get_reserved(&self, hint: &mut AllocHint) -> Option<RqRef> {
-        let bit = self.reserved.as_ref()?.get(hint)?;
-        Some(self.claim(bit))
     }
 
     /// Take the tag out of the cache's lowest bit.
@@ -263,6 +241,25 @@ impl Tags {
             .get(tag as usize)
             .deadline_ms
             .store(deadline_ms, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for Tags {
+    fn drop(&mut self) {
+        use std::sync::atomic::Ordering;
+        let held = (0..self.atoms.len())
+            .filter(|&t| self.atoms.get(t).state.load(Ordering::Acquire) != RqState::Idle as u8)
+            .count();
+        if held > 0 {
+            // A driver still holds requests (it never completed them, even
+            // past the timeout): their memory must outlive it, so it is
+            // leaked rather than freed under it.
+            eprintln!(
+                "mqblk: {held} requests were never given back by the driver; leaking their slots"
+            );
+            std::mem::replace(&mut self.rqs, RawSlots::new(Box::new([]))).leak();
+            std::mem::replace(&mut self.atoms, RawSlots::new(Box::new([]))).leak();
+        }
     }
 }
 

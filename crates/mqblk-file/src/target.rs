@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use mqblk_core::bio::{BioFlags, Op};
 use mqblk_core::error::Status;
-use mqblk_core::request::RqRef;
+use mqblk_core::driver::RqRef;
 
 use crate::discover::{DiscardHow, Geometry, TargetKind, ZeroHow, BLKDISCARD, BLKZEROOUT};
 

@@ -106,7 +106,7 @@ fn deep_queue(path: &std::path::Path, opts: &str) {
         let mut bio = Some(bio);
         while let Some(b) = bio.take() {
             if let Err(back) = ctx.submit(b) {
-                bio = Some(back);
+                bio = Some(back.into_bio());
                 ctx.poll_wait(1, |c| {
                     c.result().unwrap();
                     completed += 1;
@@ -129,7 +129,7 @@ fn deep_queue(path: &std::path::Path, opts: &str) {
         let mut bio = Some(bio);
         while let Some(x) = bio.take() {
             if let Err(back) = ctx.submit(x) {
-                bio = Some(back);
+                bio = Some(back.into_bio());
                 ctx.poll_wait(1, |c| {
                     c.result().unwrap();
                     let b = c.private();
@@ -294,7 +294,7 @@ fn enospc_reaches_the_caller(opts: &str, tag: &str) {
         let mut bio = Some(bio);
         while let Some(b) = bio.take() {
             if let Err(back) = ctx.submit(b) {
-                bio = Some(back);
+                bio = Some(back.into_bio());
                 ctx.poll_wait(1, &mut handle);
             }
         }

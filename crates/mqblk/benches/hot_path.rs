@@ -47,30 +47,5 @@ fn batch(c: &mut Criterion) {
     g.finish();
 }
 
-fn sbitmap(c: &mut Criterion) {
-    use mqblk::sbitmap::{AllocHint, SbitmapQueue};
-    let sb = SbitmapQueue::new(64, None);
-    let mut hint = AllocHint::new(0);
-    let mut g = c.benchmark_group("sbitmap");
-    g.throughput(Throughput::Elements(1));
-    g.bench_function("get_put", |b| {
-        b.iter(|| {
-            let bit = sb.get(&mut hint).unwrap();
-            sb.put(bit);
-        })
-    });
-    g.throughput(Throughput::Elements(32));
-    let mut bits = Vec::with_capacity(32);
-    g.bench_function("get_batch32_put_batch32", |b| {
-        b.iter(|| {
-            let (mask, off) = sb.get_batch(&mut hint, 32);
-            bits.clear();
-            bits.extend((0..64).filter(|i| mask & (1 << i) != 0).map(|i| off + i));
-            sb.put_batch(&bits);
-        })
-    });
-    g.finish();
-}
-
-criterion_group!(benches, batch, sbitmap);
+criterion_group!(benches, batch);
 criterion_main!(benches);

@@ -50,7 +50,7 @@ fn run_callbacks(dev: &Device, n: u64, bs: usize) -> HashMap<u64, (u32, Status)>
             match ctx.submit(bio) {
                 Ok(()) => next += 1,
                 Err(bio) => {
-                    free.push(bio);
+                    free.push(bio.into_bio());
                     break;
                 }
             }

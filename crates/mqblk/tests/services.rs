@@ -389,7 +389,7 @@ fn depth_limits_and_plug_change_100_times_under_io() {
                         bio.private = next;
                         next += 1;
                         if let Err(b) = ctx.submit(bio) {
-                            free.push(b);
+                            free.push(b.into_bio());
                             break;
                         }
                     }
@@ -481,7 +481,8 @@ mod waiting {
     use std::sync::Arc;
 
     use mqblk::driver::HwQueueSetup;
-    use mqblk::{Completions, Device, DeviceConfig, Driver, QueueRq, RqRef, Status};
+    use mqblk::driver::{Completions, Driver, QueueRq, RqRef};
+    use mqblk::{Device, DeviceConfig, Status};
 
     pub struct Irq {
         pub waits: Arc<AtomicU64>,

@@ -438,7 +438,8 @@ fn job_thread<V: Hook>(
             bio.set_op(op);
             bio.set_sector(sector);
             hook.prepare(&mut bio);
-            if let Err(bio) = ctx.submit(bio) {
+            if let Err(e) = ctx.submit(bio) {
+                let bio = e.into_bio();
                 hook.cancel(&bio);
                 free.push(bio);
                 break;

@@ -573,7 +573,8 @@ impl Hook for Verifier {
                 bio.private = next << 32;
                 me.set_busy(next, true);
                 next += 1;
-                if let Err(bio) = ctx.submit(bio) {
+                if let Err(e) = ctx.submit(bio) {
+                    let bio = e.into_bio();
                     me.cancel(&bio);
                     next -= 1;
                     free.push(bio);

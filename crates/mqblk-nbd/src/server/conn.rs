@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use mqblk_core::bio::{Bio, BioFlags, Op};
-use mqblk_core::completion::Completion;
+use mqblk_core::Completion;
 use mqblk_core::error::{InvalidKind, Status};
 use mqblk_core::{Context, Device, IoBuf};
 use mqblk_nbd_proto::consts::{cmd, state};
@@ -783,8 +783,8 @@ impl State {
             match ctx.submit(bio) {
                 Ok(()) => return Ok(()),
                 // The context is full of completions we have not polled.
-                Err(b) => {
-                    bio = b;
+                Err(e) => {
+                    bio = e.into_bio();
                     ctx.poll(|c| self.complete(c));
                 }
             }

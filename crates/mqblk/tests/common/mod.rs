@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use mqblk::driver::HwQueueSetup;
 use mqblk::{
-    Completions, Device, DeviceConfig, Driver, Features, Op, QueueLimits, QueueRq, RqRef, Status,
+    driver::{Completions, Driver, QueueRq, RqRef},
+    Device, DeviceConfig, Features, Op, QueueLimits, Status,
 };
 
 /// One request as the driver saw it.
