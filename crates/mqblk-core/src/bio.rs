@@ -183,8 +183,31 @@ impl Segment {
 /// Inline capacity of a bio's segment vector.
 pub const BIO_INLINE_SEGMENTS: usize = 4;
 
-/// Completion callback: called once, after the reap, never recursively.
-pub type EndIo = fn(Completion<'_>);
+/// A stateful completion handler (Linux `bi_end_io` with `bi_private`):
+/// called once per submission, after the reap, never recursively, on the
+/// submitting context's thread. One handler is shared by many bios (an
+/// `Arc` clone per bio, no allocation per I/O); the bio's `private` word
+/// tells it which I/O ended. A stacked driver completes its parent
+/// requests from here, so it never blocks waiting for its children.
+///
+/// Closures are handlers: `Arc::new(|c: Completion<'_>| ...)`.
+pub trait EndIo: Send + Sync {
+    /// The bio ended: inspect, take, or resubmit it through `c`.
+    fn end_io(&self, c: Completion<'_>);
+}
+
+impl std::fmt::Debug for dyn EndIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EndIo")
+    }
+}
+
+impl<F: Fn(Completion<'_>) + Send + Sync> EndIo for F {
+    #[inline]
+    fn end_io(&self, c: Completion<'_>) {
+        self(c)
+    }
+}
 
 /// One block I/O.
 #[derive(Debug)]
@@ -199,7 +222,7 @@ pub struct Bio {
     sector: u64,
     size_bytes: u64,
     segs: SmallVec<[Segment; BIO_INLINE_SEGMENTS]>,
-    end_io: Option<EndIo>,
+    end_io: Option<std::sync::Arc<dyn EndIo>>,
     /// Caller's cookie, returned untouched on completion (io_uring `user_data`).
     pub private: u64,
 }
@@ -359,17 +382,17 @@ impl Bio {
         self.status
     }
 
-    /// Set the completion callback. Without one, the completion goes to the
+    /// Set the completion handler. Without one, the completion goes to the
     /// closure given to `Context::poll`.
     #[inline]
-    pub fn set_end_io(&mut self, end_io: Option<EndIo>) {
+    pub fn set_end_io(&mut self, end_io: Option<std::sync::Arc<dyn EndIo>>) {
         self.end_io = end_io;
     }
 
-    /// The completion callback.
+    /// The completion handler.
     #[inline]
-    pub fn end_io(&self) -> Option<EndIo> {
-        self.end_io
+    pub fn end_io(&self) -> Option<&std::sync::Arc<dyn EndIo>> {
+        self.end_io.as_ref()
     }
 
     /// Take the bio apart into its buffers (to return them to a pool).

@@ -37,11 +37,11 @@ use crate::plug::Plug;
 use crate::queue::{Device, DeviceInner};
 use crate::request::{RqRef, RqState};
 use crate::sbitmap::AllocHint;
-use crate::sched::{Scheduled, Scheduler};
 use crate::split::{self, Fit, Splitter};
 use crate::stats::{bump, drop_by, DiskStats, Histograms, StatGroup, StatShard};
 use crate::sw_queue::SwQueue;
 use crate::tag::{TagCache, Tags};
+use crate::throttle::{Admit, Throttle};
 
 /// What other contexts may touch of this one: its remote completion queue.
 pub(crate) struct CtxShared {
@@ -86,7 +86,6 @@ struct CtxState {
     plug: Plug,
     plug_on: bool,
     sw: SwQueue,
-    sched: Scheduler,
     done: Vec<RqRef>,
     ended: VecDeque<u32>,
     resubmit: Vec<u32>,
@@ -111,6 +110,10 @@ struct CtxState {
     in_flight: u32,
     /// The completion fd, once asked for.
     efd: Option<Arc<crate::completion::EventFd>>,
+    /// This context's bio throttle, if the device has one.
+    throttle: Option<Box<dyn Throttle>>,
+    /// Bios the throttle holds back, with the time each may go, in order.
+    throttled: VecDeque<(u64, u32)>,
 }
 
 impl Device {
@@ -143,7 +146,6 @@ impl Device {
             plug: Plug::new(dev.cfg.plug_max),
             plug_on: dev.cfg.plug,
             sw: SwQueue::new(total),
-            sched: Scheduler::None,
             done: Vec::with_capacity(total),
             ended: VecDeque::with_capacity(bioset_size),
             resubmit: Vec::with_capacity(bioset_size),
@@ -162,6 +164,8 @@ impl Device {
             batch_ns: 0,
             in_flight: 0,
             efd: None,
+            throttle: dev.cfg.throttle.as_ref().map(|t| t.for_context(id)),
+            throttled: VecDeque::with_capacity(bioset_size),
             tags,
         };
         dev.ctl().contexts.push(st.shared.clone());
@@ -251,7 +255,10 @@ impl Context {
                 self.st.kick_fd(&self.dev);
                 Ok(())
             }
-            Err(bio) => Err(SubmitError::new(self.st.unpolled_error(&self.dev, &bio), bio)),
+            Err(bio) => Err(SubmitError::new(
+                self.st.unpolled_error(&self.dev, &bio),
+                bio,
+            )),
         }
     }
 
@@ -591,17 +598,68 @@ impl CtxState {
             self.finish(idx, status);
             return idx;
         }
+        if op != Op::Flush {
+            if let Some(t) = self.throttle.as_mut() {
+                let now = clock::now_ns();
+                // SAFETY: as above: the slot is ours and in no request.
+                let bio = unsafe { node.as_ref() }.bio.as_ref();
+                if let Admit::At(at) = t.admit(bio.expect("slot holds a bio"), now) {
+                    if at > now {
+                        debug_assert!(self.throttled.len() < self.throttled.capacity());
+                        self.throttled.push_back((at, idx));
+                        return idx;
+                    }
+                }
+            }
+        }
+        self.issue(dev, idx, op, flags);
+        idx
+    }
+
+    /// Send bio `idx`, validated and admitted, down the pipeline: its flush
+    /// sequence, or straight to its data stage.
+    #[inline]
+    fn issue(&mut self, dev: &DeviceInner, idx: u32, op: Op, flags: BioFlags) {
         if op == Op::Flush || flags.bits() & (BioFlags::FUA.bits() | BioFlags::PREFLUSH.bits()) != 0
         {
             let stages = flush::policy(op, flags, &dev.info.features);
             if stages != flush::DATA {
                 self.bioset.node_mut(idx).stages = stages;
                 self.advance(dev, idx);
-                return idx;
+                return;
             }
         }
         self.submit_data(dev, idx);
-        idx
+    }
+
+    /// Issue the throttled bios whose time has come, oldest first.
+    fn release_throttled(&mut self, dev: &DeviceInner) {
+        if self.throttled.is_empty() {
+            return;
+        }
+        let now = clock::now_ns();
+        let mut released = false;
+        while let Some(&(at, idx)) = self.throttled.front() {
+            if at > now {
+                break;
+            }
+            self.throttled.pop_front();
+            let bio = self.bioset.node(idx).bio.as_ref();
+            let (op, flags) = bio.map_or((Op::Flush, BioFlags::NONE), |b| (b.op(), b.flags()));
+            self.issue(dev, idx, op, flags);
+            released = true;
+        }
+        if released {
+            // Released from a poll or a wait, not a submission: nobody may
+            // be left to unplug them.
+            self.flush_plug(dev);
+        }
+    }
+
+    /// How long until the first throttled bio may go (None: none waits).
+    fn throttle_wait(&self) -> Option<Duration> {
+        let &(at, _) = self.throttled.front()?;
+        Some(Duration::from_nanos(at.saturating_sub(clock::now_ns())))
     }
 
     /// The queue was frozen or reconfigured: drain while frozen (our own
@@ -878,12 +936,13 @@ impl CtxState {
 
     #[inline]
     fn has_deferred(&self) -> bool {
-        self.flush_kick || !self.seq_ready.is_empty()
+        self.flush_kick || !self.seq_ready.is_empty() || !self.throttled.is_empty()
     }
 
     /// Stages that completions made ready; run here, never from the reap,
     /// so no completion recurses into submission.
     fn process_deferred(&mut self, dev: &DeviceInner) {
+        self.release_throttled(dev);
         // Bounded: each pass either issues a stage or ends a bio, and a
         // sequence has at most three stages.
         while self.flush_kick || !self.seq_ready.is_empty() {
@@ -1066,11 +1125,7 @@ impl CtxState {
         let out = {
             let _legacy = dev.lock.hold();
             let mut inner = hq.lock();
-            let mut src = Scheduled {
-                sched: self.sched,
-                sw: &mut self.sw,
-            };
-            inner.dispatch(&mut src, &mut self.done, deadline_ms)
+            inner.dispatch(&mut self.sw, &mut self.done, deadline_ms)
         };
         if out.busy > 0 {
             bump(&self.stats.requeues, u64::from(out.busy));
@@ -1095,20 +1150,15 @@ impl CtxState {
                 } else {
                     0
                 };
-                let mut src = Scheduled {
-                    sched: self.sched,
-                    sw: &mut self.sw,
-                };
-                let out = inner.dispatch(&mut src, &mut self.done, deadline_ms);
+                let out = inner.dispatch(&mut self.sw, &mut self.done, deadline_ms);
                 if out.busy > 0 {
                     bump(&self.stats.requeues, u64::from(out.busy));
                 }
             }
             if self.timeout_ms > 0 {
-                let n = inner.check_timeouts(&hq.tags, clock::coarse_ms(), &mut self.done);
-                if n > 0 {
-                    bump(&self.stats.timeouts, u64::from(n));
-                }
+                // Counted when they end (end_request), like any request
+                // a driver completes with Status::Timeout later.
+                inner.check_timeouts(&hq.tags, clock::coarse_ms(), &mut self.done);
             }
         }
         self.complete_done(dev);
@@ -1162,6 +1212,9 @@ impl CtxState {
         }
         if !status.is_ok() {
             bump(&self.stats.errors, 1);
+            if status == Status::Timeout {
+                bump(&self.stats.timeouts, 1);
+            }
         }
         let mut node = rq.bio_head.take();
         rq.bio_tail = None;
@@ -1243,7 +1296,7 @@ impl CtxState {
                 self.bioset.remove(idx);
                 continue;
             }
-            let end_io = node.bio.as_ref().and_then(|b| b.end_io());
+            let end_io = node.bio.as_ref().and_then(|b| b.end_io().cloned());
             let mut again = false;
             let c = Completion {
                 slot: &mut node.bio,
@@ -1253,7 +1306,7 @@ impl CtxState {
             // A panicking callback frees its own slot (the bio ended: no
             // driver holds it) and leaves the rest queued for the next poll.
             let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match end_io {
-                Some(end_io) => end_io(c),
+                Some(end_io) => end_io.end_io(c),
                 None => f(c),
             }));
             if let Err(panic) = ran {
@@ -1310,11 +1363,15 @@ impl CtxState {
             std::hint::spin_loop();
             return;
         }
-        let t = if dev.completes_async {
+        let mut t = if dev.completes_async {
             NOTIFY_SLEEP
         } else {
             POLL_SLEEP
         };
+        if let Some(until) = self.throttle_wait() {
+            // A throttled bio's time is the timer this sleep must not miss.
+            t = t.min(until);
+        }
         dev.hw_queues[self.hwq as usize].notify.wait(seen, t);
     }
 }
@@ -1388,11 +1445,11 @@ impl Drop for Context {
         // under it.
         let limit = Duration::from_millis(u64::from(st.timeout_ms.max(30_000))) + GRACE;
         let start = std::time::Instant::now();
-        while st.in_flight > 0 || !st.seq_ready.is_empty() || st.flush_kick {
+        while st.in_flight > 0 || st.has_deferred() {
             let seen = dev.hw_queues[st.hwq as usize].notify.seq();
             st.reap(dev);
             st.process_deferred(dev);
-            if st.in_flight > 0 {
+            if st.in_flight > 0 || st.has_deferred() {
                 if start.elapsed() > limit {
                     eprintln!(
                         "mqblk: {}: {} requests of a dropped context did not end within {} ms; leaking the context's bio slots",
@@ -1404,6 +1461,7 @@ impl Drop for Context {
                     std::mem::forget(st.shared.clone());
                     st.ended.clear();
                     st.seq_ready.clear();
+                    st.throttled.clear();
                     st.flush_kick = false;
                     break;
                 }

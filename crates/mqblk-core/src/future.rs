@@ -21,9 +21,9 @@ use std::sync::Arc;
 use std::task::{Context as TaskCx, Poll, Wake, Waker};
 
 use crate::bio::Bio;
+use crate::bio::Op;
 use crate::buf::IoBuf;
 use crate::context::Context;
-use crate::bio::Op;
 use crate::error::{Error, Result};
 use crate::limits::{SECTOR_SHIFT, SECTOR_SIZE};
 

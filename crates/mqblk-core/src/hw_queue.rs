@@ -17,7 +17,7 @@ use crossbeam_utils::CachePadded;
 use crate::completion::{Completions, Notify};
 use crate::driver::{HwQueueOps, QueueRq, TimeoutAction};
 use crate::request::{RqRef, RqState};
-use crate::sched::DispatchSource;
+use crate::sched::{DispatchSource, Elevator};
 use crate::tag::Tags;
 
 /// One hardware queue.
@@ -45,6 +45,8 @@ pub(crate) struct HwInner {
     /// Dispatch is stopped (Linux `blk_mq_quiesce_queue`): requests wait in
     /// the software queues and the dispatch list until it is lifted.
     pub(crate) quiesced: bool,
+    /// The scheduler of this queue; `None` is Linux's `none`.
+    pub(crate) elevator: Option<Box<dyn Elevator>>,
 }
 
 /// What one dispatch run did.
@@ -77,6 +79,7 @@ impl HwQueue {
                 next_scan_ms: 0,
                 expired: Vec::with_capacity(total),
                 quiesced: false,
+                elevator: None,
             })),
             tags,
         }
@@ -103,20 +106,31 @@ impl HwInner {
         if self.quiesced {
             return out;
         }
+        if let Some(e) = self.elevator.as_mut() {
+            // Everything the software queue holds goes to the elevator,
+            // which decides the order (the scheduler tags bound it).
+            while let Some(rq) = src.next() {
+                e.insert(rq);
+            }
+        }
         let mut need_commit = false;
         loop {
             if self.in_driver >= self.budget {
                 break;
             }
-            let rq = match self.dispatch.pop_front() {
-                Some(rq) => rq,
-                None => match src.next() {
-                    Some(rq) => rq,
-                    None => break,
+            let next = match self.dispatch.pop_front() {
+                Some(rq) => Some(rq),
+                None => match self.elevator.as_mut() {
+                    Some(e) => e.dispatch(),
+                    None => src.next(),
                 },
             };
-            let last =
-                self.dispatch.is_empty() && src.is_empty() || self.in_driver + 1 >= self.budget;
+            let Some(rq) = next else { break };
+            let more = match self.elevator.as_ref() {
+                Some(e) => e.has_work(),
+                None => !src.is_empty(),
+            };
+            let last = self.dispatch.is_empty() && !more || self.in_driver + 1 >= self.budget;
             rq.transition(RqState::Queued, RqState::InFlight);
             if deadline_ms != 0 {
                 rq.arm_timeout(self.index, deadline_ms);
@@ -127,12 +141,18 @@ impl HwInner {
                     out.issued += 1;
                     self.in_driver += 1;
                     self.in_driver -= (done.len() - before) as u32;
+                    self.tell_elevator(&done[before..]);
                     need_commit = !last;
                 }
                 QueueRq::Busy(rq) => {
                     rq.transition(RqState::InFlight, RqState::Queued);
-                    debug_assert!(self.dispatch.len() < self.dispatch.capacity());
-                    self.dispatch.push_front(rq);
+                    match self.elevator.as_mut() {
+                        Some(e) => e.requeue(rq),
+                        None => {
+                            debug_assert!(self.dispatch.len() < self.dispatch.capacity());
+                            self.dispatch.push_front(rq);
+                        }
+                    }
                     out.busy += 1;
                     need_commit = true;
                     break;
@@ -145,10 +165,32 @@ impl HwInner {
         out
     }
 
-    /// True if requests wait on the dispatch list.
+    /// True if requests wait on the dispatch list or in the elevator.
     #[inline]
     pub(crate) fn has_dispatch(&self) -> bool {
-        !self.dispatch.is_empty()
+        !self.dispatch.is_empty() || self.elevator.as_ref().is_some_and(|e| e.has_work())
+    }
+
+    /// The elevator hears of completions (nothing to do without one).
+    #[inline]
+    fn tell_elevator(&mut self, completed: &[RqRef]) {
+        if let Some(e) = self.elevator.as_mut() {
+            for rq in completed {
+                e.completed(rq);
+            }
+        }
+    }
+
+    /// Install `elevator` (or none). Control plane: only with the queue
+    /// frozen, when no request waits in the old one.
+    pub(crate) fn set_elevator(&mut self, elevator: Option<Box<dyn Elevator>>) {
+        debug_assert!(self.elevator.as_ref().is_none_or(|e| !e.has_work()));
+        self.elevator = elevator;
+    }
+
+    /// Raise or lower how many requests the driver may hold at once.
+    pub(crate) fn set_budget(&mut self, budget: u32) {
+        self.budget = budget.max(1);
     }
 
     /// Let the driver block until it has completions (see `Driver::wait`).
@@ -164,6 +206,7 @@ impl HwInner {
         self.ops.poll(&mut Completions::new(done));
         let n = done.len() - before;
         self.in_driver -= n as u32;
+        self.tell_elevator(&done[before..]);
         n
     }
 
@@ -209,6 +252,7 @@ impl HwInner {
             let action = self.ops.timeout(tag, &mut Completions::new(done));
             let n = (done.len() - before) as u32;
             self.in_driver -= n;
+            self.tell_elevator(&done[before..]);
             timed_out += n;
             if action == TimeoutAction::ResetTimer && n == 0 {
                 tags.rearm(tag, now_ms + u64::from(self.timeout_ms));

@@ -37,6 +37,7 @@ mod flush;
 pub mod future;
 mod merge;
 mod split;
+pub mod throttle;
 
 // Pipeline stages.
 mod completion;
@@ -57,7 +58,7 @@ mod tag;
 pub mod queue;
 pub mod stats;
 
-pub use bio::{Bio, BioFlags, Op, Segment};
+pub use bio::{Bio, BioFlags, EndIo, Op, Segment};
 pub use buf::{BufPool, BufRegion, IoBuf};
 pub use completion::Completion;
 pub use context::Context;

@@ -15,9 +15,11 @@ use crate::driver::{Bound, DeviceOps, Driver, Extent, HwQueueSetup};
 use crate::error::{Error, InvalidKind, Result, Status};
 use crate::hw_queue::HwQueue;
 use crate::limits::{Features, QueueLimits, SECTOR_SHIFT};
+use crate::sched::ElevatorType;
 use crate::spec::SpecOptions;
 use crate::stats::DeviceStats;
 use crate::tag::Tags;
+use crate::throttle::ThrottleType;
 
 /// How submitting contexts share the queue (see DESIGN: queue modes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -95,6 +97,10 @@ pub struct DeviceConfig {
     /// Bio slots per context (Linux's `bio_set` pool size); 0 sizes it from
     /// the tag depth and the plug. At least 2: a split parent and a piece.
     pub bioset_size: u32,
+    /// The I/O scheduler of every hardware queue (`None`: Linux's `none`).
+    pub elevator: Option<Arc<dyn ElevatorType>>,
+    /// The bio throttle of every context (`None`: no throttling).
+    pub throttle: Option<Arc<dyn ThrottleType>>,
 }
 
 /// Limits a device may be configured below what its driver allows.
@@ -150,6 +156,8 @@ impl DeviceConfig {
             bounce: true,
             limit_overrides: LimitOverrides::default(),
             bioset_size: 0,
+            elevator: None,
+            throttle: None,
         }
     }
 
@@ -466,6 +474,8 @@ pub(crate) struct DeviceInner {
     pub(crate) completes_async: bool,
     /// The driver implements `Driver::wait`.
     pub(crate) driver_waits: bool,
+    /// The driver's own bound on requests per hardware queue.
+    pub(crate) driver_budget: Option<u32>,
     pub(crate) next_ctx: std::sync::atomic::AtomicU32,
 }
 
@@ -524,6 +534,30 @@ impl Frozen<'_> {
             reason,
         })?;
         self.ctl.limits = lim;
+        Ok(())
+    }
+
+    /// Switch every hardware queue's elevator (Linux: writing
+    /// `/sys/block/*/queue/scheduler`). No request waits anywhere while the
+    /// queue is frozen, so none is lost. The scheduler tags grow up to the
+    /// tags allocated (`queue_depth_max`).
+    pub fn set_elevator(&mut self, elevator: Option<Arc<dyn ElevatorType>>) -> Result<()> {
+        let inner = &self.dev.inner;
+        let depth = inner.cfg.queue_depth;
+        let sched_depth = elevator
+            .as_ref()
+            .map_or(depth, |e| e.nr_requests(depth).max(depth))
+            .min(inner.tags[0].depth_max());
+        self.set_queue_depth(sched_depth)?;
+        for (i, hq) in inner.hw_queues.iter().enumerate() {
+            let mut h = hq.lock();
+            h.set_elevator(elevator.as_ref().map(|e| e.init(i as u16, sched_depth)));
+            let driver_budget = inner.driver_budget.unwrap_or(u32::MAX);
+            h.set_budget(match elevator {
+                Some(_) => driver_budget.min(depth),
+                None => driver_budget,
+            });
+        }
         Ok(())
     }
 
@@ -610,20 +644,20 @@ impl Device {
         }
         let shared = cfg.shared_tags || cfg.queue_mode != QueueMode::Mq;
         let nr = cfg.nr_hw_queues as usize;
-        let depth_max = cfg.queue_depth_max.max(cfg.queue_depth);
+        // With an elevator, the tag sets are its scheduler tags, and the
+        // driver's tags become the budget of each hardware queue.
+        let sched_depth = cfg.elevator.as_ref().map_or(cfg.queue_depth, |e| {
+            e.nr_requests(cfg.queue_depth).max(cfg.queue_depth)
+        });
+        let depth_max = cfg.queue_depth_max.max(sched_depth);
         let tags: Box<[Arc<Tags>]> = if shared {
-            let t = Arc::new(Tags::with_max(
-                cfg.queue_depth,
-                depth_max,
-                cfg.reserved_tags,
-                0,
-            ));
+            let t = Arc::new(Tags::with_max(sched_depth, depth_max, cfg.reserved_tags, 0));
             (0..nr).map(|_| t.clone()).collect()
         } else {
             (0..nr)
                 .map(|i| {
                     Arc::new(Tags::with_max(
-                        cfg.queue_depth,
+                        sched_depth,
                         depth_max,
                         cfg.reserved_tags,
                         i as u16,
@@ -652,14 +686,13 @@ impl Device {
                 driver: driver.clone(),
                 hq,
             });
-            hw_queues.push(HwQueue::new(
-                i as u16,
-                ops,
-                notify,
-                t.clone(),
-                budget,
-                cfg.timeout_ms,
-            ));
+            let hwq = HwQueue::new(i as u16, ops, notify, t.clone(), budget, cfg.timeout_ms);
+            if let Some(e) = &cfg.elevator {
+                let mut inner = hwq.lock();
+                inner.set_elevator(Some(e.init(i as u16, sched_depth)));
+                inner.set_budget(budget.unwrap_or(u32::MAX).min(cfg.queue_depth));
+            }
+            hw_queues.push(hwq);
         }
         let lock = match cfg.queue_mode {
             QueueMode::Mq => QueueLock::None,
@@ -693,6 +726,7 @@ impl Device {
                 stats: DeviceStats::new(),
                 completes_async,
                 driver_waits,
+                driver_budget: budget,
                 next_ctx: std::sync::atomic::AtomicU32::new(0),
             }),
         })

@@ -11,7 +11,7 @@
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
-use crate::bio::{BioFlags, Op, Segment};
+use crate::bio::{Bio, BioFlags, Op, Segment};
 use crate::bioset::BioNode;
 use crate::context::CtxShared;
 use crate::error::Status;
@@ -252,6 +252,38 @@ impl Request {
             seg: 0,
             _rq: std::marker::PhantomData,
         }
+    }
+
+    /// A bio for `sector` of another device with this request's operation,
+    /// flags and data (Linux `bio_alloc_clone`): its segments view the
+    /// request's memory, with the same direction, and nothing is copied. A
+    /// stacked driver sends it to a lower device and completes this request
+    /// from the clone's completion handler ([`crate::EndIo`]).
+    ///
+    /// # Safety
+    ///
+    /// The clone borrows memory this request owns: the caller must not give
+    /// the request back (complete it, or drop its `RqRef` anywhere but into
+    /// `Completions`) before the clone's completion has been reaped and the
+    /// clone dropped, even on error or timeout.
+    pub unsafe fn clone_bio(&self, sector: u64) -> Bio {
+        let mut bio = match self.op {
+            Op::Read | Op::Write => Bio::new(self.op, sector),
+            Op::Flush => Bio::flush(),
+            Op::Discard => Bio::discard(sector, self.size_bytes),
+            Op::WriteZeroes => Bio::write_zeroes(sector, self.size_bytes),
+        };
+        bio.set_flags(self.flags);
+        if self.op.has_data() {
+            self.for_each_segment(|s| {
+                // SAFETY: the view lies inside the segment's buffer, which
+                // this request owns until it is given back; the caller
+                // promised the clone ends first.
+                let view = unsafe { s.buf().view(s.offset() as usize, s.len() as usize) };
+                bio.push_segment(view, 0, s.len());
+            });
+        }
+        bio
     }
 
     /// Number of data segments across all bios.

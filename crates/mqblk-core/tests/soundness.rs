@@ -86,8 +86,10 @@ fn a_tiny_bio_set_cuts_a_large_write_without_livelock() {
     assert!(s.requests >= 64, "{} requests", s.requests);
     // A flush with every slot holding an unpolled completion fails, typed,
     // instead of spinning.
-    ctx.submit(Bio::write(0, IoBuf::page_aligned(4096))).unwrap();
-    ctx.submit(Bio::write(8, IoBuf::page_aligned(4096))).unwrap();
+    ctx.submit(Bio::write(0, IoBuf::page_aligned(4096)))
+        .unwrap();
+    ctx.submit(Bio::write(8, IoBuf::page_aligned(4096)))
+        .unwrap();
     ctx.unplug();
     let e = ctx.submit(Bio::flush()).unwrap_err();
     assert!(matches!(e.error(), Error::Unpolled { slots: 2, .. }), "{e}");
@@ -136,9 +138,7 @@ fn a_panic_inside_a_blocking_call_waits_for_the_io_before_unwinding() {
     let mut ctx = dev.context().unwrap();
     let mut buf = vec![0u8; 4096];
     panic_next_poll.store(true, Ordering::SeqCst);
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        ctx.read_at(&mut buf, 0)
-    }));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ctx.read_at(&mut buf, 0)));
     assert!(r.is_err(), "the driver's panic reaches the caller");
     // The guard waited for the read before the unwind went on: the
     // request is no longer in flight, and the buffer was filled.
@@ -173,7 +173,16 @@ fn async_offsets_that_are_not_sectors_are_refused() {
     let (dev, _, _) = mem_device(1 << 20, Order::Inline);
     let actx = mqblk_core::AsyncContext::new(dev.context().unwrap());
     let (_, r) = mqblk_core::block_on(actx.read(IoBuf::page_aligned(4096), 100));
-    assert!(matches!(r, Err(Error::Unaligned { offset_bytes: 100, .. })), "{r:?}");
+    assert!(
+        matches!(
+            r,
+            Err(Error::Unaligned {
+                offset_bytes: 100,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
 }
 
 #[test]
@@ -235,7 +244,10 @@ fn one_epoll_wait_hears_a_socket_and_a_completion_fd() {
             u64: key,
         };
         // SAFETY: ev is a live epoll_event; fd and ep are open.
-        assert_eq!(unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) }, 0);
+        assert_eq!(
+            unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) },
+            0
+        );
     }
     let wait = |ep: i32| -> Vec<u64> {
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 4];

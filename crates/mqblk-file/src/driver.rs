@@ -11,10 +11,10 @@ use std::sync::{Arc, Mutex};
 
 use mqblk_core::bio::Op;
 use mqblk_core::driver::Completions;
+use mqblk_core::driver::RqRef;
 use mqblk_core::driver::{Driver, Extent, HwQueueSetup, QueueRq};
 use mqblk_core::error::{Error, Result, Status};
 use mqblk_core::limits::{Features, QueueLimits, SECTOR_SIZE};
-use mqblk_core::driver::RqRef;
 
 use crate::config::WaitMode;
 use crate::discover::{Geometry, TargetKind, MAX_RW_BYTES};

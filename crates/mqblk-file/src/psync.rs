@@ -18,9 +18,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use mqblk_core::driver::RqRef;
 use mqblk_core::driver::{Completions, HwNotifier, Notify};
 use mqblk_core::error::Status;
-use mqblk_core::driver::RqRef;
 
 use crate::target::Target;
 

@@ -15,8 +15,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
 use mqblk_core::bio::{BioFlags, Op};
-use mqblk_core::error::Status;
 use mqblk_core::driver::RqRef;
+use mqblk_core::error::Status;
 
 use crate::discover::{DiscardHow, Geometry, TargetKind, ZeroHow, BLKDISCARD, BLKZEROOUT};
 

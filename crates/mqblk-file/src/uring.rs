@@ -40,9 +40,9 @@ use std::thread::JoinHandle;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use mqblk_core::bio::{BioFlags, Op};
 use mqblk_core::buf::BufRegion;
+use mqblk_core::driver::RqRef;
 use mqblk_core::driver::{Completions, HwNotifier};
 use mqblk_core::error::Status;
-use mqblk_core::driver::RqRef;
 
 use crate::config::{TaskRun, WaitMode};
 use crate::discover::{DiscardHow, TargetKind};

@@ -19,11 +19,11 @@ use std::sync::Arc;
 use mqblk_core::bio::{BioFlags, Op};
 use mqblk_core::clock;
 use mqblk_core::driver::Completions;
+use mqblk_core::driver::RqRef;
 use mqblk_core::driver::{Driver, Extent, HwQueueSetup, QueueRq, TimeoutAction};
 use mqblk_core::error::{Error, Result, Status};
 use mqblk_core::limits::{Features, QueueLimits, SECTOR_SIZE};
 use mqblk_core::queue::DeviceConfig;
-use mqblk_core::driver::RqRef;
 
 use crate::bad_blocks::BadBlocks;
 use crate::cache::WriteCache;

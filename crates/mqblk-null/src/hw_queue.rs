@@ -13,9 +13,9 @@
 use std::collections::VecDeque;
 
 use mqblk_core::driver::Completions;
+use mqblk_core::driver::RqRef;
 use mqblk_core::driver::TimeoutAction;
 use mqblk_core::error::Status;
-use mqblk_core::driver::RqRef;
 
 use crate::config::CompletionMode;
 use crate::fault::FaultInjector;

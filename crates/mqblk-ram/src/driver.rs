@@ -13,11 +13,11 @@ use std::sync::Arc;
 
 use mqblk_core::bio::Op;
 use mqblk_core::driver::Completions;
+use mqblk_core::driver::RqRef;
 use mqblk_core::driver::{Driver, Extent, HwQueueSetup, QueueRq};
 use mqblk_core::error::{Result, Status};
 use mqblk_core::limits::{Features, QueueLimits, SECTOR_SIZE};
 use mqblk_core::queue::DeviceConfig;
-use mqblk_core::driver::RqRef;
 
 use crate::config::RamConfig;
 use crate::store::{Store, PAGE_BYTES};

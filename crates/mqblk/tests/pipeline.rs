@@ -303,16 +303,20 @@ fn flush_discard_and_write_zeroes() {
 #[test]
 fn end_io_callbacks_run_after_the_reap() {
     use std::sync::atomic::{AtomicU64, Ordering};
-    static CALLS: AtomicU64 = AtomicU64::new(0);
-    fn end_io(c: mqblk::Completion<'_>) {
+    use std::sync::Arc;
+    // A stateful handler: a closure that owns its counter, shared by all
+    // ten bios (one Arc, no allocation per I/O).
+    let calls = Arc::new(AtomicU64::new(0));
+    let seen = calls.clone();
+    let handler: Arc<dyn mqblk::EndIo> = Arc::new(move |c: mqblk::Completion<'_>| {
         assert!(c.result().is_ok());
-        CALLS.fetch_add(c.private(), Ordering::Relaxed);
-    }
+        seen.fetch_add(c.private(), Ordering::Relaxed);
+    });
     let dev = mqblk::open("null,size=8M").unwrap();
     let mut ctx = dev.context().unwrap();
     for i in 1..=10u64 {
         let mut bio = Bio::read(i * 8, dev.alloc_buf(4096));
-        bio.set_end_io(Some(end_io));
+        bio.set_end_io(Some(handler.clone()));
         bio.private = i;
         ctx.submit(bio).unwrap();
     }
@@ -322,7 +326,7 @@ fn end_io_callbacks_run_after_the_reap() {
         to_closure, 0,
         "bios with end_io do not reach the poll closure"
     );
-    assert_eq!(CALLS.load(Ordering::Relaxed), 55);
+    assert_eq!(calls.load(Ordering::Relaxed), 55);
 }
 
 #[test]

@@ -190,5 +190,9 @@ pub fn config(name: &str, bytes: u64) -> DeviceConfig {
 pub fn mem_device(bytes: usize, order: Order) -> (Device, Arc<Mutex<Vec<u8>>>, Arc<AtomicBool>) {
     let d = MemDisk::new(bytes, order);
     let (data, panic) = (d.data.clone(), d.panic_in_poll.clone());
-    (Device::new(d, config("mem0", bytes as u64)).unwrap(), data, panic)
+    (
+        Device::new(d, config("mem0", bytes as u64)).unwrap(),
+        data,
+        panic,
+    )
 }

@@ -17,11 +17,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use mqblk_core::bio::{BioFlags, Op};
+use mqblk_core::driver::RqRef;
 use mqblk_core::driver::{Completions, HwNotifier};
 use mqblk_core::driver::{Driver, HwQueueSetup, QueueRq, TimeoutAction};
 use mqblk_core::error::{Error, InvalidKind, Result, Status};
 use mqblk_core::limits::{Features, QueueLimits, SECTOR_SIZE};
-use mqblk_core::driver::RqRef;
 use mqblk_nbd_proto::consts::{
     cmd, cmd_flags, reply_type, transmission_flags as tf, DEFAULT_MAX_PAYLOAD,
 };

@@ -21,8 +21,8 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use mqblk_core::bio::{Bio, BioFlags, Op};
-use mqblk_core::Completion;
 use mqblk_core::error::{InvalidKind, Status};
+use mqblk_core::Completion;
 use mqblk_core::{Context, Device, IoBuf};
 use mqblk_nbd_proto::consts::{cmd, state};
 use mqblk_nbd_proto::handshake::{OptionHeader, OPTION_HEADER_LEN};
