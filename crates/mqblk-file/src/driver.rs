@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use mqblk_core::bio::Op;
 use mqblk_core::completion::Completions;
-use mqblk_core::driver::{Driver, Extent, HwQueueSetup, QueueRq};
+use mqblk_core::driver::{Driver, Extent, HwQueueSetup, QueueRq, TimeoutAction};
 use mqblk_core::error::{Error, Result, Status};
 use mqblk_core::limits::{Features, QueueLimits, SECTOR_SIZE};
 use mqblk_core::request::RqRef;
@@ -200,6 +200,16 @@ impl Driver for FileDriver {
         match hq {
             FileQueue::Uring(q) => q.poll(done),
             FileQueue::Psync(q) => q.poll(done),
+        }
+    }
+
+    /// A timed-out request is cancelled (io_uring: IORING_OP_ASYNC_CANCEL;
+    /// psync: the worker is interrupted) and completes with
+    /// [`Status::Timeout`] only once the kernel has let go of its buffers.
+    fn timeout(&self, hq: &mut FileQueue, tag: u32, done: &mut Completions<'_>) -> TimeoutAction {
+        match hq {
+            FileQueue::Uring(q) => q.timeout(tag, done),
+            FileQueue::Psync(q) => q.timeout(tag, done),
         }
     }
 
