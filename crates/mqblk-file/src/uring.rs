@@ -24,6 +24,13 @@
 //!   with), because only then has the kernel let go of its buffers. Until
 //!   then the timeout answers `ResetTimer`, and each later call sends the
 //!   cancel again. A timed-out request is never retried or continued.
+//! - On a file system whose requests wait for a server (FUSE, NFS, SMB,
+//!   9p, Ceph), every entry carries IOSQE_ASYNC. io_uring would otherwise
+//!   issue a read inline, in the submitting thread, and a FUSE read blocks
+//!   there until the server answers (seen on Linux 6.18): the thread
+//!   that should notice the timeout would be the one stuck. In an io-wq
+//!   worker the read can be cancelled (the worker is signalled, FUSE
+//!   sends FUSE_INTERRUPT to its server).
 //!
 //! Task-run modes, detected rather than assumed: SINGLE_ISSUER +
 //! DEFER_TASKRUN (completion work runs only when the ring's one issuer
@@ -172,6 +179,26 @@ pub fn build_ring(cfg: &RingConfig, allow_defer: bool) -> io::Result<(IoUring, F
     Err(last)
 }
 
+/// The name of the file system under `fd` if its requests wait for a
+/// server (so an inline issue can block the submitting thread).
+fn blocking_file_system(fd: RawFd) -> Option<&'static str> {
+    // SAFETY: fstatfs writes one statfs into `st`, a zeroed local.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstatfs(fd, &mut st) } != 0 {
+        return None;
+    }
+    // Magic numbers from linux/magic.h and the file systems' sources.
+    match st.f_type as u64 {
+        0x6573_5546 => Some("FUSE"),
+        0x6969 => Some("NFS"),
+        0xFF53_4D42 | 0xFE53_4D42 => Some("SMB"),
+        0x0102_1997 => Some("9p"),
+        0x00C3_6400 => Some("Ceph"),
+        _ => None,
+    }
+}
+
 thread_local! {
     static TID: Cell<i32> = const { Cell::new(0) };
 }
@@ -307,6 +334,9 @@ pub struct UringQueue {
     notes: Notes,
     /// A polled I/O answered EOPNOTSUPP: drop IOPOLL at the next chance.
     iopoll_refused: bool,
+    /// Every entry is issued from an io-wq worker (IOSQE_ASYNC): the
+    /// file's requests may block the thread that issues them.
+    force_async: bool,
 }
 
 // SAFETY: the ring's raw pointers (its mmaps, the iovecs handed to the
@@ -375,7 +405,21 @@ impl UringQueue {
             irq,
             notes,
             iopoll_refused: false,
+            force_async: false,
         };
+        if let Some(fs) = blocking_file_system(q.target.fd) {
+            q.force_async = true;
+            if index == 0 {
+                note(
+                    &q.notes,
+                    format!(
+                        "the file is on {fs}, whose requests wait for a server: I/O is issued \
+                         from io_uring's workers (IOSQE_ASYNC), so a hung request can be \
+                         cancelled"
+                    ),
+                );
+            }
+        }
         q.register()?;
         Ok(q)
     }
@@ -607,13 +651,18 @@ impl UringQueue {
             status: Status::Ok,
             timed_out: false,
         };
+        let extra = if self.force_async {
+            squeue::Flags::ASYNC
+        } else {
+            squeue::Flags::empty()
+        };
         if need == 2 {
             let e = self
                 .fsync_entry(UD_PREFLUSH | tag as u64)
-                .flags(squeue::Flags::IO_LINK);
+                .flags(squeue::Flags::IO_LINK | extra);
             self.push(&e);
         }
-        let e = self.entry(tag);
+        let e = self.entry(tag).flags(extra);
         self.push(&e);
         self.in_flight += 1;
         if last {
@@ -994,7 +1043,10 @@ impl UringQueue {
                 }
             }
             self.resubmit.pop();
-            let e = self.entry(tag as usize);
+            let mut e = self.entry(tag as usize);
+            if self.force_async {
+                e = e.flags(squeue::Flags::ASYNC);
+            }
             self.push(&e);
         }
         self.submit();

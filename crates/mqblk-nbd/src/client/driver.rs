@@ -608,8 +608,7 @@ fn receive_loop(sock: &mut Socket, sh: &ConnShared) -> std::io::Result<()> {
                         }
                         let p = &mut scratch[..h.len as usize];
                         sock.read_exact(p)?;
-                        let e =
-                            ErrorPayload::decode(t, p).map_err(|e| protocol(&e.to_string()))?;
+                        let e = ErrorPayload::decode(t, p).map_err(|e| protocol(&e.to_string()))?;
                         err.get_or_insert(status_of(e.errno));
                     }
                     _ => return Err(protocol("unexpected chunk type")),
