@@ -202,3 +202,51 @@ fn uring_a_stopped_server_keeps_the_request_until_it_lets_go() {
 fn psync_a_stopped_server_keeps_the_request_until_it_lets_go() {
     stopped_server_keeps_the_buffer("psync");
 }
+
+#[test]
+fn psync_a_request_no_worker_has_taken_times_out_at_once() {
+    // One worker, and the server stopped: the worker is stuck in the first
+    // read (nothing interrupts it now), the second read waits on the
+    // submission list, untouched, and the timeout completes it by itself.
+    let Some(m) = mount("queued-psync") else {
+        return;
+    };
+    let disk = m.disk();
+    let dev = common::open(&disk, &format!("{},workers=1", spec("psync"))).unwrap();
+    m.signal(libc::SIGSTOP);
+    let (tx, rx) = mpsc::channel();
+    {
+        let dev = dev.clone();
+        std::thread::spawn(move || {
+            let mut ctx = dev.context().unwrap();
+            for i in 0..2u64 {
+                let mut bio =
+                    mqblk_core::bio::Bio::read((HANG_FROM >> 9) + i * 16, dev.alloc_buf(4096));
+                bio.private = i;
+                ctx.submit(bio).unwrap();
+            }
+            ctx.unplug();
+            let mut n = 0;
+            while n < 2 {
+                n += ctx.poll_wait(1, |c| tx.send((c.private(), c.status())).unwrap());
+            }
+        });
+    }
+    let t = Instant::now();
+    let first = rx
+        .recv_timeout(bound())
+        .unwrap_or_else(|e| panic!("the queued read did not time out ({e})"));
+    println!(
+        "psync, one worker, server stopped: first {first:?} after {:?}",
+        t.elapsed()
+    );
+    assert_eq!(first, (1, Status::Timeout), "the queued read ends first");
+    m.signal(libc::SIGCONT);
+    let second = rx
+        .recv_timeout(bound())
+        .unwrap_or_else(|e| panic!("the read on the worker did not end after SIGCONT ({e})"));
+    println!("then {second:?}; server events:\n{}", m.events());
+    assert_eq!(second, (0, Status::Timeout));
+    // Only the read the worker took reached the server.
+    assert_eq!(m.events().matches("held READ").count(), 1, "{}", m.events());
+}
