@@ -153,6 +153,15 @@ impl Driver for FileDriver {
                     setup.notifier,
                 )
                 .map_err(|e| self.setup_error(format!("starting psync workers: {e}")))?;
+                if let (0, Some(why)) = (setup.index, q.interrupt_unavailable()) {
+                    note(
+                        &self.entry.notes,
+                        format!(
+                            "psync workers cannot be interrupted ({why}): a timed-out request \
+                             inside pread/pwrite ends only when the call returns"
+                        ),
+                    );
+                }
                 Ok(FileQueue::Psync(q))
             }
         }

@@ -36,17 +36,6 @@ pub trait Cancel {
     fn cancelled(&self) -> bool;
 }
 
-/// Never cancelled.
-#[derive(Debug, Clone, Copy)]
-pub struct NoCancel;
-
-impl Cancel for NoCancel {
-    #[inline]
-    fn cancelled(&self) -> bool {
-        false
-    }
-}
-
 /// The opened file and how operations map onto it. Shared by every
 /// hardware queue (and psync worker) of a device.
 #[derive(Debug, Clone)]
