@@ -12,6 +12,9 @@
 //!   fatal signal ends that wait): the request must NOT be given back to
 //!   the caller, whose buffer the kernel may still fill. It ends with a
 //!   timeout error as soon as the server runs again.
+//! - A loop device over that file is a hung block device: no cancel or
+//!   signal reaches the loop driver's worker, so the request stays with
+//!   the driver until the kernel ends it (when the server is killed).
 //!
 //! Both engines are run, with `direct=1`: the server opens files with
 //! FOPEN_DIRECT_IO, so reads reach it as synchronous requests.
@@ -249,4 +252,65 @@ fn psync_a_request_no_worker_has_taken_times_out_at_once() {
     assert_eq!(second, (0, Status::Timeout));
     // Only the read the worker took reached the server.
     assert_eq!(m.events().matches("held READ").count(), 1, "{}", m.events());
+}
+
+fn hung_block_device_keeps_the_request(engine: &str) {
+    // A loop device over the FUSE file: a read past HANG_FROM waits in the
+    // loop driver's worker, inside FUSE. Neither io_uring's cancel nor a
+    // signal to a psync worker reaches that kernel thread, and a block
+    // request cannot be taken back: the request must stay with the driver
+    // until the kernel ends it, here when the server is killed.
+    let Some(m) = mount(&format!("loop-{engine}")) else {
+        return;
+    };
+    let Some(lo) = common::LoopDev::attach(&m.disk()) else {
+        return;
+    };
+    let dev = common::open(std::path::Path::new(&lo.dev), &spec(engine)).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let reader = {
+        let dev = dev.clone();
+        std::thread::spawn(move || {
+            let mut ctx = dev.context().unwrap();
+            let mut buf = dev.alloc_buf(4096);
+            let r = ctx.read_at(buf.as_mut_slice(), HANG_FROM);
+            tx.send(r.map_err(|e| e.status())).unwrap();
+        })
+    };
+    let held = rx.recv_timeout(Duration::from_millis(TIMEOUT_MS * 6));
+    assert!(
+        held.is_err(),
+        "{engine}: the read returned ({held:?}) while the block layer still held it"
+    );
+    println!(
+        "{engine} on {}: read still held after {} ms; server events:\n{}",
+        lo.dev,
+        TIMEOUT_MS * 6,
+        m.events()
+    );
+    // Kill the server: FUSE fails its requests, the loop device fails the
+    // read, and the request ends, as timed out.
+    let t = Instant::now();
+    drop(m);
+    let r = rx
+        .recv_timeout(bound())
+        .unwrap_or_else(|e| panic!("{engine}: no answer after the server died ({e})"));
+    println!(
+        "{engine}: after the server was killed the read returned {r:?} in {:?}",
+        t.elapsed()
+    );
+    assert_eq!(r, Err(Status::Timeout));
+    reader.join().unwrap();
+    drop(dev);
+    drop(lo);
+}
+
+#[test]
+fn uring_a_hung_block_device_keeps_the_request_until_the_kernel_ends_it() {
+    hung_block_device_keeps_the_request("uring");
+}
+
+#[test]
+fn psync_a_hung_block_device_keeps_the_request_until_the_kernel_ends_it() {
+    hung_block_device_keeps_the_request("psync");
 }
