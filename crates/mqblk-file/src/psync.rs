@@ -362,3 +362,62 @@ impl Drop for PsyncQueue {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn the_interrupt_handler_has_no_sa_restart() {
+        install_interrupt().unwrap();
+        // SAFETY: a null new action only reads the current one into `old`.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let r = unsafe { libc::sigaction(interrupt_signal(), std::ptr::null(), &mut old) };
+        assert_eq!(r, 0);
+        assert_eq!(old.sa_sigaction, handler_addr());
+        assert_eq!(old.sa_flags & libc::SA_RESTART, 0);
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn the_interrupt_signal_ends_a_blocked_system_call_with_eintr() {
+        install_interrupt().unwrap();
+        let mut fds = [0; 2];
+        // SAFETY: pipe writes two descriptors into `fds`.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            // SAFETY: pthread_self has no preconditions.
+            tx.send(unsafe { libc::pthread_self() } as u64).unwrap();
+            let mut b = [0u8; 1];
+            // SAFETY: read writes at most one byte into `b`. Nothing is
+            // ever written to the pipe: only a signal ends this read.
+            let r = unsafe { libc::read(fds[0], b.as_mut_ptr().cast(), 1) };
+            (r, crate::target::errno())
+        });
+        let id = rx.recv().unwrap();
+        // The signal may land before the read starts: send until it ends.
+        for _ in 0..1000 {
+            if reader.is_finished() {
+                break;
+            }
+            // SAFETY: the thread is not joined yet, so its id is live.
+            unsafe { libc::pthread_kill(id as libc::pthread_t, interrupt_signal()) };
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if !reader.is_finished() {
+            // Never interrupted: end the read with a byte, and fail below.
+            // SAFETY: write reads one byte from a live local.
+            unsafe { libc::write(fds[1], [0u8].as_ptr().cast(), 1) };
+        }
+        let (r, e) = reader.join().unwrap();
+        assert_eq!(r, -1, "the read was not interrupted");
+        assert_eq!(e, libc::EINTR);
+        for fd in fds {
+            // SAFETY: both descriptors are ours and closed once.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
