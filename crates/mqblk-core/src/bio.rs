@@ -116,7 +116,12 @@ impl Segment {
         &self.buf.as_slice()[self.offset as usize..][..self.len as usize]
     }
 
-    /// The segment's bytes, mutably (a driver filling a read).
+    /// The segment's bytes, mutably (filling a write before submission).
+    ///
+    /// # Panics
+    ///
+    /// On a read-only segment; see [`IoBuf::as_mut_slice`]. Drivers never
+    /// get `&mut Segment`: they fill reads through `Request::read_bufs`.
     #[inline]
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         let (off, len) = (self.offset as usize, self.len as usize);
@@ -151,6 +156,27 @@ impl Segment {
     #[inline]
     pub fn buf(&self) -> &IoBuf {
         &self.buf
+    }
+
+    /// The segment's bytes as a mutable slice, made from the raw pointer
+    /// alone (no reference to the rest of the buffer).
+    ///
+    /// # Safety
+    ///
+    /// The segment's buffer must be writable, and the caller must have
+    /// exclusive use of these bytes for `'a` (a driver filling the read
+    /// request it owns).
+    #[inline]
+    pub(crate) unsafe fn raw_mut_slice<'a>(&self) -> &'a mut [u8] {
+        debug_assert!(self.buf.is_writable());
+        // SAFETY: the range lies inside the buffer (push_segment checked),
+        // and the caller promises writability and exclusivity.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.buf.as_ptr().add(self.offset as usize),
+                self.len as usize,
+            )
+        }
     }
 }
 

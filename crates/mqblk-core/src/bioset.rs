@@ -13,6 +13,7 @@ use std::task::Waker;
 
 use crate::bio::Bio;
 use crate::error::Status;
+use crate::slots::RawSlots;
 
 /// How the completion of a slot's bio is delivered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,10 +50,11 @@ pub struct BioNode {
 /// A fixed set of bio slots with a free list.
 #[derive(Debug)]
 pub(crate) struct BioSet {
-    // Boxed slice: addresses are stable for the set's life. Each node is in
-    // an UnsafeCell because a request owning it may read it from another
-    // thread while the owner context touches other nodes.
-    nodes: Box<[UnsafeCell<BioNode>]>,
+    // Raw slots: addresses are stable for the set's life, however the
+    // context moves. Each node is in an UnsafeCell because a request owning
+    // it may read it from another thread while the owner context touches
+    // other nodes.
+    nodes: RawSlots<UnsafeCell<BioNode>>,
     // Beside the nodes, not in them: only futures use wakers, and a node
     // stays within the descriptor budget without one.
     wakers: Box<[Option<Waker>]>,
@@ -61,19 +63,21 @@ pub(crate) struct BioSet {
 
 impl BioSet {
     pub(crate) fn new(capacity: u32) -> BioSet {
-        let nodes = (0..capacity)
-            .map(|_| {
-                UnsafeCell::new(BioNode {
-                    bio: None,
-                    next: None,
-                    aux: 0,
-                    delivery: Delivery::Callback,
-                    done: false,
-                    parent: false,
-                    stages: 0,
+        let nodes = RawSlots::new(
+            (0..capacity)
+                .map(|_| {
+                    UnsafeCell::new(BioNode {
+                        bio: None,
+                        next: None,
+                        aux: 0,
+                        delivery: Delivery::Callback,
+                        done: false,
+                        parent: false,
+                        stages: 0,
+                    })
                 })
-            })
-            .collect();
+                .collect(),
+        );
         BioSet {
             nodes,
             wakers: (0..capacity).map(|_| None).collect(),
@@ -84,7 +88,7 @@ impl BioSet {
     /// The slot index of a node of this set.
     #[inline]
     pub(crate) fn index_of(&self, node: NonNull<BioNode>) -> u32 {
-        let base = self.nodes.as_ptr() as usize;
+        let base = self.nodes.ptr(0).as_ptr() as usize;
         let i = (node.as_ptr() as usize - base) / std::mem::size_of::<UnsafeCell<BioNode>>();
         debug_assert!(i < self.nodes.len());
         i as u32
@@ -98,10 +102,17 @@ impl BioSet {
     /// Store `bio` in a free slot; gives it back if the set is full.
     #[allow(clippy::result_large_err)]
     #[inline]
-    pub(crate) fn insert(&mut self, bio: Bio, delivery: Delivery) -> Result<NonNull<BioNode>, Bio> {
+    pub(crate) fn insert(
+        &mut self,
+        mut bio: Bio,
+        delivery: Delivery,
+    ) -> Result<NonNull<BioNode>, Bio> {
         let Some(index) = self.free.pop() else {
             return Err(bio);
         };
+        // The status describes one submission: a bio that failed before
+        // starts clean.
+        bio.status = Status::Ok;
         let node = self.node_mut(index);
         debug_assert!(node.bio.is_none(), "bio slot {index} handed out twice");
         node.bio = Some(bio);
@@ -119,7 +130,11 @@ impl BioSet {
     pub(crate) fn reuse(&mut self, index: u32) -> NonNull<BioNode> {
         let node = self.node_mut(index);
         debug_assert!(node.done, "bio slot {index} reused while in flight");
-        debug_assert!(node.bio.is_some());
+        if let Some(bio) = node.bio.as_mut() {
+            bio.status = Status::Ok;
+        } else {
+            debug_assert!(false, "bio slot {index} reused without its bio");
+        }
         node.done = false;
         node.next = None;
         node.aux = 0;
@@ -148,27 +163,23 @@ impl BioSet {
     /// request. Never call this for a slot still chained to a live request.
     #[inline]
     pub(crate) fn node(&self, index: u32) -> &BioNode {
-        debug_assert!((index as usize) < self.nodes.len());
         // SAFETY: callers only name slots that no request holds (free, or
         // ended after completion came back to this context), so no other
         // thread reads it; &self excludes a writer here.
-        unsafe { &*self.nodes[index as usize].get() }
+        unsafe { &*UnsafeCell::raw_get(self.nodes.ptr(index as usize).as_ptr()) }
     }
 
     /// A raw pointer to slot `index` (for chaining into requests).
     #[inline]
     pub(crate) fn node_ptr(&self, index: u32) -> NonNull<BioNode> {
-        debug_assert!((index as usize) < self.nodes.len());
-        // SAFETY: UnsafeCell::get never returns null.
-        unsafe { NonNull::new_unchecked(self.nodes[index as usize].get()) }
+        self.nodes.ptr(index as usize).cast()
     }
 
     /// Mutable access to a slot the context owns right now (see `node`).
     #[inline]
     pub(crate) fn node_mut(&mut self, index: u32) -> &mut BioNode {
-        debug_assert!((index as usize) < self.nodes.len());
         // SAFETY: as in `node`; &mut self makes this the only access.
-        unsafe { &mut *self.nodes[index as usize].get() }
+        unsafe { &mut *UnsafeCell::raw_get(self.nodes.ptr(index as usize).as_ptr()) }
     }
 
     /// Record the end of a user bio; returns how it must be delivered.

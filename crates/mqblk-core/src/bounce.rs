@@ -75,22 +75,27 @@ pub(crate) fn copy_from_bio(parent: &Bio, offset: u64, dst: &mut [u8]) -> u64 {
 
 /// Copy `src` into `parent`'s data, starting `offset` bytes in (a bounced
 /// read). Returns the bytes copied.
-pub(crate) fn copy_to_bio(parent: &mut Bio, offset: u64, src: &[u8]) -> u64 {
+///
+/// Takes the parent by shared reference and writes through raw pointers
+/// into exactly the bytes this piece covers: sibling pieces of the same
+/// parent may still be in flight in the bytes around them, so no `&mut`
+/// over a whole segment is ever made.
+pub(crate) fn copy_to_bio(parent: &Bio, offset: u64, src: &[u8]) -> u64 {
     let mut skip = offset;
     let mut done = 0usize;
-    for s in parent.segments_mut() {
+    for s in parent.segments() {
         if done == src.len() {
             break;
         }
-        let dst = s.as_mut_slice();
-        if skip >= dst.len() as u64 {
-            skip -= dst.len() as u64;
+        let seg_len = s.len() as u64;
+        if skip >= seg_len {
+            skip -= seg_len;
             continue;
         }
-        let dst = &mut dst[skip as usize..];
+        let n = ((seg_len - skip) as usize).min(src.len() - done);
+        s.buf()
+            .write_at(s.offset() as usize + skip as usize, &src[done..done + n]);
         skip = 0;
-        let n = dst.len().min(src.len() - done);
-        dst[..n].copy_from_slice(&src[done..done + n]);
         done += n;
     }
     done as u64
@@ -114,7 +119,7 @@ mod tests {
         assert!(out[..256].iter().all(|&x| x == 1));
         assert!(out[256..768].iter().all(|&x| x == 2));
         assert!(out[768..].iter().all(|&x| x == 3));
-        assert_eq!(copy_to_bio(&mut bio, 512, &[9u8; 512]), 512);
+        assert_eq!(copy_to_bio(&bio, 512, &[9u8; 512]), 512);
         assert!(bio.segments()[1].as_slice().iter().all(|&x| x == 9));
         assert!(bio.segments()[0].as_slice().iter().all(|&x| x == 1));
     }

@@ -20,11 +20,17 @@ pub const PAGE_SIZE: usize = 4096;
 ///
 /// An owned buffer frees its memory on drop. A borrowed one
 /// ([`IoBuf::from_raw`]) only points at memory that someone else owns.
+///
+/// A buffer knows its direction: one made from a shared borrow (the data
+/// of a write, or the layer's zero page) is read-only, and nothing ever
+/// makes a `&mut` over it. Every buffer a caller can construct is writable.
 pub struct IoBuf {
     ptr: NonNull<u8>,
     len: u32,
     align_log2: u8,
     owned: bool,
+    /// False for views of shared memory: only ever read.
+    writable: bool,
     /// Nonzero: the buffer is a slice of arena `arena - 1` and goes back to
     /// it on drop.
     arena: u16,
@@ -55,6 +61,7 @@ impl IoBuf {
             len: len as u32,
             align_log2: align.trailing_zeros() as u8,
             owned: true,
+            writable: true,
             arena: 0,
         }
     }
@@ -80,8 +87,62 @@ impl IoBuf {
             len: len as u32,
             align_log2: (ptr.as_ptr() as usize).trailing_zeros().min(63) as u8,
             owned: false,
+            writable: true,
             arena: 0,
         }
+    }
+
+    /// A non-owning, read-only view of memory that is only shared-borrowed
+    /// (write data, the zero page): the layer and drivers only read it.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must be valid for reads of `len` bytes, and nothing may write
+    /// those bytes from the moment the bio that carries this buffer is
+    /// submitted until its completion has been reaped. The memory must
+    /// outlive every copy of this handle.
+    pub(crate) unsafe fn from_raw_readonly(ptr: NonNull<u8>, len: usize) -> IoBuf {
+        // SAFETY: from_raw's promise is the caller's, minus writability,
+        // which the flag takes away.
+        let mut b = unsafe { IoBuf::from_raw(ptr, len) };
+        b.writable = false;
+        b
+    }
+
+    /// A view of `len` bytes at `offset` of this buffer, with its direction
+    /// (a piece of a split bio).
+    ///
+    /// # Safety
+    ///
+    /// The view must not outlive this buffer's memory, and while it is in
+    /// use nothing else may touch those bytes in a conflicting way (the
+    /// parent bio of a split waits for all its pieces).
+    pub(crate) unsafe fn view(&self, offset: usize, len: usize) -> IoBuf {
+        debug_assert!(offset + len <= self.len());
+        // SAFETY: offset + len lies inside this buffer (asserted above), so
+        // the pointer stays in its allocation.
+        let p = unsafe { NonNull::new_unchecked(self.ptr.as_ptr().add(offset)) };
+        // SAFETY: the caller's promise; the view keeps this buffer's
+        // direction, so a read-only buffer yields a read-only view.
+        unsafe {
+            if self.writable {
+                IoBuf::from_raw(p, len)
+            } else {
+                IoBuf::from_raw_readonly(p, len)
+            }
+        }
+    }
+
+    /// The same buffer, never to be written again (the zero page).
+    pub(crate) fn into_readonly(mut self) -> IoBuf {
+        self.writable = false;
+        self
+    }
+
+    /// True unless this is a read-only view of shared memory.
+    #[inline]
+    pub fn is_writable(&self) -> bool {
+        self.writable
     }
 
     /// Length in bytes.
@@ -131,10 +192,34 @@ impl IoBuf {
     }
 
     /// The bytes, mutably.
+    ///
+    /// # Panics
+    ///
+    /// On a read-only view. Callers cannot make one: they exist only inside
+    /// the layer, for write data borrowed from `&[u8]`.
     #[inline]
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as for as_slice, and &mut self makes this the only access.
+        assert!(
+            self.writable,
+            "a read-only buffer (write data borrowed from a shared slice) is never written"
+        );
+        // SAFETY: as for as_slice, and &mut self makes this the only access;
+        // the buffer is writable (asserted), so its memory was lent mutably.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len as usize) }
+    }
+
+    /// Copy `src` into the buffer at `offset` through the raw pointer,
+    /// without forming a reference to any other byte of the buffer (other
+    /// pieces of the same buffer may be in flight).
+    pub(crate) fn write_at(&self, offset: usize, src: &[u8]) {
+        assert!(self.writable, "write into a read-only buffer");
+        assert!(offset + src.len() <= self.len());
+        // SAFETY: the range is inside the buffer (asserted); the buffer is
+        // writable, and the caller owns this range exclusively (a bounced
+        // read piece owns its part of the parent's memory until it ends).
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len())
+        };
     }
 }
 
@@ -159,6 +244,7 @@ impl std::fmt::Debug for IoBuf {
             .field("len", &self.len)
             .field("align", &self.align())
             .field("owned", &self.owned)
+            .field("writable", &self.writable)
             .finish()
     }
 }
@@ -349,6 +435,7 @@ impl BufPool {
             len: len as u32,
             align_log2: self.align.trailing_zeros() as u8,
             owned: false,
+            writable: true,
             arena: id + 1,
         })
     }

@@ -332,7 +332,15 @@ impl Context {
                 // SAFETY: the caller's slice is valid for `len` bytes and
                 // borrowed by this call, which does not return before the
                 // bio's completion is reaped (submit_wait waits for it).
-                let buf = unsafe { IoBuf::from_raw(p, len) };
+                // Write data was lent as `&[u8]`: it becomes a read-only
+                // buffer, so nothing ever makes a `&mut` over it.
+                let buf = unsafe {
+                    if op == Op::Write {
+                        IoBuf::from_raw_readonly(p, len)
+                    } else {
+                        IoBuf::from_raw(p, len)
+                    }
+                };
                 bio.push_segment(buf, 0, len as u32);
             }
         } else if op != Op::Flush {
@@ -1076,18 +1084,15 @@ impl CtxState {
                 self.child_done(parent, status);
             }
             Delivery::Bounce => {
-                let mut child = self.bioset.remove(idx).expect("bounce piece holds its bio");
+                let child = self.bioset.remove(idx).expect("bounce piece holds its bio");
                 let parent = child.private as u32;
                 if status.is_ok() && child.op() == Op::Read {
-                    let pnode = self.bioset.node_mut(parent);
-                    let pbio = pnode.bio.as_mut().expect("parent holds its bio");
+                    let pbio = self.bioset.node(parent).bio.as_ref();
+                    let pbio = pbio.expect("parent holds its bio");
                     let offset = (child.sector() - pbio.sector()) << SECTOR_SHIFT;
                     let len = child.len_bytes() as usize;
-                    let n = bounce::copy_to_bio(
-                        pbio,
-                        offset,
-                        &child.segments_mut()[0].as_mut_slice()[..len],
-                    );
+                    let n =
+                        bounce::copy_to_bio(pbio, offset, &child.segments()[0].as_slice()[..len]);
                     bump(&self.stats.bytes_copied, n);
                 }
                 if let Some(buf) = child.into_buffers().next() {

@@ -179,6 +179,23 @@ impl HwInner {
             return 0;
         }
         self.next_scan_ms = now_ms + u64::from(self.timeout_ms / 4).max(1);
+        // Requests the driver refused and that wait for another try: the
+        // deadline bounds their whole life, so one past it ends here, with
+        // no driver involved (it does not hold them).
+        let mut timed_out = 0;
+        for _ in 0..self.dispatch.len() {
+            let Some(rq) = self.dispatch.pop_front() else {
+                break;
+            };
+            let d = rq.deadline_ms();
+            if d != 0 && d <= now_ms {
+                rq.transition(RqState::Queued, RqState::InFlight);
+                Completions::new(done).complete(rq, crate::error::Status::Timeout);
+                timed_out += 1;
+            } else {
+                self.dispatch.push_back(rq);
+            }
+        }
         let mut expired = std::mem::take(&mut self.expired);
         tags.for_each_in_flight(self.index, |tag, deadline| {
             let d = deadline.load(std::sync::atomic::Ordering::Relaxed);
@@ -187,7 +204,6 @@ impl HwInner {
                 expired.push(tag);
             }
         });
-        let mut timed_out = 0;
         for &tag in &expired {
             let before = done.len();
             let action = self.ops.timeout(tag, &mut Completions::new(done));

@@ -13,6 +13,7 @@
 
 #![warn(missing_docs)]
 
+mod slots;
 pub(crate) mod sync;
 
 pub mod clock;

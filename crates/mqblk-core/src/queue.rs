@@ -677,7 +677,7 @@ impl Device {
                 tags,
                 lock,
                 buf_pool,
-                zero_buf: crate::buf::IoBuf::new(64 << 10, align),
+                zero_buf: crate::buf::IoBuf::new(64 << 10, align).into_readonly(),
                 ops: driver,
                 stats: DeviceStats::new(),
                 completes_async,

@@ -107,18 +107,33 @@ impl Request {
         RqState::from_u8(self.atoms().state.load(Ordering::Relaxed))
     }
 
-    /// Arm the timeout: `ms` on the coarse clock, on hardware queue `hwq`.
+    /// Arm the timeout at the first dispatch: `ms` on the coarse clock, on
+    /// hardware queue `hwq`. A requeued request keeps its first deadline, so
+    /// the timeout bounds its whole life, however often the driver refuses
+    /// it (Linux sets `rq->deadline` once, in `blk_mq_start_request`).
     #[inline]
     pub(crate) fn arm_timeout(&self, hwq: u16, ms: u64) {
         let a = self.atoms();
         a.hwq.store(hwq, Ordering::Relaxed);
-        a.deadline_ms.store(ms, Ordering::Relaxed);
+        if a.deadline_ms.load(Ordering::Relaxed) == 0 {
+            a.deadline_ms.store(ms, Ordering::Relaxed);
+        }
+    }
+
+    /// The deadline armed at the first dispatch (0: none).
+    #[inline]
+    pub(crate) fn deadline_ms(&self) -> u64 {
+        self.atoms().deadline_ms.load(Ordering::Relaxed)
     }
 
     /// Move from `from` to `to`, asserting both sides.
     #[inline]
     pub(crate) fn transition(&self, from: RqState, to: RqState) {
         debug_assert_eq!(self.state(), from, "request {} in wrong state", self.tag);
+        if to == RqState::Idle {
+            // The next owner arms its own deadline.
+            self.atoms().deadline_ms.store(0, Ordering::Relaxed);
+        }
         self.atoms().state.store(to as u8, Ordering::Release);
         debug_assert_eq!(self.state(), to);
     }
@@ -208,28 +223,32 @@ impl Request {
         }
     }
 
-    /// Visit every data segment mutably (a driver filling a read).
+    /// The data of a write, segment by segment, in order: only ever read.
+    /// Empty for any other operation.
     #[inline]
-    pub fn for_each_segment_mut(&mut self, mut f: impl FnMut(&mut Segment)) {
-        let mut node = self.bio_head;
-        while let Some(mut n) = node {
-            // SAFETY: as in for_each_segment; &mut self makes this the only
-            // access to the chain.
-            let n = unsafe { n.as_mut() };
-            if let Some(bio) = n.bio.as_mut() {
-                for s in bio.segments_mut() {
-                    f(s);
-                }
-            }
-            node = n.next;
+    pub fn write_bufs(&self) -> WriteBufs<'_> {
+        WriteBufs {
+            node: if self.op == Op::Write {
+                self.bio_head
+            } else {
+                None
+            },
+            seg: 0,
+            _rq: std::marker::PhantomData,
         }
     }
 
-    /// Every data segment of every bio, in order, as mutable slices (a
-    /// driver that wants them all at once, e.g. to copy under one lock).
-    pub fn segments_mut(&mut self) -> SegmentsMut<'_> {
-        SegmentsMut {
-            node: self.bio_head,
+    /// The buffers of a read, segment by segment, in order, to be filled:
+    /// the only `&mut` a driver ever gets, and only for memory the request
+    /// owns exclusively. Empty for any other operation.
+    #[inline]
+    pub fn read_bufs(&mut self) -> ReadBufs<'_> {
+        ReadBufs {
+            node: if self.op == Op::Read {
+                self.bio_head
+            } else {
+                None
+            },
             seg: 0,
             _rq: std::marker::PhantomData,
         }
@@ -284,36 +303,62 @@ impl std::ops::DerefMut for RqRef {
     }
 }
 
-/// Iterator over a request's segments (see [`Request::segments_mut`]).
-pub struct SegmentsMut<'a> {
+/// Walks a request's bio chain segment by segment.
+#[inline]
+fn next_segment<'a>(node: &mut Option<NonNull<BioNode>>, seg: &mut usize) -> Option<&'a Segment> {
+    loop {
+        let n = (*node)?;
+        // SAFETY: the iterator borrows the request (shared or unique) for 'a,
+        // and with it the request's bio chain, whose nodes stay valid until
+        // the owner context ends them after completion. Only shared
+        // references to nodes are made here.
+        let n: &'a BioNode = unsafe { n.as_ref() };
+        if let Some(bio) = n.bio.as_ref() {
+            if let Some(s) = bio.segments().get(*seg) {
+                *seg += 1;
+                return Some(s);
+            }
+        }
+        *node = n.next;
+        *seg = 0;
+    }
+}
+
+/// The data of a write request (see [`Request::write_bufs`]).
+pub struct WriteBufs<'a> {
+    node: Option<NonNull<BioNode>>,
+    seg: usize,
+    _rq: std::marker::PhantomData<&'a Request>,
+}
+
+impl<'a> Iterator for WriteBufs<'a> {
+    type Item = &'a [u8];
+
+    #[inline]
+    fn next(&mut self) -> Option<&'a [u8]> {
+        next_segment(&mut self.node, &mut self.seg).map(Segment::as_slice)
+    }
+}
+
+/// The buffers of a read request (see [`Request::read_bufs`]).
+pub struct ReadBufs<'a> {
     node: Option<NonNull<BioNode>>,
     seg: usize,
     _rq: std::marker::PhantomData<&'a mut Request>,
 }
 
-impl<'a> Iterator for SegmentsMut<'a> {
+impl<'a> Iterator for ReadBufs<'a> {
     type Item = &'a mut [u8];
 
+    #[inline]
     fn next(&mut self) -> Option<&'a mut [u8]> {
-        loop {
-            let mut n = self.node?;
-            // SAFETY: the iterator borrows the request mutably for 'a, and
-            // with it the request's bio chain; each segment is handed out
-            // once, and segments of a bio never overlap, so the slices are
-            // disjoint.
-            let node: &'a mut BioNode = unsafe { n.as_mut() };
-            if let Some(bio) = node.bio.as_mut() {
-                let segs = bio.segments_mut();
-                if self.seg < segs.len() {
-                    let i = self.seg;
-                    self.seg += 1;
-                    // SAFETY: as above: segment i is yielded only this once.
-                    let s: &'a mut crate::bio::Segment = unsafe { &mut *(&mut segs[i] as *mut _) };
-                    return Some(s.as_mut_slice());
-                }
-            }
-            self.node = node.next;
-            self.seg = 0;
-        }
+        let s = next_segment(&mut self.node, &mut self.seg)?;
+        // SAFETY: 1. the request is a read (read_bufs checked), and every
+        // buffer of a read bio is writable: callers can only build writable
+        // buffers, and the layer's read-only views carry write data.
+        // 2. The iterator holds the request mutably for 'a, so the driver
+        // owns these bytes; each segment is yielded once, and segments of a
+        // request never overlap.
+        Some(unsafe { s.raw_mut_slice() })
     }
 }

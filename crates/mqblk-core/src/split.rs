@@ -8,8 +8,6 @@
 //! segments break the DMA alignment is marked for bouncing ([`crate::bounce`]).
 //! The common bio fits and pays one check.
 
-use std::ptr::NonNull;
-
 use smallvec::SmallVec;
 
 use crate::bio::{Bio, Op};
@@ -163,7 +161,9 @@ impl Splitter {
                 if n == 0 {
                     break;
                 }
-                child.push_segment(borrow(zero.as_ptr(), zero.len()), 0, n);
+                // SAFETY: the zero page is the device's, outlives every
+                // bio, and is read-only (never written by anyone).
+                child.push_segment(unsafe { zero.view(0, zero.len()) }, 0, n);
                 left -= u64::from(n);
                 segs += 1;
             }
@@ -243,7 +243,15 @@ impl Splitter {
             bounce |= (addr | len as usize) & dma != 0;
             if !bounce {
                 // The segment views the parent's memory: no copy.
-                child.push_segment(borrow(addr as *mut u8, len as usize), 0, len);
+                // SAFETY: the view lies inside a segment of the parent bio,
+                // whose memory the caller lent until the parent's completion
+                // is reaped; the parent ends only after every piece has, and
+                // pieces cover disjoint bytes.
+                let view = unsafe {
+                    s.buf()
+                        .view(s.offset() as usize + off as usize, len as usize)
+                };
+                child.push_segment(view, 0, len);
             }
         }
         if bounce {
@@ -257,16 +265,6 @@ impl Splitter {
             bounce,
         }))
     }
-}
-
-/// A borrowed view of parent memory.
-fn borrow(ptr: *mut u8, len: usize) -> IoBuf {
-    let p = NonNull::new(ptr).unwrap_or(NonNull::dangling());
-    // SAFETY: the view lies inside a segment of the parent bio, whose memory
-    // the caller guaranteed until the parent's completion is reaped; the
-    // parent completes only after every child has, so the view never
-    // outlives the memory.
-    unsafe { IoBuf::from_raw(p, len) }
 }
 
 #[cfg(all(test, not(loom)))]

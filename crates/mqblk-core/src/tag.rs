@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use crate::request::{Request, RqAtomics, RqRef, RqState};
 use crate::sbitmap::{AllocHint, SbitmapQueue};
+use crate::slots::RawSlots;
 
 /// Request slots and their allocator.
 pub struct Tags {
@@ -22,9 +23,12 @@ pub struct Tags {
     parked: std::sync::Mutex<Vec<u32>>,
     reserved: Option<SbitmapQueue>,
     nr_reserved: u32,
-    rqs: Box<[UnsafeCell<Request>]>,
-    // Declared after rqs: requests point into it.
-    atoms: Box<[RqAtomics]>,
+    /// The request slots. Held as a raw slice taken once from its box, so
+    /// moving `Tags` never invalidates the pointers requests hand out.
+    rqs: RawSlots<UnsafeCell<Request>>,
+    /// Beside the requests: the atomics the timeout scan reads. Requests
+    /// point into it, so it too is taken out of its box once.
+    atoms: RawSlots<RqAtomics>,
 }
 
 // SAFETY: every request slot is touched only by the holder of its tag (the
@@ -48,12 +52,12 @@ impl Tags {
         assert!(depth >= 1, "a tag set needs at least one tag");
         let depth_max = depth_max.max(depth);
         let total = depth_max + reserved;
-        let atoms: Box<[RqAtomics]> = (0..total).map(|_| RqAtomics::default()).collect();
-        let rqs = atoms
-            .iter()
-            .enumerate()
-            .map(|(t, a)| UnsafeCell::new(Request::new(t as u32, hwq, NonNull::from(a))))
-            .collect();
+        let atoms = RawSlots::new((0..total).map(|_| RqAtomics::default()).collect());
+        let rqs = RawSlots::new(
+            (0..total)
+                .map(|t| UnsafeCell::new(Request::new(t, hwq, atoms.ptr(t as usize))))
+                .collect(),
+        );
         let tags = Tags {
             normal: SbitmapQueue::new(depth_max, None),
             parked: std::sync::Mutex::new(Vec::new()),
@@ -135,7 +139,7 @@ impl Tags {
     #[inline]
     fn claim(&self, tag: u32) -> RqRef {
         debug_assert!(tag < self.total());
-        let rq = self.rqs[tag as usize].get();
+        let rq = UnsafeCell::raw_get(self.rqs.ptr(tag as usize).as_ptr());
         // SAFETY: the caller just took `tag` from a bitmap, so it is the
         // slot's only owner; the slot lives as long as self, which outlives
         // every RqRef (the device keeps its Tags until all contexts are gone).
@@ -240,8 +244,7 @@ impl Tags {
     ) {
         use std::sync::atomic::Ordering;
         let mut visit = |tag: u32| {
-            debug_assert!((tag as usize) < self.atoms.len());
-            let a = &self.atoms[tag as usize];
+            let a = self.atoms.get(tag as usize);
             if a.state.load(Ordering::Acquire) == RqState::InFlight as u8
                 && a.hwq.load(Ordering::Relaxed) == hwq
             {
@@ -256,8 +259,8 @@ impl Tags {
 
     /// Push an in-flight request's deadline out (timeout reset).
     pub(crate) fn rearm(&self, tag: u32, deadline_ms: u64) {
-        debug_assert!((tag as usize) < self.atoms.len());
-        self.atoms[tag as usize]
+        self.atoms
+            .get(tag as usize)
             .deadline_ms
             .store(deadline_ms, std::sync::atomic::Ordering::Relaxed);
     }

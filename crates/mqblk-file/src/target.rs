@@ -198,12 +198,12 @@ impl Target {
 /// were filled (0 if they do not fit) and, when there is exactly one, the
 /// buffer arena that segment was carved from.
 #[inline]
-pub fn fill_iovecs(rq: &mut RqRef, skip: u64, out: &mut [libc::iovec]) -> (usize, Option<u16>) {
+pub fn fill_iovecs(rq: &RqRef, skip: u64, out: &mut [libc::iovec]) -> (usize, Option<u16>) {
     let mut n = 0usize;
     let mut skip = skip;
     let mut arena = None;
     let mut overflow = false;
-    rq.for_each_segment_mut(|seg| {
+    rq.for_each_segment(|seg| {
         let len = u64::from(seg.len());
         if skip >= len {
             skip -= len;
@@ -213,7 +213,9 @@ pub fn fill_iovecs(rq: &mut RqRef, skip: u64, out: &mut [libc::iovec]) -> (usize
             overflow = true;
             return;
         }
-        let base = seg.as_mut_slice().as_mut_ptr();
+        // The kernel writes a read's buffers: they are writable (every
+        // buffer of a read bio is), and the request owns them.
+        let base = seg.addr() as *mut u8;
         debug_assert!(n < out.len());
         out[n] = libc::iovec {
             // SAFETY: skip < len, so the pointer stays inside the segment.

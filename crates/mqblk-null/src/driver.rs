@@ -146,14 +146,18 @@ impl NullDriver {
         }
         let mut pos = rq.offset_bytes();
         match op {
-            Op::Write => rq.for_each_segment(|seg| {
-                store.write(pos, seg.as_slice());
-                pos += u64::from(seg.len());
-            }),
-            Op::Read => rq.for_each_segment_mut(|seg| {
-                store.read(pos, seg.as_mut_slice());
-                pos += u64::from(seg.len());
-            }),
+            Op::Write => {
+                for data in rq.write_bufs() {
+                    store.write(pos, data);
+                    pos += data.len() as u64;
+                }
+            }
+            Op::Read => {
+                for buf in rq.read_bufs() {
+                    store.read(pos, buf);
+                    pos += buf.len() as u64;
+                }
+            }
             Op::Discard | Op::WriteZeroes => store.discard(pos, rq.len_bytes()),
             Op::Flush => {}
         }
@@ -170,19 +174,23 @@ impl NullDriver {
         let mut pos = rq.offset_bytes();
         match rq.op() {
             Op::Write if self.cfg.fua && rq.flags().contains(BioFlags::FUA) => {
-                rq.for_each_segment(|seg| {
-                    c.write_through(pos, seg.as_slice());
-                    pos += u64::from(seg.len());
-                })
+                for data in rq.write_bufs() {
+                    c.write_through(pos, data);
+                    pos += data.len() as u64;
+                }
             }
-            Op::Write => rq.for_each_segment(|seg| {
-                c.write(pos, seg.as_slice());
-                pos += u64::from(seg.len());
-            }),
-            Op::Read => rq.for_each_segment_mut(|seg| {
-                c.read(pos, seg.as_mut_slice());
-                pos += u64::from(seg.len());
-            }),
+            Op::Write => {
+                for data in rq.write_bufs() {
+                    c.write(pos, data);
+                    pos += data.len() as u64;
+                }
+            }
+            Op::Read => {
+                for buf in rq.read_bufs() {
+                    c.read(pos, buf);
+                    pos += buf.len() as u64;
+                }
+            }
             Op::Discard | Op::WriteZeroes => c.discard(pos, rq.len_bytes()),
             Op::Flush => c.flush(),
         }

@@ -60,15 +60,12 @@ impl RamDriver {
     fn transfer(&self, rq: &mut RqRef) -> Status {
         let pos = rq.offset_bytes();
         match rq.op() {
-            Op::Write => match self
-                .store
-                .write_vectored(pos, rq.segments_mut().map(|s| &*s))
-            {
+            Op::Write => match self.store.write_vectored(pos, rq.write_bufs()) {
                 Ok(()) => Status::Ok,
                 Err(_) => Status::NoSpace,
             },
             Op::Read => {
-                self.store.read_vectored(pos, rq.segments_mut());
+                self.store.read_vectored(pos, rq.read_bufs());
                 Status::Ok
             }
             Op::Discard | Op::WriteZeroes => {

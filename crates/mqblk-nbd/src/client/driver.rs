@@ -305,11 +305,11 @@ impl Driver for NbdDriver {
         let mut failed = hq.sock.write_all(&req.encode()).is_err();
         if command == cmd::WRITE && !failed {
             let sock = &mut hq.sock;
-            rq.for_each_segment(|s| {
-                if !failed && sock.write_all(s.as_slice()).is_err() {
+            for data in rq.write_bufs() {
+                if !failed && sock.write_all(data).is_err() {
                     failed = true;
                 }
-            });
+            }
         }
         drop(g);
         if failed {
@@ -455,30 +455,28 @@ fn finish(sh: &ConnShared, rq: RqRef, status: Status) {
 /// `rel` bytes into the request.
 fn read_into(sock: &mut Socket, rq: &mut RqRef, rel: u64, len: u64) -> std::io::Result<()> {
     let mut pos = 0u64;
-    let mut res = Ok(());
     let (start, end) = (rel, rel + len);
-    rq.for_each_segment_mut(|seg| {
-        let seg_len = u64::from(seg.len());
+    for buf in rq.read_bufs() {
+        let seg_len = buf.len() as u64;
         let (a, b) = (start.max(pos), end.min(pos + seg_len));
-        if res.is_ok() && a < b {
-            let s = &mut seg.as_mut_slice()[(a - pos) as usize..(b - pos) as usize];
-            res = sock.read_exact(s);
+        if a < b {
+            sock.read_exact(&mut buf[(a - pos) as usize..(b - pos) as usize])?;
         }
         pos += seg_len;
-    });
-    res
+    }
+    Ok(())
 }
 
 fn zero_into(rq: &mut RqRef, rel: u64, len: u64) {
     let mut pos = 0u64;
-    rq.for_each_segment_mut(|seg| {
-        let seg_len = u64::from(seg.len());
+    for buf in rq.read_bufs() {
+        let seg_len = buf.len() as u64;
         let (a, b) = (rel.max(pos), (rel + len).min(pos + seg_len));
         if a < b {
-            seg.as_mut_slice()[(a - pos) as usize..(b - pos) as usize].fill(0);
+            buf[(a - pos) as usize..(b - pos) as usize].fill(0);
         }
         pos += seg_len;
-    });
+    }
 }
 
 fn protocol(why: &str) -> std::io::Error {

@@ -59,16 +59,20 @@ impl Driver for Recorder {
         let mut data = self.shared.data.lock().unwrap();
         let mut pos = rq.offset_bytes() as usize;
         match rq.op() {
-            Op::Read => rq.for_each_segment_mut(|s| {
-                let n = s.len() as usize;
-                s.as_mut_slice().copy_from_slice(&data[pos..pos + n]);
-                pos += n;
-            }),
-            Op::Write => rq.for_each_segment(|s| {
-                let n = s.len() as usize;
-                data[pos..pos + n].copy_from_slice(s.as_slice());
-                pos += n;
-            }),
+            Op::Read => {
+                for buf in rq.read_bufs() {
+                    let n = buf.len();
+                    buf.copy_from_slice(&data[pos..pos + n]);
+                    pos += n;
+                }
+            }
+            Op::Write => {
+                for src in rq.write_bufs() {
+                    let n = src.len();
+                    data[pos..pos + n].copy_from_slice(src);
+                    pos += n;
+                }
+            }
             Op::Discard | Op::WriteZeroes => {
                 let n = rq.len_bytes() as usize;
                 data[pos..pos + n].fill(0);
