@@ -1,5 +1,5 @@
 //! `io_timeout_ms` on the file engines, with I/O that really hangs: a FUSE
-//! file system (see `hang_fuse`) that never answers reads past 512 KiB,
+//! file system (see `hang_fuse`) that never answers I/O past 512 KiB,
 //! run in a child process.
 //!
 //! - While the server is alive it honours FUSE_INTERRUPT, as a stuck but
@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use hang_fuse::Mount;
 use mqblk_core::error::Status;
 
-/// Reads at or past this offset are never answered.
+/// Reads and writes at or past this offset are never answered.
 const HANG_FROM: u64 = 512 << 10;
 const TIMEOUT_MS: u64 = 500;
 /// Added to the timeout for "returns in bounded time".
@@ -64,13 +64,13 @@ fn spec(engine: &str) -> String {
     format!("engine={engine},direct=1,io_timeout_ms={TIMEOUT_MS}")
 }
 
-/// What the I/O thread of `held_reads_time_out` measured.
+/// What the I/O thread of `held_io_times_out` measured.
 struct Timings {
     timeout_after: Duration,
     drop_after: Duration,
 }
 
-fn held_reads_time_out(engine: &str) {
+fn held_io_times_out(engine: &str) {
     let Some(m) = mount(&format!("held-{engine}")) else {
         return;
     };
@@ -95,6 +95,13 @@ fn held_reads_time_out(engine: &str) {
         let timeout_after = t.elapsed();
         assert_eq!(err.status(), Status::Timeout, "{err}");
         println!("{engine_name}: held read: {err} after {timeout_after:?}");
+
+        // A write the server holds.
+        let t = Instant::now();
+        let err = ctx.write_at(&data, HANG_FROM).unwrap_err();
+        assert_eq!(err.status(), Status::Timeout, "{err}");
+        println!("{engine_name}: held write: {err} after {:?}", t.elapsed());
+        assert!(t.elapsed() < bound());
 
         // The device still works.
         ctx.read_at(&mut back, 0).unwrap();
@@ -139,13 +146,13 @@ fn held_reads_time_out(engine: &str) {
 }
 
 #[test]
-fn uring_a_held_read_times_out_and_drop_returns() {
-    held_reads_time_out("uring");
+fn uring_held_reads_and_writes_time_out_and_drop_returns() {
+    held_io_times_out("uring");
 }
 
 #[test]
-fn psync_a_held_read_times_out_and_drop_returns() {
-    held_reads_time_out("psync");
+fn psync_held_reads_and_writes_time_out_and_drop_returns() {
+    held_io_times_out("psync");
 }
 
 fn stopped_server_keeps_the_buffer(engine: &str) {

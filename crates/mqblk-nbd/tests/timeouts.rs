@@ -163,3 +163,23 @@ fn a_server_that_answers_nothing_fails_every_read_without_hanging() {
         "{statuses:?}"
     );
 }
+
+#[test]
+fn a_write_the_server_holds_times_out_and_reads_still_work() {
+    // Writes take 3 s; reads are not delayed.
+    let kit = Nbdkit::start(&["--filter=delay", "memory", "16M", "wdelay=3"]);
+    let dev = mqblk::open(&kit.spec(&format!("io_timeout_ms={TIMEOUT_MS}"))).unwrap();
+    let mut ctx = dev.context().unwrap();
+    let t = Instant::now();
+    let err = ctx.write_at(&pattern(9, 4096), 0).unwrap_err();
+    println!("write held by the server: {err} after {:?}", t.elapsed());
+    assert_eq!(err.status(), Status::Timeout, "{err}");
+    assert!(t.elapsed() < bound());
+    // Once the late reply has come and gone, the connection still reads;
+    // the timed-out write did land in the end (Timeout means "unknown",
+    // not "not done").
+    std::thread::sleep(Duration::from_millis(3500));
+    let mut back = vec![0u8; 4096];
+    ctx.read_at(&mut back, 0).unwrap();
+    assert!(back == pattern(9, 4096));
+}

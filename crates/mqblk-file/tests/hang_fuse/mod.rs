@@ -1,8 +1,8 @@
 //! A FUSE file system that hangs reads, spoken over `/dev/fuse` directly
 //! (no libfuse), run in a child process so a test can stop it by its pid.
 //!
-//! It holds one file, `disk`, of [`SIZE`] bytes, kept in memory. A READ at
-//! or past `hang_from` is never answered, as a stuck network or device
+//! It holds one file, `disk`, of [`SIZE`] bytes, kept in memory. A READ or
+//! WRITE at or past `hang_from` is never answered, as a stuck network or device
 //! would leave it; every other request is answered at once. It honours
 //! FUSE_INTERRUPT as a well-behaved server does: the held request is
 //! answered EINTR. Its OPEN replies carry FOPEN_DIRECT_IO, so reads go
@@ -367,6 +367,11 @@ fn serve(mnt: &Path, log: std::fs::File, hang_from: u64) -> i32 {
             FUSE_WRITE => {
                 let offset = u64_at(body, 8);
                 let size = u32_at(body, 16) as usize;
+                if offset >= hang_from {
+                    s.event(&format!("held WRITE {unique} at {offset}"));
+                    held.push(unique);
+                    continue;
+                }
                 let data = &body[40..40 + size];
                 let end = (offset as usize + size).min(SIZE as usize);
                 if (offset as usize) < end {
