@@ -10,9 +10,9 @@
 use std::sync::{Arc, Mutex};
 
 use mqblk_core::bio::Op;
-use mqblk_core::driver::Completions;
-use mqblk_core::driver::RqRef;
-use mqblk_core::driver::{Driver, Extent, HwQueueSetup, QueueRq};
+use mqblk_core::driver::{
+    Completions, Driver, Extent, HwQueueSetup, QueueRq, RqRef, TimeoutAction,
+};
 use mqblk_core::error::{Error, Result, Status};
 use mqblk_core::limits::{Features, QueueLimits, SECTOR_SIZE};
 
@@ -153,6 +153,15 @@ impl Driver for FileDriver {
                     setup.notifier,
                 )
                 .map_err(|e| self.setup_error(format!("starting psync workers: {e}")))?;
+                if let (0, Some(why)) = (setup.index, q.interrupt_unavailable()) {
+                    note(
+                        &self.entry.notes,
+                        format!(
+                            "psync workers cannot be interrupted ({why}): a timed-out request \
+                             inside pread/pwrite ends only when the call returns"
+                        ),
+                    );
+                }
                 Ok(FileQueue::Psync(q))
             }
         }
@@ -200,6 +209,16 @@ impl Driver for FileDriver {
         match hq {
             FileQueue::Uring(q) => q.poll(done),
             FileQueue::Psync(q) => q.poll(done),
+        }
+    }
+
+    /// A timed-out request is cancelled (io_uring: IORING_OP_ASYNC_CANCEL;
+    /// psync: the worker is interrupted) and completes with
+    /// [`Status::Timeout`] only once the kernel has let go of its buffers.
+    fn timeout(&self, hq: &mut FileQueue, tag: u32, done: &mut Completions<'_>) -> TimeoutAction {
+        match hq {
+            FileQueue::Uring(q) => q.timeout(tag, done),
+            FileQueue::Psync(q) => q.timeout(tag, done),
         }
     }
 

@@ -28,6 +28,14 @@ pub const MAX_SEGMENTS: usize = 128;
 /// error is reported.
 pub const MAX_RETRIES: u8 = 16;
 
+/// Asked by a synchronous system call loop before every retry: true once
+/// the request has timed out and must not be carried on (the psync
+/// engine's interrupt path).
+pub trait Cancel {
+    /// True if the request must stop now.
+    fn cancelled(&self) -> bool;
+}
+
 /// The opened file and how operations map onto it. Shared by every
 /// hardware queue (and psync worker) of a device.
 #[derive(Debug, Clone)]
@@ -77,32 +85,36 @@ impl Target {
 
     /// Carry out `rq` synchronously (the psync engine, and ring-less ops).
     /// Short transfers are continued; an unexpected end of file is an
-    /// I/O error, never a silent success.
-    pub fn execute(&self, rq: &mut RqRef) -> Status {
+    /// I/O error, never a silent success. A system call interrupted (EINTR)
+    /// or cut short after `cancel` says stop is not carried on: the answer
+    /// is then [`Status::Timeout`].
+    pub fn execute(&self, rq: &mut RqRef, cancel: &impl Cancel) -> Status {
         let op = rq.op();
         let flags = rq.flags();
         if op == Op::Write && flags.contains(BioFlags::PREFLUSH) {
-            let s = self.fdatasync();
+            let s = self.fdatasync(cancel);
             if !s.is_ok() {
                 return s;
             }
         }
         match op {
-            Op::Read | Op::Write => self.transfer(rq),
-            Op::Flush => self.fdatasync(),
-            Op::Discard | Op::WriteZeroes => self.deallocate(op, rq.offset_bytes(), rq.len_bytes()),
+            Op::Read | Op::Write => self.transfer(rq, cancel),
+            Op::Flush => self.fdatasync(cancel),
+            Op::Discard | Op::WriteZeroes => {
+                self.deallocate(op, rq.offset_bytes(), rq.len_bytes(), cancel)
+            }
         }
     }
 
-    fn fdatasync(&self) -> Status {
-        retry_eintr(|| {
+    fn fdatasync(&self, cancel: &impl Cancel) -> Status {
+        retry_eintr(cancel, || {
             // SAFETY: fdatasync takes no pointers.
             unsafe { libc::fdatasync(self.fd) as isize }
         })
         .map_or_else(Status::from_errno, |_| Status::Ok)
     }
 
-    fn deallocate(&self, op: Op, offset: u64, len: u64) -> Status {
+    fn deallocate(&self, op: Op, offset: u64, len: u64, cancel: &impl Cancel) -> Status {
         let ioctl_req = match (self.kind, op, self.discard, self.write_zeroes) {
             (TargetKind::Block, Op::Discard, Some(DiscardHow::BlkDiscard), _) => Some(BLKDISCARD),
             (TargetKind::Block, Op::WriteZeroes, _, Some(ZeroHow::BlkZeroout)) => Some(BLKZEROOUT),
@@ -110,7 +122,7 @@ impl Target {
         };
         if let Some(req) = ioctl_req {
             let range: [u64; 2] = [offset, len];
-            return retry_eintr(|| {
+            return retry_eintr(cancel, || {
                 // SAFETY: BLKDISCARD and BLKZEROOUT read two u64s (start,
                 // length) from the pointer, a live local.
                 unsafe { libc::ioctl(self.fd, req as _, range.as_ptr()) as isize }
@@ -120,7 +132,7 @@ impl Target {
         let Some(mode) = self.fallocate_mode(op) else {
             return Status::NotSupported;
         };
-        retry_eintr(|| {
+        retry_eintr(cancel, || {
             // SAFETY: fallocate takes no pointers.
             unsafe {
                 libc::fallocate(self.fd, mode, offset as libc::off_t, len as libc::off_t) as isize
@@ -129,7 +141,7 @@ impl Target {
         .map_or_else(Status::from_errno, |_| Status::Ok)
     }
 
-    fn transfer(&self, rq: &mut RqRef) -> Status {
+    fn transfer(&self, rq: &mut RqRef, cancel: &impl Cancel) -> Status {
         let total = rq.len_bytes();
         let offset = rq.offset_bytes();
         let write = rq.op() == Op::Write;
@@ -145,6 +157,9 @@ impl Target {
         let mut done = 0u64;
         let mut retries = 0u8;
         while done < total {
+            if cancel.cancelled() {
+                return Status::Timeout;
+            }
             let (n, _) = fill_iovecs(rq, done, &mut iov);
             if n == 0 {
                 return Status::Invalid(mqblk_core::error::InvalidKind::TooManySegments);
@@ -226,10 +241,14 @@ pub fn errno() -> i32 {
 }
 
 /// Run a system call that returns -1 on error, retrying EINTR a bounded
-/// number of times. Returns the errno on failure.
-fn retry_eintr(mut f: impl FnMut() -> isize) -> Result<isize, i32> {
+/// number of times unless `cancel` says stop. Returns the errno on failure
+/// (ETIMEDOUT once cancelled).
+fn retry_eintr(cancel: &impl Cancel, mut f: impl FnMut() -> isize) -> Result<isize, i32> {
     let mut tries = 0;
     loop {
+        if cancel.cancelled() {
+            return Err(libc::ETIMEDOUT);
+        }
         let r = f();
         if r >= 0 {
             return Ok(r);

@@ -17,6 +17,20 @@
 //!   device inside the call).
 //! - A short read or write is resubmitted for the rest; a read that hits
 //!   the end of the file is an I/O error.
+//! - A timed-out request (Linux `->timeout`): its slot is marked, and an
+//!   IORING_OP_ASYNC_CANCEL for its `user_data` (and its linked PREFLUSH)
+//!   is submitted; the request completes with [`Status::Timeout`] when its
+//!   own completion comes back (-ECANCELED, -EINTR, or whatever it ends
+//!   with), because only then has the kernel let go of its buffers. Until
+//!   then the timeout answers `ResetTimer`, and each later call sends the
+//!   cancel again. A timed-out request is never retried or continued.
+//! - On a file system whose requests wait for a server (FUSE, NFS, SMB,
+//!   9p, Ceph), every entry carries IOSQE_ASYNC. io_uring would otherwise
+//!   issue a read inline, in the submitting thread, and a FUSE read blocks
+//!   there until the server answers (seen on Linux 6.18): the thread
+//!   that should notice the timeout would be the one stuck. In an io-wq
+//!   worker the read can be cancelled (the worker is signalled, FUSE
+//!   sends FUSE_INTERRUPT to its server).
 //!
 //! Task-run modes, detected rather than assumed: SINGLE_ISSUER +
 //! DEFER_TASKRUN (completion work runs only when the ring's one issuer
@@ -40,8 +54,7 @@ use std::thread::JoinHandle;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use mqblk_core::bio::{BioFlags, Op};
 use mqblk_core::buf::BufRegion;
-use mqblk_core::driver::RqRef;
-use mqblk_core::driver::{Completions, HwNotifier};
+use mqblk_core::driver::{Completions, HwNotifier, RqRef, TimeoutAction};
 use mqblk_core::error::Status;
 
 use crate::config::{TaskRun, WaitMode};
@@ -54,6 +67,9 @@ use crate::target::{fill_iovecs, Target, MAX_RETRIES, MAX_SEGMENTS};
 const UD_MAIN: u64 = 0;
 /// The fdatasync linked before a PREFLUSH write.
 const UD_PREFLUSH: u64 = 1 << 32;
+/// An IORING_OP_ASYNC_CANCEL for the request at the tag (its own result
+/// is ignored: the cancelled request's completion is what counts).
+const UD_CANCEL: u64 = 2 << 32;
 /// Largest ring (the kernel's IORING_MAX_ENTRIES).
 const MAX_RING_ENTRIES: u32 = 32768;
 /// Longest the ring's drop waits for stray in-flight I/O, in 100 ms steps.
@@ -161,6 +177,26 @@ pub fn build_ring(cfg: &RingConfig, allow_defer: bool) -> io::Result<(IoUring, F
     Err(last)
 }
 
+/// The name of the file system under `fd` if its requests wait for a
+/// server (so an inline issue can block the submitting thread).
+fn blocking_file_system(fd: RawFd) -> Option<&'static str> {
+    // SAFETY: fstatfs writes one statfs into `st`, a zeroed local.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstatfs(fd, &mut st) } != 0 {
+        return None;
+    }
+    // Magic numbers from linux/magic.h and the file systems' sources.
+    match st.f_type as u64 {
+        0x6573_5546 => Some("FUSE"),
+        0x6969 => Some("NFS"),
+        0xFF53_4D42 | 0xFE53_4D42 => Some("SMB"),
+        0x0102_1997 => Some("9p"),
+        0x00C3_6400 => Some("Ceph"),
+        _ => None,
+    }
+}
+
 thread_local! {
     static TID: Cell<i32> = const { Cell::new(0) };
 }
@@ -190,6 +226,8 @@ struct Slot {
     retries: u8,
     /// Outcome of the linked PREFLUSH, if it failed.
     status: Status,
+    /// Timed out: cancel sent; its completion ends it with `Timeout`.
+    timed_out: bool,
 }
 
 /// The eventfd "interrupt line" of `wait=sleep`: the ring signals it when
@@ -294,6 +332,9 @@ pub struct UringQueue {
     notes: Notes,
     /// A polled I/O answered EOPNOTSUPP: drop IOPOLL at the next chance.
     iopoll_refused: bool,
+    /// Every entry is issued from an io-wq worker (IOSQE_ASYNC): the
+    /// file's requests may block the thread that issues them.
+    force_async: bool,
 }
 
 // SAFETY: the ring's raw pointers (its mmaps, the iovecs handed to the
@@ -362,7 +403,21 @@ impl UringQueue {
             irq,
             notes,
             iopoll_refused: false,
+            force_async: false,
         };
+        if let Some(fs) = blocking_file_system(q.target.fd) {
+            q.force_async = true;
+            if index == 0 {
+                note(
+                    &q.notes,
+                    format!(
+                        "the file is on {fs}, whose requests wait for a server: I/O is issued \
+                         from io_uring's workers (IOSQE_ASYNC), so a hung request can be \
+                         cancelled"
+                    ),
+                );
+            }
+        }
         q.register()?;
         Ok(q)
     }
@@ -592,14 +647,20 @@ impl UringQueue {
             done_bytes: 0,
             retries: 0,
             status: Status::Ok,
+            timed_out: false,
+        };
+        let extra = if self.force_async {
+            squeue::Flags::ASYNC
+        } else {
+            squeue::Flags::empty()
         };
         if need == 2 {
             let e = self
                 .fsync_entry(UD_PREFLUSH | tag as u64)
-                .flags(squeue::Flags::IO_LINK);
+                .flags(squeue::Flags::IO_LINK | extra);
             self.push(&e);
         }
-        let e = self.entry(tag);
+        let e = self.entry(tag).flags(extra);
         self.push(&e);
         self.in_flight += 1;
         if last {
@@ -867,6 +928,9 @@ impl UringQueue {
             let res = cqe.result();
             let tag = (ud & 0xffff_ffff) as usize;
             debug_assert!(tag < slots.len(), "completion for unknown tag {tag}");
+            if ud & UD_CANCEL != 0 {
+                continue;
+            }
             let slot = &mut slots[tag];
             if ud & UD_PREFLUSH != 0 {
                 if res < 0 {
@@ -879,6 +943,8 @@ impl UringQueue {
                 continue;
             };
             let status = match rq.op() {
+                // Whatever it ended with, the core has given up on it.
+                _ if slot.timed_out => Status::Timeout,
                 Op::Read | Op::Write if res >= 0 => {
                     slot.done_bytes += res as u64;
                     if slot.done_bytes >= rq.len_bytes() {
@@ -919,6 +985,52 @@ impl UringQueue {
         n
     }
 
+    /// Request `tag` has timed out (see the module's doc).
+    #[cold]
+    pub fn timeout(&mut self, tag: u32, done: &mut Completions<'_>) -> TimeoutAction {
+        let t = tag as usize;
+        let on_ring = self.slots.get(t).is_some_and(|s| s.rq.is_some());
+        if !on_ring {
+            // A discard on the side queue, or finished and not yet reaped.
+            return match self.side.as_mut() {
+                Some(side) => side.timeout(tag, done),
+                None => TimeoutAction::ResetTimer,
+            };
+        }
+        // Waiting to be resubmitted (short or EAGAIN): nothing of it is in
+        // the kernel, so it ends here.
+        if let Some(pos) = self.resubmit.iter().position(|&r| r == tag) {
+            self.resubmit.swap_remove(pos);
+            let rq = self.slots[t].rq.take().expect("checked above");
+            debug_assert!(self.in_flight > 0);
+            self.in_flight -= 1;
+            done.complete(rq, Status::Timeout);
+            return TimeoutAction::Done;
+        }
+        self.slots[t].timed_out = true;
+        let preflush = self.slots[t]
+            .rq
+            .as_ref()
+            .is_some_and(|rq| rq.op() == Op::Write && rq.flags().contains(BioFlags::PREFLUSH));
+        let targets = [UD_MAIN | u64::from(tag), UD_PREFLUSH | u64::from(tag)];
+        let n = if preflush { 2 } else { 1 };
+        for &ud in &targets[..n] {
+            if !self.sq_has_room(1) {
+                self.submit();
+                if !self.sq_has_room(1) {
+                    // Asked again next period.
+                    break;
+                }
+            }
+            let e = opcode::AsyncCancel::new(ud)
+                .build()
+                .user_data(UD_CANCEL | u64::from(tag));
+            self.push(&e);
+        }
+        self.submit();
+        TimeoutAction::ResetTimer
+    }
+
     #[cold]
     fn resubmit_pending(&mut self) {
         while let Some(&tag) = self.resubmit.last() {
@@ -929,7 +1041,10 @@ impl UringQueue {
                 }
             }
             self.resubmit.pop();
-            let e = self.entry(tag as usize);
+            let mut e = self.entry(tag as usize);
+            if self.force_async {
+                e = e.flags(squeue::Flags::ASYNC);
+            }
             self.push(&e);
         }
         self.submit();
@@ -956,7 +1071,7 @@ impl Drop for UringQueue {
                 let tag = (cqe.user_data() & 0xffff_ffff) as usize;
                 // The request cannot go back to a core that is gone; an
                 // RqRef owns nothing, so letting go of it frees nothing.
-                let ended = cqe.user_data() & UD_PREFLUSH == 0
+                let ended = cqe.user_data() >> 32 == UD_MAIN
                     && self
                         .slots
                         .get_mut(tag)

@@ -2,18 +2,37 @@
 //! drivers/block/nbd.c, where each socket is one blk-mq hardware queue).
 //!
 //! `queue_rq` writes the request (and a write's payload) on the queue's
-//! socket, with the request's tag as the NBD cookie, and parks the request
-//! in the slot of its tag. A receive thread per connection reads replies,
-//! fills read data straight into the request's segments, and moves
-//! finished requests to a completed list, then rings the hardware queue's
-//! notifier; `poll` hands the completed list to the core. If the
-//! connection drops, the receive thread fails every parked request, and
-//! later requests fail at once: nothing waits for a reply that cannot
+//! socket and parks the request in the slot of its tag. The NBD cookie is
+//! the tag in the low 32 bits and the slot's generation in the high 32, so
+//! a reply always names one submission, never a later reuse of the tag. A
+//! receive thread per connection reads replies, fills read data straight
+//! into the request's segments (holding the slot's lock while it does),
+//! and moves finished requests to a completed list, then rings the
+//! hardware queue's notifier; `poll` hands the completed list to the core.
+//! If the connection drops, the receive thread fails every parked request,
+//! and later requests fail at once: nothing waits for a reply that cannot
 //! come.
+//!
+//! Timeouts. NBD has no cancel: a request the server has is the server's
+//! until it answers. Linux's nbd tears the connection down on a timeout
+//! (`nbd_xmit_timeout`) and waits for user space to reconnect. Here the
+//! connection is kept: the timed-out request is taken out of its slot
+//! under the slot's lock (so the receive thread can no longer reach its
+//! buffers) and completed with [`Status::Timeout`]; its cookie is kept as
+//! a *zombie*, and when the late reply comes its payload is read and
+//! thrown away. A server that is slow, not dead, so costs one request, not
+//! the connection. The connection is closed (and every request on it
+//! fails) only where the stream can no longer be followed: a second
+//! timeout on a tag whose zombie is still unanswered (the server answers
+//! nothing), or a reply that stays stuck half-read past two timeouts (the
+//! receive thread is inside that request's buffers; shutting the socket
+//! down is the only way to get them back). A timed-out write may still be
+//! carried out by the server later: `Timeout` means the outcome is
+//! unknown, as it does for a local disk.
 
 use std::io::{Read, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
 
 use mqblk_core::bio::{BioFlags, Op};
@@ -84,10 +103,42 @@ impl NbdDriver {
     }
 }
 
+/// A timed-out request whose reply is still due: the reply is drained.
+#[derive(Clone, Copy, Debug)]
+struct Zombie {
+    cookie: u64,
+    /// Data bytes a simple reply to it carries (a read's length).
+    read_len: u64,
+}
+
+/// One tag's place on the connection.
+#[derive(Default)]
+struct Slot {
+    /// The request waiting for its reply.
+    rq: Option<RqRef>,
+    /// The cookie `rq` was sent with.
+    cookie: u64,
+    /// Submissions on this tag so far (the cookie's high half).
+    gen: u32,
+    /// The first error chunk of a structured reply to `rq`.
+    err: Option<Status>,
+    zombie: Option<Zombie>,
+}
+
+/// The cookie of the `gen`-th submission on `tag`.
+#[inline]
+fn cookie_of(tag: usize, gen: u32) -> u64 {
+    (u64::from(gen) << 32) | tag as u64
+}
+
 /// What a connection's submit side and receive thread share.
 struct ConnShared {
-    /// Requests in flight, by tag (the NBD cookie).
-    slots: Box<[Mutex<Option<RqRef>>]>,
+    /// Requests in flight, by tag.
+    slots: Box<[Mutex<Slot>]>,
+    /// Timeouts that found the receive thread inside a tag's reply.
+    stalls: Box<[AtomicU8]>,
+    /// Zombies not yet answered.
+    zombies: AtomicU32,
     /// Finished requests, for `poll`.
     done: Mutex<Vec<(RqRef, Status)>>,
     /// The connection is gone: fail everything.
@@ -113,8 +164,11 @@ impl std::fmt::Debug for NbdQueue {
 
 impl Drop for NbdQueue {
     fn drop(&mut self) {
-        if !self.shared.dead.load(Ordering::Acquire) {
-            // Soft disconnect: nothing is in flight when a device goes.
+        if !self.shared.dead.load(Ordering::Acquire)
+            && self.shared.zombies.load(Ordering::Acquire) == 0
+        {
+            // Soft disconnect: nothing is in flight when a device goes
+            // (with a zombie still at the server, the close is hard).
             let disc = Request {
                 cmd: cmd::DISC,
                 ..Request::default()
@@ -160,7 +214,9 @@ impl Driver for NbdDriver {
             })?;
         let nr_slots = (setup.queue_depth + setup.reserved_tags) as usize;
         let shared = Arc::new(ConnShared {
-            slots: (0..nr_slots).map(|_| Mutex::new(None)).collect(),
+            slots: (0..nr_slots).map(|_| Mutex::new(Slot::default())).collect(),
+            stalls: (0..nr_slots).map(|_| AtomicU8::new(0)).collect(),
+            zombies: AtomicU32::new(0),
             done: Mutex::new(Vec::with_capacity(nr_slots)),
             dead: AtomicBool::new(false),
             notifier: setup.notifier,
@@ -216,17 +272,6 @@ impl Driver for NbdDriver {
             return QueueRq::Issued;
         }
         let tag = rq.tag() as usize;
-        let req = Request {
-            flags,
-            cmd: command,
-            cookie: tag as u64,
-            offset: if command == cmd::FLUSH {
-                0
-            } else {
-                rq.offset_bytes()
-            },
-            len: if command == cmd::FLUSH { 0 } else { len as u32 },
-        };
         debug_assert!(tag < hq.shared.slots.len());
         let Some(slot) = hq.shared.slots.get(tag) else {
             done.complete(rq, Status::IoError);
@@ -238,8 +283,23 @@ impl Driver for NbdDriver {
             done.complete(rq, Status::IoError);
             return QueueRq::Issued;
         }
-        debug_assert!(g.is_none(), "tag {tag} already in flight");
-        let rq = g.insert(rq);
+        debug_assert!(g.rq.is_none(), "tag {tag} already in flight");
+        g.gen = g.gen.wrapping_add(1);
+        g.cookie = cookie_of(tag, g.gen);
+        g.err = None;
+        hq.shared.stalls[tag].store(0, Ordering::Relaxed);
+        let req = Request {
+            flags,
+            cmd: command,
+            cookie: g.cookie,
+            offset: if command == cmd::FLUSH {
+                0
+            } else {
+                rq.offset_bytes()
+            },
+            len: if command == cmd::FLUSH { 0 } else { len as u32 },
+        };
+        let rq = g.rq.insert(rq);
         // The reply cannot come before the server has the whole request,
         // so the receive thread does not wait on this slot while we write.
         let mut failed = hq.sock.write_all(&req.encode()).is_err();
@@ -270,10 +330,51 @@ impl Driver for NbdDriver {
         n
     }
 
-    fn timeout(&self, hq: &mut NbdQueue, _tag: u32, _done: &mut Completions<'_>) -> TimeoutAction {
-        // A server that does not answer within the timeout is treated as
-        // gone: the receive thread fails every request of the connection.
-        kill(&hq.shared, &hq.sock);
+    /// See the module's doc: the request leaves its slot and completes
+    /// with `Timeout`; its late reply is drained.
+    fn timeout(&self, hq: &mut NbdQueue, tag: u32, done: &mut Completions<'_>) -> TimeoutAction {
+        let sh = &*hq.shared;
+        let Some(slot) = sh.slots.get(tag as usize) else {
+            return TimeoutAction::ResetTimer;
+        };
+        let mut g = match slot.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                // The receive thread is reading this request's reply into
+                // its buffers. Give it one more period; then the stream is
+                // stuck mid-reply, and only closing the socket gets the
+                // buffers back (the receive thread then fails the request).
+                if sh.stalls[tag as usize].fetch_add(1, Ordering::AcqRel) >= 1 {
+                    kill(sh, &hq.sock);
+                }
+                return TimeoutAction::ResetTimer;
+            }
+        };
+        // Not parked: answered, and on the completed list for `poll`.
+        let Some(rq) = g.rq.take() else {
+            return TimeoutAction::ResetTimer;
+        };
+        let unanswered = g.zombie.is_some();
+        if !unanswered {
+            let read_len = if rq.op() == Op::Read {
+                rq.len_bytes()
+            } else {
+                0
+            };
+            g.zombie = Some(Zombie {
+                cookie: g.cookie,
+                read_len,
+            });
+            sh.zombies.fetch_add(1, Ordering::AcqRel);
+        }
+        drop(g);
+        done.complete(rq, Status::Timeout);
+        if unanswered {
+            // The last timed-out request of this tag was never answered
+            // either: the server answers nothing; close the connection.
+            kill(sh, &hq.sock);
+        }
         TimeoutAction::Done
     }
 
@@ -323,15 +424,20 @@ const MAX_CHUNK_META: u32 = 64 * 1024;
 
 /// The receive thread of one connection.
 fn receive(mut sock: Socket, sh: &ConnShared) {
-    let mut errs: Vec<Option<Status>> = vec![None; sh.slots.len()];
-    let _ = receive_loop(&mut sock, sh, &mut errs);
+    let _ = receive_loop(&mut sock, sh);
     // Gone: fail everything parked, and everything that comes later.
     sh.dead.store(true, Ordering::Release);
     sock.shutdown();
     let mut failed = Vec::new();
-    for slot in sh.slots.iter() {
-        if let Some(rq) = lock(slot).take() {
-            failed.push((rq, Status::IoError));
+    for (slot, stalls) in sh.slots.iter().zip(sh.stalls.iter()) {
+        if let Some(rq) = lock(slot).rq.take() {
+            // A request whose reply stalled past its deadline timed out.
+            let status = if stalls.load(Ordering::Acquire) > 0 {
+                Status::Timeout
+            } else {
+                Status::IoError
+            };
+            failed.push((rq, status));
         }
     }
     if !failed.is_empty() {
@@ -377,19 +483,31 @@ fn protocol(why: &str) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string())
 }
 
-fn slot_of(sh: &ConnShared, cookie: u64) -> std::io::Result<&Mutex<Option<RqRef>>> {
-    usize::try_from(cookie)
+fn slot_of(sh: &ConnShared, cookie: u64) -> std::io::Result<&Mutex<Slot>> {
+    usize::try_from(cookie & 0xffff_ffff)
         .ok()
         .and_then(|i| sh.slots.get(i))
         .ok_or_else(|| protocol("reply to an unknown cookie"))
 }
 
-fn receive_loop(
-    sock: &mut Socket,
-    sh: &ConnShared,
-    errs: &mut [Option<Status>],
-) -> std::io::Result<()> {
+/// Read and throw away `len` bytes (a late reply's payload).
+fn discard(sock: &mut Socket, scratch: &mut [u8], mut len: u64) -> std::io::Result<()> {
+    while len > 0 {
+        let n = len.min(scratch.len() as u64) as usize;
+        sock.read_exact(&mut scratch[..n])?;
+        len -= n as u64;
+    }
+    Ok(())
+}
+
+/// Bytes of the buffer late replies are drained through (error chunks
+/// are read into it too).
+const DRAIN_BYTES: usize = 64 * 1024;
+const _: () = assert!(MAX_CHUNK_META as usize <= DRAIN_BYTES);
+
+fn receive_loop(sock: &mut Socket, sh: &ConnShared) -> std::io::Result<()> {
     let mut hdr = [0u8; CHUNK_HEADER_LEN];
+    let mut scratch = vec![0u8; DRAIN_BYTES];
     loop {
         sock.read_exact(&mut hdr[..4])?;
         let magic = u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
@@ -398,91 +516,105 @@ fn receive_loop(
         match ReplyHeader::decode(&hdr[..hlen]).map_err(|e| protocol(&e.to_string()))? {
             ReplyHeader::Simple { error, cookie } => {
                 let slot = slot_of(sh, cookie)?;
-                let mut rq = lock(slot)
-                    .take()
-                    .ok_or_else(|| protocol("reply to a request not in flight"))?;
-                if error == 0 && rq.op() == Op::Read {
-                    let len = rq.len_bytes();
-                    if let Err(e) = read_into(sock, &mut rq, 0, len) {
-                        finish(sh, rq, Status::IoError);
-                        return Err(e);
+                let mut g = lock(slot);
+                if g.rq.is_some() && g.cookie == cookie {
+                    let rq = g.rq.as_mut().expect("checked above");
+                    if error == 0 && rq.op() == Op::Read {
+                        // On an error the request stays parked, and is
+                        // failed with the others when this thread ends.
+                        let len = rq.len_bytes();
+                        read_into(sock, rq, 0, len)?;
                     }
-                }
-                let status = if error == 0 {
-                    Status::Ok
+                    let rq = g.rq.take().expect("checked above");
+                    drop(g);
+                    let status = if error == 0 {
+                        Status::Ok
+                    } else {
+                        status_of(NbdErrno::from_code(error))
+                    };
+                    finish(sh, rq, status);
+                } else if g.zombie.is_some_and(|z| z.cookie == cookie) {
+                    let z = g.zombie.take().expect("checked above");
+                    drop(g);
+                    if error == 0 {
+                        discard(sock, &mut scratch, z.read_len)?;
+                    }
+                    sh.zombies.fetch_sub(1, Ordering::AcqRel);
                 } else {
-                    status_of(NbdErrno::from_code(error))
-                };
-                finish(sh, rq, status);
+                    return Err(protocol("reply to a request not in flight"));
+                }
             }
             ReplyHeader::Chunk(h) => {
                 if !sh.structured {
                     return Err(protocol("structured reply without negotiation"));
                 }
                 let slot = slot_of(sh, h.cookie)?;
-                let idx = h.cookie as usize;
+                let mut g = lock(slot);
+                if g.zombie.is_some_and(|z| z.cookie == h.cookie)
+                    && !(g.rq.is_some() && g.cookie == h.cookie)
                 {
-                    let mut g = lock(slot);
-                    let rq = g
-                        .as_mut()
-                        .ok_or_else(|| protocol("chunk for a request not in flight"))?;
-                    let rq_len = rq.len_bytes();
-                    let rq_off = rq.offset_bytes();
-                    match h.typ {
-                        reply_type::NONE => {
-                            if h.len != 0 {
-                                return Err(protocol("NONE chunk with a payload"));
-                            }
-                        }
-                        reply_type::OFFSET_DATA => {
-                            if h.len < 9 || rq.op() != Op::Read {
-                                return Err(protocol("bad OFFSET_DATA chunk"));
-                            }
-                            let mut o = [0u8; 8];
-                            sock.read_exact(&mut o)?;
-                            let off = u64::from_be_bytes(o);
-                            let dlen = u64::from(h.len - 8);
-                            if off < rq_off || off + dlen > rq_off + rq_len {
-                                return Err(protocol("OFFSET_DATA outside the request"));
-                            }
-                            read_into(sock, rq, off - rq_off, dlen)?;
-                        }
-                        reply_type::OFFSET_HOLE => {
-                            if h.len != 12 || rq.op() != Op::Read {
-                                return Err(protocol("bad OFFSET_HOLE chunk"));
-                            }
-                            let mut p = [0u8; 12];
-                            sock.read_exact(&mut p)?;
-                            let (off, hl) =
-                                decode_offset_hole(&p).map_err(|e| protocol(&e.to_string()))?;
-                            if off < rq_off || off + u64::from(hl) > rq_off + rq_len {
-                                return Err(protocol("OFFSET_HOLE outside the request"));
-                            }
-                            zero_into(rq, off - rq_off, hl.into());
-                        }
-                        t if t & reply_type::FLAG_ERROR != 0 => {
-                            if h.len > MAX_CHUNK_META {
-                                return Err(protocol("error chunk too long"));
-                            }
-                            let mut p = vec![0u8; h.len as usize];
-                            sock.read_exact(&mut p)?;
-                            let e = ErrorPayload::decode(t, &p)
-                                .map_err(|e| protocol(&e.to_string()))?;
-                            if let Some(s) = errs.get_mut(idx) {
-                                s.get_or_insert(status_of(e.errno));
-                            }
-                        }
-                        _ => return Err(protocol("unexpected chunk type")),
+                    drop(g);
+                    discard(sock, &mut scratch, u64::from(h.len))?;
+                    if h.done() {
+                        lock(slot).zombie = None;
+                        sh.zombies.fetch_sub(1, Ordering::AcqRel);
                     }
+                    continue;
+                }
+                if g.rq.is_none() || g.cookie != h.cookie {
+                    return Err(protocol("chunk for a request not in flight"));
+                }
+                let Slot { rq, err, .. } = &mut *g;
+                let rq = rq.as_mut().expect("checked above");
+                let rq_len = rq.len_bytes();
+                let rq_off = rq.offset_bytes();
+                match h.typ {
+                    reply_type::NONE => {
+                        if h.len != 0 {
+                            return Err(protocol("NONE chunk with a payload"));
+                        }
+                    }
+                    reply_type::OFFSET_DATA => {
+                        if h.len < 9 || rq.op() != Op::Read {
+                            return Err(protocol("bad OFFSET_DATA chunk"));
+                        }
+                        let mut o = [0u8; 8];
+                        sock.read_exact(&mut o)?;
+                        let off = u64::from_be_bytes(o);
+                        let dlen = u64::from(h.len - 8);
+                        if off < rq_off || off + dlen > rq_off + rq_len {
+                            return Err(protocol("OFFSET_DATA outside the request"));
+                        }
+                        read_into(sock, rq, off - rq_off, dlen)?;
+                    }
+                    reply_type::OFFSET_HOLE => {
+                        if h.len != 12 || rq.op() != Op::Read {
+                            return Err(protocol("bad OFFSET_HOLE chunk"));
+                        }
+                        let mut p = [0u8; 12];
+                        sock.read_exact(&mut p)?;
+                        let (off, hl) =
+                            decode_offset_hole(&p).map_err(|e| protocol(&e.to_string()))?;
+                        if off < rq_off || off + u64::from(hl) > rq_off + rq_len {
+                            return Err(protocol("OFFSET_HOLE outside the request"));
+                        }
+                        zero_into(rq, off - rq_off, hl.into());
+                    }
+                    t if t & reply_type::FLAG_ERROR != 0 => {
+                        if h.len > MAX_CHUNK_META {
+                            return Err(protocol("error chunk too long"));
+                        }
+                        let p = &mut scratch[..h.len as usize];
+                        sock.read_exact(p)?;
+                        let e = ErrorPayload::decode(t, p).map_err(|e| protocol(&e.to_string()))?;
+                        err.get_or_insert(status_of(e.errno));
+                    }
+                    _ => return Err(protocol("unexpected chunk type")),
                 }
                 if h.done() {
-                    let rq = lock(slot)
-                        .take()
-                        .ok_or_else(|| protocol("chunk for a request not in flight"))?;
-                    let status = errs
-                        .get_mut(idx)
-                        .and_then(Option::take)
-                        .unwrap_or(Status::Ok);
+                    let rq = g.rq.take().expect("checked above");
+                    let status = g.err.take().unwrap_or(Status::Ok);
+                    drop(g);
                     finish(sh, rq, status);
                 }
             }

@@ -72,11 +72,6 @@ pub fn open(url: &str, mut opts: SpecOptions) -> Result<Device> {
     for i in 0..conns {
         let mut s = connect(&u.address).map_err(|e| setup(format!("connect to {url}: {e}")))?;
         let n = negotiate(&mut s, &u.export).map_err(|e| setup(format!("{url}: {e}")))?;
-        // A server that stops reading must not block a hardware queue
-        // forever: a send that makes no progress for this long fails the
-        // connection (and its requests).
-        s.set_write_timeout(Some(SEND_TIMEOUT))
-            .map_err(|e| setup(format!("{url}: {e}")))?;
         match &first {
             None => {
                 if conns > 1 && n.flags & tf::CAN_MULTI_CONN == 0 {
@@ -100,6 +95,18 @@ pub fn open(url: &str, mut opts: SpecOptions) -> Result<Device> {
     let mut cfg = DeviceConfig::new(name.clone(), neg.size);
     cfg.take_common(&mut opts)?;
     opts.finish()?;
+    // A server that stops reading must not block a hardware queue for
+    // longer than a request may take: a send that makes no progress for
+    // SEND_TIMEOUT, or io_timeout_ms if shorter, fails the connection (a
+    // request half sent cannot be taken back) and its requests.
+    let send_timeout = match cfg.timeout_ms {
+        0 => SEND_TIMEOUT,
+        ms => SEND_TIMEOUT.min(std::time::Duration::from_millis(u64::from(ms))),
+    };
+    for s in &socks {
+        s.set_write_timeout(Some(send_timeout))
+            .map_err(|e| setup(format!("{url}: {e}")))?;
+    }
     cfg.nr_hw_queues = conns as u16;
     Device::new(NbdDriver::new(name, neg, socks), cfg)
 }
