@@ -110,7 +110,8 @@ pub fn create(cfg: FileConfig, mut dev: DeviceConfig) -> Result<Device> {
     let (file, mut geom) = discover::open(&cfg).map_err(setup)?;
     if geom.capacity_bytes < u64::from(geom.logical_block_size) {
         return Err(setup(format!(
-            "{} has {} bytes, less than one {}-byte block; give size= to extend a file",
+            "{} has {} bytes, less than one {}-byte block; add create=1,size=1G to grow \
+             the file (or use another file)",
             cfg.path.display(),
             geom.capacity_bytes,
             geom.logical_block_size
@@ -154,6 +155,13 @@ pub fn create(cfg: FileConfig, mut dev: DeviceConfig) -> Result<Device> {
                 .into(),
         ));
     }
+    let fixed_bufs_bytes = if use_uring {
+        let (bytes, note) = fit_arena_to_memlock(cfg.fixed_bufs_bytes, dev.nr_hw_queues);
+        notes.extend(note);
+        bytes
+    } else {
+        0
+    };
     let depth = dev.queue_depth + dev.reserved_tags;
     let engine = if use_uring {
         driver::Engine::Uring(uring::RingConfig {
@@ -196,10 +204,96 @@ pub fn create(cfg: FileConfig, mut dev: DeviceConfig) -> Result<Device> {
         target,
         geom,
         engine,
-        if use_uring { cfg.fixed_bufs_bytes } else { 0 },
+        fixed_bufs_bytes,
         entry,
     );
     Device::new(driver, dev)
+}
+
+/// The prefix of the note [`fit_arena_to_memlock`] leaves when it shrinks
+/// the arena: a program that prints every note on each run can leave this
+/// one to `mqblk info`.
+pub const ARENA_NOTE_PREFIX: &str = "fixed_bufs=";
+
+/// Smallest arena worth registering; below it fixed buffers are turned off.
+const MIN_ARENA_BYTES: usize = 1 << 20;
+
+/// The buffer arena size that fits the memory this process may lock.
+///
+/// The arena is registered with every ring (one per hardware queue), and
+/// io_uring charges each registration to RLIMIT_MEMLOCK unless the process
+/// has CAP_IPC_LOCK. A non-root user's limit is often 8 MiB, less than the
+/// default 64 MiB arena, and every registration would fail; instead the
+/// arena is shrunk to fit what is left of the limit (whole MiB), or turned
+/// off, and the returned note says so.
+pub fn fit_arena_to_memlock(want_bytes: usize, rings: u16) -> (usize, Option<String>) {
+    if want_bytes == 0 || has_cap_ipc_lock() {
+        return (want_bytes, None);
+    }
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one struct rlimit to the pointer, a live
+    // local.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } != 0
+        || lim.rlim_cur == libc::RLIM_INFINITY
+    {
+        return (want_bytes, None);
+    }
+    let limit = lim.rlim_cur;
+    let locked = locked_bytes();
+    let per_ring = limit.saturating_sub(locked) / u64::from(rings.max(1));
+    if per_ring >= want_bytes as u64 {
+        return (want_bytes, None);
+    }
+    let fit = (per_ring as usize) & !(MIN_ARENA_BYTES - 1);
+    let mib = |b: u64| b >> 20;
+    let why = format!(
+        "RLIMIT_MEMLOCK is {} MiB ({} MiB already locked) for {rings} ring(s)",
+        mib(limit),
+        mib(locked)
+    );
+    if fit < MIN_ARENA_BYTES {
+        return (
+            0,
+            Some(format!(
+                "{ARENA_NOTE_PREFIX}0: {} MiB of registered buffers do not fit: {why}; raise \
+                 `ulimit -l` for READ_FIXED/WRITE_FIXED",
+                mib(want_bytes as u64)
+            )),
+        );
+    }
+    (
+        fit,
+        Some(format!(
+            "{ARENA_NOTE_PREFIX}{}M instead of {}M: {why}; raise `ulimit -l` for a larger arena",
+            mib(fit as u64),
+            mib(want_bytes as u64)
+        )),
+    )
+}
+
+/// Whether the process may lock memory beyond RLIMIT_MEMLOCK
+/// (CAP_IPC_LOCK in its effective set).
+fn has_cap_ipc_lock() -> bool {
+    const CAP_IPC_LOCK: u32 = 14;
+    status_field("CapEff:")
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
+}
+
+/// Bytes this process has locked already (`VmLck`).
+fn locked_bytes() -> u64 {
+    status_field("VmLck:")
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kib| kib << 10)
+}
+
+fn status_field(name: &str) -> Option<String> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix(name).map(str::to_string))
 }
 
 /// Why IOPOLL cannot be used on this target, if it cannot: a block device
