@@ -267,10 +267,17 @@ impl SpecOptions {
     }
 }
 
-/// Whether `s` reads as a path rather than a driver kind (`/dev/sdb`,
-/// `./disk.img`, `~/x`).
+/// Whether spec `s` reads as a path rather than a driver kind: its head
+/// (before the first comma) is `/dev/sdb`, `./disk.img`, `~/x`, or has a
+/// `/` and no `:` (`images/disk.img`), so it cannot be `kind:target` or
+/// a URL.
 pub fn looks_like_path(s: &str) -> bool {
-    s.starts_with('/') || s.starts_with("./") || s.starts_with("../") || s.starts_with("~/")
+    let head = s.split(',').next().unwrap_or(s);
+    head.starts_with('/')
+        || head.starts_with("./")
+        || head.starts_with("../")
+        || head.starts_with("~/")
+        || (head.contains('/') && !head.contains(':'))
 }
 
 /// Edit distance with adjacent transpositions (optimal string alignment).
@@ -281,8 +288,8 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
     for (i, row) in d.iter_mut().enumerate() {
         row[0] = i;
     }
-    for j in 0..=b.len() {
-        d[0][j] = j;
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
     }
     for i in 1..=a.len() {
         for j in 1..=b.len() {
@@ -446,11 +453,20 @@ mod tests {
 
     #[test]
     fn bare_paths_are_named_as_such() {
-        for p in ["/dev/sdb", "./disk.img", "/tmp/x,direct=0"] {
+        for p in ["/dev/sdb", "./disk.img", "/tmp/x,direct=0", "images/a.img"] {
             let e = parse(p).unwrap_err().to_string();
             assert!(e.contains("a bare path"), "{p}: {e}");
             assert!(e.contains("file:"), "{p}: {e}");
         }
+    }
+
+    #[test]
+    fn paths_and_kinds_are_told_apart() {
+        assert!(looks_like_path("/dev/sdb,direct=1"));
+        assert!(looks_like_path("images/a.img"));
+        assert!(!looks_like_path("file:images/a.img"));
+        assert!(!looks_like_path("nbd+unix:///x?socket=/tmp/s"));
+        assert!(!looks_like_path("null,size=1G"));
     }
 
     #[test]

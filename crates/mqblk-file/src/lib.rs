@@ -222,7 +222,7 @@ const MIN_ARENA_BYTES: usize = 1 << 20;
 ///
 /// The arena is registered with every ring (one per hardware queue), and
 /// io_uring charges each registration to RLIMIT_MEMLOCK unless the process
-/// has CAP_IPC_LOCK. A non-root user's limit is often 8 MiB, less than the
+/// has CAP_IPC_LOCK; a rebuilt ring is charged again for a moment. A non-root user's limit is often 8 MiB, less than the
 /// default 64 MiB arena, and every registration would fail; instead the
 /// arena is shrunk to fit what is left of the limit (whole MiB), or turned
 /// off, and the returned note says so.
@@ -243,14 +243,21 @@ pub fn fit_arena_to_memlock(want_bytes: usize, rings: u16) -> (usize, Option<Str
     }
     let limit = lim.rlim_cur;
     let locked = locked_bytes();
-    let per_ring = limit.saturating_sub(locked) / u64::from(rings.max(1));
+    // Each ring's registration is charged, and a ring rebuilt for a second
+    // thread (SINGLE_ISSUER) registers the arena again before the old
+    // ring's charge is released: budget two registrations per ring. An
+    // arena that does not start on a page boundary pins one page more
+    // than its length; leave two pages of room too.
+    let registrations = 2 * u64::from(rings.max(1));
+    let per_ring = (limit.saturating_sub(locked) / registrations).saturating_sub(8192);
     if per_ring >= want_bytes as u64 {
         return (want_bytes, None);
     }
     let fit = (per_ring as usize) & !(MIN_ARENA_BYTES - 1);
     let mib = |b: u64| b >> 20;
     let why = format!(
-        "RLIMIT_MEMLOCK is {} MiB ({} MiB already locked) for {rings} ring(s)",
+        "RLIMIT_MEMLOCK is {} MiB ({} MiB already locked) for {rings} ring(s), each \
+         registering the arena (twice while it is rebuilt)",
         mib(limit),
         mib(locked)
     );
