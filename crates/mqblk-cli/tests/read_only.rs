@@ -121,6 +121,59 @@ fn a_non_root_user_reads_a_read_only_file() {
     let o = as_nobody(&bin, &["bench", &name, "--rw=read", "--size=1M"]).unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
+    // serve --read-only exports it to clients; setpriv runs the server
+    // itself (no parent in between), so the pid signalled is the server's.
+    // The socket goes in a directory nobody may write (as /tmp is).
+    let sock_dir = bin.parent().unwrap().join("sock");
+    std::fs::create_dir(&sock_dir).unwrap();
+    std::fs::set_permissions(&sock_dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let sock = sock_dir.join("ro.sock");
+    let mut server = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        .arg(&bin)
+        .args(["serve", "--read-only", &spec, "--socket"])
+        .arg(&sock)
+        .current_dir(bin.parent().unwrap())
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut greeting = [0u8; 8];
+    let mut answered = false;
+    for _ in 0..3000 {
+        if let Some(st) = server.try_wait().unwrap() {
+            let mut e = String::new();
+            use std::io::Read;
+            server
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut e)
+                .unwrap();
+            panic!("serve --read-only as nobody exited {st}: {e}");
+        }
+        if let Ok(mut c) = std::os::unix::net::UnixStream::connect(&sock) {
+            use std::io::Read;
+            c.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+                .unwrap();
+            if c.read_exact(&mut greeting).is_ok() {
+                answered = true;
+                break;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let st = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let o = server.wait_with_output().unwrap();
+    assert!(answered, "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(&greeting, b"NBDMAGIC");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!sock.exists(), "the server removed its socket");
+
     // A write is refused before any I/O, saying how to only read.
     let o = as_nobody(
         &bin,

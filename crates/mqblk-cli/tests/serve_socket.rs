@@ -167,3 +167,20 @@ fn a_stale_socket_is_replaced() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(!sock.exists());
 }
+
+#[test]
+fn a_busy_tcp_port_is_said_once() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let o = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+        .args(["serve", "null", "--listen", &addr])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(
+        err.lines().next().unwrap_or(""),
+        format!("mqblk: error: cannot listen on {addr}: Address already in use (os error 98)")
+    );
+}
