@@ -21,7 +21,7 @@
 //! plus the options every device takes (`hw_queues`, `queue_depth`, ...;
 //! see [`mqblk_core::queue::DeviceConfig::take_common`]). See
 //! [`FileConfig`] for each option and its default. The engine in use and
-//! any fallback taken are reported by [`info`].
+//! any fallback taken are reported by [`info()`](fn@info).
 //!
 //! Modules, in the order a request meets them: [`config`] and [`discover`]
 //! (control plane), [`driver`], then the engines ([`uring`], [`psync`])

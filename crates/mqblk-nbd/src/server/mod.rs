@@ -4,7 +4,7 @@
 //! Each connection gets its own [`mqblk_core::Context`] (a context is
 //! `Send`, not `Sync`), so connections to one device share nothing on the
 //! I/O path but the device's hardware queues. The per-connection data path
-//! is in [`conn`].
+//! is in the private `conn` module.
 
 mod conn;
 mod export;
