@@ -14,9 +14,13 @@
 //!
 //! ```text
 //! file:/path[,engine=uring|psync][,direct=0|1][,iopoll=0|1][,sqpoll=0|1][,ro=1]
-//!           [,wait=poll|sleep][,fixed_bufs=SIZE][,size=SIZE][,workers=N]
-//!           [,taskrun=auto|defer|coop|off][,sqpoll_idle_ms=MS]
+//!           [,wait=poll|sleep][,fixed_bufs=SIZE][,size=SIZE][,create=1]
+//!           [,workers=N][,taskrun=auto|defer|coop|off][,sqpoll_idle_ms=MS]
 //! ```
+//!
+//! Opening never changes the target's size unless asked: `size=` creates
+//! a missing file, exposes a prefix of a larger target, and grows an
+//! existing file only with `create=1`.
 //!
 //! plus the options every device takes (`hw_queues`, `queue_depth`, ...;
 //! see [`mqblk_core::queue::DeviceConfig::take_common`]). See
