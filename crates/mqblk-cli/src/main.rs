@@ -383,50 +383,26 @@ impl BenchArgs {
         }
         let mut specs: Vec<String> = self.device.iter().map(|d| device_spec(d)).collect();
         specs.extend(self.filename.iter().map(|f| format!("file:{f}")));
-        let mut file_opts: Vec<(&str, String)> = Vec::new();
         if let Some(d) = &self.direct {
             let b = mqblk::spec::parse_bool(d).ok_or_else(|| {
                 anyhow::anyhow!("--direct={d}: expected 0 (page cache) or 1 (O_DIRECT)")
             })?;
-            file_opts.push(("direct", if b { "1" } else { "0" }.to_string()));
+            o.file_direct = Some(b);
         }
         if let Some(engine) = &self.ioengine {
-            let e = match engine.as_str() {
-                "io_uring" | "uring" => "uring",
-                "psync" | "sync" | "pvsync" | "pvsync2" => "psync",
-                "null" => bail!(
-                    "--ioengine=null: mqblk has no engines of its own; fio's null engine is \
-                     the null device: --device null"
-                ),
-                other => bail!(
-                    "--ioengine={other}: mqblk is itself the I/O engine; file devices take \
-                     --ioengine=io_uring or psync (engine=uring|psync in a file: spec), and \
-                     the device is chosen with --device SPEC"
-                ),
-            };
-            file_opts.push(("engine", e.to_string()));
+            o.file_engine = bench::options::file_engine(engine)
+                .map_err(|why| anyhow::anyhow!("--ioengine={engine}: {why}"))?;
         }
-        if !file_opts.is_empty() {
-            let mut any_file = false;
-            for spec in &mut specs {
-                if !spec.trim_start().starts_with("file:") {
-                    continue;
-                }
-                any_file = true;
-                let parsed =
-                    mqblk::spec::parse(spec).map_err(|e| anyhow::anyhow!("--device: {e}"))?;
-                for (k, v) in &file_opts {
-                    if !parsed.options.contains(k) {
-                        spec.push_str(&format!(",{k}={v}"));
-                    }
-                }
-            }
-            if !any_file {
-                let flag = if self.direct.is_some() {
-                    "--direct"
-                } else {
-                    "--ioengine"
-                };
+        let file_flag = match (&self.direct, &self.ioengine) {
+            (Some(_), _) => Some("--direct"),
+            (None, Some(_)) => Some("--ioengine"),
+            (None, None) => None,
+        };
+        // Without a job file, a file flag with no file device does nothing:
+        // say so rather than ignore it.
+        if let Some(flag) = file_flag {
+            let any_file = specs.iter().any(|s| s.trim_start().starts_with("file:"));
+            if self.jobfile.is_none() && !any_file {
                 bail!(
                     "{flag} applies to file devices, and none is given: name one with \
                      --filename PATH or --device file:PATH"
@@ -716,6 +692,28 @@ mod tests {
         assert_eq!(o.time_based, Some(false));
         assert_eq!(o.queue_mode.as_deref(), Some("global-lock"));
         assert_eq!(o.hw_queues, Some(2));
+    }
+
+    #[test]
+    fn fio_file_flags_set_the_file_devices() {
+        let o = bench(&[
+            "--filename=/data/a.img",
+            "--device=null",
+            "--direct=0",
+            "--ioengine=psync",
+        ])
+        .job_options()
+        .unwrap();
+        let job = o.build("job0").unwrap();
+        assert_eq!(
+            job.devices,
+            vec!["null", "file:/data/a.img,direct=0,engine=psync"]
+        );
+        let e = bench(&["--direct=1"])
+            .job_options()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--direct applies to file devices"), "{e}");
     }
 
     #[test]

@@ -97,12 +97,16 @@ const TABLE: &[(&[&str], &str)] = &[
         "mqblk: error: device \"file:d/missing.img\": file0: d/missing.img does not exist; to create it, give its size, as in file:d/missing.img,size=1G",
     ),
     (
-        &["bench", "--ioengine=libaio"],
-        "mqblk: error: --ioengine=libaio: mqblk is itself the I/O engine; file devices take --ioengine=io_uring or psync (engine=uring|psync in a file: spec), and the device is chosen with --device SPEC",
+        &["bench", "--ioengine=spdk"],
+        "mqblk: error: --ioengine=spdk: mqblk is itself the I/O engine; file devices take io_uring or psync (engine=uring|psync in a file: spec), and the device is chosen with --device SPEC (device= in a job file)",
     ),
     (
         &["bench", "--ioengine=null"],
-        "mqblk: error: --ioengine=null: mqblk has no engines of its own; fio's null engine is the null device: --device null",
+        "mqblk: error: --ioengine=null: fio's null engine is mqblk's null device: --device null (device=null in a job file)",
+    ),
+    (
+        &["bench", "--ioengine=io_uring", "--device", "null"],
+        "mqblk: error: --ioengine applies to file devices, and none is given: name one with --filename PATH or --device file:PATH",
     ),
     (
         &["bench", "--direct=1"],
