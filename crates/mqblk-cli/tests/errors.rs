@@ -68,6 +68,10 @@ const TABLE: &[(&[&str], &str)] = &[
         "mqblk: error: device \"file:d/missing.img\": file0: d/missing.img does not exist; to create it, give its size, as in file:d/missing.img,size=1G",
     ),
     (
+        &["info", "file:d/new.img,size=1M"],
+        "mqblk: error: device \"file:d/new.img,size=1M\": file0: d/new.img does not exist, and a read-only open (ro=1, which `mqblk info` and read-only workloads use) creates nothing; create it with a writable open (file:d/new.img,size=1048576) or `truncate -s SIZE d/new.img`",
+    ),
+    (
         &["info", "d/missing.img"],
         "mqblk: note: reading the bare path d/missing.img as the file device file:d/missing.img",
     ),

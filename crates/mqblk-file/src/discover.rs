@@ -182,8 +182,9 @@ fn open_inner(cfg: &FileConfig, created: &mut bool) -> Result<(File, Geometry), 
         }
         if cfg.read_only {
             return Err(format!(
-                "{shown} does not exist, and ro=1 cannot create it; drop ro=1 to create a \
-                 file of size={}",
+                "{shown} does not exist, and a read-only open (ro=1, which `mqblk info` and \
+                 read-only workloads use) creates nothing; create it with a writable open \
+                 (file:{shown},size={}) or `truncate -s SIZE {shown}`",
                 cfg.size_bytes.unwrap_or(0)
             ));
         }
