@@ -89,6 +89,14 @@ const TABLE: &[(&[&str], &str)] = &[
         "mqblk: error: job job0: rw=write writes, but device nullb0 (null,ro=1) is read-only; use rw=read or rw=randread, or open it writable (drop ro=1)",
     ),
     (
+        &["bench", "--device", "file:d/f.img,ro=1", "--rw=randrw"],
+        "mqblk: error: job job0: rw=randrw writes, but device file0 (file:d/f.img,ro=1) is read-only; use rw=read or rw=randread, or open it writable (drop ro=1)",
+    ),
+    (
+        &["info", "nbd+unix:///x"],
+        "mqblk: error: invalid device spec \"nbd+unix:///x\": nbd+unix:// needs ?socket=PATH",
+    ),
+    (
         &["bench", "--device", "null,block_size=4096", "--bs=2k"],
         "mqblk: error: job job0: bs=2048 is not a multiple of nullb0's logical block size 4096 (null,block_size=4096); use bs=4096",
     ),
