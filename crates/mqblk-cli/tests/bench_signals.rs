@@ -102,6 +102,10 @@ fn the_first_signal_stops_drains_and_reports() {
         );
         assert!(out.contains("mqblk: (the layer's own figures"), "{out}");
         assert!(
+            out.contains("alignment: nullb0 logical_block_size=512, dma_alignment="),
+            "{out}"
+        );
+        assert!(
             err.contains(&format!("terminated by signal {}", code - 128)),
             "{err}"
         );

@@ -91,6 +91,21 @@ fn a_non_root_user_reads_a_read_only_file() {
     );
     assert!(out.contains("opened read-only by info"), "{out}");
     assert!(out.contains("alignment:"), "{out}");
+    // Without CAP_IPC_LOCK the registered-buffer arena (64 MiB by default)
+    // is fitted to RLIMIT_MEMLOCK, and info says so once.
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one struct rlimit to a live local.
+    let _ = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) };
+    if lim.rlim_cur != libc::RLIM_INFINITY && lim.rlim_cur < 128 << 20 {
+        assert!(
+            out.contains("note:                     fixed_bufs="),
+            "{out}"
+        );
+        assert_eq!(out.matches("fixed_bufs=").count(), 2, "said once: {out}");
+    }
 
     for rw in ["read", "randread"] {
         let o = as_nobody(

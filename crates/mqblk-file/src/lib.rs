@@ -245,8 +245,12 @@ pub fn fit_arena_to_memlock(want_bytes: usize, rings: u16) -> (usize, Option<Str
     {
         return (want_bytes, None);
     }
-    let limit = lim.rlim_cur;
-    let locked = locked_bytes();
+    fit_arena(want_bytes, rings, lim.rlim_cur, locked_bytes())
+}
+
+/// [`fit_arena_to_memlock`]'s arithmetic, for a limit of `limit` bytes of
+/// which `locked` are locked already.
+fn fit_arena(want_bytes: usize, rings: u16, limit: u64, locked: u64) -> (usize, Option<String>) {
     // Each ring's registration is charged, and a ring rebuilt for a second
     // thread (SINGLE_ISSUER) registers the arena again before the old
     // ring's charge is released: budget two registrations per ring. An
@@ -372,5 +376,31 @@ fn target_name(geom: &Geometry) -> &'static str {
     match geom.kind {
         TargetKind::Regular => "the file's file system",
         TargetKind::Block => "the block device",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn the_arena_fits_the_memlock_limit() {
+        // A user's usual 8 MiB: 2 rings, each charged twice.
+        let (n, note) = fit_arena(64 << 20, 2, 8 * MIB, 0);
+        assert_eq!(n, 1 << 20);
+        let note = note.unwrap();
+        assert!(note.starts_with("fixed_bufs=1M instead of 64M"), "{note}");
+        assert!(note.contains("RLIMIT_MEMLOCK is 8 MiB"), "{note}");
+        // Enough room: unchanged, nothing said.
+        assert_eq!(fit_arena(64 << 20, 2, 1 << 30, 0), (64 << 20, None));
+        // Too little for one MiB a ring: fixed buffers off, said so.
+        let (n, note) = fit_arena(64 << 20, 8, 8 * MIB, 0);
+        assert_eq!(n, 0);
+        assert!(note.unwrap().starts_with("fixed_bufs=0:"));
+        // What is locked already counts.
+        let (n, _) = fit_arena(64 << 20, 1, 8 * MIB, 6 * MIB);
+        assert_eq!(n, 0);
     }
 }
