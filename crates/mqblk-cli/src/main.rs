@@ -54,8 +54,9 @@ enum Command {
     /// ms, s, m, h).
     #[command(args_override_self = true)]
     Bench(Box<BenchArgs>),
-    /// Open a device spec and print what it is: capacity, block size,
-    /// limits, features, queue mode, hardware queues.
+    /// Open a device spec read-only and print what it is: capacity, block
+    /// size, alignment, limits, features, queue mode, hardware queues, and
+    /// the driver's notes (fallbacks, a size= prefix, the buffer arena).
     Info(InfoArgs),
     /// Show a running or finished bench's counters from its --stats-dir:
     /// an iostat-like view with merges, splits and bounce bytes.
