@@ -2,8 +2,14 @@
 //!
 //! - `mqblk bench`: fio's option names (and fio job files), fio-shaped
 //!   output, plus the layer's own figures; see [`bench`].
-//! - `mqblk info --device SPEC`: what a device spec opens: capacity, block
-//!   size, limits, features, queue mode and hardware queues.
+//! - `mqblk info SPEC` (or `--device SPEC`): what a device spec opens:
+//!   capacity, block size, alignment, limits, features, queue mode and
+//!   hardware queues. It opens the device read-only.
+//! - `mqblk stat DIR`: a bench's counters from its `--stats-dir`.
+//! - `mqblk serve SPEC --socket PATH | --listen HOST:PORT`: an NBD server.
+//!
+//! A bare path where a spec is expected (`/dev/sdb`, `./disk.img`) is read
+//! as the file device `file:PATH`, with a note.
 //!
 //! The binary counts heap allocations (see [`alloc_count`]) so that the
 //! bench can report allocations per I/O.
@@ -15,6 +21,8 @@ mod stat;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use anyhow::{bail, Context as _, Result};
 use clap::{Args, Parser, Subcommand};
@@ -46,8 +54,9 @@ enum Command {
     /// ms, s, m, h).
     #[command(args_override_self = true)]
     Bench(Box<BenchArgs>),
-    /// Open a device spec and print what it is: capacity, block size,
-    /// limits, features, queue mode, hardware queues.
+    /// Open a device spec read-only and print what it is: capacity, block
+    /// size, alignment, limits, features, queue mode, hardware queues, and
+    /// the driver's notes (fallbacks, a size= prefix, the buffer arena).
     Info(InfoArgs),
     /// Show a running or finished bench's counters from its --stats-dir:
     /// an iostat-like view with merges, splits and bounce bytes.
@@ -123,8 +132,37 @@ struct BenchArgs {
     output_format: Format,
 
     /// Device spec, repeatable: job i uses device i mod n (default null).
+    /// A bare path is read as file:PATH.
     #[arg(long = "device", value_name = "SPEC")]
     device: Vec<String>,
+
+    /// fio's --filename: a file or block device, the same as
+    /// --device file:PATH (repeatable).
+    #[arg(long = "filename", value_name = "PATH")]
+    filename: Vec<String>,
+
+    /// fio's --direct: O_DIRECT (1, mqblk's default) or the page cache (0)
+    /// for every file device; the same as direct= in a file: spec.
+    #[arg(long = "direct", value_name = "0|1")]
+    direct: Option<String>,
+
+    /// fio's --ioengine: io_uring or psync pick the file device's engine
+    /// (engine= in a file: spec); mqblk itself is the engine otherwise.
+    #[arg(long = "ioengine", value_name = "ENGINE")]
+    ioengine: Option<String>,
+
+    /// fio's --thread and --group_reporting: accepted and ignored (jobs are
+    /// always threads; each job is reported).
+    #[arg(
+        long = "thread",
+        alias = "group_reporting",
+        hide = true,
+        value_name = "0|1",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "1"
+    )]
+    ignored: Vec<String>,
 
     /// mq, device-lock or global-lock.
     #[arg(long = "queue-mode", alias = "queue_mode", value_name = "MODE")]
@@ -177,13 +215,31 @@ fn stat_command(args: &StatArgs) -> Result<()> {
     if interval.is_some_and(|d| d.is_zero()) {
         anyhow::bail!("--interval: must be more than 0");
     }
-    stat::stat_command(&args.dir, interval, args.count)
+    let dir = args
+        .dir
+        .as_ref()
+        .or(args.stats_dir.as_ref())
+        .context("give the stats directory: mqblk stat DIR, or mqblk stat --stats-dir DIR")?;
+    if args.count == Some(0) {
+        anyhow::bail!("--count 0: expected at least 1 report (leave it out to run until stopped)");
+    }
+    stat::stat_command(dir, interval, args.count)
 }
 
 #[derive(Args, Debug)]
 struct StatArgs {
-    /// The directory a bench writes with --stats-dir.
-    dir: std::path::PathBuf,
+    /// The directory a bench writes with --stats-dir (or give it with
+    /// --stats-dir).
+    #[arg(value_name = "DIR")]
+    dir: Option<std::path::PathBuf>,
+    /// The same directory, named as bench names it.
+    #[arg(
+        long = "stats-dir",
+        alias = "stats_dir",
+        value_name = "DIR",
+        conflicts_with = "dir"
+    )]
+    stats_dir: Option<std::path::PathBuf>,
     /// Print rates every INTERVAL (seconds unless suffixed) instead of the
     /// run's averages.
     #[arg(long, value_name = "INTERVAL")]
@@ -195,13 +251,88 @@ struct StatArgs {
 
 #[derive(Args, Debug)]
 struct InfoArgs {
-    /// Device spec, such as null,size=1G.
-    #[arg(long = "device", value_name = "SPEC", default_value = "null")]
-    device: String,
+    /// Device spec, such as null,size=1G or file:/dev/sdb (a bare path is
+    /// read as file:PATH).
+    #[arg(value_name = "SPEC", conflicts_with = "device")]
+    spec: Option<String>,
+    /// The same, as an option.
+    #[arg(long = "device", value_name = "SPEC")]
+    device: Option<String>,
+}
+
+/// Parse the command line; an unknown option is answered with the nearest
+/// known one and the subcommand's help, not clap's `-- --x` tip.
+fn parse_cli() -> Cli {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    use clap::CommandFactory;
+    let e = match Cli::try_parse() {
+        Ok(cli) => return cli,
+        Err(e) => e,
+    };
+    if e.kind() != ErrorKind::UnknownArgument {
+        e.exit();
+    }
+    let arg = match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(a)) => a.clone(),
+        _ => e.exit(),
+    };
+    let sub = std::env::args().nth(1).unwrap_or_default();
+    let cmd = Cli::command();
+    let Some(sc) = cmd.find_subcommand(&sub) else {
+        e.exit()
+    };
+    let name = arg.trim_start_matches('-');
+    let name = name.split('=').next().unwrap_or(name);
+    let longs: Vec<&str> = sc.get_arguments().filter_map(|a| a.get_long()).collect();
+    let mut msg = format!("mqblk: error: unknown option {arg} for `mqblk {sub}`");
+    if let Some(near) = mqblk::spec::nearest(name, longs.iter().copied()) {
+        msg.push_str(&format!("; did you mean --{near}?"));
+    }
+    msg.push_str(&format!(" (`mqblk {sub} --help` lists every option)"));
+    eprintln!("{msg}");
+    std::process::exit(2);
+}
+
+/// A device spec as given, or `file:PATH` for a bare path (with a note):
+/// a head that reads as a path, or that names an existing file and no
+/// device kind (`disk.img`).
+fn device_spec(arg: &str) -> String {
+    let t = arg.trim();
+    let head = t.split(',').next().unwrap_or(t);
+    let kinds = ["null", "nullb", "ram", "file", "nbd"];
+    let path = mqblk::spec::looks_like_path(t)
+        || (!head.contains(':')
+            && !kinds.contains(&head.to_ascii_lowercase().as_str())
+            && std::path::Path::new(head).exists());
+    if path {
+        eprintln!("mqblk: note: reading the bare path {head} as the file device file:{head}");
+        format!("file:{t}")
+    } else {
+        arg.to_string()
+    }
+}
+
+/// A device-open error, with the spec it came from unless it already
+/// names it (a spec error quotes the spec itself).
+pub(crate) fn open_error(e: mqblk::Error, spec: &str) -> anyhow::Error {
+    match e {
+        e @ mqblk::Error::Spec { .. } => anyhow::Error::new(e),
+        e => anyhow::Error::new(e).context(format!("device {spec:?}")),
+    }
+}
+
+/// Open `spec` read-only (`ro=1` unless the spec sets `ro=`): info and
+/// read-only exports never ask for write access.
+fn open_read_only(spec: &str) -> mqblk::Result<mqblk::Device> {
+    let mut parsed = mqblk::spec::parse(spec)?;
+    if !parsed.options.contains("ro") {
+        parsed.options.set("ro", "1");
+    }
+    mqblk::open_parsed(parsed)
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = parse_cli();
     let result = match cli.command {
         Command::Bench(args) => bench_command(&args),
         Command::Info(args) => info_command(&args),
@@ -251,7 +382,35 @@ impl BenchArgs {
                     .map_err(|e| anyhow::anyhow!("--{flag}: {e}"))?;
             }
         }
-        for spec in &self.device {
+        let mut specs: Vec<String> = self.device.iter().map(|d| device_spec(d)).collect();
+        specs.extend(self.filename.iter().map(|f| format!("file:{f}")));
+        if let Some(d) = &self.direct {
+            let b = mqblk::spec::parse_bool(d).ok_or_else(|| {
+                anyhow::anyhow!("--direct={d}: expected 0 (page cache) or 1 (O_DIRECT)")
+            })?;
+            o.file_direct = Some(b);
+        }
+        if let Some(engine) = &self.ioengine {
+            o.file_engine = bench::options::file_engine(engine)
+                .map_err(|why| anyhow::anyhow!("--ioengine={engine}: {why}"))?;
+        }
+        let file_flag = match (&self.direct, &self.ioengine) {
+            (Some(_), _) => Some("--direct"),
+            (None, Some(_)) => Some("--ioengine"),
+            (None, None) => None,
+        };
+        // Without a job file, a file flag with no file device does nothing:
+        // say so rather than ignore it.
+        if let Some(flag) = file_flag {
+            let any_file = specs.iter().any(|s| s.trim_start().starts_with("file:"));
+            if self.jobfile.is_none() && !any_file {
+                bail!(
+                    "{flag} applies to file devices, and none is given: name one with \
+                     --filename PATH or --device file:PATH"
+                );
+            }
+        }
+        for spec in &specs {
             o.set("device", Some(spec))
                 .map_err(|e| anyhow::anyhow!("--device: {e}"))?;
         }
@@ -272,6 +431,20 @@ fn bench_command(args: &BenchArgs) -> Result<()> {
     };
     bench::options::check_run(&jobs).map_err(anyhow::Error::msg)?;
     let format = args.output_format;
+    // Everything that can fail before the run fails here, before the banner.
+    let prepared = bench::engine::prepare(&jobs)?;
+
+    // As fio: the first SIGINT or SIGTERM stops the jobs, drains them and
+    // prints what ran; a second one exits at once.
+    let stop = Arc::new(AtomicBool::new(false));
+    let signal = Arc::new(AtomicUsize::new(0));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, stop.clone())
+            .context("installing the signal handler")?;
+        signal_hook::flag::register_usize(sig, signal.clone(), sig as usize)
+            .context("installing the signal handler")?;
+        signal_hook::flag::register(sig, stop.clone()).context("installing the signal handler")?;
+    }
 
     let mut out = std::io::stdout().lock();
     if format == Format::Normal {
@@ -279,7 +452,14 @@ fn bench_command(args: &BenchArgs) -> Result<()> {
         out.flush()?;
     }
     let progress = std::io::stderr().is_terminal();
-    let run = bench::engine::run(&jobs, progress)?;
+    let run = bench::engine::run(prepared, progress, &stop)?;
+    let interrupted = match signal.load(Ordering::Relaxed) {
+        0 => None,
+        sig => {
+            eprintln!("mqblk: terminated by signal {sig}: the report covers what ran until then");
+            Some(sig)
+        }
+    };
     match format {
         Format::Normal => out.write_all(report::normal(&jobs, &run).as_bytes())?,
         Format::Json => {
@@ -288,6 +468,10 @@ fn bench_command(args: &BenchArgs) -> Result<()> {
         }
     }
     out.flush()?;
+    if let Some(sig) = interrupted {
+        drop(out);
+        std::process::exit(128 + sig as i32);
+    }
 
     let failed: Vec<String> = run
         .jobs
@@ -344,8 +528,14 @@ fn yes_no(b: bool) -> &'static str {
 }
 
 fn info_command(args: &InfoArgs) -> Result<()> {
-    let spec = &args.device;
-    let dev = mqblk::open(spec).with_context(|| format!("--device {spec:?}"))?;
+    let Some(given) = args.spec.as_ref().or(args.device.as_ref()) else {
+        bail!(
+            "info needs a device: `mqblk info SPEC` or `mqblk info --device SPEC`, as in \
+             `mqblk info null,size=1G` or `mqblk info file:/dev/sdb`"
+        );
+    };
+    let spec = &device_spec(given);
+    let dev = open_read_only(spec).map_err(|e| open_error(e, spec))?;
     let info = dev.info();
     let cfg = dev.config();
     let l = &info.limits;
@@ -373,6 +563,20 @@ fn info_command(args: &InfoArgs) -> Result<()> {
     );
     line("logical_block_size:", dev.logical_block_size().to_string());
     line("physical_block_size:", l.physical_block_size.to_string());
+    line(
+        "alignment:",
+        format!(
+            "offsets and lengths in {}-byte blocks; buffers at {}-byte addresses, or \
+             they are bounce-copied{}",
+            dev.logical_block_size(),
+            l.dma_alignment + 1,
+            if cfg.bounce {
+                ""
+            } else {
+                " (bounce=0: refused instead)"
+            }
+        ),
+    );
     line("queue_mode:", info.mode.name().to_string());
     line("hw_queues:", dev.nr_hw_queues().to_string());
     line(
@@ -414,7 +618,15 @@ fn info_command(args: &InfoArgs) -> Result<()> {
     line("  fua:", yes_no(f.fua).into());
     line("  discard:", yes_no(f.discard).into());
     line("  write_zeroes:", yes_no(f.write_zeroes).into());
-    line("  read_only:", yes_no(f.read_only || cfg.read_only).into());
+    let spec_ro = mqblk::spec::parse(spec).is_ok_and(|p| p.options.contains("ro"));
+    line(
+        "  read_only:",
+        if spec_ro {
+            yes_no(f.read_only || cfg.read_only).to_string()
+        } else {
+            "opened read-only by info (info never asks for write access)".to_string()
+        },
+    );
     line("  rotational:", yes_no(f.rotational).into());
     let driver = mqblk::driver_info(&dev);
     if !driver.is_empty() {
@@ -481,6 +693,28 @@ mod tests {
         assert_eq!(o.time_based, Some(false));
         assert_eq!(o.queue_mode.as_deref(), Some("global-lock"));
         assert_eq!(o.hw_queues, Some(2));
+    }
+
+    #[test]
+    fn fio_file_flags_set_the_file_devices() {
+        let o = bench(&[
+            "--filename=/data/a.img",
+            "--device=null",
+            "--direct=0",
+            "--ioengine=psync",
+        ])
+        .job_options()
+        .unwrap();
+        let job = o.build("job0").unwrap();
+        assert_eq!(
+            job.devices,
+            vec!["null", "file:/data/a.img,direct=0,engine=psync"]
+        );
+        let e = bench(&["--direct=1"])
+            .job_options()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--direct applies to file devices"), "{e}");
     }
 
     #[test]

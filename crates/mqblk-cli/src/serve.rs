@@ -30,9 +30,14 @@ pub enum TlsArg {
 /// `mqblk serve` options.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
+    /// Device specs to export (e.g. ram,size=1G), or give each with
+    /// --device. The first is also the default export (empty name).
+    #[arg(value_name = "SPEC", conflicts_with = "device")]
+    pub specs: Vec<String>,
+
     /// Device spec to export, repeatable (e.g. ram,size=1G). The first is
     /// also the default export (empty name).
-    #[arg(long = "device", value_name = "SPEC", required = true)]
+    #[arg(long = "device", value_name = "SPEC")]
     pub device: Vec<String>,
 
     /// Export name of the device at the same position, repeatable. The
@@ -41,19 +46,16 @@ pub struct ServeArgs {
     pub export: Vec<String>,
 
     /// Listen on TCP HOST:PORT (port 0 picks a free one; it is printed).
-    #[arg(
-        long,
-        value_name = "HOST:PORT",
-        conflicts_with = "socket",
-        required_unless_present = "socket"
-    )]
+    /// Give this or --socket.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "socket")]
     pub listen: Option<String>,
 
-    /// Listen on a unix socket.
+    /// Listen on a unix socket at PATH (a new path, or a stale socket; a
+    /// lock file PATH.lock keeps two servers apart). Give this or --listen.
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
 
-    /// Export every device read-only.
+    /// Export every device read-only (and open it read-only).
     #[arg(long = "read-only", alias = "readonly", short = 'r')]
     pub read_only: bool,
 
@@ -88,17 +90,82 @@ pub struct ServeArgs {
     pub max_connections: usize,
 }
 
-/// Run the server until SIGINT/SIGTERM.
-pub fn serve_command(args: &ServeArgs) -> Result<()> {
-    if args.export.len() > args.device.len() {
+/// Check a `--listen` address: `HOST:PORT` with a port of 0 to 65535
+/// (`[::1]:PORT` for IPv6).
+fn check_listen(l: &str) -> Result<String> {
+    let Some((host, port)) = l.rsplit_once(':') else {
         bail!(
-            "{} --export names for {} --device specs: give one name per device",
-            args.export.len(),
-            args.device.len()
+            "--listen {l:?}: expected HOST:PORT, as in 127.0.0.1:10809 (port 0 picks a free one)"
+        );
+    };
+    if host.is_empty() {
+        bail!("--listen {l:?}: no host before the port; expected HOST:PORT, as in 127.0.0.1:{port} or 0.0.0.0:{port}");
+    }
+    if port.parse::<u16>().is_err() {
+        bail!(
+            "--listen {l:?}: port {port:?} is not a number from 0 to 65535 (NBD's is 10809; \
+             0 picks a free one)"
         );
     }
-    let mut exports = Vec::with_capacity(args.device.len());
-    for (i, spec) in args.device.iter().enumerate() {
+    Ok(l.to_string())
+}
+
+/// Run the server until SIGINT/SIGTERM.
+pub fn serve_command(args: &ServeArgs) -> Result<()> {
+    // Everything the command line alone can tell is checked before any
+    // device is opened.
+    let listen = match (&args.listen, &args.socket) {
+        (Some(l), _) => Listen::Tcp(check_listen(l)?),
+        (None, Some(p)) => Listen::Unix(p.clone()),
+        (None, None) => bail!(
+            "serve needs an address: --listen HOST:PORT (TCP, as in --listen 127.0.0.1:10809) \
+             or --socket PATH (a unix socket)"
+        ),
+    };
+    let devices: Vec<String> = args
+        .specs
+        .iter()
+        .chain(&args.device)
+        .map(|d| crate::device_spec(d))
+        .collect();
+    if devices.is_empty() {
+        bail!(
+            "serve needs a device to export: `mqblk serve SPEC --socket PATH` or \
+             `--device SPEC`, as in `mqblk serve ram,size=1G --socket /tmp/mqblk.sock`"
+        );
+    }
+    if args.export.len() > devices.len() {
+        bail!(
+            "{} --export names for {} devices: give one name per device",
+            args.export.len(),
+            devices.len()
+        );
+    }
+    let min_mib = u64::from(mqblk_nbd_proto::consts::DEFAULT_MAX_PAYLOAD).div_ceil(1 << 20);
+    if args.max_mib < min_mib {
+        bail!(
+            "--max-mib {}: expected at least {min_mib}, so that one request of up to {min_mib} \
+             MiB fits in a connection's buffers",
+            args.max_mib
+        );
+    }
+    if args.max_mib > (1 << 20) {
+        bail!(
+            "--max-mib {}: expected at most 1048576 (1 TiB)",
+            args.max_mib
+        );
+    }
+    if args.max_requests == 0 {
+        bail!("--max-requests 0: expected at least 1 request in flight per connection");
+    }
+    if args.max_connections == 0 {
+        bail!("--max-connections 0: expected at least 1 connection at once");
+    }
+    if args.stall_timeout == 0 {
+        bail!("--stall-timeout 0: expected at least 1 second");
+    }
+    let mut exports = Vec::with_capacity(devices.len());
+    for (i, spec) in devices.iter().enumerate() {
         let name = match args.export.get(i) {
             Some(n) => n.clone(),
             None if i == 0 => String::new(),
@@ -107,7 +174,12 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
                 i + 1
             ),
         };
-        let dev = mqblk::open(spec).with_context(|| format!("--device {spec:?}"))?;
+        let dev = if args.read_only {
+            crate::open_read_only(spec)
+        } else {
+            mqblk::open(spec)
+        }
+        .map_err(|e| crate::open_error(e, spec))?;
         let kind = mqblk::spec::parse(spec).map(|s| s.kind).unwrap_or_default();
         let mut e = Export::new(name, dev);
         e.read_only = args.read_only;
@@ -141,14 +213,9 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
     let limits = ConnLimits {
         max_requests: args.max_requests,
         max_bytes: args.max_mib << 20,
-        stall_timeout: Duration::from_secs(args.stall_timeout.max(1)),
-        max_connections: args.max_connections.max(1),
+        stall_timeout: Duration::from_secs(args.stall_timeout),
+        max_connections: args.max_connections,
         ..ConnLimits::default()
-    };
-    let listen = match (&args.listen, &args.socket) {
-        (Some(l), _) => Listen::Tcp(l.clone()),
-        (None, Some(p)) => Listen::Unix(p.clone()),
-        (None, None) => bail!("give --listen HOST:PORT or --socket PATH"),
     };
     let server = Server::bind(
         ServerConfig {

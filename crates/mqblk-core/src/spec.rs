@@ -20,10 +20,15 @@ pub struct DeviceSpec {
 }
 
 /// Options of a spec, consumed key by key.
+///
+/// Every key a parser asks for is remembered, taken or not, so that
+/// [`SpecOptions::finish`] can list the valid keys of this device kind and
+/// suggest the nearest one for a typo.
 #[derive(Debug, Clone, Default)]
 pub struct SpecOptions {
     spec: String,
     entries: Vec<(String, String)>,
+    asked: Vec<String>,
 }
 
 const MAX_SPEC_LEN: usize = 4096;
@@ -39,6 +44,11 @@ pub fn parse(spec: &str) -> Result<DeviceSpec> {
         return Err(bad(
             "empty; expected a driver kind such as `null` or `ram,size=1G`",
         ));
+    }
+    if looks_like_path(spec_t) {
+        return Err(bad(&format!(
+            "a bare path; a file or block device is named `file:{spec_t}`"
+        )));
     }
     // URL-shaped specs (nbd://, nbd+unix://) keep their query for the driver.
     if let Some((scheme, _)) = spec_t.split_once("://") {
@@ -58,7 +68,7 @@ pub fn parse(spec: &str) -> Result<DeviceSpec> {
             Some((u, o)) => (u, Some(o)),
             None => (spec_t, None),
         };
-        let options = SpecOptions::parse(spec, opts.unwrap_or(""))?;
+        let options = SpecOptions::parse(spec, opts)?;
         return Ok(DeviceSpec {
             kind,
             target: Some(url.to_string()),
@@ -66,8 +76,8 @@ pub fn parse(spec: &str) -> Result<DeviceSpec> {
         });
     }
     let (head, opts) = match spec_t.split_once(',') {
-        Some((h, o)) => (h, o),
-        None => (spec_t, ""),
+        Some((h, o)) => (h, Some(o)),
+        None => (spec_t, None),
     };
     let (kind, target) = match head.split_once(':') {
         Some((k, t)) => {
@@ -83,7 +93,10 @@ pub fn parse(spec: &str) -> Result<DeviceSpec> {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
     {
-        return Err(bad("driver kind must be letters, digits, `_` or `-`"));
+        return Err(bad(&format!(
+            "driver kind `{kind}` must be letters, digits, `_` or `-`; expected null, ram, \
+             file:PATH or nbd://HOST:PORT/EXPORT"
+        )));
     }
     Ok(DeviceSpec {
         kind: kind.to_ascii_lowercase(),
@@ -93,12 +106,23 @@ pub fn parse(spec: &str) -> Result<DeviceSpec> {
 }
 
 impl SpecOptions {
-    fn parse(spec: &str, opts: &str) -> Result<SpecOptions> {
+    /// Parse the options after the first comma (`None`: no comma).
+    fn parse(spec: &str, opts: Option<&str>) -> Result<SpecOptions> {
         let mut entries: Vec<(String, String)> = Vec::new();
-        for part in opts.split(',') {
+        let Some(opts) = opts else {
+            return Ok(SpecOptions::empty(spec));
+        };
+        for (i, part) in opts.split(',').enumerate() {
             let part = part.trim();
             if part.is_empty() {
-                continue;
+                return Err(Error::spec(
+                    spec,
+                    format!(
+                        "option {} is empty (two commas in a row, or a comma at the end); \
+                         expected key=value between commas",
+                        i + 1
+                    ),
+                ));
             }
             let (k, v) = match part.split_once('=') {
                 Some((k, v)) => (k.trim(), v.trim()),
@@ -116,6 +140,7 @@ impl SpecOptions {
         Ok(SpecOptions {
             spec: spec.to_string(),
             entries,
+            asked: Vec::new(),
         })
     }
 
@@ -124,7 +149,13 @@ impl SpecOptions {
         SpecOptions {
             spec: spec.to_string(),
             entries: Vec::new(),
+            asked: Vec::new(),
         }
+    }
+
+    /// Whether option `key` was given (and not yet taken).
+    pub fn contains(&self, key: &str) -> bool {
+        self.entries.iter().any(|(k, _)| k == key)
     }
 
     /// Add or replace an option (the bench's `--hw-queues` and friends).
@@ -148,6 +179,9 @@ impl SpecOptions {
 
     /// Take a string option.
     pub fn take_str(&mut self, key: &str) -> Option<String> {
+        if !self.asked.iter().any(|k| k == key) {
+            self.asked.push(key.to_string());
+        }
         let pos = self.entries.iter().position(|(k, _)| k == key)?;
         Some(self.entries.remove(pos).1)
     }
@@ -194,16 +228,103 @@ impl SpecOptions {
         }
     }
 
-    /// Fail if any option was not taken, naming it.
-    pub fn finish(self) -> Result<()> {
-        match self.entries.first() {
-            None => Ok(()),
-            Some((k, _)) => Err(Error::spec(
+    /// The error for a required option that was not given: if an unknown
+    /// option looks like a typo of it (`sise` for `size`), the error says
+    /// that instead. `example` shows the option in use (`ram,size=1G`).
+    pub fn required(&self, key: &str, example: &str) -> Error {
+        let typo = self
+            .entries
+            .iter()
+            .find(|(k, _)| k != key && is_near(k, key));
+        match typo {
+            Some((k, _)) => Error::spec(
                 &self.spec,
-                format!("unknown option `{k}` for this device kind"),
-            )),
+                format!("unknown option `{k}`; did you mean `{key}`? (`{key}` is required, as in `{example}`)"),
+            ),
+            None => Error::spec(
+                &self.spec,
+                format!("option `{key}` is required, as in `{example}`"),
+            ),
         }
     }
+
+    /// Fail if any option was not taken, naming it, the nearest valid key
+    /// ("did you mean"), and every key the parsers asked for.
+    pub fn finish(self) -> Result<()> {
+        let Some((k, _)) = self.entries.first() else {
+            return Ok(());
+        };
+        let mut reason = format!("unknown option `{k}` for this device kind");
+        if let Some(near) = nearest(k, self.asked.iter().map(String::as_str)) {
+            reason.push_str(&format!("; did you mean `{near}`?"));
+        }
+        if !self.asked.is_empty() {
+            let mut valid: Vec<&str> = self.asked.iter().map(String::as_str).collect();
+            valid.sort_unstable();
+            reason.push_str(&format!(" Valid options: {}", valid.join(", ")));
+        }
+        Err(Error::spec(&self.spec, reason))
+    }
+}
+
+/// Whether spec `s` reads as a path rather than a driver kind: its head
+/// (before the first comma) is `/dev/sdb`, `./disk.img`, `~/x`, or has a
+/// `/` and no `:` (`images/disk.img`), so it cannot be `kind:target` or
+/// a URL.
+pub fn looks_like_path(s: &str) -> bool {
+    let head = s.split(',').next().unwrap_or(s);
+    head.starts_with('/')
+        || head.starts_with("./")
+        || head.starts_with("../")
+        || head.starts_with("~/")
+        || (head.contains('/') && !head.contains(':'))
+}
+
+/// Edit distance with adjacent transpositions (optimal string alignment).
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut v = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                v = v.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = v;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+/// Whether `typo` is close enough to `key` to suggest it: a small edit
+/// distance for its length, or the same words in another spelling
+/// (`queue-depth` for `queue_depth`).
+fn is_near(typo: &str, key: &str) -> bool {
+    let t = typo.to_ascii_lowercase().replace('-', "_");
+    if t == key {
+        return true;
+    }
+    let allowed = (key.len() / 3).max(1);
+    edit_distance(&t, key) <= allowed
+}
+
+/// The candidate nearest to `typo`, if any is near enough.
+pub fn nearest<'a>(typo: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let t = typo.to_ascii_lowercase().replace('-', "_");
+    candidates
+        .into_iter()
+        .filter(|c| is_near(typo, c))
+        .min_by_key(|c| edit_distance(&t, c))
 }
 
 /// Parse `on/off`-style booleans.
@@ -281,6 +402,83 @@ mod tests {
         let o = parse("null,sise=1G").unwrap().options;
         let e = o.finish().unwrap_err().to_string();
         assert!(e.contains("unknown option `sise`"), "{e}");
+    }
+
+    #[test]
+    fn empty_options_are_refused() {
+        for bad in [
+            "null,,,",
+            "null,",
+            "null,size=1G,,hw_queues=2",
+            "ram,size=1G,",
+        ] {
+            let e = parse(bad).unwrap_err().to_string();
+            assert!(e.contains("is empty"), "{bad:?}: {e}");
+        }
+        parse("null").unwrap();
+    }
+
+    #[test]
+    fn unknown_keys_list_the_valid_ones_and_the_nearest() {
+        let o = parse("ram,sise=1G").unwrap().options;
+        let e = o.required("size", "ram,size=1G").to_string();
+        assert!(
+            e.contains("unknown option `sise`; did you mean `size`?"),
+            "{e}"
+        );
+        let mut o = parse("ram,size=1G,queue-depth=4").unwrap().options;
+        let _ = o.take_size("size");
+        let _ = o.take_u64("block_size");
+        let _ = o.take_u64("queue_depth");
+        let _ = o.take_u64("hw_queues");
+        let e = o.finish().unwrap_err().to_string();
+        assert!(e.contains("unknown option `queue-depth`"), "{e}");
+        assert!(e.contains("did you mean `queue_depth`?"), "{e}");
+        assert!(
+            e.contains("Valid options: block_size, hw_queues, queue_depth, size"),
+            "{e}"
+        );
+        let mut o = parse("null,zzz=1").unwrap().options;
+        let _ = o.take_u64("size");
+        let e = o.finish().unwrap_err().to_string();
+        assert!(!e.contains("did you mean"), "{e}");
+        assert!(e.contains("Valid options: size"), "{e}");
+        let o = parse("ram").unwrap().options;
+        let e = o.required("size", "ram,size=1G").to_string();
+        assert!(
+            e.contains("option `size` is required, as in `ram,size=1G`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bare_paths_are_named_as_such() {
+        for p in ["/dev/sdb", "./disk.img", "/tmp/x,direct=0", "images/a.img"] {
+            let e = parse(p).unwrap_err().to_string();
+            assert!(e.contains("a bare path"), "{p}: {e}");
+            assert!(e.contains("file:"), "{p}: {e}");
+        }
+    }
+
+    #[test]
+    fn paths_and_kinds_are_told_apart() {
+        assert!(looks_like_path("/dev/sdb,direct=1"));
+        assert!(looks_like_path("images/a.img"));
+        assert!(!looks_like_path("file:images/a.img"));
+        assert!(!looks_like_path("nbd+unix:///x?socket=/tmp/s"));
+        assert!(!looks_like_path("null,size=1G"));
+    }
+
+    #[test]
+    fn edit_distances() {
+        assert_eq!(edit_distance("sise", "size"), 1);
+        assert_eq!(edit_distance("szie", "size"), 1);
+        assert_eq!(edit_distance("", "ab"), 2);
+        assert_eq!(
+            nearest("blocksize", ["block_size", "size"]),
+            Some("block_size")
+        );
+        assert_eq!(nearest("qd", ["queue_depth", "size"]), None);
     }
 
     #[test]

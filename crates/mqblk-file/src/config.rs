@@ -95,9 +95,14 @@ pub struct FileConfig {
     /// `fixed_bufs=SIZE`: bytes of buffer arena registered with each ring
     /// (default 64M; 0 disables fixed buffers).
     pub fixed_bufs_bytes: usize,
-    /// `size=SIZE`: for a regular file, create or extend it to this size;
-    /// for a block device, use only this much of it.
+    /// `size=SIZE`: the capacity. A new file is created with this size; an
+    /// existing file or block device exposes only its first `size` bytes
+    /// (a larger `size` than the file is an error unless `create=1`).
     pub size_bytes: Option<u64>,
+    /// `create=1`: create the file if it is missing, and grow an existing
+    /// file to `size=` if it is smaller. Without it an existing file never
+    /// changes size.
+    pub create: bool,
     /// `workers=N`: psync worker threads per hardware queue (default 4).
     pub workers: u32,
     /// `taskrun=auto|defer|coop|off`.
@@ -119,6 +124,7 @@ impl FileConfig {
             wait: WaitMode::Poll,
             fixed_bufs_bytes: DEFAULT_FIXED_BUFS_BYTES,
             size_bytes: None,
+            create: false,
             workers: DEFAULT_WORKERS,
             taskrun: TaskRun::Auto,
             read_only: false,
@@ -187,6 +193,9 @@ impl FileConfig {
             }
             c.size_bytes = Some(n);
         }
+        if let Some(b) = o.take_bool("create")? {
+            c.create = b;
+        }
         if let Some(n) = o.take_u64("workers")? {
             if !(1..=u64::from(MAX_WORKERS)).contains(&n) {
                 return Err(o.error("workers", &n.to_string(), "1 to 256"));
@@ -207,6 +216,20 @@ impl FileConfig {
             c.read_only = parse_bool(&v)
                 .ok_or_else(|| o.error("ro", &v, "0 or 1 (or on/off, true/false)"))?;
             o.set("ro", &v);
+        }
+        if c.create && c.size_bytes.is_none() {
+            return Err(o.error(
+                "create",
+                "1",
+                "create=1 together with size=, as in file:/data/disk.img,create=1,size=1G",
+            ));
+        }
+        if c.create && c.read_only {
+            return Err(o.error(
+                "create",
+                "1",
+                "create=0 with ro=1: a file opened read-only cannot be created or grown",
+            ));
         }
         if c.iopoll && !c.direct {
             return Err(o.error(
@@ -283,6 +306,9 @@ mod tests {
             ("file:/x,taskrun=now", "taskrun="),
             ("file:/x,direct=0,iopoll=1", "iopoll="),
             ("file:/x,engine=psync,sqpoll=1", "sqpoll="),
+            ("file:/x,create=1", "create="),
+            ("file:/x,create=1,size=1G,ro=1", "create="),
+            ("file:/x,create=maybe", "create="),
         ] {
             let e = parse(s).unwrap_err().to_string();
             assert!(e.contains(key), "{s}: {e}");

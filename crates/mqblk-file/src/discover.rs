@@ -4,8 +4,9 @@
 //! - alignment: statx(STATX_DIOALIGN) where the kernel and filesystem
 //!   report it, else BLKSSZGET/BLKPBSZGET for a block device, else a safe
 //!   default (4096 for O_DIRECT on a file, 512 otherwise);
-//! - capacity: BLKGETSIZE64, or the file's size (`size=` creates or
-//!   extends a regular file);
+//! - capacity: BLKGETSIZE64, or the file's size; `size=` creates a new
+//!   file, exposes a prefix of a larger target, and grows an existing
+//!   file only with `create=1`;
 //! - read-only: the open mode, and BLKROGET;
 //! - rotational and write cache: the block device's `queue/` in sysfs;
 //! - discard and write-zeroes: probed, not assumed (fallocate past the end
@@ -107,10 +108,87 @@ fn os_err(context: String, e: io::Error) -> String {
 }
 
 /// Open `cfg.path` with the mode the options ask for, and describe it.
+///
+/// The target's size never changes unless asked: a missing file is created
+/// when `size=` is given, an existing one is grown only with `create=1`.
+/// A file this call created is removed again if anything later fails, so a
+/// failed open leaves nothing behind.
 pub fn open(cfg: &FileConfig) -> Result<(File, Geometry), String> {
+    let mut created = false;
+    let r = open_inner(cfg, &mut created);
+    if r.is_err() && created {
+        let _ = std::fs::remove_file(&cfg.path);
+    }
+    r
+}
+
+/// What a non-regular, non-block file is, for errors.
+fn kind_name(ft: &std::fs::FileType) -> &'static str {
+    if ft.is_dir() {
+        "a directory"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_symlink() {
+        "a dangling symbolic link"
+    } else {
+        "not a regular file"
+    }
+}
+
+fn open_inner(cfg: &FileConfig, created: &mut bool) -> Result<(File, Geometry), String> {
     let path = &cfg.path;
     let shown = path.display();
-    let exists = path.exists();
+    // What is there decides what the open may do; a character device or a
+    // directory is refused before any flag (O_DIRECT) is blamed.
+    let existing = match std::fs::metadata(path) {
+        Ok(m) => Some(m),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            return Err(format!(
+                "cannot look at {shown} ({e}): a directory on the way is not searchable \
+                 by this user"
+            ))
+        }
+        Err(e) => return Err(os_err(format!("cannot stat {shown}"), e)),
+    };
+    if let Some(m) = &existing {
+        let ft = m.file_type();
+        if !ft.is_file() && !ft.is_block_device() {
+            return Err(format!(
+                "{shown} is {}; expected a regular file or a block device",
+                kind_name(&ft)
+            ));
+        }
+    } else {
+        let parent = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        if !parent.is_dir() {
+            return Err(format!(
+                "{shown} cannot be created: the directory {} does not exist; create it first",
+                parent.display()
+            ));
+        }
+        if cfg.size_bytes.is_none() {
+            return Err(format!(
+                "{shown} does not exist; to create it, give its size, as in \
+                 file:{shown},size=1G"
+            ));
+        }
+        if cfg.read_only {
+            return Err(format!(
+                "{shown} does not exist, and a read-only open (ro=1, which `mqblk info` and \
+                 read-only workloads use) creates nothing; create it with a writable open \
+                 (file:{shown},size={}) or `truncate -s SIZE {shown}`",
+                cfg.size_bytes.unwrap_or(0)
+            ));
+        }
+    }
     let mut oo = OpenOptions::new();
     oo.read(true).write(!cfg.read_only);
     let mut custom = libc::O_CLOEXEC;
@@ -118,15 +196,19 @@ pub fn open(cfg: &FileConfig) -> Result<(File, Geometry), String> {
         custom |= libc::O_DIRECT;
     }
     oo.custom_flags(custom);
-    if !exists && cfg.size_bytes.is_some() && !cfg.read_only {
-        oo.create(true);
+    if existing.is_none() {
+        // Exclusive: never take over a file that appeared meanwhile.
+        oo.create_new(true);
     }
     let file = match oo.open(path) {
-        Ok(f) => f,
+        Ok(f) => {
+            *created = existing.is_none();
+            f
+        }
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) && cfg.direct => {
             return Err(format!(
                 "cannot open {shown} with O_DIRECT ({e}): its file system does not support \
-                 direct I/O (tmpfs does not); use direct=0, or a file on another file system"
+                 direct I/O; use direct=0, or a file on another file system"
             ))
         }
         Err(e) if e.raw_os_error() == Some(libc::EROFS) => {
@@ -134,14 +216,20 @@ pub fn open(cfg: &FileConfig) -> Result<(File, Geometry), String> {
                 "cannot open {shown} for writing ({e}); open it read-only with ro=1"
             ))
         }
-        Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied && !cfg.read_only => {
             return Err(format!(
-                "{shown} is a directory: neither a regular file nor a block device"
+                "cannot open {shown} for reading and writing ({e}); to only read it, add ro=1 \
+                 (bench with a read-only workload, info and serve --read-only do so themselves)"
             ))
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
             return Err(format!(
-                "{shown} does not exist; give size= to create a file of that size"
+                "cannot open {shown} for reading ({e}): this user may not read it"
+            ))
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            return Err(format!(
+                "{shown} appeared while it was being created; open it again"
             ))
         }
         Err(e) => return Err(os_err(format!("cannot open {shown}"), e)),
@@ -156,31 +244,17 @@ pub fn open(cfg: &FileConfig) -> Result<(File, Geometry), String> {
         TargetKind::Block
     } else {
         return Err(format!(
-            "{shown} is neither a regular file nor a block device"
+            "{shown} is {}; expected a regular file or a block device",
+            kind_name(&ft)
         ));
     };
     let fd = file.as_raw_fd();
     let mut notes = Vec::new();
 
-    // Capacity.
-    let capacity_bytes = match kind {
-        TargetKind::Regular => {
-            let len = meta.len();
-            match cfg.size_bytes {
-                Some(want) if want > len => {
-                    if cfg.read_only {
-                        return Err(format!(
-                            "{shown} has {len} bytes, less than size={want}, and is opened read-only"
-                        ));
-                    }
-                    file.set_len(want)
-                        .map_err(|e| os_err(format!("cannot extend {shown} to {want} bytes"), e))?;
-                    want
-                }
-                Some(want) => want,
-                None => len,
-            }
-        }
+    // Capacity: a new file gets `size=`; an existing target keeps its size
+    // (grown only with create=1) and `size=` smaller exposes a prefix.
+    let whole_bytes = match kind {
+        TargetKind::Regular => meta.len(),
         TargetKind::Block => {
             let mut size: u64 = 0;
             // SAFETY: BLKGETSIZE64 writes one u64 to the pointer, which
@@ -192,18 +266,9 @@ pub fn open(cfg: &FileConfig) -> Result<(File, Geometry), String> {
                     io::Error::last_os_error(),
                 ));
             }
-            match cfg.size_bytes {
-                Some(want) if want > size => {
-                    return Err(format!(
-                        "size={want} is larger than the block device {shown} ({size} bytes)"
-                    ))
-                }
-                Some(want) => want,
-                None => size,
-            }
+            size
         }
     };
-
     // The block device behind the target: itself, or the file's file system.
     let (major, minor) = if kind == TargetKind::Block {
         (libc::major(meta.rdev()), libc::minor(meta.rdev()))
@@ -237,6 +302,75 @@ pub fn open(cfg: &FileConfig) -> Result<(File, Geometry), String> {
     if !logical_block_size.is_power_of_two() || logical_block_size > 65536 {
         return Err(format!(
             "{shown}: unusable logical block size {logical_block_size} ({align_source})"
+        ));
+    }
+    let lbs64 = u64::from(logical_block_size);
+    if let Some(want) = cfg.size_bytes {
+        if !want.is_multiple_of(lbs64) {
+            let down = want / lbs64 * lbs64;
+            let up = match down.checked_add(lbs64) {
+                Some(up) if down > 0 => format!("size={down} or size={up}"),
+                Some(up) => format!("size={up}"),
+                None => format!("size={down}"),
+            };
+            return Err(format!(
+                "size={want} is not a multiple of {shown}'s {logical_block_size}-byte logical \
+                 block size ({align_source}); use {up}"
+            ));
+        }
+    }
+    let capacity_bytes = match cfg.size_bytes {
+        None => whole_bytes,
+        Some(want) if want == whole_bytes => want,
+        Some(want) if want < whole_bytes => {
+            if !*created {
+                notes.push(format!(
+                    "size={want} exposes only the first {want} of {shown}'s {whole_bytes} bytes"
+                ));
+            }
+            want
+        }
+        Some(want) => match kind {
+            TargetKind::Regular if *created || cfg.create => {
+                file.set_len(want).map_err(|e| {
+                    let why = if e.raw_os_error() == Some(libc::EFBIG)
+                        || e.raw_os_error() == Some(libc::EINVAL)
+                    {
+                        "larger than this file system allows"
+                    } else {
+                        "the file system refused"
+                    };
+                    format!("cannot make {shown} {want} bytes long: {why} ({e})")
+                })?;
+                if !*created {
+                    notes.push(format!(
+                        "{shown} was grown from {whole_bytes} to {want} bytes (create=1)"
+                    ));
+                }
+                want
+            }
+            TargetKind::Regular => {
+                return Err(format!(
+                    "size={want} is larger than {shown} ({whole_bytes} bytes); add create=1 \
+                     to grow the file to {want} bytes, or drop size= to use its {whole_bytes} \
+                     bytes"
+                ))
+            }
+            TargetKind::Block => {
+                return Err(format!(
+                    "size={want} is larger than the block device {shown} ({whole_bytes} bytes); \
+                     drop size= to use all of it"
+                ))
+            }
+        },
+    };
+
+    if cfg.size_bytes.is_none() && !capacity_bytes.is_multiple_of(lbs64) && capacity_bytes >= lbs64
+    {
+        notes.push(format!(
+            "{shown} has {capacity_bytes} bytes; the last {} are past its last whole \
+             {logical_block_size}-byte block and are not used",
+            capacity_bytes % lbs64
         ));
     }
     let physical_block_size = match kind {

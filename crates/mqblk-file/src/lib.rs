@@ -14,14 +14,18 @@
 //!
 //! ```text
 //! file:/path[,engine=uring|psync][,direct=0|1][,iopoll=0|1][,sqpoll=0|1][,ro=1]
-//!           [,wait=poll|sleep][,fixed_bufs=SIZE][,size=SIZE][,workers=N]
-//!           [,taskrun=auto|defer|coop|off][,sqpoll_idle_ms=MS]
+//!           [,wait=poll|sleep][,fixed_bufs=SIZE][,size=SIZE][,create=1]
+//!           [,workers=N][,taskrun=auto|defer|coop|off][,sqpoll_idle_ms=MS]
 //! ```
+//!
+//! Opening never changes the target's size unless asked: `size=` creates
+//! a missing file, exposes a prefix of a larger target, and grows an
+//! existing file only with `create=1`.
 //!
 //! plus the options every device takes (`hw_queues`, `queue_depth`, ...;
 //! see [`mqblk_core::queue::DeviceConfig::take_common`]). See
 //! [`FileConfig`] for each option and its default. The engine in use and
-//! any fallback taken are reported by [`info`].
+//! any fallback taken are reported by [`info()`](fn@info).
 //!
 //! Modules, in the order a request meets them: [`config`] and [`discover`]
 //! (control plane), [`driver`], then the engines ([`uring`], [`psync`])
@@ -110,7 +114,8 @@ pub fn create(cfg: FileConfig, mut dev: DeviceConfig) -> Result<Device> {
     let (file, mut geom) = discover::open(&cfg).map_err(setup)?;
     if geom.capacity_bytes < u64::from(geom.logical_block_size) {
         return Err(setup(format!(
-            "{} has {} bytes, less than one {}-byte block; give size= to extend a file",
+            "{} has {} bytes, less than one {}-byte block; add create=1,size=1G to grow \
+             the file (or use another file)",
             cfg.path.display(),
             geom.capacity_bytes,
             geom.logical_block_size
@@ -154,6 +159,13 @@ pub fn create(cfg: FileConfig, mut dev: DeviceConfig) -> Result<Device> {
                 .into(),
         ));
     }
+    let fixed_bufs_bytes = if use_uring {
+        let (bytes, note) = fit_arena_to_memlock(cfg.fixed_bufs_bytes, dev.nr_hw_queues);
+        notes.extend(note);
+        bytes
+    } else {
+        0
+    };
     let depth = dev.queue_depth + dev.reserved_tags;
     let engine = if use_uring {
         driver::Engine::Uring(uring::RingConfig {
@@ -196,10 +208,107 @@ pub fn create(cfg: FileConfig, mut dev: DeviceConfig) -> Result<Device> {
         target,
         geom,
         engine,
-        if use_uring { cfg.fixed_bufs_bytes } else { 0 },
+        fixed_bufs_bytes,
         entry,
     );
     Device::new(driver, dev)
+}
+
+/// The prefix of the note [`fit_arena_to_memlock`] leaves when it shrinks
+/// the arena: a program that prints every note on each run can leave this
+/// one to `mqblk info`.
+pub const ARENA_NOTE_PREFIX: &str = "fixed_bufs=";
+
+/// Smallest arena worth registering; below it fixed buffers are turned off.
+const MIN_ARENA_BYTES: usize = 1 << 20;
+
+/// The buffer arena size that fits the memory this process may lock.
+///
+/// The arena is registered with every ring (one per hardware queue), and
+/// io_uring charges each registration to RLIMIT_MEMLOCK unless the process
+/// has CAP_IPC_LOCK; a rebuilt ring is charged again for a moment. A non-root user's limit is often 8 MiB, less than the
+/// default 64 MiB arena, and every registration would fail; instead the
+/// arena is shrunk to fit what is left of the limit (whole MiB), or turned
+/// off, and the returned note says so.
+pub fn fit_arena_to_memlock(want_bytes: usize, rings: u16) -> (usize, Option<String>) {
+    if want_bytes == 0 || has_cap_ipc_lock() {
+        return (want_bytes, None);
+    }
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one struct rlimit to the pointer, a live
+    // local.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } != 0
+        || lim.rlim_cur == libc::RLIM_INFINITY
+    {
+        return (want_bytes, None);
+    }
+    fit_arena(want_bytes, rings, lim.rlim_cur, locked_bytes())
+}
+
+/// [`fit_arena_to_memlock`]'s arithmetic, for a limit of `limit` bytes of
+/// which `locked` are locked already.
+fn fit_arena(want_bytes: usize, rings: u16, limit: u64, locked: u64) -> (usize, Option<String>) {
+    // Each ring's registration is charged, and a ring rebuilt for a second
+    // thread (SINGLE_ISSUER) registers the arena again before the old
+    // ring's charge is released: budget two registrations per ring. An
+    // arena that does not start on a page boundary pins one page more
+    // than its length; leave two pages of room too.
+    let registrations = 2 * u64::from(rings.max(1));
+    let per_ring = (limit.saturating_sub(locked) / registrations).saturating_sub(8192);
+    if per_ring >= want_bytes as u64 {
+        return (want_bytes, None);
+    }
+    let fit = (per_ring as usize) & !(MIN_ARENA_BYTES - 1);
+    let mib = |b: u64| b >> 20;
+    let why = format!(
+        "RLIMIT_MEMLOCK is {} MiB ({} MiB already locked) for {rings} ring(s), each \
+         registering the arena (twice while it is rebuilt)",
+        mib(limit),
+        mib(locked)
+    );
+    if fit < MIN_ARENA_BYTES {
+        return (
+            0,
+            Some(format!(
+                "{ARENA_NOTE_PREFIX}0: {} MiB of registered buffers do not fit: {why}; raise \
+                 `ulimit -l` for READ_FIXED/WRITE_FIXED",
+                mib(want_bytes as u64)
+            )),
+        );
+    }
+    (
+        fit,
+        Some(format!(
+            "{ARENA_NOTE_PREFIX}{}M instead of {}M: {why}; raise `ulimit -l` for a larger arena",
+            mib(fit as u64),
+            mib(want_bytes as u64)
+        )),
+    )
+}
+
+/// Whether the process may lock memory beyond RLIMIT_MEMLOCK
+/// (CAP_IPC_LOCK in its effective set).
+fn has_cap_ipc_lock() -> bool {
+    const CAP_IPC_LOCK: u32 = 14;
+    status_field("CapEff:")
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
+}
+
+/// Bytes this process has locked already (`VmLck`).
+fn locked_bytes() -> u64 {
+    status_field("VmLck:")
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kib| kib << 10)
+}
+
+fn status_field(name: &str) -> Option<String> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix(name).map(str::to_string))
 }
 
 /// Why IOPOLL cannot be used on this target, if it cannot: a block device
@@ -267,5 +376,31 @@ fn target_name(geom: &Geometry) -> &'static str {
     match geom.kind {
         TargetKind::Regular => "the file's file system",
         TargetKind::Block => "the block device",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn the_arena_fits_the_memlock_limit() {
+        // A user's usual 8 MiB: 2 rings, each charged twice.
+        let (n, note) = fit_arena(64 << 20, 2, 8 * MIB, 0);
+        assert_eq!(n, 1 << 20);
+        let note = note.unwrap();
+        assert!(note.starts_with("fixed_bufs=1M instead of 64M"), "{note}");
+        assert!(note.contains("RLIMIT_MEMLOCK is 8 MiB"), "{note}");
+        // Enough room: unchanged, nothing said.
+        assert_eq!(fit_arena(64 << 20, 2, 1 << 30, 0), (64 << 20, None));
+        // Too little for one MiB a ring: fixed buffers off, said so.
+        let (n, note) = fit_arena(64 << 20, 8, 8 * MIB, 0);
+        assert_eq!(n, 0);
+        assert!(note.unwrap().starts_with("fixed_bufs=0:"));
+        // What is locked already counts.
+        let (n, _) = fit_arena(64 << 20, 1, 8 * MIB, 6 * MIB);
+        assert_eq!(n, 0);
     }
 }

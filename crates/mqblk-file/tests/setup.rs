@@ -126,7 +126,7 @@ fn setup_errors_say_what_to_do() {
     assert!(e.contains("does not exist") && e.contains("size="), "{e}");
     let e = open(&s.dir, "").unwrap_err().to_string();
     assert!(
-        e.contains("neither a regular file nor a block device"),
+        e.contains("is a directory; expected a regular file or a block device"),
         "{e}"
     );
     let p = s.file("disk.img", MIB);

@@ -9,7 +9,7 @@
 //!
 //! [`DeviceConfig::take_common`]: mqblk_core::queue::DeviceConfig::take_common
 
-use mqblk_core::error::{Error, Result};
+use mqblk_core::error::Result;
 use mqblk_core::spec::SpecOptions;
 
 /// Default logical block size, as brd's (512).
@@ -42,12 +42,9 @@ impl RamConfig {
     /// [`mqblk_core::queue::DeviceConfig::take_common`] and then
     /// [`SpecOptions::finish`] (as [`crate::open`] does).
     pub fn from_options(o: &mut SpecOptions) -> Result<RamConfig> {
-        let size_bytes = o.take_size("size")?.ok_or_else(|| {
-            Error::spec(
-                o.spec(),
-                "option `size` is required for a ram device, e.g. `ram,size=1G`",
-            )
-        })?;
+        let size_bytes = o
+            .take_size("size")?
+            .ok_or_else(|| o.required("size", "ram,size=1G"))?;
         let mut c = RamConfig::new(size_bytes);
         if let Some(bs) = o.take_size("block_size")? {
             if !(512..=4096).contains(&bs) || !bs.is_power_of_two() {
@@ -83,6 +80,7 @@ impl RamConfig {
 
 #[cfg(test)]
 mod tests {
+    use mqblk_core::error::Error;
     use mqblk_core::spec;
 
     use super::*;
@@ -129,6 +127,15 @@ mod tests {
                 other => panic!("{s}: expected a spec error naming {key}, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_typo_of_size_is_named_as_a_typo() {
+        let e = parse("ram,sise=1G").unwrap_err().to_string();
+        assert!(
+            e.contains("unknown option `sise`; did you mean `size`?"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -7,22 +7,28 @@
 //! so the engine costs a few nanoseconds per I/O beside the layer it
 //! measures. Latency comes from the layer's own histograms.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{bail, Result};
 use crossbeam_utils::CachePadded;
 use mqblk::{Bio, Device, Op};
 
 use super::job::JobSpec;
-use super::result::{DirResult, JobResult, LayerResult, RunResult};
-use super::verify::{Hook, NoVerify};
+use super::result::{DeviceAlignment, DirResult, JobResult, LayerResult, RunResult};
+use super::verify::{Hook, NoVerify, Verifier};
 use crate::alloc_count;
 
 const PHASE_RAMP: u8 = 0;
 const PHASE_MEASURE: u8 = 1;
 const PHASE_STOP: u8 = 2;
+/// How a file device's note about its buffer arena begins
+/// (`mqblk_file::ARENA_NOTE_PREFIX`): said by `mqblk info`, not each run.
+const ARENA_NOTE_PREFIX: &str = "fixed_bufs=";
+
+/// Stopped by a signal: drain, but skip the verify phase.
+const PHASE_ABORT: u8 = 3;
 
 /// State shared by the supervisor and the job threads.
 struct Shared {
@@ -48,7 +54,9 @@ struct Measured {
 
 /// Open the devices of every job section, with the bench's overrides added.
 /// Each `--device` is its own device, even when two specs read the same:
-/// `--device null --device null` is two null devices.
+/// `--device null --device null` is two null devices. A job that only
+/// reads opens its devices read-only (`ro=1`, unless its spec says `ro=`),
+/// so a file this user may only read can be measured, as fio does.
 fn open_devices(jobs: &[JobSpec]) -> Result<Vec<Vec<Device>>> {
     let mut all = Vec::with_capacity(jobs.len());
     for job in jobs {
@@ -57,7 +65,7 @@ fn open_devices(jobs: &[JobSpec]) -> Result<Vec<Vec<Device>>> {
         }
         let mut devs = Vec::with_capacity(job.devices.len());
         for spec in &job.devices {
-            let mut parsed = mqblk::spec::parse(spec)?;
+            let mut parsed = mqblk::spec::parse(spec).map_err(|e| crate::open_error(e, spec))?;
             if let Some(m) = &job.queue_mode {
                 parsed.options.set("queue_mode", m);
             }
@@ -70,11 +78,14 @@ fn open_devices(jobs: &[JobSpec]) -> Result<Vec<Vec<Device>>> {
             if !job.iostats {
                 parsed.options.set("iostats", "0");
             }
-            let dev =
-                mqblk::open_parsed(parsed).with_context(|| format!("opening device {spec:?}"))?;
-            // Fallbacks a driver took (io_uring refused, no IOPOLL) are said.
+            if !job_writes(job) && !parsed.options.contains("ro") {
+                parsed.options.set("ro", "1");
+            }
+            let dev = mqblk::open_parsed(parsed).map_err(|e| crate::open_error(e, spec))?;
+            // Fallbacks a driver took (io_uring refused, no IOPOLL) are said;
+            // the arena fitted to RLIMIT_MEMLOCK is left to `mqblk info`.
             for (k, v) in mqblk::driver_info(&dev) {
-                if k == "note" {
+                if k == "note" && !v.starts_with(ARENA_NOTE_PREFIX) {
                     eprintln!("mqblk: {}: {v}", dev.name());
                 }
             }
@@ -85,21 +96,71 @@ fn open_devices(jobs: &[JobSpec]) -> Result<Vec<Vec<Device>>> {
     Ok(all)
 }
 
-/// Run all jobs (numjobs expanded) concurrently and measure them.
-pub fn run(jobs: &[JobSpec], progress: bool) -> Result<RunResult> {
+/// Whether a job writes (its mix has writes).
+fn job_writes(job: &JobSpec) -> bool {
+    job.rw.read_percent(job.rwmixread) < 100
+}
+
+/// Every job with its device, opened and checked, ready to start.
+pub struct Prepared {
+    plan: Vec<(JobSpec, Device)>,
+    verifiers: Vec<Option<Verifier>>,
+}
+
+/// Open every device and check every job against it: direction, size, block
+/// size, verify slices. Nothing runs yet, so any error comes before the
+/// banner and before any I/O.
+pub fn prepare(jobs: &[JobSpec]) -> Result<Prepared> {
     super::verify::check_jobs(jobs)?;
     let devs = open_devices(jobs)?;
     // Expand numjobs; job i of the run uses device i mod n of its section.
     let mut plan: Vec<(JobSpec, Device)> = Vec::new();
+    let mut specs: Vec<String> = Vec::new();
     for (job, devs) in jobs.iter().zip(&devs) {
         for _ in 0..job.numjobs {
             let i = plan.len();
             plan.push((job.clone(), devs[i % devs.len()].clone()));
+            specs.push(job.devices[i % devs.len()].clone());
         }
     }
-    for (job, dev) in &plan {
-        check_job(job, dev)?;
+    for ((job, dev), spec) in plan.iter().zip(&specs) {
+        check_job(job, dev, spec)?;
     }
+    let verifiers = (0..plan.len())
+        .map(|i| super::verify::for_job(&plan, i))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Prepared { plan, verifiers })
+}
+
+impl Prepared {
+    /// The distinct devices of the run, with their alignment.
+    pub fn alignment(&self) -> Vec<DeviceAlignment> {
+        let mut out: Vec<DeviceAlignment> = Vec::new();
+        for (_, dev) in &self.plan {
+            if out.iter().any(|a| a.device == dev.name()) {
+                continue;
+            }
+            let info = dev.info();
+            out.push(DeviceAlignment {
+                device: dev.name().to_string(),
+                logical_block_size: dev.logical_block_size(),
+                dma_alignment_bytes: info.limits.dma_alignment + 1,
+            });
+        }
+        out
+    }
+}
+
+/// Run all prepared jobs (numjobs expanded) concurrently and measure them.
+/// Setting `stop` (a signal) ends the run as the runtime would: the jobs
+/// stop issuing, drain what is in flight, and their results are returned;
+/// the verify phase is skipped.
+pub fn run(prepared: Prepared, progress: bool, stop: &AtomicBool) -> Result<RunResult> {
+    let alignment = prepared.alignment();
+    let Prepared {
+        plan,
+        mut verifiers,
+    } = prepared;
     let n = plan.len();
     let shared = Arc::new(Shared {
         phase: AtomicU8::new(PHASE_RAMP),
@@ -112,9 +173,6 @@ pub fn run(jobs: &[JobSpec], progress: bool) -> Result<RunResult> {
             .collect(),
     });
     let mut handles = Vec::with_capacity(n);
-    let mut verifiers = (0..plan.len())
-        .map(|i| super::verify::for_job(&plan, i))
-        .collect::<Result<Vec<_>>>()?;
     for (index, (job, dev)) in plan.iter().cloned().enumerate() {
         let verifier = verifiers[index].take();
         let shared = shared.clone();
@@ -132,10 +190,13 @@ pub fn run(jobs: &[JobSpec], progress: bool) -> Result<RunResult> {
     shared.start.wait();
     let first = &plan[0].0;
     if let Some(ramp) = first.ramp_time {
-        sleep_unless_done(&shared, n, ramp);
+        sleep_unless_done(&shared, n, ramp, stop);
     }
     shared.phase.store(PHASE_MEASURE, Relaxed);
     while shared.measuring.load(Relaxed) + shared.finished.load(Relaxed) < n {
+        if stop.load(Relaxed) {
+            break;
+        }
         std::thread::sleep(Duration::from_micros(200));
     }
     let stats_dir = match &plan[0].0.stats_dir {
@@ -156,7 +217,7 @@ pub fn run(jobs: &[JobSpec], progress: bool) -> Result<RunResult> {
     let bar = progress_bar(progress, runtime);
     let mut last = (t0, 0u64);
     loop {
-        if shared.finished.load(Relaxed) == n {
+        if shared.finished.load(Relaxed) == n || stop.load(Relaxed) {
             break;
         }
         if runtime.is_some_and(|r| t0.elapsed() >= r) {
@@ -182,7 +243,20 @@ pub fn run(jobs: &[JobSpec], progress: bool) -> Result<RunResult> {
             }
         }
     }
-    shared.phase.store(PHASE_STOP, Relaxed);
+    if stop.load(Relaxed) {
+        eprintln!(
+            "mqblk: stopping: draining the I/O in flight, then reporting (a second signal \
+             exits at once)"
+        );
+    }
+    shared.phase.store(
+        if stop.load(Relaxed) {
+            PHASE_ABORT
+        } else {
+            PHASE_STOP
+        },
+        Relaxed,
+    );
     while shared.finished.load(Relaxed) < n {
         std::thread::sleep(Duration::from_micros(200));
     }
@@ -197,6 +271,8 @@ pub fn run(jobs: &[JobSpec], progress: bool) -> Result<RunResult> {
         queue_mode: plan[0].1.queue_mode().name().to_string(),
         allocs: allocs_end - allocs_start,
         descriptor_bytes: mqblk::descriptor_bytes(),
+        alignment,
+        interrupted: stop.load(Relaxed),
         ..LayerResult::default()
     };
     for h in handles {
@@ -221,9 +297,9 @@ pub fn run(jobs: &[JobSpec], progress: bool) -> Result<RunResult> {
     })
 }
 
-fn sleep_unless_done(shared: &Shared, n: usize, d: Duration) {
+fn sleep_unless_done(shared: &Shared, n: usize, d: Duration, stop: &AtomicBool) {
     let t = Instant::now();
-    while t.elapsed() < d && shared.finished.load(Relaxed) < n {
+    while t.elapsed() < d && shared.finished.load(Relaxed) < n && !stop.load(Relaxed) {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -242,8 +318,26 @@ fn progress_bar(enabled: bool, runtime: Option<Duration>) -> Option<indicatif::P
     Some(bar)
 }
 
-fn check_job(job: &JobSpec, dev: &Device) -> Result<()> {
+fn check_job(job: &JobSpec, dev: &Device, spec: &str) -> Result<()> {
     let lbs = u64::from(dev.logical_block_size());
+    if job_writes(job) && (dev.info().features.read_only || dev.config().read_only) {
+        bail!(
+            "job {}: rw={} writes, but device {} ({spec}) is read-only; use rw=read or \
+             rw=randread, or open it writable (drop ro=1)",
+            job.name,
+            job.rw.name(),
+            dev.name()
+        );
+    }
+    let cap = dev.capacity_bytes();
+    if let Some(size) = job.size.filter(|&s| s > cap) {
+        bail!(
+            "job {}: size={size} is larger than device {} ({spec}), which has {cap} bytes; \
+             use size={cap} or less, or a larger device",
+            job.name,
+            dev.name()
+        );
+    }
     let segs = u64::from(job.segments.max(1));
     if !job.bs.is_multiple_of(segs) || !(job.bs / segs).is_multiple_of(512) {
         bail!(
@@ -254,10 +348,12 @@ fn check_job(job: &JobSpec, dev: &Device) -> Result<()> {
     }
     if job.bs == 0 || !job.bs.is_multiple_of(lbs) {
         bail!(
-            "job {}: bs={} is not a multiple of {}'s logical block size {lbs}",
+            "job {}: bs={} is not a multiple of {}'s logical block size {lbs} ({spec}); use \
+             bs={}",
             job.name,
             job.bs,
-            dev.name()
+            dev.name(),
+            job.bs.next_multiple_of(lbs).max(lbs)
         );
     }
     if job.bs > u64::from(u32::MAX) {
@@ -414,7 +510,7 @@ fn job_thread<V: Hook>(
 
     loop {
         let phase = shared.phase.load(Relaxed);
-        if phase == PHASE_STOP || hook.stopped() {
+        if phase >= PHASE_STOP || hook.stopped() {
             break;
         }
         if !measuring && phase == PHASE_MEASURE {
@@ -497,8 +593,11 @@ fn job_thread<V: Hook>(
             free.push(c.into_bio())
         });
     }
-    // fio's verify phase: read back what was written (not measured).
-    hook.verify_phase(&mut ctx, &mut free);
+    // fio's verify phase: read back what was written (not measured);
+    // skipped when a signal stopped the run.
+    if shared.phase.load(Relaxed) != PHASE_ABORT {
+        hook.verify_phase(&mut ctx, &mut free);
+    }
     shared.end.wait();
 
     let mut stats = stats_end;

@@ -22,11 +22,14 @@
 //! key means `key=1` (`time_based`). Within one section repeated `device=`
 //! lines add devices, and a section that names any device replaces the
 //! devices it inherited. Lines starting with `;` or `#` are comments, as is
-//! the rest of a line after a `;` or `#` that follows whitespace. The fio
-//! keys `ioengine`, `direct`, `thread`, `group_reporting` and `name` are
-//! accepted and ignored (mqblk has one engine, always goes direct to the
-//! layer, always runs jobs as threads, prints every job, and names jobs by
-//! their section); any other key is an error naming it and its line.
+//! the rest of a line after a `;` or `#` that follows whitespace. fio's
+//! `filename=PATH` is the device `file:PATH`, and `direct=` and
+//! `ioengine=io_uring|psync` set the section's file devices (`libaio` and
+//! `posixaio` leave their default engine, io_uring; any other engine is an
+//! error that says why). The fio keys `thread`, `group_reporting` and
+//! `name` are accepted and ignored (mqblk always runs jobs as threads,
+//! prints every job, and names jobs by their section); any other key is an
+//! error naming it and its line.
 //!
 //! The command line's options are laid over every job (see
 //! [`super::options`]). Files are bounded: at most [`FILE_BYTES_MAX`]
@@ -38,6 +41,8 @@ use std::io::Read;
 use std::path::Path;
 
 use super::job::JobSpec;
+use mqblk::spec::parse_bool;
+
 use super::options::{JobOptions, OptionError, KEYS, NAME_LEN_MAX};
 
 /// Largest job file, in bytes.
@@ -46,7 +51,13 @@ pub const FILE_BYTES_MAX: u64 = 1 << 20;
 pub const LINE_CHARS_MAX: usize = 4096;
 
 /// fio keys that are accepted and ignored.
-pub const IGNORED_KEYS: &[&str] = &["ioengine", "direct", "thread", "group_reporting", "name"];
+pub const IGNORED_KEYS: &[&str] = &["thread", "group_reporting", "name"];
+
+/// fio's file keys, taken as fio means them: `filename=PATH` is the device
+/// `file:PATH`; `direct=` and `ioengine=io_uring|psync` set `direct=` and
+/// `engine=` of the section's file devices (`libaio` and `posixaio` leave
+/// the default engine, io_uring).
+pub const FIO_FILE_KEYS: &[&str] = &["filename", "direct", "ioengine"];
 
 /// A job file that cannot be used, with the line at fault (1-based; 0 when
 /// the fault is the file as a whole).
@@ -165,6 +176,39 @@ pub fn parse(text: &str, cli: &JobOptions) -> Result<Vec<JobSpec>, JobFileError>
                 format!("option `{key}` before any section; start with [global] or [jobname]"),
             ));
         };
+        // fio's file keys: filename= is a file device, direct= and a known
+        // ioengine= set the section's file devices.
+        match (key, value) {
+            ("filename", Some(v)) => {
+                let spec = format!("file:{}", v.trim());
+                options
+                    .set("device", Some(&spec))
+                    .map_err(|e| describe(line_no, key, value, &e))?;
+                continue;
+            }
+            ("direct", v) => {
+                let b = match v {
+                    None => true,
+                    Some(v) => parse_bool(v).ok_or_else(|| {
+                        err(
+                            line_no,
+                            format!("direct={v}: expected 1 (O_DIRECT) or 0 (the page cache)"),
+                        )
+                    })?,
+                };
+                options.file_direct = Some(b);
+                continue;
+            }
+            ("ioengine", Some(v)) => {
+                if let Some(e) = super::options::file_engine(v)
+                    .map_err(|why| err(line_no, format!("ioengine={v}: {why}")))?
+                {
+                    options.file_engine = Some(e);
+                }
+                continue;
+            }
+            _ => {}
+        }
         if IGNORED_KEYS.contains(&key) {
             continue;
         }
@@ -243,17 +287,19 @@ fn describe(line: usize, key: &str, value: Option<&str>, e: &OptionError) -> Job
     };
     let message = match e {
         OptionError::UnknownKey => {
-            let hint = match key {
-                "filename" => "; name the device with device=SPEC".to_string(),
-                _ => String::new(),
+            let all = KEYS.iter().chain(FIO_FILE_KEYS).copied();
+            let hint = match mqblk::spec::nearest(key, all) {
+                Some(near) => format!(" (did you mean `{near}`?)"),
+                None => String::new(),
             };
             format!(
-                "unknown key `{key}`{hint}; mqblk job files take {} (and accept and ignore {})",
+                "unknown key `{key}`{hint}; mqblk job files take {}, {} (and accept and ignore {})",
                 KEYS.iter()
                     .filter(|k| **k != "name")
                     .copied()
                     .collect::<Vec<_>>()
                     .join(", "),
+                FIO_FILE_KEYS.join(", "),
                 IGNORED_KEYS.join(", ")
             )
         }
@@ -318,6 +364,46 @@ mod tests {
     }
 
     #[test]
+    fn fio_file_keys_are_taken_as_fio_means_them() {
+        let jobs = parse_ok(
+            "[global]\n\
+             ioengine=io_uring\n\
+             direct=0\n\
+             [a]\n\
+             filename=/data/disk.img\n\
+             [b]\n\
+             ioengine=psync\n\
+             direct=1\n\
+             device=file:/x,direct=0\n\
+             device=null\n\
+             [c]\n\
+             ioengine=libaio\n\
+             device=null\n",
+        );
+        assert_eq!(
+            jobs[0].devices,
+            vec!["file:/data/disk.img,direct=0,engine=uring"]
+        );
+        // A spec's own direct= wins; other kinds are left alone.
+        assert_eq!(
+            jobs[1].devices,
+            vec!["file:/x,direct=0,engine=psync", "null"]
+        );
+        assert_eq!(jobs[2].devices, vec!["null"]);
+        let e = parse_err("[a]\nioengine=spdk\ndevice=null\n");
+        assert_eq!(e.line, 2);
+        assert!(
+            e.message
+                .contains("ioengine=spdk: mqblk is itself the I/O engine"),
+            "{e}"
+        );
+        let e = parse_err("[a]\ndirect=maybe\n");
+        assert!(e.message.contains("direct=maybe: expected 1"), "{e}");
+        let e = parse_err("[a]\niodeth=4\n");
+        assert!(e.message.contains("(did you mean `iodepth`?)"), "{e}");
+    }
+
+    #[test]
     fn a_global_applies_to_the_jobs_after_it() {
         let jobs = parse_ok("[a]\n[global]\nbs=16k\n[b]\n");
         assert_eq!(jobs[0].bs, 4096);
@@ -336,11 +422,12 @@ mod tests {
 
     #[test]
     fn errors_name_the_line_and_key() {
-        let e = parse_err("[global]\nbs=4k\n\n[a]\nfilename=/dev/sda\n");
+        let e = parse_err("[global]\nbs=4k\n\n[a]\ninvalidate=1\n");
         assert_eq!(e.line, 5);
         assert!(e.to_string().contains("line 5"), "{e}");
-        assert!(e.message.contains("`filename`"), "{e}");
-        assert!(e.message.contains("device="), "{e}");
+        assert!(e.message.contains("`invalidate`"), "{e}");
+        assert!(e.message.contains("device, "), "{e}");
+        assert!(e.message.contains("filename, direct, ioengine"), "{e}");
 
         let e = parse_err("[a]\niodepth=0\n");
         assert_eq!(e.line, 2);

@@ -138,6 +138,46 @@ pub struct JobOptions {
     pub segments: Option<u32>,
     /// `stats_dir=`.
     pub stats_dir: Option<String>,
+    /// fio's `direct=` (command line `--direct`): `direct=` of every file
+    /// device that does not set it.
+    pub file_direct: Option<bool>,
+    /// fio's `ioengine=` (command line `--ioengine`), as a file device's
+    /// `engine=` (`uring` or `psync`) for every file device that does not
+    /// set it.
+    pub file_engine: Option<&'static str>,
+}
+
+/// A file device's `engine=` for fio's `ioengine=NAME`: `Ok(Some)` for
+/// io_uring and the pread/pwrite family, `Ok(None)` for fio's other async
+/// engines (libaio, posixaio: the file device's default engine, io_uring,
+/// takes their place), and an explanation for the rest.
+pub fn file_engine(name: &str) -> Result<Option<&'static str>, String> {
+    match name.trim() {
+        "io_uring" | "uring" => Ok(Some("uring")),
+        "psync" | "sync" | "pvsync" | "pvsync2" => Ok(Some("psync")),
+        "libaio" | "posixaio" => Ok(None),
+        "null" => Err(
+            "fio's null engine is mqblk's null device: --device null (device=null in a job file)"
+                .into(),
+        ),
+        _ => Err(
+            "mqblk is itself the I/O engine; file devices take io_uring or psync \
+                  (engine=uring|psync in a file: spec), and the device is chosen with \
+                  --device SPEC (device= in a job file)"
+                .into(),
+        ),
+    }
+}
+
+/// `spec` with `key=value` added if it is a file device without `key=`.
+fn with_file_option(spec: &str, key: &str, value: &str) -> String {
+    if !spec.trim_start().starts_with("file:") {
+        return spec.to_string();
+    }
+    match mqblk::spec::parse(spec) {
+        Ok(p) if !p.options.contains(key) => format!("{spec},{key}={value}"),
+        _ => spec.to_string(),
+    }
 }
 
 fn bad(value: &str, expected: impl Into<String>) -> OptionError {
@@ -308,6 +348,8 @@ impl JobOptions {
         over(&mut self.verify_fatal, &top.verify_fatal);
         over(&mut self.segments, &top.segments);
         over(&mut self.stats_dir, &top.stats_dir);
+        over(&mut self.file_direct, &top.file_direct);
+        over(&mut self.file_engine, &top.file_engine);
     }
 
     /// The job these settings describe, on top of the defaults, named
@@ -329,7 +371,22 @@ impl JobOptions {
             ramp_time: self.ramp_time.unwrap_or(d.ramp_time),
             rwmixread: self.rwmixread.unwrap_or(d.rwmixread),
             randseed: self.randseed.unwrap_or(d.randseed),
-            devices: self.devices.clone().unwrap_or(d.devices),
+            devices: self
+                .devices
+                .clone()
+                .unwrap_or(d.devices)
+                .iter()
+                .map(|spec| {
+                    let mut spec = spec.clone();
+                    if let Some(b) = self.file_direct {
+                        spec = with_file_option(&spec, "direct", if b { "1" } else { "0" });
+                    }
+                    if let Some(e) = self.file_engine {
+                        spec = with_file_option(&spec, "engine", e);
+                    }
+                    spec
+                })
+                .collect(),
             queue_mode: self.queue_mode.clone().or(d.queue_mode),
             hw_queues: self.hw_queues.or(d.hw_queues),
             plug: self.plug.or(d.plug),

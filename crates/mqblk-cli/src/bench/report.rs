@@ -390,6 +390,12 @@ pub fn json(specs: &[JobSpec], run: &RunResult) -> Value {
             "cpu_ns": l.cpu_ns,
             "descriptor_bytes": l.descriptor_bytes,
             "devices": device_names(run),
+            "alignment": l.alignment.iter().map(|a| json!({
+                "device": a.device,
+                "logical_block_size": a.logical_block_size,
+                "dma_alignment": a.dma_alignment_bytes,
+            })).collect::<Vec<_>>(),
+            "interrupted": l.interrupted,
         },
     })
 }
@@ -584,6 +590,14 @@ fn write_layer(out: &mut String, run: &RunResult) {
         l.queue_mode,
         device_names(run).join(",")
     );
+    for a in &l.alignment {
+        let _ = writeln!(
+            out,
+            "  alignment: {} logical_block_size={}, dma_alignment={} (a buffer or segment \
+             that breaks it is bounce-copied, counted in bytes_copied)",
+            a.device, a.logical_block_size, a.dma_alignment_bytes
+        );
+    }
     let _ = writeln!(
         out,
         "  allocs_per_io={:.6} ({} allocations / {} I/Os), bytes_copied={}",
@@ -691,6 +705,7 @@ mod tests {
                 splits: 0,
                 cpu_ns: 5_800_000_000,
                 descriptor_bytes: 256,
+                ..LayerResult::default()
             },
         };
         (vec![spec], run)

@@ -65,6 +65,22 @@ pub struct LayerResult {
     pub cpu_ns: u64,
     /// Bytes of a request plus its bio, for one I/O in flight.
     pub descriptor_bytes: usize,
+    /// Each device's alignment: buffers that break it are bounce-copied.
+    pub alignment: Vec<DeviceAlignment>,
+    /// A signal stopped the run before its end: the figures are partial.
+    pub interrupted: bool,
+}
+
+/// What a device asks of offsets, lengths and buffer addresses.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceAlignment {
+    /// Device name (`file0`).
+    pub device: String,
+    /// Offsets and lengths are multiples of this.
+    pub logical_block_size: u32,
+    /// Buffer addresses and segment lengths are multiples of this, or the
+    /// segment is copied through a bounce buffer (`bytes_copied`).
+    pub dma_alignment_bytes: u32,
 }
 
 impl LayerResult {

@@ -4,13 +4,13 @@
 //! Each connection gets its own [`mqblk_core::Context`] (a context is
 //! `Send`, not `Sync`), so connections to one device share nothing on the
 //! I/O path but the device's hardware queues. The per-connection data path
-//! is in [`conn`].
+//! is in the private `conn` module.
 
 mod conn;
 mod export;
+mod socket_path;
 
 use std::net::{SocketAddr, TcpListener};
-use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -20,6 +20,7 @@ use std::time::Duration;
 use mqblk_nbd_proto::{ExportInfo, TlsMode};
 
 pub use export::{export_info, Export};
+pub use socket_path::lock_path;
 
 use crate::transport::Socket;
 
@@ -61,7 +62,8 @@ pub(crate) const TICK: Duration = Duration::from_millis(100);
 pub enum Listen {
     /// A TCP address such as `127.0.0.1:10809` (port 0 picks one).
     Tcp(String),
-    /// A unix socket path (replaced if it exists).
+    /// A unix socket path. Anything at the path but a stale socket is
+    /// refused, and `PATH.lock` keeps two servers off one path.
     Unix(PathBuf),
 }
 
@@ -116,7 +118,7 @@ pub struct ServerStats {
 
 enum Listener {
     Tcp(TcpListener),
-    Unix(UnixListener, PathBuf),
+    Unix(socket_path::ClaimedSocket),
 }
 
 /// A bound NBD server. [`Server::run`] serves until the shutdown flag is
@@ -132,8 +134,9 @@ pub enum ServerError {
     /// A configuration problem.
     #[error("{0}")]
     Config(String),
-    /// Binding or accepting failed.
-    #[error("{what}: {source}")]
+    /// Binding or accepting failed. The message is `what`; the OS error
+    /// is the source (so `{:#}` prints each once).
+    #[error("{what}")]
     Io {
         /// What was being done.
         what: String,
@@ -163,29 +166,40 @@ impl Server {
             ));
         }
         let min_bytes = u64::from(mqblk_nbd_proto::consts::DEFAULT_MAX_PAYLOAD);
-        if cfg.limits.max_bytes < min_bytes || cfg.limits.max_requests == 0 {
+        if cfg.limits.max_bytes < min_bytes {
             return Err(ServerError::Config(format!(
-                "per-connection limits must allow one request: max_bytes >= {min_bytes}, max_requests >= 1"
+                "per-connection buffer memory of {} bytes is less than one request of up to \
+                 {min_bytes} bytes; allow at least {} MiB",
+                cfg.limits.max_bytes,
+                min_bytes.div_ceil(1 << 20)
             )));
+        }
+        if cfg.limits.max_requests == 0 {
+            return Err(ServerError::Config(
+                "per-connection requests in flight is 0; allow at least 1".into(),
+            ));
+        }
+        if cfg.limits.max_connections == 0 {
+            return Err(ServerError::Config(
+                "connections served at once is 0; allow at least 1".into(),
+            ));
         }
         let io = |what: String| move |source| ServerError::Io { what, source };
         let listener = match listen {
             Listen::Tcp(addr) => {
-                let l =
-                    TcpListener::bind(addr.as_str()).map_err(io(format!("listen on {addr}")))?;
+                let l = TcpListener::bind(addr.as_str())
+                    .map_err(io(format!("cannot listen on {addr}")))?;
                 l.set_nonblocking(true)
                     .map_err(io("set_nonblocking".into()))?;
                 Listener::Tcp(l)
             }
             Listen::Unix(path) => {
-                if path.exists() {
-                    let _ = std::fs::remove_file(path);
-                }
-                let l = UnixListener::bind(path)
-                    .map_err(io(format!("listen on {}", path.display())))?;
-                l.set_nonblocking(true)
+                let claimed = socket_path::claim(path).map_err(ServerError::Config)?;
+                claimed
+                    .listener
+                    .set_nonblocking(true)
                     .map_err(io("set_nonblocking".into()))?;
-                Listener::Unix(l, path.clone())
+                Listener::Unix(claimed)
             }
         };
         let infos = cfg.exports.iter().map(export_info).collect();
@@ -236,7 +250,7 @@ impl Server {
         while !sh.shutdown.load(Ordering::Relaxed) {
             let accepted = match &self.listener {
                 Listener::Tcp(l) => l.accept().map(|(s, _)| Socket::Tcp(s)),
-                Listener::Unix(l, _) => l.accept().map(|(s, _)| Socket::Unix(s)),
+                Listener::Unix(c) => c.listener.accept().map(|(s, _)| Socket::Unix(s)),
             };
             let sock = match accepted {
                 Ok(s) => s,
@@ -282,13 +296,5 @@ impl Server {
             }
         }
         Ok(())
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Listener::Unix(_, path) = &self.listener {
-            let _ = std::fs::remove_file(path);
-        }
     }
 }

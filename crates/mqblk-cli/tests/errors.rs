@@ -1,0 +1,246 @@
+//! Bad invocations and the first line of what `mqblk` answers, as a table.
+//!
+//! Each error names the thing, the value, what was expected and the fix.
+//! A change that rewords one of them changes this table with it, on
+//! purpose. Every row runs in a fresh temporary directory holding
+//! `d/f.img` (16 MiB), so paths in the table are relative and the same on
+//! every machine; after the table, `d/f.img` must still be 16 MiB and
+//! nothing else may have appeared in `d`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// `(arguments, first line of stderr)`.
+const TABLE: &[(&[&str], &str)] = &[
+    // info: the device is positional or --device, and required.
+    (
+        &["info"],
+        "mqblk: error: info needs a device: `mqblk info SPEC` or `mqblk info --device SPEC`, as in `mqblk info null,size=1G` or `mqblk info file:/dev/sdb`",
+    ),
+    // Spec syntax.
+    (
+        &["info", "null,,,"],
+        "mqblk: error: invalid device spec \"null,,,\": option 1 is empty (two commas in a row, or a comma at the end); expected key=value between commas",
+    ),
+    (
+        &["info", "null,"],
+        "mqblk: error: invalid device spec \"null,\": option 1 is empty (two commas in a row, or a comma at the end); expected key=value between commas",
+    ),
+    (
+        &["info", "ram,sise=1G"],
+        "mqblk: error: invalid device spec \"ram,sise=1G\": unknown option `sise`; did you mean `size`? (`size` is required, as in `ram,size=1G`)",
+    ),
+    (
+        &["info", "ram"],
+        "mqblk: error: invalid device spec \"ram\": option `size` is required, as in `ram,size=1G`",
+    ),
+    (
+        &["info", "ram,size=1G,blocksize=4k"],
+        "mqblk: error: invalid device spec \"ram,size=1G,blocksize=4k\": unknown option `blocksize` for this device kind; did you mean `block_size`? Valid options: block_size, bounce, chunk_sectors, hw_queues, io_timeout_ms, iostats, max_sectors, max_segment_size, max_segments, nomerges, plug, queue_depth, queue_depth_max, queue_mode, reserved_tags, ro, shared_tags, size",
+    ),
+    (
+        &["info", "nul"],
+        "mqblk: error: invalid device spec \"nul\": unknown device kind `nul`; built in: null, ram, file, nbd",
+    ),
+    // Files: what is wrong, and what to do.
+    (
+        &["info", "file:d/f.img,size=1G"],
+        "mqblk: error: device \"file:d/f.img,size=1G\": file0: size=1073741824 is larger than d/f.img (16777216 bytes); add create=1 to grow the file to 1073741824 bytes, or drop size= to use its 16777216 bytes",
+    ),
+    (
+        &["info", "file:d/f.img,size=1000,direct=0"],
+        "mqblk: error: device \"file:d/f.img,size=1000,direct=0\": file0: size=1000 is not a multiple of d/f.img's 512-byte logical block size (buffered I/O (no alignment)); use size=512 or size=1024",
+    ),
+    (
+        &["info", "file:nodir/x.img,size=64M"],
+        "mqblk: error: device \"file:nodir/x.img,size=64M\": file0: nodir/x.img cannot be created: the directory nodir does not exist; create it first",
+    ),
+    (
+        &["info", "file:/dev/null"],
+        "mqblk: error: device \"file:/dev/null\": file0: /dev/null is a character device; expected a regular file or a block device",
+    ),
+    (
+        &["info", "file:d"],
+        "mqblk: error: device \"file:d\": file0: d is a directory; expected a regular file or a block device",
+    ),
+    (
+        &["info", "file:d/missing.img"],
+        "mqblk: error: device \"file:d/missing.img\": file0: d/missing.img does not exist; to create it, give its size, as in file:d/missing.img,size=1G",
+    ),
+    (
+        &["info", "file:d/new.img,size=1M"],
+        "mqblk: error: device \"file:d/new.img,size=1M\": file0: d/new.img does not exist, and a read-only open (ro=1, which `mqblk info` and read-only workloads use) creates nothing; create it with a writable open (file:d/new.img,size=1048576) or `truncate -s SIZE d/new.img`",
+    ),
+    (
+        &["info", "d/missing.img"],
+        "mqblk: note: reading the bare path d/missing.img as the file device file:d/missing.img",
+    ),
+    (
+        &["info", "file:d/f.img,create=1"],
+        "mqblk: error: invalid device spec \"file:d/f.img,create=1\": option create=\"1\": expected create=1 together with size=, as in file:/data/disk.img,create=1,size=1G",
+    ),
+    // bench: checked before the banner, before any I/O.
+    (
+        &["bench", "--device", "null,size=1G", "--size=2G"],
+        "mqblk: error: job job0: size=2147483648 is larger than device nullb0 (null,size=1G), which has 1073741824 bytes; use size=1073741824 or less, or a larger device",
+    ),
+    (
+        &["bench", "--device", "null,ro=1", "--rw=write"],
+        "mqblk: error: job job0: rw=write writes, but device nullb0 (null,ro=1) is read-only; use rw=read or rw=randread, or open it writable (drop ro=1)",
+    ),
+    (
+        &["bench", "--device", "file:d/f.img,ro=1", "--rw=randrw"],
+        "mqblk: error: job job0: rw=randrw writes, but device file0 (file:d/f.img,ro=1) is read-only; use rw=read or rw=randread, or open it writable (drop ro=1)",
+    ),
+    (
+        &["info", "nbd+unix:///x"],
+        "mqblk: error: invalid device spec \"nbd+unix:///x\": nbd+unix:// needs ?socket=PATH",
+    ),
+    (
+        &["bench", "--device", "null,block_size=4096", "--bs=2k"],
+        "mqblk: error: job job0: bs=2048 is not a multiple of nullb0's logical block size 4096 (null,block_size=4096); use bs=4096",
+    ),
+    (
+        &["bench", "--device", "nul"],
+        "mqblk: error: invalid device spec \"nul\": unknown device kind `nul`; built in: null, ram, file, nbd",
+    ),
+    (
+        &["bench", "--filename=d/missing.img"],
+        "mqblk: error: device \"file:d/missing.img\": file0: d/missing.img does not exist; to create it, give its size, as in file:d/missing.img,size=1G",
+    ),
+    (
+        &["bench", "--ioengine=spdk"],
+        "mqblk: error: --ioengine=spdk: mqblk is itself the I/O engine; file devices take io_uring or psync (engine=uring|psync in a file: spec), and the device is chosen with --device SPEC (device= in a job file)",
+    ),
+    (
+        &["bench", "--ioengine=null"],
+        "mqblk: error: --ioengine=null: fio's null engine is mqblk's null device: --device null (device=null in a job file)",
+    ),
+    (
+        &["bench", "--ioengine=io_uring", "--device", "null"],
+        "mqblk: error: --ioengine applies to file devices, and none is given: name one with --filename PATH or --device file:PATH",
+    ),
+    (
+        &["bench", "--direct=1"],
+        "mqblk: error: --direct applies to file devices, and none is given: name one with --filename PATH or --device file:PATH",
+    ),
+    (
+        &["bench", "--direct=2", "--filename=d/f.img"],
+        "mqblk: error: --direct=2: expected 0 (page cache) or 1 (O_DIRECT)",
+    ),
+    (
+        &["bench", "--iodeth=4"],
+        "mqblk: error: unknown option --iodeth for `mqblk bench`; did you mean --iodepth? (`mqblk bench --help` lists every option)",
+    ),
+    // serve: an address, a device, limits that mean something.
+    (
+        &["serve", "ram,size=1M"],
+        "mqblk: error: serve needs an address: --listen HOST:PORT (TCP, as in --listen 127.0.0.1:10809) or --socket PATH (a unix socket)",
+    ),
+    (
+        &["serve", "--socket", "d/s"],
+        "mqblk: error: serve needs a device to export: `mqblk serve SPEC --socket PATH` or `--device SPEC`, as in `mqblk serve ram,size=1G --socket /tmp/mqblk.sock`",
+    ),
+    (
+        &["serve", "--listen", "127.0.0.1:99999", "ram,size=1M"],
+        "mqblk: error: --listen \"127.0.0.1:99999\": port \"99999\" is not a number from 0 to 65535 (NBD's is 10809; 0 picks a free one)",
+    ),
+    (
+        &["serve", "--listen", "10809", "ram,size=1M"],
+        "mqblk: error: --listen \"10809\": expected HOST:PORT, as in 127.0.0.1:10809 (port 0 picks a free one)",
+    ),
+    (
+        &["serve", "--socket", "d", "ram,size=1M"],
+        "mqblk: error: d is a directory; --socket needs the path of a socket to create, such as d/mqblk.sock",
+    ),
+    (
+        &["serve", "--socket", "d/f.img", "ram,size=1M"],
+        "mqblk: error: d/f.img exists and is a regular file, not a socket; it is left alone: remove it yourself or choose another --socket path",
+    ),
+    (
+        &["serve", "--socket", "nodir/s", "ram,size=1M"],
+        "mqblk: error: cannot listen on nodir/s: the directory nodir does not exist",
+    ),
+    (
+        &["serve", "--socket", "d/s", "--max-mib", "8", "ram,size=1M"],
+        "mqblk: error: --max-mib 8: expected at least 32, so that one request of up to 32 MiB fits in a connection's buffers",
+    ),
+    (
+        &["serve", "--socket", "d/s", "--max-connections=0", "ram,size=1M"],
+        "mqblk: error: --max-connections 0: expected at least 1 connection at once",
+    ),
+    (
+        &["serve", "--socket", "d/s", "--max-requests=0", "ram,size=1M"],
+        "mqblk: error: --max-requests 0: expected at least 1 request in flight per connection",
+    ),
+    (
+        &["serve", "--socket", "d/s", "--export", "a", "--export", "b", "ram,size=1M"],
+        "mqblk: error: 2 --export names for 1 devices: give one name per device",
+    ),
+    // stat.
+    (
+        &["stat"],
+        "mqblk: error: give the stats directory: mqblk stat DIR, or mqblk stat --stats-dir DIR",
+    ),
+    (
+        &["stat", "--interval=0", "d"],
+        "mqblk: error: --interval: must be more than 0",
+    ),
+];
+
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn bad_invocations_and_their_first_error_line() {
+    let root = std::env::temp_dir().join(format!("mqblk-errors-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("d")).unwrap();
+    let _scratch = Scratch(root.clone());
+    let img = root.join("d/f.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+
+    let mut wrong = Vec::new();
+    for (args, want) in TABLE {
+        let o = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+            .args(*args)
+            .current_dir(&root)
+            .output()
+            .expect("run the mqblk binary");
+        let err = String::from_utf8_lossy(&o.stderr);
+        let first = err.lines().next().unwrap_or("");
+        if o.status.success() {
+            wrong.push(format!("{args:?}: succeeded; stderr: {err}"));
+        } else if first != *want {
+            wrong.push(format!("{args:?}:\n  got:  {first}\n  want: {want}"));
+        }
+        // Nothing before the error: no banner, no partial report.
+        if !o.stdout.is_empty() {
+            wrong.push(format!(
+                "{args:?}: printed to stdout before failing: {}",
+                String::from_utf8_lossy(&o.stdout)
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "\n{}", wrong.join("\n"));
+    assert_eq!(std::fs::metadata(&img).unwrap().len(), 16 << 20);
+    assert_eq!(names(&root.join("d")), ["f.img"], "nothing left behind");
+    assert_eq!(names(&root), ["d"], "nothing left behind");
+}
