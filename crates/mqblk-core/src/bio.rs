@@ -10,9 +10,9 @@
 use smallvec::SmallVec;
 
 use crate::buf::IoBuf;
-use crate::completion::Completion;
+use crate::error::Error;
 use crate::error::Status;
-use crate::limits::{SECTOR_SHIFT, SECTOR_SIZE};
+use crate::limits::{QueueInfo, SECTOR_SHIFT, SECTOR_SIZE};
 
 /// The operation of a bio or request (Linux `enum req_op`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -182,6 +182,72 @@ impl Segment {
 
 /// Inline capacity of a bio's segment vector.
 pub const BIO_INLINE_SEGMENTS: usize = 4;
+
+/// One finished bio, as the caller sees it. The bio stays in its context
+/// slot while the callback runs: take it with [`Completion::into_bio`], or
+/// send it again with [`Completion::resubmit`] (no copy, and the submission
+/// happens after the reap, so a callback never recurses into the layer).
+pub struct Completion<'a> {
+    pub(crate) slot: &'a mut Option<Bio>,
+    pub(crate) resubmit: &'a mut bool,
+    pub(crate) info: &'a QueueInfo,
+}
+
+impl Completion<'_> {
+    #[inline]
+    fn bio_ref(&self) -> &Bio {
+        self.slot
+            .as_ref()
+            .expect("a completion always holds its bio")
+    }
+
+    /// The outcome, as a typed error naming device, offset and limit.
+    pub fn result(&self) -> Result<(), Error> {
+        let bio = self.bio_ref();
+        match bio.status() {
+            Status::Ok => Ok(()),
+            s => Err(self.info.error_for(bio, s)),
+        }
+    }
+
+    /// The one-byte status.
+    #[inline]
+    pub fn status(&self) -> Status {
+        self.bio_ref().status()
+    }
+
+    /// The finished bio.
+    #[inline]
+    pub fn bio(&self) -> &Bio {
+        self.bio_ref()
+    }
+
+    /// The finished bio, mutably (to aim it elsewhere before resubmitting).
+    #[inline]
+    pub fn bio_mut(&mut self) -> &mut Bio {
+        self.slot
+            .as_mut()
+            .expect("a completion always holds its bio")
+    }
+
+    /// Take the bio back (with its buffers).
+    #[inline]
+    pub fn into_bio(self) -> Bio {
+        self.slot.take().expect("a completion always holds its bio")
+    }
+
+    /// Submit the bio again, as it is now, once the current reap is over.
+    #[inline]
+    pub fn resubmit(self) {
+        *self.resubmit = true;
+    }
+
+    /// The caller's cookie.
+    #[inline]
+    pub fn private(&self) -> u64 {
+        self.bio_ref().private
+    }
+}
 
 /// A stateful completion handler (Linux `bi_end_io` with `bi_private`):
 /// called once per submission, after the reap, never recursively, on the

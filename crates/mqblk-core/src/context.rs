@@ -22,33 +22,27 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
+use crate::bio::Completion;
 use crate::bio::{Bio, BioFlags, Op};
 use crate::bioset::{BioNode, BioSet, Delivery};
 use crate::bounce::{self, BouncePool};
 use crate::buf::IoBuf;
 use crate::clock;
-use crate::completion::{Completion, RemoteQueue};
 use crate::error::{Error, InvalidKind, Result, Status, SubmitError};
-use crate::flush::{self, FlushQueue};
+use crate::flush::{self, FlushMachine, Step};
 use crate::limits::QueueLimits;
 use crate::limits::{SECTOR_SHIFT, SECTOR_SIZE};
 use crate::merge;
 use crate::plug::Plug;
 use crate::queue::{Device, DeviceInner};
-use crate::request::{RqRef, RqState};
+use crate::request::{RqOwner, RqRef, RqState};
 use crate::sbitmap::AllocHint;
 use crate::split::{self, Fit, Splitter};
 use crate::stats::{bump, drop_by, DiskStats, Histograms, StatGroup, StatShard};
 use crate::sw_queue::SwQueue;
+use crate::sync::RemoteQueue;
 use crate::tag::{TagCache, Tags};
 use crate::throttle::{Admit, Throttle};
-
-/// What other contexts may touch of this one: its remote completion queue.
-pub(crate) struct CtxShared {
-    pub(crate) remote: RemoteQueue<RqRef>,
-    /// Mirror of the owner's in-flight count, for freeze to watch.
-    pub(crate) in_flight: CachePadded<std::sync::atomic::AtomicU32>,
-}
 
 /// Polls before a waiting context goes to sleep on its hardware queue.
 const SPIN_POLLS: u32 = 256;
@@ -68,13 +62,13 @@ pub struct Context {
 }
 
 // SAFETY: the raw pointers a context holds (into its own bio set and its own
-// boxed CtxShared, and RqRefs into the device's tag sets) stay valid wherever
+// boxed RqOwner, and RqRefs into the device's tag sets) stay valid wherever
 // the context goes, and the context is not Sync, so moving it to another
 // thread moves all access with it.
 unsafe impl Send for Context {}
 
 struct CtxState {
-    shared: Arc<CtxShared>,
+    shared: Arc<RqOwner>,
     /// The gate word as this context last saw it.
     gate_seen: u64,
     id: u32,
@@ -99,17 +93,16 @@ struct CtxState {
     nomerges: u8,
     bounce_on: bool,
     bounce: BouncePool,
-    flushq: FlushQueue,
-    /// Flush-sequence bios whose next stage is ready to run.
-    seq_ready: Vec<u32>,
-    /// The next flush must be issued.
-    flush_kick: bool,
+    flush: FlushMachine,
+    /// Scratch lists for the flush machine (sized once, never grown).
+    seq_scratch: Vec<u32>,
+    failed: Vec<(u32, Status)>,
     /// Clock of the current batch (0: not read yet).
     batch_ns: u64,
     /// Requests this context built that have not ended yet.
     in_flight: u32,
     /// The completion fd, once asked for.
-    efd: Option<Arc<crate::completion::EventFd>>,
+    efd: Option<Arc<crate::sync::EventFd>>,
     /// This context's bio throttle, if the device has one.
     throttle: Option<Box<dyn Throttle>>,
     /// Bios the throttle holds back, with the time each may go, in order.
@@ -133,7 +126,7 @@ impl Device {
             n => n as usize,
         };
         let st = CtxState {
-            shared: Arc::new(CtxShared {
+            shared: Arc::new(RqOwner {
                 remote: RemoteQueue::new(total),
                 in_flight: CachePadded::new(std::sync::atomic::AtomicU32::new(0)),
             }),
@@ -158,9 +151,9 @@ impl Device {
             nomerges: dev.cfg.nomerges,
             bounce_on: dev.cfg.bounce,
             bounce: BouncePool::new(dev.buf_pool.align()),
-            flushq: FlushQueue::new(bioset_size),
-            seq_ready: Vec::with_capacity(bioset_size),
-            flush_kick: false,
+            flush: FlushMachine::new(bioset_size),
+            seq_scratch: Vec::with_capacity(bioset_size),
+            failed: Vec::with_capacity(bioset_size),
             batch_ns: 0,
             in_flight: 0,
             efd: None,
@@ -299,7 +292,7 @@ impl Context {
         if let Some(fd) = &self.st.efd {
             return Ok(fd.raw());
         }
-        let fd = crate::completion::EventFd::new()
+        let fd = crate::sync::EventFd::new()
             .map(Arc::new)
             .map_err(|e| Error::Setup {
                 device: self.dev.info.name.clone(),
@@ -544,7 +537,7 @@ impl CtxState {
     }
 
     #[inline]
-    fn shared_ptr(&self) -> NonNull<CtxShared> {
+    fn shared_ptr(&self) -> NonNull<RqOwner> {
         NonNull::from(&*self.shared)
     }
 
@@ -753,13 +746,7 @@ impl CtxState {
     /// Cut bio `idx` into pieces that fit (bouncing misaligned ones) and
     /// submit each; the parent ends once, after all of them.
     fn split_submit(&mut self, dev: &DeviceInner, idx: u32, emulate_zeroes: bool) {
-        {
-            let n = self.bioset.node_mut(idx);
-            n.parent = true;
-            // The submission's own reference: the parent cannot end while
-            // pieces are still being cut, however fast they complete.
-            n.aux = 1;
-        }
+        split::parent::begin(self.bioset.node_mut(idx));
         let parent_ptr = self.bioset.node_ptr(idx);
         let mut splitter = Splitter::default();
         let mut pieces = 0u32;
@@ -815,7 +802,7 @@ impl CtxState {
                     break;
                 }
             };
-            self.bioset.node_mut(idx).aux += 1;
+            split::parent::add_piece(self.bioset.node_mut(idx));
             let rq = self.get_rq(dev);
             let full = {
                 let _legacy = dev.lock.hold();
@@ -833,18 +820,7 @@ impl CtxState {
 
     /// A piece of parent `idx` ended (or the cutting did).
     fn child_done(&mut self, idx: u32, status: Status) {
-        let n = self.bioset.node_mut(idx);
-        debug_assert!(n.parent);
-        debug_assert!(n.aux > 0);
-        if let Some(bio) = n.bio.as_mut() {
-            if bio.status.is_ok() && !status.is_ok() {
-                bio.status = status;
-            }
-        }
-        n.aux -= 1;
-        if n.aux == 0 {
-            n.parent = false;
-            let status = n.bio.as_ref().map_or(Status::Ok, |b| b.status);
+        if let Some(status) = split::parent::piece_done(self.bioset.node_mut(idx), status) {
             self.data_done(idx, status);
         }
     }
@@ -854,52 +830,33 @@ impl CtxState {
     fn data_done(&mut self, idx: u32, status: Status) {
         if self.bioset.node(idx).stages != 0 && status.is_ok() {
             // More stages (a POSTFLUSH): run them from a submitting path.
-            self.seq_ready.push(idx);
+            self.flush.stage_done(idx);
         } else {
             self.finish(idx, status);
         }
     }
 
-    /// Run the next stage of bio `idx`'s flush sequence: PREFLUSH, then
-    /// DATA, then POSTFLUSH, then the end.
+    /// Run the next stage of bio `idx`'s flush sequence.
     fn advance(&mut self, dev: &DeviceInner, idx: u32) {
-        let n = self.bioset.node_mut(idx);
-        let stages = n.stages;
-        if stages & flush::PREFLUSH != 0 {
-            n.stages &= !flush::PREFLUSH;
-            self.join_flush(dev, idx);
-        } else if stages & flush::DATA != 0 {
-            n.stages &= !flush::DATA;
-            self.submit_data(dev, idx);
-        } else if stages & flush::POSTFLUSH != 0 {
-            n.stages &= !flush::POSTFLUSH;
-            self.join_flush(dev, idx);
-        } else {
-            self.finish(idx, Status::Ok);
+        match FlushMachine::next_step(&mut self.bioset.node_mut(idx).stages) {
+            Step::Flush => {
+                if self.flush.join(idx) {
+                    self.issue_flush(dev);
+                }
+            }
+            Step::Data => self.submit_data(dev, idx),
+            Step::End => self.finish(idx, Status::Ok),
         }
     }
 
-    /// Wait for the next device flush (combining with any already waiting).
-    fn join_flush(&mut self, dev: &DeviceInner, idx: u32) {
-        if self.flushq.running {
-            debug_assert!(self.flushq.pending.len() < self.flushq.pending.capacity());
-            self.flushq.pending.push(idx);
-        } else {
-            self.flushq.waiting_running.push(idx);
-            self.issue_flush(dev);
-        }
-    }
-
+    /// Issue the flush request the flush machine asked for.
     fn issue_flush(&mut self, dev: &DeviceInner) {
-        debug_assert!(!self.flushq.running);
-        self.flushq.running = true;
-        self.flushq.issued += 1;
+        self.flush.issued();
         let node = match self.insert_internal(dev, Bio::flush(), Delivery::FlushInternal) {
             Ok(n) => n,
             Err(_) => {
                 // No slot for the flush: its waiters fail, typed, instead
                 // of spinning.
-                self.flushq.issued -= 1;
                 self.flush_done(Status::Resource);
                 return;
             }
@@ -914,29 +871,20 @@ impl CtxState {
         }
     }
 
-    /// The running flush ended: release its waiters; start the next one if
-    /// more are pending (from a submitting path).
+    /// The running flush ended.
     fn flush_done(&mut self, status: Status) {
-        self.flushq.running = false;
-        let mut waiters = std::mem::take(&mut self.flushq.waiting_running);
-        for &idx in &waiters {
-            if status.is_ok() {
-                self.seq_ready.push(idx);
-            } else {
-                self.finish(idx, status);
-            }
+        let mut failed = std::mem::take(&mut self.failed);
+        self.flush
+            .flush_done(status, |idx, s| failed.push((idx, s)));
+        for (idx, s) in failed.drain(..) {
+            self.finish(idx, s);
         }
-        waiters.clear();
-        self.flushq.waiting_running = waiters;
-        if !self.flushq.pending.is_empty() {
-            std::mem::swap(&mut self.flushq.pending, &mut self.flushq.waiting_running);
-            self.flush_kick = true;
-        }
+        self.failed = failed;
     }
 
     #[inline]
     fn has_deferred(&self) -> bool {
-        self.flush_kick || !self.seq_ready.is_empty() || !self.throttled.is_empty()
+        self.flush.has_work() || !self.throttled.is_empty()
     }
 
     /// Stages that completions made ready; run here, never from the reap,
@@ -945,20 +893,17 @@ impl CtxState {
         self.release_throttled(dev);
         // Bounded: each pass either issues a stage or ends a bio, and a
         // sequence has at most three stages.
-        while self.flush_kick || !self.seq_ready.is_empty() {
-            while self.flush_kick || !self.seq_ready.is_empty() {
-                if self.flush_kick {
-                    self.flush_kick = false;
+        while self.flush.has_work() {
+            while self.flush.has_work() {
+                let mut ready = std::mem::take(&mut self.seq_scratch);
+                if self.flush.take_work(&mut ready) {
                     self.issue_flush(dev);
                 }
-                let mut ready = std::mem::take(&mut self.seq_ready);
                 for &idx in &ready {
                     self.advance(dev, idx);
                 }
                 ready.clear();
-                if self.seq_ready.is_empty() {
-                    self.seq_ready = ready;
-                }
+                self.seq_scratch = ready;
             }
             // Sequence stages go straight to dispatch, as Linux's flush
             // machinery does: nobody may be left to unplug them. Dispatch
@@ -1116,16 +1061,10 @@ impl CtxState {
     /// `blk_mq_run_hw_queue`), then end what completed inline.
     #[inline]
     fn run_hw_queue(&mut self, dev: &DeviceInner) {
-        let deadline_ms = if self.timeout_ms > 0 {
-            clock::coarse_ms() + u64::from(self.timeout_ms)
-        } else {
-            0
-        };
         let hq = &dev.hw_queues[self.hwq as usize];
         let out = {
             let _legacy = dev.lock.hold();
-            let mut inner = hq.lock();
-            inner.dispatch(&mut self.sw, &mut self.done, deadline_ms)
+            hq.run(&mut self.sw, &mut self.done, self.timeout_ms)
         };
         if out.busy > 0 {
             bump(&self.stats.requeues, u64::from(out.busy));
@@ -1135,30 +1074,18 @@ impl CtxState {
     }
 
     /// Reap the hardware queue and the remote queue, then end completions.
+    /// Timeouts are counted when their requests end (`end_request`).
     #[inline]
     fn reap(&mut self, dev: &DeviceInner) {
         let remote = self.shared.remote.drain_into(&mut self.done);
         if self.in_flight as usize > remote {
             let hq = &dev.hw_queues[self.hwq as usize];
-            let _legacy = dev.lock.hold();
-            let mut inner = hq.lock();
-            inner.poll(&mut self.done);
-            // Requests the driver refused, or that waited out a quiesce.
-            if inner.has_dispatch() || !self.sw.is_empty() {
-                let deadline_ms = if self.timeout_ms > 0 {
-                    clock::coarse_ms() + u64::from(self.timeout_ms)
-                } else {
-                    0
-                };
-                let out = inner.dispatch(&mut self.sw, &mut self.done, deadline_ms);
-                if out.busy > 0 {
-                    bump(&self.stats.requeues, u64::from(out.busy));
-                }
-            }
-            if self.timeout_ms > 0 {
-                // Counted when they end (end_request), like any request
-                // a driver completes with Status::Timeout later.
-                inner.check_timeouts(&hq.tags, clock::coarse_ms(), &mut self.done);
+            let out = {
+                let _legacy = dev.lock.hold();
+                hq.reap(&mut self.sw, &mut self.done, self.timeout_ms)
+            };
+            if out.busy > 0 {
+                bump(&self.stats.requeues, u64::from(out.busy));
             }
         }
         self.complete_done(dev);
@@ -1179,7 +1106,7 @@ impl CtxState {
                 Some(owner) if owner != me => {
                     let hwq = rq.hwq as usize;
                     // SAFETY: a context outlives its requests (its Drop waits
-                    // for all of them), so the owner's CtxShared is alive.
+                    // for all of them), so the owner's RqOwner is alive.
                     unsafe { owner.as_ref() }.remote.push(rq);
                     dev.hw_queues[hwq].notify.notify();
                 }
@@ -1460,9 +1387,8 @@ impl Drop for Context {
                     std::mem::replace(&mut st.bioset, BioSet::new(0)).leak();
                     std::mem::forget(st.shared.clone());
                     st.ended.clear();
-                    st.seq_ready.clear();
+                    st.flush.abandon();
                     st.throttled.clear();
-                    st.flush_kick = false;
                     break;
                 }
                 st.backoff(dev, seen, &mut spins);

@@ -16,12 +16,11 @@
 
 pub use crate::bio::{BioFlags, Op, Segment};
 pub use crate::buf::BufRegion;
-pub use crate::completion::{Completions, HwNotifier, Notify};
+pub use crate::completion::{Completions, HwNotifier};
 pub use crate::error::{Error, InvalidKind, Result, Status};
 pub use crate::limits::{Features, QueueLimits, SECTOR_SIZE};
-pub use crate::queue::{Device, DeviceConfig};
 pub use crate::request::{ReadBufs, Request, RqRef, RqState, WriteBufs};
-pub use crate::spec::SpecOptions;
+pub use crate::sync::Notify;
 
 /// The answer of [`Driver::queue_rq`] (Linux `blk_status_t` from `queue_rq`).
 #[must_use = "a busy request must be requeued, not dropped"]

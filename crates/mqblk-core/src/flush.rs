@@ -10,6 +10,7 @@
 //! finer and needs no lock).
 
 use crate::bio::{BioFlags, Op};
+use crate::error::Status;
 use crate::limits::Features;
 
 /// Stage bits of a sequence.
@@ -52,25 +53,135 @@ pub(crate) fn request_flags(flags: BioFlags, features: &Features) -> BioFlags {
     f
 }
 
-/// A context's flush queue: the bios waiting on the running flush, and
-/// those waiting on the next one.
+/// The next thing a flush sequence needs (see [`FlushMachine::next_step`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Wait for a device flush (PREFLUSH or POSTFLUSH).
+    Flush,
+    /// Send the data.
+    Data,
+    /// The sequence is over: end the bio.
+    End,
+}
+
+/// A context's flush machinery (Linux `struct blk_flush_queue` and the
+/// sequencing of `blk-flush.c`): the bios waiting on the running flush,
+/// those waiting on the next one, and the sequences whose next stage is
+/// ready to run. It decides; the context issues what it decides, from a
+/// submitting path, never from the reap.
 #[derive(Debug)]
-pub(crate) struct FlushQueue {
-    pub(crate) running: bool,
-    pub(crate) waiting_running: Vec<u32>,
-    pub(crate) pending: Vec<u32>,
+pub(crate) struct FlushMachine {
+    /// A flush request is in flight.
+    running: bool,
+    /// Sequences waiting for the running flush.
+    waiting_running: Vec<u32>,
+    /// Sequences that arrived while a flush ran: they wait for the next one.
+    pending: Vec<u32>,
+    /// Sequences whose next stage may run now.
+    ready: Vec<u32>,
+    /// The next flush must be issued.
+    kick: bool,
     /// Flush requests issued (for tests and stats).
     pub(crate) issued: u64,
 }
 
-impl FlushQueue {
-    pub(crate) fn new(capacity: usize) -> FlushQueue {
-        FlushQueue {
+impl FlushMachine {
+    pub(crate) fn new(capacity: usize) -> FlushMachine {
+        FlushMachine {
             running: false,
             waiting_running: Vec::with_capacity(capacity),
             pending: Vec::with_capacity(capacity),
+            ready: Vec::with_capacity(capacity),
+            kick: false,
             issued: 0,
         }
+    }
+
+    /// Take the next stage off `stages` (PREFLUSH, then DATA, then
+    /// POSTFLUSH, then the end).
+    #[inline]
+    pub(crate) fn next_step(stages: &mut u8) -> Step {
+        for (bit, step) in [
+            (PREFLUSH, Step::Flush),
+            (DATA, Step::Data),
+            (POSTFLUSH, Step::Flush),
+        ] {
+            if *stages & bit != 0 {
+                *stages &= !bit;
+                return step;
+            }
+        }
+        Step::End
+    }
+
+    /// Sequence `idx` waits for a device flush, combined with any already
+    /// waiting. Returns true if the caller must issue a flush request now
+    /// (then call [`FlushMachine::issued`]).
+    pub(crate) fn join(&mut self, idx: u32) -> bool {
+        if self.running {
+            debug_assert!(self.pending.len() < self.pending.capacity());
+            self.pending.push(idx);
+            false
+        } else {
+            self.waiting_running.push(idx);
+            true
+        }
+    }
+
+    /// A flush request was issued for the waiting sequences.
+    pub(crate) fn issued(&mut self) {
+        debug_assert!(!self.running, "one flush at a time");
+        self.running = true;
+        self.issued += 1;
+    }
+
+    /// The running flush ended with `status`: its waiters go on to their
+    /// next stage, or end with the error (through `fail`); the next flush
+    /// is due if more sequences wait.
+    pub(crate) fn flush_done(&mut self, status: Status, mut fail: impl FnMut(u32, Status)) {
+        debug_assert!(self.running);
+        self.running = false;
+        for idx in self.waiting_running.drain(..) {
+            if status.is_ok() {
+                debug_assert!(self.ready.len() < self.ready.capacity());
+                self.ready.push(idx);
+            } else {
+                fail(idx, status);
+            }
+        }
+        if !self.pending.is_empty() {
+            std::mem::swap(&mut self.pending, &mut self.waiting_running);
+            self.kick = true;
+        }
+    }
+
+    /// A stage of sequence `idx` (its data) ended well and more remain.
+    #[inline]
+    pub(crate) fn stage_done(&mut self, idx: u32) {
+        debug_assert!(self.ready.len() < self.ready.capacity());
+        self.ready.push(idx);
+    }
+
+    /// Something waits to be run by [`FlushMachine::take_work`].
+    #[inline]
+    pub(crate) fn has_work(&self) -> bool {
+        self.kick || !self.ready.is_empty()
+    }
+
+    /// What to run now: whether a flush must be issued, and the sequences
+    /// whose next stage is ready (moved into `ready`, which must be empty).
+    pub(crate) fn take_work(&mut self, ready: &mut Vec<u32>) -> bool {
+        debug_assert!(ready.is_empty());
+        std::mem::swap(&mut self.ready, ready);
+        std::mem::take(&mut self.kick)
+    }
+
+    /// Forget every sequence (a context that leaks its slots).
+    pub(crate) fn abandon(&mut self) {
+        self.waiting_running.clear();
+        self.pending.clear();
+        self.ready.clear();
+        self.kick = false;
     }
 }
 
@@ -102,5 +213,35 @@ mod tests {
         assert!(request_flags(BioFlags::FUA, &wc_fua).contains(BioFlags::FUA));
         assert!(!request_flags(BioFlags::FUA, &wc).contains(BioFlags::FUA));
         assert!(!request_flags(BioFlags::PREFLUSH, &wc).contains(BioFlags::PREFLUSH));
+    }
+
+    #[test]
+    fn a_sequence_runs_its_stages_in_order() {
+        let mut stages = PREFLUSH | DATA | POSTFLUSH;
+        let steps: Vec<Step> = (0..4)
+            .map(|_| FlushMachine::next_step(&mut stages))
+            .collect();
+        assert_eq!(steps, [Step::Flush, Step::Data, Step::Flush, Step::End]);
+        assert_eq!(stages, 0);
+    }
+
+    #[test]
+    fn flushes_that_arrive_while_one_runs_share_the_next() {
+        let mut m = FlushMachine::new(8);
+        assert!(m.join(1), "the first waiter issues");
+        m.issued();
+        assert!(!m.join(2));
+        assert!(!m.join(3));
+        let mut failed = Vec::new();
+        m.flush_done(Status::Ok, |i, s| failed.push((i, s)));
+        assert!(failed.is_empty());
+        let mut ready = Vec::new();
+        assert!(m.take_work(&mut ready), "2 and 3 need the next flush");
+        assert_eq!(ready, vec![1]);
+        m.issued();
+        m.flush_done(Status::IoError, |i, s| failed.push((i, s)));
+        assert_eq!(failed, vec![(2, Status::IoError), (3, Status::IoError)]);
+        assert!(!m.has_work());
+        assert_eq!(m.issued, 2);
     }
 }

@@ -14,10 +14,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam_utils::CachePadded;
 
-use crate::completion::{Completions, Notify};
+use crate::clock;
+use crate::completion::Completions;
 use crate::driver::{HwQueueOps, QueueRq, TimeoutAction};
 use crate::request::{RqRef, RqState};
 use crate::sched::{DispatchSource, Elevator};
+use crate::sw_queue::SwQueue;
+use crate::sync::Notify;
 use crate::tag::Tags;
 
 /// One hardware queue.
@@ -89,6 +92,52 @@ impl HwQueue {
     #[inline]
     pub(crate) fn lock(&self) -> MutexGuard<'_, HwInner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Run the queue (Linux `blk_mq_run_hw_queue`): dispatch what waits in
+    /// `sw` (through the elevator, if any) under the queue's lock, once per
+    /// batch. Inline completions land in `done`.
+    #[inline]
+    pub(crate) fn run(
+        &self,
+        sw: &mut SwQueue,
+        done: &mut Vec<RqRef>,
+        timeout_ms: u32,
+    ) -> DispatchOutcome {
+        let deadline_ms = deadline_after(timeout_ms);
+        self.lock().dispatch(sw, done, deadline_ms)
+    }
+
+    /// Reap the driver into `done`; then dispatch again what waits (the
+    /// driver refused it, or a quiesce held it), and end requests past their
+    /// deadline (Linux `blk_mq_timeout_work`).
+    #[inline]
+    pub(crate) fn reap(
+        &self,
+        sw: &mut SwQueue,
+        done: &mut Vec<RqRef>,
+        timeout_ms: u32,
+    ) -> DispatchOutcome {
+        let mut inner = self.lock();
+        inner.poll(done);
+        let mut out = DispatchOutcome::default();
+        if inner.has_dispatch() || !sw.is_empty() {
+            out = inner.dispatch(sw, done, deadline_after(timeout_ms));
+        }
+        if timeout_ms > 0 {
+            inner.check_timeouts(&self.tags, clock::coarse_ms(), done);
+        }
+        out
+    }
+}
+
+/// The deadline of a request dispatched now (0: no timeout).
+#[inline]
+fn deadline_after(timeout_ms: u32) -> u64 {
+    if timeout_ms > 0 {
+        clock::coarse_ms() + u64::from(timeout_ms)
+    } else {
+        0
     }
 }
 

@@ -58,14 +58,14 @@ mod tag;
 pub mod queue;
 pub mod stats;
 
+pub use bio::Completion;
 pub use bio::{Bio, BioFlags, EndIo, Op, Segment};
 pub use buf::{BufPool, BufRegion, IoBuf};
-pub use completion::Completion;
 pub use context::Context;
 pub use driver::Extent;
 pub use error::{Error, Result, Status, SubmitError};
 pub use future::{block_on, AsyncContext};
-pub use limits::{Features, QueueLimits};
+pub use limits::{Features, QueueInfo, QueueLimits};
 pub use queue::{Device, DeviceConfig, Frozen, LimitOverrides, QueueMode, Quiesced};
 pub use stats::{DiskStats, Histograms};
 

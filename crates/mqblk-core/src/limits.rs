@@ -2,6 +2,11 @@
 //! queue's feature flags). A driver declares them; the core validates and,
 //! from the services layer on, splits bios to fit them.
 
+use std::sync::Arc;
+
+use crate::bio::{Bio, Op};
+use crate::error::{Error, InvalidKind, Status};
+
 /// A sector is always 512 bytes, whatever the logical block size.
 pub const SECTOR_SIZE: u64 = 512;
 /// log2 of [`SECTOR_SIZE`].
@@ -123,4 +128,170 @@ pub struct Features {
     pub read_only: bool,
     /// The device is rotational (affects nothing in the core yet; reported).
     pub rotational: bool,
+}
+
+/// How submitting contexts share the queue (see DESIGN: queue modes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum QueueMode {
+    /// blk-mq: a software queue per context mapped onto hardware queues; no
+    /// shared lock on the hot path when there are enough hardware queues.
+    #[default]
+    Mq,
+    /// One request queue per device under its own lock (Linux 2.6–3.x legacy).
+    DeviceLock,
+    /// One lock over every device in the process (Linux 2.4 `io_request_lock`).
+    GlobalLock,
+}
+
+impl QueueMode {
+    /// Parse `mq`, `device-lock` or `global-lock`.
+    pub fn parse(s: &str) -> Option<QueueMode> {
+        match s {
+            "mq" => Some(QueueMode::Mq),
+            "device-lock" | "device_lock" => Some(QueueMode::DeviceLock),
+            "global-lock" | "global_lock" => Some(QueueMode::GlobalLock),
+            _ => None,
+        }
+    }
+
+    /// The name used on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            QueueMode::Mq => "mq",
+            QueueMode::DeviceLock => "device-lock",
+            QueueMode::GlobalLock => "global-lock",
+        }
+    }
+}
+
+/// The read-mostly facts about a device that the per-I/O path consults.
+#[derive(Debug)]
+pub struct QueueInfo {
+    /// Device name.
+    pub name: Arc<str>,
+    /// Capacity in 512-byte sectors.
+    pub capacity_sectors: u64,
+    /// Limits.
+    pub limits: QueueLimits,
+    /// Features.
+    pub features: Features,
+    /// Mode.
+    pub mode: QueueMode,
+}
+
+impl QueueInfo {
+    /// Check a bio against capacity, limits and features. Returns the
+    /// status to complete it with; the typed error is built from it later.
+    #[inline]
+    pub(crate) fn validate(&self, bio: &Bio, bounce: bool) -> Status {
+        let op = bio.op();
+        if op == Op::Flush {
+            return Status::Ok;
+        }
+        let lim = &self.limits;
+        let len = bio.len_bytes();
+        if len == 0 {
+            return Status::Invalid(InvalidKind::ZeroLength);
+        }
+        let lbs_mask = u64::from(lim.logical_block_size) - 1;
+        if (bio.offset_bytes() | len) & lbs_mask != 0 {
+            return Status::Invalid(InvalidKind::BadLength);
+        }
+        let end = bio.sector().checked_add(len >> SECTOR_SHIFT);
+        if end.is_none_or(|e| e > self.capacity_sectors) {
+            return Status::Invalid(InvalidKind::OutOfRange);
+        }
+        if op.is_write() && self.features.read_only {
+            return Status::Invalid(InvalidKind::ReadOnly);
+        }
+        match op {
+            // Misaligned segments are bounced; refused only with bounce off.
+            Op::Read | Op::Write if !bounce => {
+                let dma = lim.dma_alignment as usize;
+                for s in bio.segments() {
+                    if (s.addr() | s.len() as usize) & dma != 0 {
+                        return Status::Invalid(InvalidKind::Misaligned);
+                    }
+                }
+            }
+            Op::Discard if !self.features.discard || lim.max_discard_sectors == 0 => {
+                return Status::Invalid(InvalidKind::Unsupported);
+            }
+            // Write-zeroes without device support is emulated with writes.
+            _ => {}
+        }
+        Status::Ok
+    }
+
+    /// Build the typed error for a bio that ended with `status`.
+    pub fn error_for(&self, bio: &Bio, status: Status) -> Error {
+        let device = self.name.clone();
+        let op = bio.op();
+        let offset_bytes = bio.offset_bytes();
+        let lim = &self.limits;
+        match status {
+            Status::Invalid(InvalidKind::OutOfRange) => Error::OutOfRange {
+                device,
+                op,
+                sector: bio.sector(),
+                len_sectors: bio.len_sectors(),
+                capacity_sectors: self.capacity_sectors,
+            },
+            Status::Invalid(InvalidKind::BadLength) => Error::BadLength {
+                device,
+                op,
+                offset_bytes,
+                len_bytes: bio.len_bytes(),
+                logical_block_size: lim.logical_block_size,
+            },
+            Status::Invalid(InvalidKind::ZeroLength) => Error::ZeroLength {
+                device,
+                op,
+                offset_bytes,
+                logical_block_size: lim.logical_block_size,
+            },
+            Status::Invalid(InvalidKind::Misaligned) => {
+                let dma = lim.dma_alignment as usize;
+                let (segment, s) = bio
+                    .segments()
+                    .iter()
+                    .enumerate()
+                    .find(|(_, s)| (s.addr() | s.len() as usize) & dma != 0)
+                    .map_or((0, None), |(i, s)| (i, Some(s)));
+                Error::Misaligned {
+                    device,
+                    op,
+                    offset_bytes,
+                    segment,
+                    addr: s.map_or(0, |s| s.addr()),
+                    len_bytes: s.map_or(0, |s| s.len()),
+                    alignment: lim.dma_alignment + 1,
+                }
+            }
+            Status::Invalid(InvalidKind::ReadOnly) => Error::ReadOnly {
+                device,
+                op,
+                offset_bytes,
+            },
+            Status::Invalid(InvalidKind::TooManySegments) => Error::TooManySegments {
+                device,
+                op,
+                offset_bytes,
+                segments: bio.segments().len(),
+                max_segments: lim.max_segments,
+            },
+            Status::Invalid(InvalidKind::Unsupported) => Error::Unsupported {
+                device,
+                op,
+                offset_bytes,
+            },
+            status => Error::Io {
+                device,
+                op,
+                offset_bytes,
+                len_bytes: bio.len_bytes(),
+                status,
+            },
+        }
+    }
 }

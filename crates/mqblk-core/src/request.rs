@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 use crate::bio::{Bio, BioFlags, Op, Segment};
 use crate::bioset::BioNode;
-use crate::context::CtxShared;
 use crate::error::Status;
 use crate::limits::SECTOR_SHIFT;
 
@@ -42,6 +41,16 @@ impl RqState {
     }
 }
 
+/// The context a request belongs to, as other contexts see it: where its
+/// completions are routed (its remote queue) and how much it has in flight
+/// (for freeze to watch). The request points at it; the context outlives
+/// its requests.
+pub(crate) struct RqOwner {
+    pub(crate) remote: crate::sync::RemoteQueue<RqRef>,
+    /// Mirror of the owner's in-flight count.
+    pub(crate) in_flight: crossbeam_utils::CachePadded<std::sync::atomic::AtomicU32>,
+}
+
 /// The fields of a request that the timeout scan reads while the owner
 /// works on the request. They live beside the request, not in it, so the
 /// scan never forms a reference into a request someone else holds mutably.
@@ -68,7 +77,7 @@ pub struct Request {
     pub(crate) bio_head: Option<NonNull<BioNode>>,
     pub(crate) bio_tail: Option<NonNull<BioNode>>,
     /// The submitting context: completions are routed back to it.
-    pub(crate) owner: Option<NonNull<CtxShared>>,
+    pub(crate) owner: Option<NonNull<RqOwner>>,
     pub(crate) start_ns: u64,
     driver_data: u64,
 }

@@ -267,6 +267,46 @@ impl Splitter {
     }
 }
 
+/// Parent and piece bookkeeping of a split bio (Linux `bio_chain` and the
+/// parent's `__bi_remaining`): the parent counts its pieces in flight, plus
+/// one for the submission that is still cutting it, so it cannot end while
+/// pieces are still being made, however fast they complete; it ends once,
+/// after the last, with the first error any piece had.
+pub(crate) mod parent {
+    use crate::bioset::BioNode;
+    use crate::error::Status;
+
+    /// `node` becomes a parent being cut.
+    pub(crate) fn begin(node: &mut BioNode) {
+        debug_assert!(!node.parent, "a bio is split once");
+        node.parent = true;
+        node.aux = 1;
+    }
+
+    /// One more piece of `node` was sent.
+    pub(crate) fn add_piece(node: &mut BioNode) {
+        debug_assert!(node.parent);
+        node.aux += 1;
+    }
+
+    /// A piece (or the cutting) of `node` ended with `status`. Returns the
+    /// parent's status when that was the last one.
+    pub(crate) fn piece_done(node: &mut BioNode, status: Status) -> Option<Status> {
+        debug_assert!(node.parent);
+        debug_assert!(node.aux > 0);
+        let bio = node.bio.as_mut().expect("a split parent holds its bio");
+        if bio.status.is_ok() && !status.is_ok() {
+            bio.status = status;
+        }
+        node.aux -= 1;
+        if node.aux > 0 {
+            return None;
+        }
+        node.parent = false;
+        Some(bio.status)
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
