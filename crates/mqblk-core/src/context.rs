@@ -103,6 +103,8 @@ struct CtxState {
     in_flight: u32,
     /// The completion fd, once asked for.
     efd: Option<Arc<crate::sync::EventFd>>,
+    /// This context has bounced a segment already (it is said once).
+    bounced_once: bool,
     /// This context's bio throttle, if the device has one.
     throttle: Option<Box<dyn Throttle>>,
     /// Bios the throttle holds back, with the time each may go, in order.
@@ -157,6 +159,7 @@ impl Device {
             batch_ns: 0,
             in_flight: 0,
             efd: None,
+            bounced_once: false,
             throttle: dev.cfg.throttle.as_ref().map(|t| t.for_context(id)),
             throttled: VecDeque::with_capacity(bioset_size),
             tags,
@@ -357,6 +360,10 @@ impl Context {
     ) -> Result<()> {
         let info = &self.dev.info;
         if !offset_bytes.is_multiple_of(SECTOR_SIZE) {
+            // Rejected before it could become a bio: counted like every
+            // bio that validation rejects.
+            bump(&self.st.stats.bios, 1);
+            bump(&self.st.stats.errors, 1);
             return Err(Error::BadLength {
                 device: info.name.clone(),
                 op,
@@ -393,7 +400,18 @@ impl Context {
         self.submit_wait(bio).1
     }
 
-    /// Read `buf.len()` bytes at `offset_bytes`, straight into `buf`.
+    /// Read `buf.len()` bytes at `offset_bytes` into `buf`.
+    ///
+    /// `offset_bytes` and `buf.len()` must be multiples of the device's
+    /// logical block size. The data goes straight into `buf` (no copy) only
+    /// when `buf`'s address and length are multiples of the device's buffer
+    /// alignment (`limits().dma_alignment + 1`, printed by `mqblk info`);
+    /// buffers from [`Device::alloc_buf`] always are. Otherwise the device
+    /// reads into an aligned bounce buffer and the layer copies the data
+    /// into `buf`, counted in the stats' `bytes_copied` (the first bounce on
+    /// a context says so once on stderr); with `bounce=0` in the spec the
+    /// read fails with [`Error::Misaligned`] instead. A `Vec<u8>` is usually
+    /// not aligned enough for an O_DIRECT file (512 or 4096) and is copied.
     pub fn read_at(&mut self, buf: &mut [u8], offset_bytes: u64) -> Result<()> {
         let len = buf.len();
         self.blocking(
@@ -404,7 +422,16 @@ impl Context {
         )
     }
 
-    /// Write `buf` at `offset_bytes`, straight from `buf`.
+    /// Write `buf` at `offset_bytes`.
+    ///
+    /// `offset_bytes` and `buf.len()` must be multiples of the device's
+    /// logical block size. The device reads straight from `buf` (no copy,
+    /// and never through a `&mut`) only when `buf`'s address and length are
+    /// multiples of the device's buffer alignment (`limits().dma_alignment
+    /// + 1`); buffers from [`Device::alloc_buf`] always are. Otherwise `buf`
+    /// is first copied into an aligned bounce buffer, counted in the stats'
+    /// `bytes_copied` (the first bounce on a context says so once on
+    /// stderr); with `bounce=0` the write fails with [`Error::Misaligned`].
     pub fn write_at(&mut self, buf: &[u8], offset_bytes: u64) -> Result<()> {
         let len = buf.len();
         // The driver only reads a write's memory.
@@ -771,6 +798,10 @@ impl CtxState {
             let mut child = piece.bio;
             child.private = u64::from(idx);
             let delivery = if piece.bounce {
+                if !self.bounced_once {
+                    self.bounced_once = true;
+                    report_first_bounce(dev, parent);
+                }
                 let len = child.len_bytes() as usize;
                 let mut buf = self.bounce.get(len);
                 if child.op() == Op::Write {
@@ -1301,6 +1332,25 @@ impl CtxState {
         }
         dev.hw_queues[self.hwq as usize].notify.wait(seen, t);
     }
+}
+
+/// Say once per context that a bio is bounced, and why: the copy is
+/// silent otherwise, and it costs what zero-copy I/O is for.
+#[cold]
+fn report_first_bounce(dev: &DeviceInner, bio: &Bio) {
+    let dma = dev.info.limits.dma_alignment as usize;
+    let seg = bio
+        .segments()
+        .iter()
+        .find(|s| (s.addr() | s.len() as usize) & dma != 0);
+    let (addr, len) = seg.map_or((0, 0), |s| (s.addr(), s.len()));
+    eprintln!(
+        "mqblk: {}: {} at offset {}: buffer segment at {addr:#x} of {len} bytes is not aligned to {} bytes; it is copied through a bounce buffer (counted in bytes_copied). Buffers from Device::alloc_buf avoid the copy; bounce=0 refuses such I/O instead. Said once per context.",
+        dev.info.name,
+        bio.op(),
+        bio.offset_bytes(),
+        dma + 1
+    );
 }
 
 /// Held by a blocking call while its bio is in flight. On the normal path

@@ -169,6 +169,36 @@ impl Wake for ThreadWaker {
     }
 }
 
+/// Wait for every future of `futs`, polling them together on the current
+/// thread (what `futures::future::join_all` does), and return their outputs
+/// in order. With [`block_on`], this runs a batch of I/Os at once:
+/// `block_on(join_all(bufs.map(|b| actx.read(b, off))))`.
+pub async fn join_all<F: Future>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let mut slots: Vec<(Pin<Box<F>>, Option<F::Output>)> =
+        futs.into_iter().map(|f| (Box::pin(f), None)).collect();
+    std::future::poll_fn(move |cx| {
+        let mut pending = false;
+        for (fut, out) in slots.iter_mut() {
+            if out.is_none() {
+                match fut.as_mut().poll(cx) {
+                    Poll::Ready(v) => *out = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            return Poll::Pending;
+        }
+        Poll::Ready(
+            slots
+                .iter_mut()
+                .map(|(_, out)| out.take().expect("every future finished"))
+                .collect(),
+        )
+    })
+    .await
+}
+
 /// Run a future to completion on the current thread.
 pub fn block_on<F: Future>(fut: F) -> F::Output {
     let mut fut = std::pin::pin!(fut);

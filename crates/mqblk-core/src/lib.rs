@@ -64,7 +64,7 @@ pub use buf::{BufPool, BufRegion, IoBuf};
 pub use context::Context;
 pub use driver::Extent;
 pub use error::{Error, Result, Status, SubmitError};
-pub use future::{block_on, AsyncContext};
+pub use future::{block_on, join_all, AsyncContext};
 pub use limits::{Features, QueueInfo, QueueLimits};
 pub use queue::{Device, DeviceConfig, Frozen, LimitOverrides, QueueMode, Quiesced};
 pub use stats::{DiskStats, Histograms};
