@@ -279,3 +279,31 @@ fn bench_prints_fio_text() {
     assert!(!out.contains("clat"), "{out}");
     assert!(!out.contains("write: IOPS="), "{out}");
 }
+
+/// Fault injection: every 1000th request fails. A bio that failed once and
+/// is resubmitted in place (as the bench does) starts clean, so the error
+/// rate the bench reports is the injected one, 0.1%, within 1% of it.
+#[test]
+fn injected_error_rate_is_what_the_bench_reports() {
+    let o = mqblk(&[
+        "bench",
+        "--device",
+        "null,size=1G,hw_queues=1,error_interval=1000,error_probability=100",
+        "--rw=randread",
+        "--bs=4k",
+        "--iodepth=1",
+        "--size=400M",
+        "--output-format=json",
+    ]);
+    let out = stdout(&o);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let read = &v["jobs"][0]["read"];
+    let ios = read["total_ios"].as_u64().unwrap() as f64;
+    let errors = read["errors"].as_u64().unwrap() as f64;
+    assert!(ios >= 100_000.0, "{ios} I/Os");
+    let rate = errors / ios;
+    assert!(
+        (rate - 0.001).abs() <= 0.001 * 0.01 + 1.0 / ios,
+        "error rate {rate} ({errors} of {ios}), injected 0.001"
+    );
+}

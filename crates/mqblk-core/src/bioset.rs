@@ -32,6 +32,22 @@ pub(crate) enum Delivery {
     FlushInternal,
 }
 
+/// The life of a bio slot, asserted on both sides of every transition
+/// (as a request's `RqState` is).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SlotState {
+    /// On the free list.
+    Free,
+    /// Holds a bio the context is working on: validating, throttled, in a
+    /// flush sequence, or a split parent whose pieces are out.
+    Owned,
+    /// Chained into a request: the request's holder (plug, queue, driver)
+    /// reads it; the context does not touch it until the request ends.
+    InFlight,
+    /// Ended, with its status: waiting for its waiter or callback.
+    Ended,
+}
+
 /// One slot.
 #[derive(Debug)]
 pub struct BioNode {
@@ -40,7 +56,7 @@ pub struct BioNode {
     /// Outstanding pieces of a split parent, plus one while it is being cut.
     pub(crate) aux: u32,
     pub(crate) delivery: Delivery,
-    pub(crate) done: bool,
+    pub(crate) state: SlotState,
     /// The bio was split: its pieces, not it, went to requests.
     pub(crate) parent: bool,
     /// Flush-sequence stages still to run (see `flush`).
@@ -71,7 +87,7 @@ impl BioSet {
                         next: None,
                         aux: 0,
                         delivery: Delivery::Callback,
-                        done: false,
+                        state: SlotState::Free,
                         parent: false,
                         stages: 0,
                     })
@@ -99,6 +115,12 @@ impl BioSet {
     pub(crate) fn leak(self) {
         std::mem::forget(self.wakers);
         self.nodes.leak();
+    }
+
+    /// True once slot `index`'s bio has ended.
+    #[inline]
+    pub(crate) fn is_ended(&self, index: u32) -> bool {
+        self.node(index).state == SlotState::Ended
     }
 
     /// Slots in all.
@@ -132,7 +154,8 @@ impl BioSet {
         node.next = None;
         node.aux = 0;
         node.delivery = delivery;
-        node.done = false;
+        debug_assert_eq!(node.state, SlotState::Free, "bio slot {index}");
+        node.state = SlotState::Owned;
         node.parent = false;
         node.stages = 0;
         Ok(NonNull::from(node))
@@ -142,13 +165,13 @@ impl BioSet {
     #[inline]
     pub(crate) fn reuse(&mut self, index: u32) -> NonNull<BioNode> {
         let node = self.node_mut(index);
-        debug_assert!(node.done, "bio slot {index} reused while in flight");
+        debug_assert_eq!(node.state, SlotState::Ended, "bio slot {index} reused");
         if let Some(bio) = node.bio.as_mut() {
             bio.status = Status::Ok;
         } else {
             debug_assert!(false, "bio slot {index} reused without its bio");
         }
-        node.done = false;
+        node.state = SlotState::Owned;
         node.next = None;
         node.aux = 0;
         node.delivery = Delivery::Callback;
@@ -161,6 +184,8 @@ impl BioSet {
     #[inline]
     pub(crate) fn remove(&mut self, index: u32) -> Option<Bio> {
         let node = self.node_mut(index);
+        debug_assert_ne!(node.state, SlotState::Free, "bio slot {index} freed twice");
+        node.state = SlotState::Free;
         let bio = node.bio.take();
         node.next = None;
         self.wakers[index as usize] = None;
@@ -199,8 +224,13 @@ impl BioSet {
     #[inline]
     pub(crate) fn end(&mut self, index: u32, status: Status) -> Delivery {
         let node = self.node_mut(index);
-        debug_assert!(!node.done, "bio slot {index} completed twice");
-        node.done = true;
+        debug_assert_ne!(node.state, SlotState::Ended, "bio slot {index} ended twice");
+        debug_assert_ne!(
+            node.state,
+            SlotState::Free,
+            "bio slot {index} ended while free"
+        );
+        node.state = SlotState::Ended;
         if let Some(bio) = node.bio.as_mut() {
             bio.status = status;
         }

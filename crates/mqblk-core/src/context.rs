@@ -24,7 +24,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::bio::Completion;
 use crate::bio::{Bio, BioFlags, Op};
-use crate::bioset::{BioNode, BioSet, Delivery};
+use crate::bioset::{BioNode, BioSet, Delivery, SlotState};
 use crate::bounce::{self, BouncePool};
 use crate::buf::IoBuf;
 use crate::clock;
@@ -493,14 +493,14 @@ impl Context {
     pub(crate) fn check_waiter(&mut self, idx: u32, waker: &std::task::Waker) -> bool {
         let notify = &self.dev.hw_queues[self.st.hwq as usize].notify;
         let seen = notify.seq();
-        if !self.st.bioset.node(idx).done {
+        if !self.st.bioset.is_ended(idx) {
             self.st.flush_plug(&self.dev);
             self.st.reap(&self.dev);
             self.st.process_deferred(&self.dev);
             // Orphans (futures dropped early) are freed here.
             self.st.deliver(&self.dev, |_| {});
         }
-        if self.st.bioset.node(idx).done {
+        if self.st.bioset.is_ended(idx) {
             return true;
         }
         // Woken when the slot ends, by whichever future reaps it...
@@ -539,7 +539,7 @@ impl Context {
     }
 
     pub(crate) fn orphan_waiter(&mut self, idx: u32) {
-        if self.st.bioset.node(idx).done {
+        if self.st.bioset.is_ended(idx) {
             self.st.bioset.remove(idx);
         } else {
             self.st.bioset.node_mut(idx).delivery = Delivery::Orphan;
@@ -1038,9 +1038,15 @@ impl CtxState {
     /// Build the request from the bio and queue it. Returns true if the plug
     /// is full.
     #[inline]
-    fn queue_rq(&mut self, dev: &DeviceInner, mut rq: RqRef, node: NonNull<BioNode>) -> bool {
-        // SAFETY: the slot was just filled by this context and no request
-        // holds it yet.
+    fn queue_rq(&mut self, dev: &DeviceInner, mut rq: RqRef, mut node: NonNull<BioNode>) -> bool {
+        {
+            // SAFETY: the slot was just filled by this context and no
+            // request holds it yet: this is the only access.
+            let n = unsafe { node.as_mut() };
+            debug_assert_eq!(n.state, SlotState::Owned);
+            n.state = SlotState::InFlight;
+        }
+        // SAFETY: as above; the request that will hold it is ours too.
         let bio = unsafe { node.as_ref() }
             .bio
             .as_ref()
@@ -1182,6 +1188,9 @@ impl CtxState {
             let next = unsafe { n.as_ref().next };
             let idx = self.bioset.index_of(n);
             node = next;
+            let slot = self.bioset.node_mut(idx);
+            debug_assert_eq!(slot.state, SlotState::InFlight);
+            slot.state = SlotState::Owned;
             self.end_bio(idx, status);
         }
         debug_assert!(self.in_flight > 0);
@@ -1289,11 +1298,11 @@ impl CtxState {
     fn wait_slot(&mut self, dev: &DeviceInner, idx: u32) {
         self.flush_plug(dev);
         let mut spins = 0;
-        while !self.bioset.node(idx).done {
+        while !self.bioset.is_ended(idx) {
             let seen = dev.hw_queues[self.hwq as usize].notify.seq();
             self.reap(dev);
             self.process_deferred(dev);
-            if self.bioset.node(idx).done {
+            if self.bioset.is_ended(idx) {
                 break;
             }
             self.backoff(dev, seen, &mut spins);
@@ -1389,16 +1398,16 @@ impl Drop for UnwindGuard<'_> {
         );
         let start = std::time::Instant::now();
         let mut spins = 0;
-        while !ctx.st.bioset.node(self.idx).done && start.elapsed() < limit {
+        while !ctx.st.bioset.is_ended(self.idx) && start.elapsed() < limit {
             let seen = dev.hw_queues[ctx.st.hwq as usize].notify.seq();
             ctx.st.flush_plug(dev);
             ctx.st.reap(dev);
             ctx.st.process_deferred(dev);
-            if !ctx.st.bioset.node(self.idx).done {
+            if !ctx.st.bioset.is_ended(self.idx) {
                 ctx.st.backoff(dev, seen, &mut spins);
             }
         }
-        if !ctx.st.bioset.node(self.idx).done {
+        if !ctx.st.bioset.is_ended(self.idx) {
             eprintln!(
                 "mqblk: {}: the I/O of a panicking blocking call did not end within {} ms; aborting, because the driver may still write into the caller's memory",
                 dev.info.name,

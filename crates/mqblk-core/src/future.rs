@@ -174,8 +174,8 @@ impl Wake for ThreadWaker {
 /// in order. With [`block_on`], this runs a batch of I/Os at once:
 /// `block_on(join_all(bufs.map(|b| actx.read(b, off))))`.
 pub async fn join_all<F: Future>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output> {
-    let mut slots: Vec<(Pin<Box<F>>, Option<F::Output>)> =
-        futs.into_iter().map(|f| (Box::pin(f), None)).collect();
+    type Slot<F> = (Pin<Box<F>>, Option<<F as Future>::Output>);
+    let mut slots: Vec<Slot<F>> = futs.into_iter().map(|f| (Box::pin(f), None)).collect();
     std::future::poll_fn(move |cx| {
         let mut pending = false;
         for (fut, out) in slots.iter_mut() {

@@ -10,7 +10,7 @@
 use std::ptr::NonNull;
 
 use crate::bio::{Bio, BioFlags, Op};
-use crate::bioset::BioNode;
+use crate::bioset::{BioNode, SlotState};
 use crate::limits::{QueueLimits, SECTOR_SHIFT};
 use crate::request::Request;
 
@@ -85,6 +85,12 @@ pub(crate) fn attach(
     nr_segs: usize,
     side: Merge,
 ) {
+    // SAFETY: `node` is a slot of the caller's context that no request
+    // holds yet: this is the only access.
+    unsafe {
+        debug_assert_eq!(node.as_ref().state, SlotState::Owned);
+        node.as_mut().state = SlotState::InFlight;
+    }
     match side {
         Merge::Back => {
             let mut tail = rq.bio_tail.expect("a queued request has bios");

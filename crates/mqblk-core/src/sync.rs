@@ -163,9 +163,8 @@ impl EventFd {
             return Err(std::io::Error::last_os_error());
         }
         // SAFETY: fd is a fresh descriptor owned by nobody else.
-        Ok(EventFd {
-            fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        Ok(EventFd { fd })
     }
 
     pub(crate) fn raw(&self) -> std::os::fd::RawFd {

@@ -251,10 +251,8 @@ fn one_epoll_wait_hears_a_socket_and_a_completion_fd() {
             u64: key,
         };
         // SAFETY: ev is a live epoll_event; fd and ep are open.
-        assert_eq!(
-            unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) },
-            0
-        );
+        let r = unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        assert_eq!(r, 0);
     }
     let wait = |ep: i32| -> Vec<u64> {
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 4];
