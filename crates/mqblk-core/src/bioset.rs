@@ -104,7 +104,7 @@ impl BioSet {
     /// The slot index of a node of this set.
     #[inline]
     pub(crate) fn index_of(&self, node: NonNull<BioNode>) -> u32 {
-        let base = self.nodes.ptr(0).as_ptr() as usize;
+        let base = self.nodes.base() as usize;
         let i = (node.as_ptr() as usize - base) / std::mem::size_of::<UnsafeCell<BioNode>>();
         debug_assert!(i < self.nodes.len());
         i as u32

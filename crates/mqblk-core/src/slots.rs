@@ -27,10 +27,19 @@ impl<T> RawSlots<T> {
         self.ptr.len()
     }
 
+    /// The address of slot 0 (for turning a slot pointer back into its
+    /// index).
+    #[inline]
+    pub(crate) fn base(&self) -> *const T {
+        self.ptr.as_ptr().cast::<T>()
+    }
+
     /// A stable pointer to slot `i`.
     #[inline]
     pub(crate) fn ptr(&self, i: usize) -> NonNull<T> {
-        assert!(i < self.len(), "slot {i} out of {}", self.len());
+        if i >= self.len() {
+            out_of_bounds(i, self.len());
+        }
         // SAFETY: i is in bounds (checked above), so the offset stays in the
         // allocation.
         unsafe { NonNull::new_unchecked(self.ptr.as_ptr().cast::<T>().add(i)) }
@@ -44,6 +53,15 @@ impl<T> RawSlots<T> {
         // (or raw pointers into cells) are ever made from it.
         unsafe { self.ptr(i).as_ref() }
     }
+}
+
+/// The panic of a bad slot index, kept off the hot path (as slice indexing
+/// keeps its own).
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn out_of_bounds(i: usize, len: usize) -> ! {
+    panic!("slot {i} out of {len}")
 }
 
 impl<T> RawSlots<T> {
