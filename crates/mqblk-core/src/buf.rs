@@ -13,6 +13,11 @@ use std::ptr::NonNull;
 
 use crate::sync::{lock, Mutex};
 
+/// The buffer frees its memory on drop.
+const OWNED: u8 = 1;
+/// The buffer may be written (it was not lent as `&[u8]`).
+const WRITABLE: u8 = 2;
+
 /// Default buffer alignment: one page.
 pub const PAGE_SIZE: usize = 4096;
 
@@ -28,9 +33,9 @@ pub struct IoBuf {
     ptr: NonNull<u8>,
     len: u32,
     align_log2: u8,
-    owned: bool,
-    /// False for views of shared memory: only ever read.
-    writable: bool,
+    /// `OWNED` (freed on drop) and `WRITABLE` (not a view of shared
+    /// memory), in one byte so a buffer stays 16 bytes.
+    flags: u8,
     /// Nonzero: the buffer is a slice of arena `arena - 1` and goes back to
     /// it on drop.
     arena: u16,
@@ -60,8 +65,7 @@ impl IoBuf {
             ptr,
             len: len as u32,
             align_log2: align.trailing_zeros() as u8,
-            owned: true,
-            writable: true,
+            flags: OWNED | WRITABLE,
             arena: 0,
         }
     }
@@ -86,8 +90,7 @@ impl IoBuf {
             ptr,
             len: len as u32,
             align_log2: (ptr.as_ptr() as usize).trailing_zeros().min(63) as u8,
-            owned: false,
-            writable: true,
+            flags: WRITABLE,
             arena: 0,
         }
     }
@@ -105,7 +108,7 @@ impl IoBuf {
         // SAFETY: from_raw's promise is the caller's, minus writability,
         // which the flag takes away.
         let mut b = unsafe { IoBuf::from_raw(ptr, len) };
-        b.writable = false;
+        b.flags &= !WRITABLE;
         b
     }
 
@@ -125,7 +128,7 @@ impl IoBuf {
         // SAFETY: the caller's promise; the view keeps this buffer's
         // direction, so a read-only buffer yields a read-only view.
         unsafe {
-            if self.writable {
+            if self.is_writable() {
                 IoBuf::from_raw(p, len)
             } else {
                 IoBuf::from_raw_readonly(p, len)
@@ -135,14 +138,14 @@ impl IoBuf {
 
     /// The same buffer, never to be written again (the zero page).
     pub(crate) fn into_readonly(mut self) -> IoBuf {
-        self.writable = false;
+        self.flags &= !WRITABLE;
         self
     }
 
     /// True unless this is a read-only view of shared memory.
     #[inline]
     pub fn is_writable(&self) -> bool {
-        self.writable
+        self.flags & WRITABLE != 0
     }
 
     /// Length in bytes.
@@ -172,7 +175,7 @@ impl IoBuf {
     /// True if this buffer frees its memory on drop.
     #[inline]
     pub fn is_owned(&self) -> bool {
-        self.owned
+        self.flags & OWNED != 0
     }
 
     /// The arena this buffer was carved from, if any: drivers that
@@ -200,7 +203,7 @@ impl IoBuf {
     #[inline]
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         assert!(
-            self.writable,
+            self.is_writable(),
             "a read-only buffer (write data borrowed from a shared slice) is never written"
         );
         // SAFETY: as for as_slice, and &mut self makes this the only access;
@@ -212,7 +215,7 @@ impl IoBuf {
     /// without forming a reference to any other byte of the buffer (other
     /// pieces of the same buffer may be in flight).
     pub(crate) fn write_at(&self, offset: usize, src: &[u8]) {
-        assert!(self.writable, "write into a read-only buffer");
+        assert!(self.is_writable(), "write into a read-only buffer");
         assert!(offset + src.len() <= self.len());
         // SAFETY: the range is inside the buffer (asserted); the buffer is
         // writable, and the caller owns this range exclusively (a bounced
@@ -227,7 +230,7 @@ impl Drop for IoBuf {
     fn drop(&mut self) {
         if self.arena != 0 {
             arena_return(self.arena - 1, self.ptr, self.len as usize);
-        } else if self.owned {
+        } else if self.is_owned() {
             let layout = Layout::from_size_align((self.len as usize).max(1), self.align())
                 .expect("IoBuf layout");
             // SAFETY: an owned buffer was allocated in IoBuf::new with exactly
@@ -243,8 +246,8 @@ impl std::fmt::Debug for IoBuf {
             .field("ptr", &self.ptr)
             .field("len", &self.len)
             .field("align", &self.align())
-            .field("owned", &self.owned)
-            .field("writable", &self.writable)
+            .field("owned", &self.is_owned())
+            .field("writable", &self.is_writable())
             .finish()
     }
 }
@@ -434,8 +437,7 @@ impl BufPool {
             ptr,
             len: len as u32,
             align_log2: self.align.trailing_zeros() as u8,
-            owned: false,
-            writable: true,
+            flags: WRITABLE,
             arena: id + 1,
         })
     }
