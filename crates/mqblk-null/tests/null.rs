@@ -200,6 +200,24 @@ fn timeout_injection_is_ended_by_the_core_timeout() {
     assert_eq!(c.stats().timeouts, 1);
 }
 
+/// A request the driver refuses forever still ends: its deadline is armed
+/// at the first dispatch and kept across requeues, so the core's timeout
+/// scan ends it from the dispatch list with a timeout error.
+#[test]
+fn a_request_requeued_forever_times_out() {
+    let dev = open(
+        "null,size=16M,memory_backed=1,requeue_probability=100,io_timeout_ms=100,hw_queues=1",
+    );
+    let mut c = ctx(&dev);
+    let mut b = IoBuf::page_aligned(4096);
+    assert_eq!(status_of(c.read_at(b.as_mut_slice(), 0)), Status::Timeout);
+    assert_eq!(status_of(c.write_at(b.as_slice(), 4096)), Status::Timeout);
+    let s = c.stats();
+    assert_eq!(s.timeouts, 2);
+    assert!(s.requeues > 0);
+    drop(c);
+}
+
 #[test]
 fn requeue_injection_retries_until_served() {
     let dev = open(
