@@ -558,7 +558,7 @@ fn info_command(args: &InfoArgs) -> Result<()> {
         format!(
             "{cap} bytes ({}B), {} sectors",
             report::num2str(cap, 4, true),
-            info.capacity_sectors
+            cap / 512
         ),
     );
     line("logical_block_size:", dev.logical_block_size().to_string());

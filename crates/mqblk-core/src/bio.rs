@@ -2,7 +2,7 @@
 //!
 //! First stage of the pipeline: `caller → Bio → plug → software queue →
 //! scheduler → hardware queue → driver → completion`. A bio names an
-//! operation, a start sector, flags, and a vector of segments, each a
+//! operation, a start offset in bytes, flags, and a vector of segments, each a
 //! (buffer, offset, length) view. Up to four segments are stored inline, so
 //! a typical bio needs no heap memory; the bio is moved into the layer on
 //! submit and handed back, with its buffers, on completion.
@@ -285,7 +285,7 @@ pub struct Bio {
     /// segments are added, so the alignment check is one AND, not a walk
     /// (Linux checks a bvec when it is added to the bio).
     align_or: u32,
-    sector: u64,
+    offset_bytes: u64,
     size_bytes: u64,
     segs: SmallVec<[Segment; BIO_INLINE_SEGMENTS]>,
     end_io: Option<std::sync::Arc<dyn EndIo>>,
@@ -294,14 +294,16 @@ pub struct Bio {
 }
 
 impl Bio {
-    /// An empty bio of `op` at `sector`; add segments with [`Bio::push_segment`].
-    pub fn new(op: Op, sector: u64) -> Bio {
+    /// An empty bio of `op` at `offset_bytes`; add segments with
+    /// [`Bio::push_segment`]. Offsets and lengths are bytes, and must be
+    /// multiples of the device's logical block size (checked at submit).
+    pub fn at(op: Op, offset_bytes: u64) -> Bio {
         Bio {
             op,
             flags: BioFlags::NONE,
             status: Status::Ok,
             align_or: 0,
-            sector,
+            offset_bytes,
             size_bytes: 0,
             segs: SmallVec::new(),
             end_io: None,
@@ -309,17 +311,17 @@ impl Bio {
         }
     }
 
-    /// A read of `buf.len()` bytes at `sector`.
-    pub fn read(sector: u64, buf: IoBuf) -> Bio {
-        let mut bio = Bio::new(Op::Read, sector);
+    /// A read of `buf.len()` bytes at `offset_bytes`.
+    pub fn read_at(offset_bytes: u64, buf: IoBuf) -> Bio {
+        let mut bio = Bio::at(Op::Read, offset_bytes);
         let len = buf.len() as u32;
         bio.push_segment(buf, 0, len);
         bio
     }
 
-    /// A write of `buf` at `sector`.
-    pub fn write(sector: u64, buf: IoBuf) -> Bio {
-        let mut bio = Bio::new(Op::Write, sector);
+    /// A write of `buf` at `offset_bytes`.
+    pub fn write_at(offset_bytes: u64, buf: IoBuf) -> Bio {
+        let mut bio = Bio::at(Op::Write, offset_bytes);
         let len = buf.len() as u32;
         bio.push_segment(buf, 0, len);
         bio
@@ -327,19 +329,19 @@ impl Bio {
 
     /// A cache flush.
     pub fn flush() -> Bio {
-        Bio::new(Op::Flush, 0)
+        Bio::at(Op::Flush, 0)
     }
 
-    /// Discard `len_bytes` at `sector`.
-    pub fn discard(sector: u64, len_bytes: u64) -> Bio {
-        let mut bio = Bio::new(Op::Discard, sector);
+    /// Discard `len_bytes` at `offset_bytes`.
+    pub fn discard_at(offset_bytes: u64, len_bytes: u64) -> Bio {
+        let mut bio = Bio::at(Op::Discard, offset_bytes);
         bio.size_bytes = len_bytes;
         bio
     }
 
-    /// Zero `len_bytes` at `sector`.
-    pub fn write_zeroes(sector: u64, len_bytes: u64) -> Bio {
-        let mut bio = Bio::new(Op::WriteZeroes, sector);
+    /// Zero `len_bytes` at `offset_bytes`.
+    pub fn write_zeroes_at(offset_bytes: u64, len_bytes: u64) -> Bio {
+        let mut bio = Bio::at(Op::WriteZeroes, offset_bytes);
         bio.size_bytes = len_bytes;
         bio
     }
@@ -386,22 +388,22 @@ impl Bio {
         self.flags = flags;
     }
 
-    /// First 512-byte sector.
+    /// First 512-byte sector (inside the layer; callers speak bytes).
     #[inline]
-    pub fn sector(&self) -> u64 {
-        self.sector
+    pub(crate) fn sector(&self) -> u64 {
+        self.offset_bytes >> SECTOR_SHIFT
     }
 
-    /// Move the bio to another sector (to reuse it).
+    /// Move the bio to another offset (to reuse it).
     #[inline]
-    pub fn set_sector(&mut self, sector: u64) {
-        self.sector = sector;
+    pub fn set_offset_bytes(&mut self, offset_bytes: u64) {
+        self.offset_bytes = offset_bytes;
     }
 
     /// Byte offset on the device.
     #[inline]
     pub fn offset_bytes(&self) -> u64 {
-        self.sector << SECTOR_SHIFT
+        self.offset_bytes
     }
 
     /// Length in bytes (the segments' total, or the range of a discard).
@@ -417,9 +419,9 @@ impl Bio {
         self.size_bytes = len;
     }
 
-    /// Length in 512-byte sectors, rounded up.
+    /// Length in 512-byte sectors, rounded up (inside the layer).
     #[inline]
-    pub fn len_sectors(&self) -> u64 {
+    pub(crate) fn len_sectors(&self) -> u64 {
         self.size_bytes.div_ceil(SECTOR_SIZE)
     }
 
@@ -478,7 +480,7 @@ mod tests {
 
     #[test]
     fn four_segments_stay_inline() {
-        let mut bio = Bio::new(Op::Write, 8);
+        let mut bio = Bio::at(Op::Write, 4096);
         for _ in 0..BIO_INLINE_SEGMENTS {
             bio.push_segment(IoBuf::page_aligned(4096), 0, 4096);
         }
@@ -503,7 +505,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "runs past")]
     fn segment_past_buffer_is_refused() {
-        let mut bio = Bio::new(Op::Read, 0);
+        let mut bio = Bio::at(Op::Read, 0);
         bio.push_segment(IoBuf::page_aligned(512), 256, 512);
     }
 }

@@ -108,7 +108,7 @@ mod tests {
 
     #[test]
     fn copies_cross_segments_both_ways() {
-        let mut bio = Bio::new(Op::Write, 0);
+        let mut bio = Bio::at(Op::Write, 0);
         for i in 0..3u8 {
             let mut b = IoBuf::page_aligned(1024);
             b.as_mut_slice().fill(i + 1);

@@ -31,7 +31,7 @@ use crate::clock;
 use crate::error::{Error, InvalidKind, Result, Status, SubmitError};
 use crate::flush::{self, FlushMachine, Step};
 use crate::limits::QueueLimits;
-use crate::limits::{SECTOR_SHIFT, SECTOR_SIZE};
+use crate::limits::SECTOR_SHIFT;
 use crate::merge;
 use crate::plug::Plug;
 use crate::queue::{Device, DeviceInner};
@@ -358,21 +358,8 @@ impl Context {
         bufs: &[(*mut u8, usize)],
         len_bytes: u64,
     ) -> Result<()> {
-        let info = &self.dev.info;
-        if !offset_bytes.is_multiple_of(SECTOR_SIZE) {
-            // Rejected before it could become a bio: counted like every
-            // bio that validation rejects.
-            bump(&self.st.stats.bios, 1);
-            bump(&self.st.stats.errors, 1);
-            return Err(Error::BadLength {
-                device: info.name.clone(),
-                op,
-                offset_bytes,
-                len_bytes,
-                logical_block_size: info.limits.logical_block_size,
-            });
-        }
-        let mut bio = Bio::new(op, offset_bytes >> SECTOR_SHIFT);
+        // Offsets and lengths are checked like any bio's, at submit.
+        let mut bio = Bio::at(op, offset_bytes);
         if op.has_data() {
             for &(ptr, len) in bufs {
                 // Slices never have null pointers, even when empty.
@@ -393,8 +380,8 @@ impl Context {
             }
         } else if op != Op::Flush {
             bio = match op {
-                Op::Discard => Bio::discard(offset_bytes >> SECTOR_SHIFT, len_bytes),
-                _ => Bio::write_zeroes(offset_bytes >> SECTOR_SHIFT, len_bytes),
+                Op::Discard => Bio::discard_at(offset_bytes, len_bytes),
+                _ => Bio::write_zeroes_at(offset_bytes, len_bytes),
             };
         }
         self.submit_wait(bio).1

@@ -118,18 +118,18 @@ pub enum InvalidKind {
 #[derive(Debug, thiserror::Error, Clone)]
 pub enum Error {
     /// An I/O range beyond the end of the device.
-    #[error("{device}: {op} at sector {sector} for {len_sectors} sectors runs past the capacity of {capacity_sectors} sectors")]
+    #[error("{device}: {op} at offset {offset_bytes} of {len_bytes} bytes runs past the capacity of {capacity_bytes} bytes")]
     OutOfRange {
         /// Device name.
         device: Arc<str>,
         /// Operation.
         op: Op,
-        /// First sector (512 bytes) of the I/O.
-        sector: u64,
-        /// Length in 512-byte sectors.
-        len_sectors: u64,
-        /// Device capacity in 512-byte sectors.
-        capacity_sectors: u64,
+        /// Byte offset of the I/O.
+        offset_bytes: u64,
+        /// Length in bytes.
+        len_bytes: u64,
+        /// Device capacity in bytes.
+        capacity_bytes: u64,
     },
     /// A length or offset that is not a multiple of the logical block size.
     #[error("{device}: {op} at offset {offset_bytes} of {len_bytes} bytes is not a multiple of the logical block size {logical_block_size}")]
@@ -236,18 +236,6 @@ pub enum Error {
         /// Bio slots of the context (`bioset_size`).
         slots: usize,
     },
-    /// An offset a byte-addressed call cannot express in whole sectors.
-    #[error("{device}: {op} at offset {offset_bytes} is not a multiple of {align} bytes")]
-    Unaligned {
-        /// Device name.
-        device: Arc<str>,
-        /// Operation.
-        op: Op,
-        /// Byte offset of the I/O.
-        offset_bytes: u64,
-        /// The alignment the offset needs.
-        align: u32,
-    },
     /// A malformed device spec string or option.
     #[error("invalid device spec {spec:?}: {reason}")]
     Spec {
@@ -279,7 +267,6 @@ impl Error {
             Error::Unsupported { .. } => Status::Invalid(InvalidKind::Unsupported),
             Error::Io { status, .. } => *status,
             Error::Unpolled { .. } => Status::Resource,
-            Error::Unaligned { .. } => Status::Invalid(InvalidKind::BadLength),
             Error::Spec { .. } | Error::Setup { .. } => Status::Invalid(InvalidKind::Driver),
         }
     }
@@ -304,7 +291,6 @@ impl From<Error> for std::io::Error {
             | Error::ZeroLength { .. }
             | Error::Misaligned { .. }
             | Error::TooManySegments { .. }
-            | Error::Unaligned { .. }
             | Error::Spec { .. } => K::InvalidInput,
             Error::ReadOnly { .. } => K::ReadOnlyFilesystem,
             Error::Unsupported { .. } => K::Unsupported,

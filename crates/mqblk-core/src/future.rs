@@ -21,11 +21,9 @@ use std::sync::Arc;
 use std::task::{Context as TaskCx, Poll, Wake, Waker};
 
 use crate::bio::Bio;
-use crate::bio::Op;
 use crate::buf::IoBuf;
 use crate::context::Context;
-use crate::error::{Error, Result};
-use crate::limits::{SECTOR_SHIFT, SECTOR_SIZE};
+use crate::error::Result;
 
 /// A context that futures can share.
 pub struct AsyncContext {
@@ -53,29 +51,9 @@ impl AsyncContext {
         }
     }
 
-    /// The typed error for an offset that is not a whole sector (a bio
-    /// addresses sectors: truncating would read or write the wrong bytes).
-    fn check_offset(&self, op: Op, offset_bytes: u64) -> Result<()> {
-        if offset_bytes.is_multiple_of(SECTOR_SIZE) {
-            return Ok(());
-        }
-        let dev = self.ctx.borrow().device();
-        Err(Error::Unaligned {
-            device: dev.info().name.clone(),
-            op,
-            offset_bytes,
-            align: SECTOR_SIZE as u32,
-        })
-    }
-
     /// Read `buf.len()` bytes at `offset_bytes` into `buf`.
     pub async fn read(&self, buf: IoBuf, offset_bytes: u64) -> (IoBuf, Result<()>) {
-        if let Err(e) = self.check_offset(Op::Read, offset_bytes) {
-            return (buf, Err(e));
-        }
-        let (bio, r) = self
-            .submit(Bio::read(offset_bytes >> SECTOR_SHIFT, buf))
-            .await;
+        let (bio, r) = self.submit(Bio::read_at(offset_bytes, buf)).await;
         (
             bio.into_buffers()
                 .next()
@@ -86,12 +64,7 @@ impl AsyncContext {
 
     /// Write `buf` at `offset_bytes`.
     pub async fn write(&self, buf: IoBuf, offset_bytes: u64) -> (IoBuf, Result<()>) {
-        if let Err(e) = self.check_offset(Op::Write, offset_bytes) {
-            return (buf, Err(e));
-        }
-        let (bio, r) = self
-            .submit(Bio::write(offset_bytes >> SECTOR_SHIFT, buf))
-            .await;
+        let (bio, r) = self.submit(Bio::write_at(offset_bytes, buf)).await;
         (
             bio.into_buffers()
                 .next()

@@ -169,8 +169,8 @@ impl QueueMode {
 pub struct QueueInfo {
     /// Device name.
     pub name: Arc<str>,
-    /// Capacity in 512-byte sectors.
-    pub capacity_sectors: u64,
+    /// Capacity in 512-byte sectors (callers use `capacity_bytes`).
+    pub(crate) capacity_sectors: u64,
     /// Limits.
     pub limits: QueueLimits,
     /// Features.
@@ -180,6 +180,12 @@ pub struct QueueInfo {
 }
 
 impl QueueInfo {
+    /// Capacity in bytes.
+    #[inline]
+    pub fn capacity_bytes(&self) -> u64 {
+        self.capacity_sectors << SECTOR_SHIFT
+    }
+
     /// Check a bio against capacity, limits and features. Returns the
     /// status to complete it with; the typed error is built from it later.
     #[inline]
@@ -233,9 +239,9 @@ impl QueueInfo {
             Status::Invalid(InvalidKind::OutOfRange) => Error::OutOfRange {
                 device,
                 op,
-                sector: bio.sector(),
-                len_sectors: bio.len_sectors(),
-                capacity_sectors: self.capacity_sectors,
+                offset_bytes,
+                len_bytes: bio.len_bytes(),
+                capacity_bytes: self.capacity_bytes(),
             },
             Status::Invalid(InvalidKind::BadLength) => Error::BadLength {
                 device,

@@ -171,12 +171,6 @@ impl Request {
         self.flags
     }
 
-    /// First 512-byte sector.
-    #[inline]
-    pub fn sector(&self) -> u64 {
-        self.sector
-    }
-
     /// Byte offset on the device.
     #[inline]
     pub fn offset_bytes(&self) -> u64 {
@@ -263,7 +257,7 @@ impl Request {
         }
     }
 
-    /// A bio for `sector` of another device with this request's operation,
+    /// A bio for `offset_bytes` of another device with this request's operation,
     /// flags and data (Linux `bio_alloc_clone`): its segments view the
     /// request's memory, with the same direction, and nothing is copied. A
     /// stacked driver sends it to a lower device and completes this request
@@ -275,12 +269,12 @@ impl Request {
     /// the request back (complete it, or drop its `RqRef` anywhere but into
     /// `Completions`) before the clone's completion has been reaped and the
     /// clone dropped, even on error or timeout.
-    pub unsafe fn clone_bio(&self, sector: u64) -> Bio {
+    pub unsafe fn clone_bio(&self, offset_bytes: u64) -> Bio {
         let mut bio = match self.op {
-            Op::Read | Op::Write => Bio::new(self.op, sector),
+            Op::Read | Op::Write => Bio::at(self.op, offset_bytes),
             Op::Flush => Bio::flush(),
-            Op::Discard => Bio::discard(sector, self.size_bytes),
-            Op::WriteZeroes => Bio::write_zeroes(sector, self.size_bytes),
+            Op::Discard => Bio::discard_at(offset_bytes, self.size_bytes),
+            Op::WriteZeroes => Bio::write_zeroes_at(offset_bytes, self.size_bytes),
         };
         bio.set_flags(self.flags);
         if self.op.has_data() {

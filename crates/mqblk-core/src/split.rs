@@ -138,13 +138,13 @@ impl Splitter {
         }
         // Pieces are whole logical blocks.
         let max = (max.min(remaining) / lbs * lbs).max(lbs.min(remaining));
-        let mut child = Bio::new(
+        let mut child = Bio::at(
             if emulate_zeroes.is_some() {
                 Op::Write
             } else {
                 op
             },
-            sector,
+            sector << SECTOR_SHIFT,
         );
         child.set_flags(parent.flags());
         let offset_in_parent = self.done_bytes;
@@ -255,7 +255,7 @@ impl Splitter {
             }
         }
         if bounce {
-            child = Bio::new(op, sector);
+            child = Bio::at(op, sector << SECTOR_SHIFT);
             child.set_flags(parent.flags());
             child.set_len_bytes(bytes);
         }
@@ -327,7 +327,7 @@ mod tests {
 
     #[test]
     fn a_fitting_bio_is_left_alone() {
-        let bio = Bio::read(0, IoBuf::page_aligned(128 << 10));
+        let bio = Bio::read_at(0, IoBuf::page_aligned(128 << 10));
         assert_eq!(fits(&bio, &lim()), Fit::Fits);
     }
 
@@ -337,7 +337,7 @@ mod tests {
             max_sectors: 64,
             ..lim()
         };
-        let bio = Bio::read(8, IoBuf::page_aligned(128 << 10));
+        let bio = Bio::read_at(4096, IoBuf::page_aligned(128 << 10));
         assert_eq!(fits(&bio, &l), Fit::Split);
         let p = split_all(&bio, &l);
         assert_eq!(p.len(), 4);
@@ -357,7 +357,7 @@ mod tests {
             chunk_sectors: 16,
             ..lim()
         };
-        let bio = Bio::write(12, IoBuf::page_aligned(16 << 10));
+        let bio = Bio::write_at(6144, IoBuf::page_aligned(16 << 10));
         let p = split_all(&bio, &l);
         let bounds: Vec<(u64, u64)> = p
             .iter()
@@ -369,7 +369,7 @@ mod tests {
     #[test]
     fn misaligned_segment_is_marked_for_bounce() {
         let buf = IoBuf::page_aligned(8192);
-        let mut bio = Bio::new(Op::Read, 0);
+        let mut bio = Bio::at(Op::Read, 0);
         bio.push_segment(buf, 1, 4096);
         assert_eq!(fits(&bio, &lim()), Fit::Split);
         let p = split_all(&bio, &lim());
@@ -385,7 +385,7 @@ mod tests {
             logical_block_size: 512,
             ..lim()
         };
-        let bio = Bio::discard(0, 250 * 512);
+        let bio = Bio::discard_at(0, 250 * 512);
         let p = split_all(&bio, &l);
         let lens: Vec<u64> = p.iter().map(|x| x.bio.len_sectors()).collect();
         assert_eq!(lens, vec![100, 100, 50]);
@@ -410,7 +410,7 @@ mod tests {
                 chunk_sectors: chunk,
                 ..QueueLimits::default()
             };
-            let mut bio = Bio::new(Op::Write, start);
+            let mut bio = Bio::at(Op::Write, start * 512);
             let mut bytes = Vec::new();
             for (i, n) in seg_lens.iter().enumerate() {
                 let mut b = IoBuf::page_aligned((*n as usize) * 512);

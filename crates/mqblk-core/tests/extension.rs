@@ -34,7 +34,7 @@ struct Sorted {
 impl Elevator for Sorted {
     fn insert(&mut self, rq: RqRef) {
         self.calls.inserted.fetch_add(1, Ordering::SeqCst);
-        self.queue.insert((rq.sector(), rq.tag()), rq);
+        self.queue.insert((rq.offset_bytes(), rq.tag()), rq);
     }
     fn dispatch(&mut self) -> Option<RqRef> {
         let rq = self.queue.pop_first().map(|(_, rq)| rq);
@@ -48,7 +48,7 @@ impl Elevator for Sorted {
     }
     fn requeue(&mut self, rq: RqRef) {
         self.calls.requeued.fetch_add(1, Ordering::SeqCst);
-        self.queue.insert((rq.sector(), rq.tag()), rq);
+        self.queue.insert((rq.offset_bytes(), rq.tag()), rq);
     }
     fn completed(&mut self, _rq: &Request) {
         self.calls.completed.fetch_add(1, Ordering::SeqCst);
@@ -105,7 +105,7 @@ impl Driver for Recorder {
         if self.busy_every > 0 && hq.n.is_multiple_of(self.busy_every) {
             return QueueRq::Busy(rq);
         }
-        self.order.lock().unwrap().push(rq.sector());
+        self.order.lock().unwrap().push(rq.offset_bytes());
         hq.held.push(rq);
         self.held_max
             .fetch_max(hq.held.len() as u32, Ordering::SeqCst);
@@ -148,7 +148,7 @@ fn an_elevator_orders_dispatch_and_its_scheduler_tags_outnumber_the_drivers() {
     // than the driver's 4 tags, within the 32 scheduler tags.
     // Sectors with gaps, so nothing merges.
     for i in (0..16u64).rev() {
-        ctx.submit(Bio::write(i * 16, IoBuf::page_aligned(4096)))
+        ctx.submit(Bio::write_at(i * 8192, IoBuf::page_aligned(4096)))
             .unwrap();
     }
     ctx.unplug();
@@ -191,7 +191,7 @@ fn requests_the_driver_refuses_go_back_to_the_elevator_and_complete_once() {
     let mut ctx = dev.context().unwrap();
     let mut ends = HashMap::new();
     for i in 0..40u64 {
-        let mut bio = Bio::read(i * 16, IoBuf::page_aligned(4096));
+        let mut bio = Bio::read_at(i * 8192, IoBuf::page_aligned(4096));
         bio.private = i;
         loop {
             match ctx.submit(bio) {
@@ -262,7 +262,7 @@ fn the_throttle_holds_bios_back_before_they_take_a_request() {
     let dev = Device::new(disk, cfg).unwrap();
     let mut ctx = dev.context().unwrap();
     for i in 0..6u64 {
-        let mut bio = Bio::write(i * 16, IoBuf::page_aligned(4096));
+        let mut bio = Bio::write_at(i * 8192, IoBuf::page_aligned(4096));
         bio.private = i;
         ctx.submit(bio).unwrap();
     }
@@ -287,14 +287,14 @@ fn the_throttle_holds_bios_back_before_they_take_a_request() {
     assert_eq!(asked.load(Ordering::SeqCst), 7);
 }
 
-/// A stacked "linear" driver: sector s of the upper device is sector
-/// `s + offset` of a lower device. Each parent request becomes a clone bio
+/// A stacked "linear" driver: byte b of the upper device is byte
+/// `b + offset` of a lower device. Each parent request becomes a clone bio
 /// submitted to the lower device's context without blocking; a stateful
 /// completion handler records the child's end, and the upper poll
 /// completes the parent.
 struct Linear {
     lower: Device,
-    offset_sectors: u64,
+    offset_bytes: u64,
 }
 
 struct LinearQueue {
@@ -326,14 +326,14 @@ impl Driver for Linear {
         _l: bool,
         _d: &mut Completions<'_>,
     ) -> QueueRq {
-        let sector = if rq.op() == Op::Flush {
+        let offset = if rq.op() == Op::Flush {
             0
         } else {
-            rq.sector() + self.offset_sectors
+            rq.offset_bytes() + self.offset_bytes
         };
         // SAFETY: the parent stays in `parents` until the clone's completion
         // was reaped (in poll, below), and only then is it completed.
-        let mut child = unsafe { rq.clone_bio(sector) };
+        let mut child = unsafe { rq.clone_bio(offset) };
         child.private = u64::from(rq.tag());
         child.set_end_io(Some(hq.handler.clone()));
         match hq.lower.submit(child) {
@@ -364,7 +364,7 @@ fn a_stacked_driver_completes_parents_from_stateful_completions() {
     let upper = Device::new(
         Linear {
             lower: lower.clone(),
-            offset_sectors: 2048,
+            offset_bytes: 1 << 20,
         },
         common::config("linear0", 2 << 20),
     )

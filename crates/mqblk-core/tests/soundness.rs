@@ -93,9 +93,9 @@ fn a_tiny_bio_set_cuts_a_large_write_without_livelock() {
     assert!(s.requests >= 64, "{} requests", s.requests);
     // A flush with every slot holding an unpolled completion fails, typed,
     // instead of spinning.
-    ctx.submit(Bio::write(0, IoBuf::page_aligned(4096)))
+    ctx.submit(Bio::write_at(0, IoBuf::page_aligned(4096)))
         .unwrap();
-    ctx.submit(Bio::write(8, IoBuf::page_aligned(4096)))
+    ctx.submit(Bio::write_at(4096, IoBuf::page_aligned(4096)))
         .unwrap();
     ctx.unplug();
     let e = ctx.submit(Bio::flush()).unwrap_err();
@@ -113,7 +113,7 @@ fn a_panicking_callback_frees_its_slot_and_the_context_goes_on() {
     let (dev, _, _) = mem_device(1 << 20, Order::Reversed);
     let mut ctx = dev.context().unwrap();
     for i in 0..4u64 {
-        ctx.submit(Bio::write(i * 8, IoBuf::page_aligned(4096)))
+        ctx.submit(Bio::write_at(i * 4096, IoBuf::page_aligned(4096)))
             .unwrap();
     }
     let mut seen = 0;
@@ -160,7 +160,7 @@ fn status_is_per_submission() {
     // succeeds: its status starts clean at every submission.
     let (dev, _, _) = mem_device(1 << 20, Order::Inline);
     let mut ctx = dev.context().unwrap();
-    let mut bio = Bio::read((1 << 20) / 512, IoBuf::page_aligned(4096));
+    let mut bio = Bio::read_at(1 << 20, IoBuf::page_aligned(4096));
     bio.private = 7;
     ctx.submit(bio).unwrap();
     let mut failed = None;
@@ -170,7 +170,7 @@ fn status_is_per_submission() {
     });
     let mut bio = failed.unwrap();
     assert!(!bio.status().is_ok());
-    bio.set_sector(0);
+    bio.set_offset_bytes(0);
     ctx.submit(bio).unwrap();
     ctx.poll_wait(1, |c| assert_eq!(c.status(), Status::Ok));
 }
@@ -183,7 +183,7 @@ fn async_offsets_that_are_not_sectors_are_refused() {
     assert!(
         matches!(
             r,
-            Err(Error::Unaligned {
+            Err(Error::BadLength {
                 offset_bytes: 100,
                 ..
             })
@@ -268,7 +268,8 @@ fn one_epoll_wait_hears_a_socket_and_a_completion_fd() {
     std::io::Read::read_exact(&mut &rx, &mut byte).unwrap();
     // A read in flight on a driver that completes from its own thread:
     // the fd becomes readable when the completion arrives.
-    ctx.submit(Bio::read(0, IoBuf::page_aligned(4096))).unwrap();
+    ctx.submit(Bio::read_at(0, IoBuf::page_aligned(4096)))
+        .unwrap();
     ctx.unplug();
     let mut got = 0;
     while got == 0 {

@@ -101,7 +101,7 @@ fn deep_queue(path: &std::path::Path, opts: &str) {
     for &b in &offs {
         let mut buf = dev.alloc_buf(bs as usize);
         pattern(buf.as_mut_slice(), b * bs, 11);
-        let mut bio = Bio::write(b * bs / 512, buf);
+        let mut bio = Bio::write_at(b * bs, buf);
         bio.private = b;
         let mut bio = Some(bio);
         while let Some(b) = bio.take() {
@@ -123,7 +123,7 @@ fn deep_queue(path: &std::path::Path, opts: &str) {
     assert_eq!(completed, blocks, "every write completes exactly once");
     let mut seen = vec![false; blocks as usize];
     for &b in offs.iter().rev() {
-        let bio = Bio::read(b * bs / 512, dev.alloc_buf(bs as usize));
+        let bio = Bio::read_at(b * bs, dev.alloc_buf(bs as usize));
         let mut bio = bio;
         bio.private = b;
         let mut bio = Some(bio);
@@ -288,7 +288,7 @@ fn enospc_reaches_the_caller(opts: &str, tag: &str) {
     for i in 0..n {
         let mut buf = dev.alloc_buf(bs as usize);
         pattern(buf.as_mut_slice(), i * bs, 2);
-        let mut bio = Bio::write(i * bs / 512, buf);
+        let mut bio = Bio::write_at(i * bs, buf);
         // One request per bio, so each one's fate is its own.
         bio.set_flags(BioFlags::NOMERGE);
         let mut bio = Some(bio);

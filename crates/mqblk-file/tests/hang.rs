@@ -111,7 +111,7 @@ fn held_io_times_out(engine: &str) {
         // then the device goes.
         for i in 0..4u64 {
             // Gaps between them: four requests, not one merged.
-            let bio = mqblk_core::bio::Bio::read((HANG_FROM >> 9) + i * 16, dev.alloc_buf(4096));
+            let bio = mqblk_core::bio::Bio::read_at(HANG_FROM + i * 8192, dev.alloc_buf(4096));
             ctx.submit(bio).unwrap();
         }
         ctx.unplug();
@@ -231,7 +231,7 @@ fn psync_a_request_no_worker_has_taken_times_out_at_once() {
             let mut ctx = dev.context().unwrap();
             for i in 0..2u64 {
                 let mut bio =
-                    mqblk_core::bio::Bio::read((HANG_FROM >> 9) + i * 16, dev.alloc_buf(4096));
+                    mqblk_core::bio::Bio::read_at(HANG_FROM + i * 8192, dev.alloc_buf(4096));
                 bio.private = i;
                 ctx.submit(bio).unwrap();
             }

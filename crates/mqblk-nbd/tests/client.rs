@@ -114,7 +114,7 @@ fn round_trips_against_nbdkit_memory_with_several_connections() {
     for i in 0..64u64 {
         let mut b = dev.alloc_buf(4096);
         b.as_mut_slice().copy_from_slice(&pattern(i, 4096));
-        let mut bio = Bio::write(i * 8, b);
+        let mut bio = Bio::write_at(i * 4096, b);
         bio.private = i;
         ctx.submit(bio).unwrap();
     }
@@ -127,7 +127,7 @@ fn round_trips_against_nbdkit_memory_with_several_connections() {
     }
     for bio in bufs.drain(..) {
         let i = bio.private;
-        let mut r = Bio::read(i * 8, bio.into_buffers().next().unwrap());
+        let mut r = Bio::read_at(i * 4096, bio.into_buffers().next().unwrap());
         r.private = i;
         ctx.submit(r).unwrap();
     }
@@ -190,9 +190,9 @@ fn error_replies_reach_the_right_bios() {
     for i in 0..32u64 {
         let b = dev.alloc_buf(4096);
         let mut bio = if i % 2 == 0 {
-            Bio::write(i * 8, b)
+            Bio::write_at(i * 4096, b)
         } else {
-            Bio::read(i * 8, b)
+            Bio::read_at(i * 4096, b)
         };
         bio.private = i;
         ctx.submit(bio).unwrap();
@@ -231,9 +231,9 @@ fn error_replies_reach_the_right_bios() {
         for i in 0..32u64 {
             let b = dev.alloc_buf(4096);
             let mut bio = if i % 4 == 0 {
-                Bio::write(i * 8, b)
+                Bio::write_at(i * 4096, b)
             } else {
-                Bio::read(i * 8, b)
+                Bio::read_at(i * 4096, b)
             };
             bio.private = i;
             ctx.submit(bio).unwrap();
@@ -260,7 +260,7 @@ fn a_dropped_connection_fails_in_flight_bios_and_never_hangs() {
     let dev = mqblk::open(&format!("{},conns=2", kit.uri())).unwrap();
     let mut ctx = dev.context().unwrap();
     for i in 0..16u64 {
-        let mut bio = Bio::read(i * 8, dev.alloc_buf(4096));
+        let mut bio = Bio::read_at(i * 4096, dev.alloc_buf(4096));
         bio.private = i;
         ctx.submit(bio).unwrap();
     }

@@ -124,7 +124,8 @@ fn dropping_a_device_with_reads_held_by_the_server_returns() {
     let dev = mqblk::open(&kit.spec(&format!("io_timeout_ms={TIMEOUT_MS},conns=2"))).unwrap();
     let mut ctx = dev.context().unwrap();
     for i in 0..8u64 {
-        ctx.submit(Bio::read(i * 8, dev.alloc_buf(4096))).unwrap();
+        ctx.submit(Bio::read_at(i * 4096, dev.alloc_buf(4096)))
+            .unwrap();
     }
     ctx.unplug();
     // Dropping the context waits for its requests, which time out; then

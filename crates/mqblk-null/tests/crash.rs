@@ -163,7 +163,7 @@ fn pattern(bs: usize, first: u64, n: u64, id: u64) -> IoBuf {
 /// Submit one write bio with `flags` and wait for it.
 fn write_bio(c: &mut Context, bs: usize, first: u64, n: u64, id: u64, flags: BioFlags) {
     let sector = first * bs as u64 / 512;
-    let mut bio = Bio::write(sector, pattern(bs, first, n, id));
+    let mut bio = Bio::write_at(sector * 512, pattern(bs, first, n, id));
     bio.set_flags(flags);
     let (_, r) = c.submit_wait(bio);
     r.unwrap_or_else(|e| panic!("write {id} with {flags:?} at block {first}: {e}"));

@@ -205,9 +205,8 @@ fn timeout_injection_is_ended_by_the_core_timeout() {
 /// scan ends it from the dispatch list with a timeout error.
 #[test]
 fn a_request_requeued_forever_times_out() {
-    let dev = open(
-        "null,size=16M,memory_backed=1,requeue_probability=100,io_timeout_ms=100,hw_queues=1",
-    );
+    let dev =
+        open("null,size=16M,memory_backed=1,requeue_probability=100,io_timeout_ms=100,hw_queues=1");
     let mut c = ctx(&dev);
     let mut b = IoBuf::page_aligned(4096);
     assert_eq!(status_of(c.read_at(b.as_mut_slice(), 0)), Status::Timeout);
@@ -281,7 +280,7 @@ fn callback_api_at_queue_depth() {
     let mut done = 0usize;
     let mut submitted = 0usize;
     while submitted < 64 {
-        let bio = mqblk_core::bio::Bio::read(submitted as u64 * 8, IoBuf::page_aligned(4096));
+        let bio = mqblk_core::bio::Bio::read_at(submitted as u64 * 4096, IoBuf::page_aligned(4096));
         match c.submit(bio) {
             Ok(()) => submitted += 1,
             Err(_) => {

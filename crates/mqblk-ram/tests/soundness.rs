@@ -80,7 +80,7 @@ fn context_moved_with_requests_in_flight() {
     for i in 0..4u64 {
         let mut b = IoBuf::page_aligned(4096);
         b.as_mut_slice().fill(i as u8 + 1);
-        ctx.submit(Bio::write(i * 8, b)).unwrap();
+        ctx.submit(Bio::write_at(i * 4096, b)).unwrap();
     }
     // Moving the context (into a box, onto another thread) while its bios
     // are plugged must not invalidate the pointers requests hold.

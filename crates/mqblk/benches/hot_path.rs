@@ -17,7 +17,7 @@ fn batch(c: &mut Criterion) {
             let mut ctx = dev.context().unwrap();
             let mut bios: Vec<Bio> = (0..BATCH)
                 .map(|_| {
-                    let mut b = Bio::new(Op::Read, 0);
+                    let mut b = Bio::at(Op::Read, 0);
                     for _ in 0..segments {
                         b.push_segment(dev.alloc_buf(4096), 0, 4096);
                     }
@@ -32,7 +32,7 @@ fn batch(c: &mut Criterion) {
                     b.iter(|| {
                         for mut bio in bios.drain(..) {
                             sector = (sector + 8 * u64::from(segments)) % (1 << 21);
-                            bio.set_sector(sector);
+                            bio.set_offset_bytes(sector * 512);
                             ctx.submit(bio).unwrap();
                         }
                         let mut n = 0;

@@ -22,7 +22,7 @@ fn main() {
         (x % blocks) * (bs / 512)
     };
     for _ in 0..32 {
-        let mut b = mqblk::Bio::new(mqblk::Op::Read, next());
+        let mut b = mqblk::Bio::at(mqblk::Op::Read, next() * 512);
         for _ in 0..segments {
             b.push_segment(dev.alloc_buf(piece as usize), 0, piece);
         }
@@ -32,7 +32,7 @@ fn main() {
     let mut done = 0u64;
     while done < ios {
         done += ctx.poll_wait(1, |mut c| {
-            c.bio_mut().set_sector(next());
+            c.bio_mut().set_offset_bytes(next() * 512);
             c.resubmit();
         }) as u64;
     }

@@ -11,17 +11,23 @@ fn out_of_range_names_capacity() {
     let e = ctx.read_at(buf.as_mut_slice(), 1 << 20).unwrap_err();
     match &e {
         Error::OutOfRange {
-            sector,
-            len_sectors,
-            capacity_sectors,
+            offset_bytes,
+            len_bytes,
+            capacity_bytes,
             ..
         } => {
-            assert_eq!((*sector, *len_sectors, *capacity_sectors), (2048, 8, 2048));
+            assert_eq!(
+                (*offset_bytes, *len_bytes, *capacity_bytes),
+                (1 << 20, 4096, 1 << 20)
+            );
         }
         other => panic!("wrong error {other:?}"),
     }
     let msg = e.to_string();
-    assert!(msg.starts_with(dev.name()) && msg.contains("2048"), "{msg}");
+    assert!(
+        msg.starts_with(dev.name()) && msg.contains("1048576"),
+        "{msg}"
+    );
     // Straddling the end is out of range too; the last block is fine.
     assert!(matches!(
         ctx.read_at(buf.as_mut_slice(), (1 << 20) - 2048),
@@ -29,7 +35,7 @@ fn out_of_range_names_capacity() {
     ));
     ctx.read_at(buf.as_mut_slice(), (1 << 20) - 4096).unwrap();
     // Sector arithmetic that would overflow is out of range, not a panic.
-    let bio = Bio::read(u64::MAX - 1, dev.alloc_buf(4096));
+    let bio = Bio::read_at(u64::MAX - 511, dev.alloc_buf(4096));
     let (_, r) = ctx.submit_wait(bio);
     assert!(matches!(r, Err(Error::OutOfRange { .. })));
 }
@@ -120,7 +126,7 @@ fn misaligned_buffer_names_the_segment_and_alignment() {
         other => panic!("wrong error {other:?}"),
     }
     // A vectored bio names the offending segment.
-    let mut bio = Bio::new(mqblk::Op::Write, 0);
+    let mut bio = Bio::at(mqblk::Op::Write, 0);
     bio.push_segment(dev.alloc_buf(4096), 0, 4096);
     bio.push_segment(IoBuf::page_aligned(4096), 8, 512);
     let (_, r) = ctx.submit_wait(bio);
@@ -181,10 +187,10 @@ fn malformed_specs_and_options() {
 fn bad_bios_through_the_callback_api_complete_once_with_their_error() {
     let dev = mqblk::open("null,size=1M").unwrap();
     let mut ctx = dev.context().unwrap();
-    let mut bad = Bio::read(1 << 20, dev.alloc_buf(4096));
+    let mut bad = Bio::read_at((1 << 20) * 512, dev.alloc_buf(4096));
     bad.private = 1;
     ctx.submit(bad).unwrap();
-    let mut good = Bio::read(0, dev.alloc_buf(4096));
+    let mut good = Bio::read_at(0, dev.alloc_buf(4096));
     good.private = 2;
     ctx.submit(good).unwrap();
     let mut got = Vec::new();

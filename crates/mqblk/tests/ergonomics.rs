@@ -25,14 +25,17 @@ fn io_result(ctx: &mut mqblk::Context) -> std::io::Result<()> {
 fn submit_errors_work_with_question_mark_and_keep_the_bio() {
     let dev = mqblk::open("null,size=8M,bioset_size=2,completion=inline").unwrap();
     let mut ctx = dev.context().unwrap();
-    submit_with_question_mark(&mut ctx, Bio::read(0, dev.alloc_buf(4096))).unwrap();
-    submit_with_question_mark(&mut ctx, Bio::read(8, dev.alloc_buf(4096))).unwrap();
+    submit_with_question_mark(&mut ctx, Bio::read_at(0, dev.alloc_buf(4096))).unwrap();
+    submit_with_question_mark(&mut ctx, Bio::read_at(4096, dev.alloc_buf(4096))).unwrap();
     ctx.unplug();
     // Both slots now hold completions nobody polled.
     assert_eq!(ctx.ready(), 2);
-    let e = submit_with_question_mark(&mut ctx, Bio::read(16, dev.alloc_buf(4096))).unwrap_err();
+    let e =
+        submit_with_question_mark(&mut ctx, Bio::read_at(8192, dev.alloc_buf(4096))).unwrap_err();
     assert!(e.to_string().contains("poll"), "{e}");
-    let e = ctx.submit(Bio::read(16, dev.alloc_buf(4096))).unwrap_err();
+    let e = ctx
+        .submit(Bio::read_at(8192, dev.alloc_buf(4096)))
+        .unwrap_err();
     assert!(matches!(e.error(), Error::Unpolled { slots: 2, .. }), "{e}");
     let bio = e.into_bio();
     assert_eq!(bio.offset_bytes(), 16 * 512);
@@ -64,7 +67,7 @@ fn closures_are_completion_handlers() {
         b.fetch_add(c.bio().len_bytes(), Ordering::Relaxed);
     });
     for i in 0..4 {
-        let mut bio = Bio::read(i * 8, dev.alloc_buf(4096));
+        let mut bio = Bio::read_at(i * 4096, dev.alloc_buf(4096));
         bio.set_end_io(Some(handler.clone()));
         ctx.submit(bio).unwrap();
     }

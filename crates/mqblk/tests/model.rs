@@ -97,10 +97,14 @@ fn fill(seed: u8, len: usize, at: usize) -> Vec<u8> {
 /// Build the bio of `op`; misaligned segments sit 1 byte into a buffer.
 fn build(dev: &mqblk::Device, op: &OpSpec) -> Bio {
     let mut bio = match op.kind {
-        Kind::Read => Bio::new(Op::Read, op.sector as u64),
-        Kind::Write { .. } => Bio::new(Op::Write, op.sector as u64),
-        Kind::Discard => return Bio::discard(op.sector as u64, (op.sectors * SECTOR) as u64),
-        Kind::Zeroes => return Bio::write_zeroes(op.sector as u64, (op.sectors * SECTOR) as u64),
+        Kind::Read => Bio::at(Op::Read, (op.sector as u64) * 512),
+        Kind::Write { .. } => Bio::at(Op::Write, (op.sector as u64) * 512),
+        Kind::Discard => {
+            return Bio::discard_at((op.sector as u64) * 512, (op.sectors * SECTOR) as u64)
+        }
+        Kind::Zeroes => {
+            return Bio::write_zeroes_at((op.sector as u64) * 512, (op.sectors * SECTOR) as u64)
+        }
         Kind::Flush => return Bio::flush(),
     };
     let mut at = op.sector * SECTOR;

@@ -41,11 +41,13 @@ fn run_callbacks(dev: &Device, n: u64, bs: usize) -> HashMap<u64, (u32, Status)>
     let mut seen: HashMap<u64, (u32, Status)> = HashMap::new();
     let blocks = dev.capacity_bytes() / bs as u64;
     let mut next = 0u64;
-    let mut free: Vec<Bio> = (0..32).map(|_| Bio::read(0, dev.alloc_buf(bs))).collect();
+    let mut free: Vec<Bio> = (0..32)
+        .map(|_| Bio::read_at(0, dev.alloc_buf(bs)))
+        .collect();
     while next < n || ctx.in_flight() > 0 || ctx.ready() > 0 {
         while next < n {
             let Some(mut bio) = free.pop() else { break };
-            bio.set_sector((next * 7919 % blocks) * (bs as u64 / 512));
+            bio.set_offset_bytes((next * 7919 % blocks) * bs as u64);
             bio.private = next;
             match ctx.submit(bio) {
                 Ok(()) => next += 1,
@@ -315,7 +317,7 @@ fn end_io_callbacks_run_after_the_reap() {
     let dev = mqblk::open("null,size=8M").unwrap();
     let mut ctx = dev.context().unwrap();
     for i in 1..=10u64 {
-        let mut bio = Bio::read(i * 8, dev.alloc_buf(4096));
+        let mut bio = Bio::read_at(i * 4096, dev.alloc_buf(4096));
         bio.set_end_io(Some(handler.clone()));
         bio.private = i;
         ctx.submit(bio).unwrap();

@@ -36,7 +36,7 @@ fn large_io_is_one_request_per_bio_by_default() {
     let mut ctx = dev.context().unwrap();
     let blocks = (1u64 << 30) / (128 << 10);
     run(&mut ctx, 256, 32, |i| {
-        Bio::read((i * 7919 % blocks) * 256, dev.alloc_buf(128 << 10))
+        Bio::read_at((i * 7919 % blocks) * (128 << 10), dev.alloc_buf(128 << 10))
     });
     let s = ctx.stats();
     assert_eq!(s.bios, 256);
@@ -51,7 +51,7 @@ fn max_sectors_64_gives_exactly_four_requests_per_128k_bio() {
     let mut ctx = dev.context().unwrap();
     let blocks = (1u64 << 30) / (128 << 10);
     let failed = run(&mut ctx, 200, 8, |i| {
-        Bio::read((i * 7919 % blocks) * 256, dev.alloc_buf(128 << 10))
+        Bio::read_at((i * 7919 % blocks) * (128 << 10), dev.alloc_buf(128 << 10))
     });
     assert_eq!(failed, 0);
     let s = ctx.stats();
@@ -169,7 +169,7 @@ fn sequential_writes_merge_in_the_plug_and_nomerges_2_stops_it() {
         let failed = run(&mut ctx, 512, 32, |i| {
             let mut b = dev.alloc_buf(4096);
             b.as_mut_slice().copy_from_slice(&pattern(i, 4096));
-            Bio::write(i * 8, b)
+            Bio::write_at(i * 4096, b)
         });
         assert_eq!(failed, 0);
         let s = ctx.stats();
@@ -213,7 +213,7 @@ fn merges_never_break_limits_and_front_merges_work() {
     let mut ctx = dev.context().unwrap();
     // Descending sectors: each bio precedes the last one (front merges).
     run(&mut ctx, 64, 32, |i| {
-        Bio::write((63 - i) * 8, dev.alloc_buf(4096))
+        Bio::write_at((63 - i) * 4096, dev.alloc_buf(4096))
     });
     let s = ctx.stats();
     assert!(s.merges[1] > 0, "front merges happen");
@@ -240,7 +240,7 @@ fn discards_merge_and_split() {
         |_| {},
     );
     let mut ctx = dev.context().unwrap();
-    run(&mut ctx, 16, 16, |i| Bio::discard(i * 8, 4096));
+    run(&mut ctx, 16, 16, |i| Bio::discard_at(i * 4096, 4096));
     ctx.discard(1 << 20, 200 * 512).unwrap();
     let s = ctx.stats();
     assert!(s.merges[2] > 0, "contiguous discards merge");
@@ -286,7 +286,7 @@ fn fua_reaches_a_device_that_has_it_and_is_dropped_without_a_cache() {
     };
     let (dev, shared) = recorder(1 << 20, QueueLimits::default(), feats, |_| {});
     let mut ctx = dev.context().unwrap();
-    let mut bio = Bio::write(0, dev.alloc_buf(4096));
+    let mut bio = Bio::write_at(0, dev.alloc_buf(4096));
     bio.set_flags(BioFlags::FUA);
     ctx.submit_wait(bio).1.unwrap();
     assert!(shared.log.lock().unwrap()[0].fua);
@@ -298,7 +298,7 @@ fn fua_reaches_a_device_that_has_it_and_is_dropped_without_a_cache() {
     };
     let (dev, shared) = recorder(1 << 20, QueueLimits::default(), feats, |_| {});
     let mut ctx = dev.context().unwrap();
-    let mut bio = Bio::write(0, dev.alloc_buf(4096));
+    let mut bio = Bio::write_at(0, dev.alloc_buf(4096));
     bio.set_flags(BioFlags::FUA | BioFlags::PREFLUSH);
     ctx.submit_wait(bio).1.unwrap();
     let ops: Vec<(Op, bool)> = shared
@@ -316,7 +316,7 @@ fn fua_reaches_a_device_that_has_it_and_is_dropped_without_a_cache() {
     // No write cache: no flushes at all, and no FUA flag.
     let (dev, shared) = recorder(1 << 20, QueueLimits::default(), Features::default(), |_| {});
     let mut ctx = dev.context().unwrap();
-    let mut bio = Bio::write(0, dev.alloc_buf(4096));
+    let mut bio = Bio::write_at(0, dev.alloc_buf(4096));
     bio.set_flags(BioFlags::FUA | BioFlags::PREFLUSH);
     ctx.submit_wait(bio).1.unwrap();
     ctx.flush().unwrap();
@@ -338,7 +338,7 @@ fn a_split_bio_fails_once_with_the_first_error() {
     let mut completions = 0;
     let mut failures = 0;
     for i in 0..64u64 {
-        ctx.submit(Bio::read(i * 128, dev.alloc_buf(64 << 10)))
+        ctx.submit(Bio::read_at(i * 65536, dev.alloc_buf(64 << 10)))
             .unwrap();
     }
     while completions < 64 {
@@ -372,7 +372,7 @@ fn depth_limits_and_plug_change_100_times_under_io() {
                 let mut ctx = dev.context().unwrap();
                 let mut seen: HashMap<u64, u32> = HashMap::new();
                 let mut free: Vec<Bio> = (0..48)
-                    .map(|_| Bio::write(0, dev.alloc_buf(64 << 10)))
+                    .map(|_| Bio::write_at(0, dev.alloc_buf(64 << 10)))
                     .collect();
                 let mut next = 0u64;
                 while !stop.load(Ordering::Relaxed) || ctx.in_flight() > 0 || ctx.ready() > 0 {
@@ -385,7 +385,7 @@ fn depth_limits_and_plug_change_100_times_under_io() {
                         } else {
                             Op::Write
                         });
-                        bio.set_sector(t * 65536 + (next % 256) * 128);
+                        bio.set_offset_bytes((t * 65536 + (next % 256) * 128) * 512);
                         bio.private = next;
                         next += 1;
                         if let Err(b) = ctx.submit(bio) {
@@ -448,7 +448,8 @@ fn quiesce_holds_dispatch_and_unquiesce_releases_it() {
     let mut ctx = dev.context().unwrap();
     let q = dev.quiesce();
     for i in 0..8u64 {
-        ctx.submit(Bio::read(i * 8, dev.alloc_buf(4096))).unwrap();
+        ctx.submit(Bio::read_at(i * 4096, dev.alloc_buf(4096)))
+            .unwrap();
     }
     let mut done = 0;
     for _ in 0..100 {

@@ -466,7 +466,7 @@ fn job_thread<V: Hook>(
         // non-contiguous) pieces: a readv/writev-style bio.
         let piece = (job.bs / u64::from(job.segments)) as usize;
         for _ in 0..job.iodepth {
-            let mut bio = Bio::new(Op::Read, 0);
+            let mut bio = Bio::at(Op::Read, 0);
             for _ in 0..job.segments {
                 let mut buf = dev.alloc_buf(piece);
                 for chunk in buf.as_mut_slice().chunks_mut(8) {
@@ -532,7 +532,7 @@ fn job_thread<V: Hook>(
             let Some(mut bio) = free.pop() else { break };
             let (op, sector) = offsets.next();
             bio.set_op(op);
-            bio.set_sector(sector);
+            bio.set_offset_bytes(sector * 512);
             hook.prepare(&mut bio);
             if let Err(e) = ctx.submit(bio) {
                 let bio = e.into_bio();
@@ -565,7 +565,7 @@ fn job_thread<V: Hook>(
                 let (op, sector) = offsets.next();
                 let bio = c.bio_mut();
                 bio.set_op(op);
-                bio.set_sector(sector);
+                bio.set_offset_bytes(sector * 512);
                 hook.prepare(bio);
                 issued_bytes += bs;
                 c.resubmit();

@@ -491,7 +491,7 @@ impl Hook for Verifier {
     fn prepare(&mut self, bio: &mut Bio) {
         // The generator drew a block of the slice; step past busy ones
         // (at most iodepth are busy, and the slice is larger).
-        let mut block = (bio.sector() * 512 / self.bs) % self.blocks;
+        let mut block = (bio.offset_bytes() / self.bs) % self.blocks;
         let mut tries = 0u64;
         while self.is_busy(block) && tries < self.blocks {
             block = if block + 1 == self.blocks {
@@ -502,7 +502,7 @@ impl Hook for Verifier {
             tries += 1;
         }
         self.set_busy(block, true);
-        bio.set_sector(self.offset_of(block) / 512);
+        bio.set_offset_bytes(self.offset_of(block));
         let generation = if bio.op() == Op::Write {
             let g = self.next_generation;
             self.next_generation = if g == GEN_UNKNOWN - 1 { 1 } else { g + 1 };
@@ -569,7 +569,7 @@ impl Hook for Verifier {
                     break;
                 }
                 bio.set_op(Op::Read);
-                bio.set_sector(me.offset_of(next) / 512);
+                bio.set_offset_bytes(me.offset_of(next));
                 bio.private = next << 32;
                 me.set_busy(next, true);
                 next += 1;
@@ -719,8 +719,8 @@ mod tests {
             false,
             false,
         );
-        let mut bio = Bio::write(0, mqblk::IoBuf::page_aligned(4096));
-        bio.set_sector(5 * 8);
+        let mut bio = Bio::write_at(0, mqblk::IoBuf::page_aligned(4096));
+        bio.set_offset_bytes(5 * 4096);
         v.prepare(&mut bio);
         let block = v.block_of(&bio);
         assert_eq!(block, 5);
@@ -732,8 +732,8 @@ mod tests {
         assert_eq!(h.job, 3);
         assert_eq!(h.crc, block_crc(data));
         // A second prepare on the same block moves to the next free one.
-        let mut other = Bio::write(0, mqblk::IoBuf::page_aligned(4096));
-        other.set_sector(5 * 8);
+        let mut other = Bio::write_at(0, mqblk::IoBuf::page_aligned(4096));
+        other.set_offset_bytes(5 * 4096);
         v.prepare(&mut other);
         assert_eq!(v.block_of(&other), 6);
     }
@@ -741,7 +741,7 @@ mod tests {
     #[test]
     fn checks_catch_corruption_staleness_and_misplacement() {
         let mut v = Verifier::new(VerifyKind::Crc32c, 4096, 16, 0, 1, 0, 7, true, false, false);
-        let mut bio = Bio::write(8, mqblk::IoBuf::page_aligned(4096));
+        let mut bio = Bio::write_at(4096, mqblk::IoBuf::page_aligned(4096));
         v.prepare(&mut bio);
         let g = (bio.private & 0xffff_ffff) as u32;
         v.generation[1] = g;

@@ -723,20 +723,20 @@ impl State {
         let bio = match command {
             Command::Read { offset, len } => {
                 let buf = self.get_buf(len as usize);
-                let mut bio = Bio::new(Op::Read, offset >> 9);
+                let mut bio = Bio::at(Op::Read, offset);
                 bio.push_segment(buf, 0, len);
                 bio
             }
             Command::Write { offset, len, fua } => {
                 let buf = payload.expect("a write has its payload");
-                let mut bio = Bio::new(Op::Write, offset >> 9);
+                let mut bio = Bio::at(Op::Write, offset);
                 bio.push_segment(buf, 0, len);
                 bio.set_flags(fua_flag(fua));
                 bio
             }
             Command::Flush => Bio::flush(),
             Command::Trim { offset, len, fua } => {
-                let mut bio = Bio::discard(offset >> 9, len.into());
+                let mut bio = Bio::discard_at(offset, len.into());
                 bio.set_flags(fua_flag(fua));
                 bio
             }
@@ -750,7 +750,7 @@ impl State {
                 // NO_HOLE: the core's write-zeroes promises zeros, not
                 // deallocation, so it is honoured as it is.
                 slot.fast_zero = fast;
-                let mut bio = Bio::write_zeroes(offset >> 9, len.into());
+                let mut bio = Bio::write_zeroes_at(offset, len.into());
                 bio.set_flags(fua_flag(fua));
                 bio
             }

@@ -51,7 +51,7 @@ impl Driver for Recorder {
     ) -> QueueRq {
         let seen = Seen {
             op: rq.op(),
-            sector: rq.sector(),
+            sector: rq.offset_bytes() / 512,
             len_bytes: rq.len_bytes(),
             nr_segments: rq.nr_segments(),
             nr_bios: rq.nr_bios(),
