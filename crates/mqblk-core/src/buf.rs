@@ -326,7 +326,7 @@ fn arena_return(id: u16, ptr: NonNull<u8>, len: usize) {
     if let Some(c) = class_of(len.max(arena.align)) {
         st.free[c].push(offset);
     }
-    debug_assert!(st.outstanding > 0);
+    assert!(st.outstanding > 0);
     st.outstanding -= 1;
     if st.outstanding == 0 && !st.pool_alive {
         drop(st);

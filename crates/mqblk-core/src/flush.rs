@@ -130,7 +130,7 @@ impl FlushMachine {
 
     /// A flush request was issued for the waiting sequences.
     pub(crate) fn issued(&mut self) {
-        debug_assert!(!self.running, "one flush at a time");
+        assert!(!self.running, "one flush at a time");
         self.running = true;
         self.issued += 1;
     }
@@ -139,7 +139,7 @@ impl FlushMachine {
     /// next stage, or end with the error (through `fail`); the next flush
     /// is due if more sequences wait.
     pub(crate) fn flush_done(&mut self, status: Status, mut fail: impl FnMut(u32, Status)) {
-        debug_assert!(self.running);
+        assert!(self.running);
         self.running = false;
         for idx in self.waiting_running.drain(..) {
             if status.is_ok() {

@@ -233,7 +233,7 @@ impl HwInner {
     /// Install `elevator` (or none). Control plane: only with the queue
     /// frozen, when no request waits in the old one.
     pub(crate) fn set_elevator(&mut self, elevator: Option<Box<dyn Elevator>>) {
-        debug_assert!(self.elevator.as_ref().is_none_or(|e| !e.has_work()));
+        assert!(self.elevator.as_ref().is_none_or(|e| !e.has_work()));
         self.elevator = elevator;
     }
 
@@ -292,7 +292,7 @@ impl HwInner {
         tags.for_each_in_flight(self.index, |tag, deadline| {
             let d = deadline.load(std::sync::atomic::Ordering::Relaxed);
             if d != 0 && d <= now_ms {
-                debug_assert!(expired.len() < expired.capacity());
+                assert!(expired.len() < expired.capacity());
                 expired.push(tag);
             }
         });

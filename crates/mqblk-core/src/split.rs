@@ -171,7 +171,7 @@ impl Splitter {
             if len == 0 {
                 return Err(Unsplittable);
             }
-            debug_assert_eq!(len, child.len_bytes());
+            assert_eq!(len, child.len_bytes());
             self.done_bytes += len;
             return Ok(Some(Piece {
                 bio: child,
@@ -278,22 +278,22 @@ pub(crate) mod parent {
 
     /// `node` becomes a parent being cut.
     pub(crate) fn begin(node: &mut BioNode) {
-        debug_assert!(!node.parent, "a bio is split once");
+        assert!(!node.parent, "a bio is split once");
         node.parent = true;
         node.aux = 1;
     }
 
     /// One more piece of `node` was sent.
     pub(crate) fn add_piece(node: &mut BioNode) {
-        debug_assert!(node.parent);
+        assert!(node.parent);
         node.aux += 1;
     }
 
     /// A piece (or the cutting) of `node` ended with `status`. Returns the
     /// parent's status when that was the last one.
     pub(crate) fn piece_done(node: &mut BioNode, status: Status) -> Option<Status> {
-        debug_assert!(node.parent);
-        debug_assert!(node.aux > 0);
+        assert!(node.parent);
+        assert!(node.aux > 0);
         let bio = node.bio.as_mut().expect("a split parent holds its bio");
         if bio.status.is_ok() && !status.is_ok() {
             bio.status = status;
