@@ -1,5 +1,5 @@
 //! `iostat` (sysstat) reads the diskstats that `mqblk bench --stats-dir`
-//! keeps, and its figures match the bench's own. `.ci/run` installs
+//! keeps, and its figures match the bench's own. scripts/test installs
 //! sysstat: a missing iostat fails this test.
 
 use std::path::Path;
@@ -45,6 +45,7 @@ fn iostat_last(out: &str, dev: &str, cols: &[&str]) -> Vec<f64> {
 /// Run a throttled bench with a stats dir, sample it with iostat over a 3 s
 /// interval in the middle, and return (iostat columns, bench JSON).
 fn sample(dir: &Path, rw: &str, cols: &[&str]) -> (Vec<f64>, serde_json::Value) {
+    mqblk_test_support::require_tool("iostat");
     let bench = mqblk()
         .args([
             "bench",
