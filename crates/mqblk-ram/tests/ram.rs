@@ -585,7 +585,11 @@ fn run_model(cmds: &[Cmd]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+    // Miri runs each case about a thousand times slower.
+    #![proptest_config(ProptestConfig {
+        cases: if cfg!(miri) { 4 } else { 128 },
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn any_sequence_matches_a_byte_vector(cmds in prop::collection::vec(cmd(), 1..40)) {
