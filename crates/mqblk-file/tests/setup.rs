@@ -198,7 +198,10 @@ fn setup_errors_say_what_to_do() {
 fn zram_round_trip() {
     // zram may be a module: load it if modprobe is there. Without zram (or
     // root to add one) the skip is counted, and fails in CI.
-    let _ = std::process::Command::new("modprobe").arg("zram").status();
+    let _ = std::process::Command::new("modprobe")
+        .arg("zram")
+        .stderr(std::process::Stdio::null())
+        .status();
     let hot_add = std::path::Path::new("/sys/class/zram-control/hot_add");
     let id = match std::fs::read_to_string(hot_add) {
         Ok(id) => id,
