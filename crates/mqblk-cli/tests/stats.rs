@@ -158,17 +158,19 @@ fn iostat_util_matches_the_measured_busy_fraction() {
             "--iodepth=1",
             "--thinktime=2ms",
         ],
-        &["%util", "r/s"],
+        &["%util", "r/s", "aqu-sz"],
     );
     let read = &json["jobs"][0]["read"];
     let iops = read["iops"].as_f64().unwrap();
     let mean_ns = read["clat_ns"]["mean"].as_f64().unwrap();
     let busy_pct = iops * mean_ns / 1e9 * 100.0;
     eprintln!(
-        "iostat %util {:.2}, measured busy {busy_pct:.2}% ({iops:.1} IOPS x {:.3} ms); iostat r/s {:.1}",
+        "iostat %util {:.2}, measured busy {busy_pct:.2}% ({iops:.1} IOPS x {:.3} ms); \
+         iostat r/s {:.1}, aqu-sz {:.2}",
         u[0],
         mean_ns / 1e6,
-        u[1]
+        u[1],
+        u[2]
     );
     // The pause is real idle time: neither 0 nor 100 % busy.
     assert!(
@@ -179,6 +181,14 @@ fn iostat_util_matches_the_measured_busy_fraction() {
         (u[0] - busy_pct).abs() < 5.0,
         "iostat %util {} vs measured busy {busy_pct:.2}%",
         u[0]
+    );
+    // time_in_queue (field 11) is the sum of latencies, so at depth 1 the
+    // average queue size is the busy fraction too.
+    assert!(
+        (u[2] - busy_pct / 100.0).abs() < 0.05,
+        "iostat aqu-sz {} vs measured {:.3}",
+        u[2],
+        busy_pct / 100.0
     );
     let _ = std::fs::remove_dir_all(&base);
 }
