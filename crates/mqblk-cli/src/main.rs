@@ -203,6 +203,11 @@ struct BenchArgs {
     /// DIR/mqblk.json (read it with `mqblk stat DIR`) up to date.
     #[arg(long = "stats-dir", alias = "stats_dir", value_name = "DIR")]
     stats_dir: Option<String>,
+
+    /// Pause after each completion before the next I/O (fio's thinktime):
+    /// microseconds, or with a suffix (us, ms, s).
+    #[arg(long, value_name = "TIME")]
+    thinktime: Option<String>,
 }
 
 fn stat_command(args: &StatArgs) -> Result<()> {
@@ -375,6 +380,7 @@ impl BenchArgs {
             ("verify_fatal", "verify_fatal", &self.verify_fatal),
             ("segments", "segments", &self.segments),
             ("stats-dir", "stats_dir", &self.stats_dir),
+            ("thinktime", "thinktime", &self.thinktime),
         ];
         for (flag, key, value) in single {
             if let Some(v) = value {

@@ -188,13 +188,7 @@ struct Kit(std::process::Child, std::path::PathBuf);
 
 impl Kit {
     fn start(args: &[&str]) -> Kit {
-        let found = std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).any(|d| d.join("nbdkit").is_file()))
-            .unwrap_or(false);
-        assert!(
-            found,
-            "nbdkit is not installed: .ci/run installs it (apt-get install nbdkit)"
-        );
+        mqblk_test_support::require_tool("nbdkit");
         let dir =
             std::env::temp_dir().join(format!("mqblk-kit-{}-{}", std::process::id(), args.len()));
         let _ = std::fs::remove_dir_all(&dir);

@@ -1,5 +1,5 @@
 //! `iostat` (sysstat) reads the diskstats that `mqblk bench --stats-dir`
-//! keeps, and its figures match the bench's own. `.ci/run` installs
+//! keeps, and its figures match the bench's own. scripts/test installs
 //! sysstat: a missing iostat fails this test.
 
 use std::path::Path;
@@ -45,14 +45,28 @@ fn iostat_last(out: &str, dev: &str, cols: &[&str]) -> Vec<f64> {
 /// Run a throttled bench with a stats dir, sample it with iostat over a 3 s
 /// interval in the middle, and return (iostat columns, bench JSON).
 fn sample(dir: &Path, rw: &str, cols: &[&str]) -> (Vec<f64>, serde_json::Value) {
-    let bench = mqblk()
-        .args([
-            "bench",
+    sample_bench(
+        dir,
+        &[
             "--device",
             "null,size=1G,mbps=8,hw_queues=1",
             &format!("--rw={rw}"),
-            "--bs=4k",
             "--iodepth=32",
+        ],
+        cols,
+    )
+}
+
+/// Run a 6 s bench of 4 KiB I/Os with `args` and a stats dir, sample it
+/// with iostat over a 3 s interval in the middle, and return (iostat
+/// columns, bench JSON).
+fn sample_bench(dir: &Path, args: &[&str], cols: &[&str]) -> (Vec<f64>, serde_json::Value) {
+    mqblk_test_support::require_tool("iostat");
+    let bench = mqblk()
+        .arg("bench")
+        .args(args)
+        .args([
+            "--bs=4k",
             "--runtime=6",
             "--time_based",
             "--output-format=json",
@@ -120,6 +134,61 @@ fn iostat_reads_mqblk_diskstats_and_agrees_with_the_bench() {
     assert!(
         text.contains("splits=0") && text.contains("bytes_copied=0"),
         "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// `%util` follows Linux's io_ticks rules: busy time advances at I/O start
+/// and at completion, and idle gaps between I/Os are not busy. One request
+/// at a time, each taking 2 ms in the device (a timer completion), with a
+/// 2 ms pause after each (thinktime): the device is busy about half the
+/// time, and iostat's %util must match the busy fraction the bench measured
+/// (I/Os per second × mean latency, the sum of latencies over the wall
+/// time) within 5 points.
+#[test]
+fn iostat_util_matches_the_measured_busy_fraction() {
+    let _serial = serial();
+    let base = std::env::temp_dir().join(format!("mqblk-stats-util-{}", std::process::id()));
+    let (u, json) = sample_bench(
+        &base,
+        &[
+            "--device",
+            "null,size=1G,completion=timer,completion_nsec=2000000,hw_queues=1",
+            "--rw=randread",
+            "--iodepth=1",
+            "--thinktime=2ms",
+        ],
+        &["%util", "r/s", "aqu-sz"],
+    );
+    let read = &json["jobs"][0]["read"];
+    let iops = read["iops"].as_f64().unwrap();
+    let mean_ns = read["clat_ns"]["mean"].as_f64().unwrap();
+    let busy_pct = iops * mean_ns / 1e9 * 100.0;
+    eprintln!(
+        "iostat %util {:.2}, measured busy {busy_pct:.2}% ({iops:.1} IOPS x {:.3} ms); \
+         iostat r/s {:.1}, aqu-sz {:.2}",
+        u[0],
+        mean_ns / 1e6,
+        u[1],
+        u[2]
+    );
+    // The pause is real idle time: neither 0 nor 100 % busy.
+    assert!(
+        (25.0..75.0).contains(&busy_pct),
+        "2 ms I/Os with 2 ms pauses: busy {busy_pct:.1}%"
+    );
+    assert!(
+        (u[0] - busy_pct).abs() < 5.0,
+        "iostat %util {} vs measured busy {busy_pct:.2}%",
+        u[0]
+    );
+    // time_in_queue (field 11) is the sum of latencies, so at depth 1 the
+    // average queue size is the busy fraction too.
+    assert!(
+        (u[2] - busy_pct / 100.0).abs() < 0.05,
+        "iostat aqu-sz {} vs measured {:.3}",
+        u[2],
+        busy_pct / 100.0
     );
     let _ = std::fs::remove_dir_all(&base);
 }

@@ -1052,6 +1052,7 @@ impl CtxState {
         rq.set_driver_data(0);
         if self.iostats {
             rq.start_ns = self.batch_now();
+            dev.stats.update_io_ticks(rq.start_ns / 1_000_000, false);
             bump(&self.stats.in_flight[rq.op.is_write() as usize], 1);
         }
         rq.transition(RqState::Idle, RqState::Queued);

@@ -940,7 +940,8 @@ mod tests {
 
     #[test]
     fn sbitmap_two_threads_never_share_a_bit() {
-        const OPS_PER_THREAD: usize = 100_000;
+        // Miri runs each step about a thousand times slower.
+        const OPS_PER_THREAD: usize = if cfg!(miri) { 500 } else { 100_000 };
         let q = Arc::new(SbitmapQueue::new(10, Some(3)));
         let owned: Arc<Vec<AtomicBool>> =
             Arc::new((0..10).map(|_| AtomicBool::new(false)).collect());

@@ -261,8 +261,14 @@ mod tests {
             interval: 0,
             probability: 25,
         };
-        let n = fires(attr, 11, 100_000).into_iter().filter(|&x| x).count();
-        assert!((23_000..27_000).contains(&n), "{n} of 100000 at 25%");
+        // Miri runs each draw about a thousand times slower: fewer draws,
+        // the same relative band.
+        let draws = if cfg!(miri) { 2_000 } else { 100_000 };
+        let n = fires(attr, 11, draws).into_iter().filter(|&x| x).count();
+        assert!(
+            (draws * 23 / 100..draws * 27 / 100).contains(&n),
+            "{n} of {draws} at 25%"
+        );
     }
 
     #[test]

@@ -497,6 +497,7 @@ fn job_thread<V: Hook>(
             .min(dev.capacity_bytes())
     };
     let bs = job.bs;
+    let thinktime = job.thinktime;
     let mut read = DirResult::default();
     let mut write = DirResult::default();
     let mut first_error: Option<mqblk::Status> = None;
@@ -561,6 +562,9 @@ fn job_thread<V: Hook>(
                 }
             }
             hook.complete(&c);
+            if !thinktime.is_zero() {
+                std::thread::sleep(thinktime);
+            }
             if (issued_bytes < bytes_limit || !measuring) && !hook.stopped() {
                 let (op, sector) = offsets.next();
                 let bio = c.bio_mut();

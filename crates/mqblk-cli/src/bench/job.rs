@@ -109,6 +109,9 @@ pub struct JobSpec {
     /// `--stats-dir`: keep `DIR/diskstats` (for `iostat -f DIR`) and
     /// `DIR/mqblk.json` (for `mqblk stat`) up to date while running.
     pub stats_dir: Option<String>,
+    /// `thinktime=` (fio's): pause this long after each completion before
+    /// the next I/O, as an application that works on its data would.
+    pub thinktime: std::time::Duration,
 }
 
 impl Default for JobSpec {
@@ -135,6 +138,7 @@ impl Default for JobSpec {
             verify_fatal: false,
             segments: 1,
             stats_dir: None,
+            thinktime: std::time::Duration::ZERO,
         }
     }
 }

@@ -41,6 +41,7 @@ pub const KEYS: &[&str] = &[
     "verify_fatal",
     "segments",
     "stats_dir",
+    "thinktime",
 ];
 
 /// Smallest and largest `bs=` (a 512-byte sector up to 64 MiB).
@@ -145,6 +146,8 @@ pub struct JobOptions {
     /// `engine=` (`uring` or `psync`) for every file device that does not
     /// set it.
     pub file_engine: Option<&'static str>,
+    /// `thinktime=`.
+    pub thinktime: Option<Duration>,
 }
 
 /// A file device's `engine=` for fio's `ioengine=NAME`: `Ok(Some)` for
@@ -309,6 +312,21 @@ impl JobOptions {
                 self.verify_fatal = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?)
             }
             "segments" => self.segments = Some(parse_u64_in(v, 1, 256, expected)? as u32),
+            "thinktime" => {
+                // fio's unit for a bare number is the microsecond.
+                let us;
+                let v = if v.trim().bytes().all(|b| b.is_ascii_digit()) {
+                    us = format!("{}us", v.trim());
+                    us.as_str()
+                } else {
+                    v
+                };
+                let d = parse_duration(v).map_err(|why| bad(raw, format!("{expected} ({why})")))?;
+                if d > Duration::from_secs(10) {
+                    return Err(bad(raw, expected));
+                }
+                self.thinktime = Some(d);
+            }
             "stats_dir" => {
                 if v.is_empty() {
                     return Err(bad(raw, expected));
@@ -350,6 +368,7 @@ impl JobOptions {
         over(&mut self.stats_dir, &top.stats_dir);
         over(&mut self.file_direct, &top.file_direct);
         over(&mut self.file_engine, &top.file_engine);
+        over(&mut self.thinktime, &top.thinktime);
     }
 
     /// The job these settings describe, on top of the defaults, named
@@ -396,6 +415,7 @@ impl JobOptions {
             verify_fatal: self.verify_fatal.unwrap_or(d.verify_fatal),
             segments: self.segments.unwrap_or(d.segments),
             stats_dir: self.stats_dir.clone().or(d.stats_dir.clone()),
+            thinktime: self.thinktime.unwrap_or(d.thinktime),
         };
         check(&job)?;
         Ok(job)
@@ -424,6 +444,9 @@ pub fn expected(key: &str) -> Option<&'static str> {
         "do_verify" => "1 or 0 (default 1: read back and check what was written)",
         "verify_fatal" => "1 or 0 (default 0: 1 stops the job at the first mismatch)",
         "segments" => "1 to 256: buffer pieces per I/O (vectored bios)",
+        "thinktime" => {
+            "a pause after each completion, up to 10s: microseconds, or with a suffix (us, ms, s)"
+        }
         "stats_dir" => "a directory to write diskstats and mqblk.json into",
         _ => return None,
     })
@@ -476,6 +499,16 @@ mod tests {
         let mut o = JobOptions::default();
         o.set(key, Some(value))?;
         Ok(o)
+    }
+
+    #[test]
+    fn thinktime_is_in_microseconds_unless_it_has_a_suffix() {
+        let t = |v: &str| set("thinktime", v).map(|o| o.thinktime);
+        assert_eq!(t("2000").unwrap(), Some(Duration::from_millis(2)));
+        assert_eq!(t("2ms").unwrap(), Some(Duration::from_millis(2)));
+        assert_eq!(t("0").unwrap(), Some(Duration::ZERO));
+        assert!(t("11s").is_err(), "more than 10 s");
+        assert!(t("x").is_err());
     }
 
     #[test]

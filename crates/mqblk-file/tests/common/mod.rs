@@ -1,7 +1,8 @@
 //! Helpers shared by the file driver's integration tests: scratch files on
 //! a file system that supports O_DIRECT, loop devices, a small tmpfs, and
-//! data patterns. Anything that needs a kernel feature or root and cannot
-//! have it says why and makes the test skip.
+//! data patterns. A missing tool that scripts/test installs fails the test;
+//! a loop device or a mount that cannot be had (no root) is a counted skip
+//! on a developer's machine and a failure in CI (`mqblk_test_support`).
 
 #![allow(dead_code)]
 
@@ -56,8 +57,9 @@ pub struct LoopDev {
 }
 
 impl LoopDev {
-    /// Attach `file`; None (with the reason printed) if losetup cannot.
+    /// Attach `file`; None (the skip recorded) if losetup cannot.
     pub fn attach(file: &Path) -> Option<LoopDev> {
+        mqblk_test_support::require_tool("losetup");
         let out = Command::new("losetup")
             .args(["-f", "--show"])
             .arg(file)
@@ -68,16 +70,13 @@ impl LoopDev {
                 Some(LoopDev { dev })
             }
             Ok(o) => {
-                eprintln!(
-                    "SKIP: losetup failed: {}",
+                mqblk_test_support::skip_unless_ci(&format!(
+                    "no loop device: losetup failed: {}",
                     String::from_utf8_lossy(&o.stderr).trim()
-                );
+                ));
                 None
             }
-            Err(e) => {
-                eprintln!("SKIP: cannot run losetup: {e}");
-                None
-            }
+            Err(e) => panic!("cannot run losetup: {e}"),
         }
     }
 }
@@ -94,7 +93,9 @@ pub struct Tmpfs {
 }
 
 impl Tmpfs {
+    /// Mount; None (the skip recorded) if mount cannot.
     pub fn mount(tag: &str, size: &str) -> Option<Tmpfs> {
+        mqblk_test_support::require_tool("mount");
         let dir = std::env::temp_dir().join(format!("mqblk-tmpfs-{}-{tag}", std::process::id()));
         std::fs::create_dir_all(&dir).ok()?;
         let st = Command::new("mount")
@@ -104,17 +105,16 @@ impl Tmpfs {
         match st {
             Ok(o) if o.status.success() => Some(Tmpfs { dir }),
             Ok(o) => {
-                eprintln!(
-                    "SKIP: cannot mount a tmpfs: {}",
-                    String::from_utf8_lossy(&o.stderr).trim()
-                );
                 let _ = std::fs::remove_dir(&dir);
+                mqblk_test_support::skip_unless_ci(&format!(
+                    "cannot mount a tmpfs: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ));
                 None
             }
             Err(e) => {
-                eprintln!("SKIP: cannot run mount: {e}");
                 let _ = std::fs::remove_dir(&dir);
-                None
+                panic!("cannot run mount: {e}")
             }
         }
     }
@@ -122,7 +122,19 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.dir).status();
+        // The kernel lets go of a ring's registered file a moment after the
+        // ring is closed: retry while the mount is busy.
+        for _ in 0..100 {
+            let unmounted = Command::new("umount")
+                .arg(&self.dir)
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if unmounted {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         let _ = std::fs::remove_dir(&self.dir);
     }
 }

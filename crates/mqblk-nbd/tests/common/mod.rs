@@ -1,6 +1,6 @@
 //! Helpers of the NBD integration tests: an in-process server on a unix
 //! socket (or loopback TCP), real clients run with a bounded wait, and
-//! scratch directories. A test that needs a tool `.ci/run` installs fails
+//! scratch directories. A test that needs a tool scripts/test installs fails
 //! when the tool is missing.
 
 #![allow(dead_code)]
@@ -16,15 +16,9 @@ use std::time::{Duration, Instant};
 
 use mqblk_nbd::{ConnLimits, Export, Listen, Server, ServerConfig, TlsMode};
 
-/// Fail (not skip) when a tool that `.ci/run` installs is missing.
+/// Fail (not skip) when a tool that scripts/test installs is missing.
 pub fn require(tool: &str) {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-        .unwrap_or(false);
-    assert!(
-        found,
-        "`{tool}` is not installed: .ci/run installs it (apt-get install libnbd-bin qemu-utils nbdkit fio)"
-    );
+    mqblk_test_support::require_tool(tool);
 }
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
