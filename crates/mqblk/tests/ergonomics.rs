@@ -115,3 +115,36 @@ fn rejected_ios_are_counted_alike_whatever_the_reason() {
     assert_eq!(after.bios - before.bios, 4, "every rejected I/O is a bio");
     assert_eq!(after.errors - before.errors, 4, "and an error");
 }
+
+/// The first bounce on a context is said once on stderr, with the
+/// offending address and length; later ones are only counted. Run in a
+/// child process (this test binary again), whose stderr the test reads.
+#[test]
+fn the_first_bounce_on_a_context_is_said_once() {
+    if std::env::var_os("MQBLK_BOUNCE_CHILD").is_some() {
+        let dev = mqblk::open("null,size=8M,memory_backed=1").unwrap();
+        let mut ctx = dev.context().unwrap();
+        let mut raw = vec![0u8; 4096 + 1];
+        for i in 0..3 {
+            ctx.read_at(&mut raw[1..], i * 4096).unwrap();
+        }
+        assert_eq!(dev.stats().snapshot().bytes_copied, 3 * 4096);
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "the_first_bounce_on_a_context_is_said_once",
+            "--exact",
+            "--nocapture",
+        ])
+        .env("MQBLK_BOUNCE_CHILD", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(err.matches("bounce buffer").count(), 1, "{err}");
+    assert!(
+        err.contains("of 4096 bytes is not aligned to 512 bytes"),
+        "{err}"
+    );
+}
