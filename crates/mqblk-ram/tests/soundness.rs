@@ -42,10 +42,10 @@ fn vectored_write_and_read_cross_segments() {
 }
 
 #[test]
-fn emulated_write_zeroes_reads_back_zeros() {
-    // The ram driver offers write-zeroes natively; `max_write_zeroes` off
-    // is not an option, so force the emulation through a tiny max_sectors
-    // on a device that does not: the core's zero page becomes many pieces.
+fn write_zeroes_between_writes_reads_back_zeros() {
+    // The ram driver zeroes natively (the core's emulation through its
+    // read-only zero page is tested with a toy driver in mqblk-core's
+    // tests/soundness.rs); a small max_sectors splits the data around it.
     let dev = ram("ram,size=1M,hw_queues=1,max_sectors=8");
     let mut ctx = dev.context().unwrap();
     ctx.write_at(&[7u8; 65536], 0).unwrap();
