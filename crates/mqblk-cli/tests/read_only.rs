@@ -73,13 +73,15 @@ fn as_nobody(bin: &Path, args: &[&str]) -> Option<Output> {
 #[cfg_attr(miri, ignore)]
 fn a_non_root_user_reads_a_read_only_file() {
     if !is_root() {
-        eprintln!("SKIP: needs root to run as another user (nobody)");
+        mqblk_test_support::skip_unless_ci("needs root to run as another user (nobody)");
         return;
     }
     let (_s, bin, img) = setup("nobody");
     let spec = format!("file:{}", img.display());
     let Some(o) = as_nobody(&bin, &["info", &spec]) else {
-        eprintln!("SKIP: neither runuser nor setpriv can run a program as nobody");
+        mqblk_test_support::skip_unless_ci(
+            "neither runuser nor setpriv can run a program as nobody",
+        );
         return;
     };
     let out = String::from_utf8_lossy(&o.stdout);
