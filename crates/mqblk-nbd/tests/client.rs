@@ -5,62 +5,11 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
 use mqblk::{Bio, Status};
-
-/// nbdkit in the foreground on a unix socket; killed on drop.
-struct Nbdkit {
-    child: Child,
-    sock: PathBuf,
-    _dir: TempDir,
-}
-
-impl Nbdkit {
-    fn start(args: &[&str]) -> Nbdkit {
-        require("nbdkit");
-        let dir = TempDir::new("nbdkit");
-        let sock = dir.path().join("kit.sock");
-        let child = Command::new("nbdkit")
-            .args(["-f", "-U"])
-            .arg(&sock)
-            .args(args)
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("start nbdkit");
-        let t = Instant::now();
-        while !sock.exists() {
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "nbdkit did not create its socket"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Nbdkit {
-            child,
-            sock,
-            _dir: dir,
-        }
-    }
-
-    fn uri(&self) -> String {
-        format!("nbd+unix:///?socket={}", self.sock.display())
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Nbdkit {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
 
 #[test]
 fn round_trips_against_nbdkit_memory_with_several_connections() {

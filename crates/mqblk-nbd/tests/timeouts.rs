@@ -9,8 +9,6 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -21,52 +19,6 @@ const TIMEOUT_MS: u64 = 500;
 /// What "returns in bounded time" allows on top of the timeout: far below
 /// the server's delay, far above any scheduling noise.
 const GRACE: Duration = Duration::from_secs(10);
-
-/// nbdkit in the foreground on a unix socket; killed on drop.
-struct Nbdkit {
-    child: Child,
-    sock: PathBuf,
-    _dir: TempDir,
-}
-
-impl Nbdkit {
-    fn start(args: &[&str]) -> Nbdkit {
-        require("nbdkit");
-        let dir = TempDir::new("nbdkit-timeout");
-        let sock = dir.path().join("kit.sock");
-        let child = Command::new("nbdkit")
-            .args(["-f", "-U"])
-            .arg(&sock)
-            .args(args)
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("start nbdkit");
-        let t = Instant::now();
-        while !sock.exists() {
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "nbdkit did not create its socket"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Nbdkit {
-            child,
-            sock,
-            _dir: dir,
-        }
-    }
-
-    fn spec(&self, opts: &str) -> String {
-        format!("nbd+unix:///?socket={},{opts}", self.sock.display())
-    }
-}
-
-impl Drop for Nbdkit {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn bound() -> Duration {
     Duration::from_millis(TIMEOUT_MS) + GRACE
@@ -90,7 +42,7 @@ fn held_read_then_usable(extra: &[&str]) {
     let mut args = extra.to_vec();
     args.extend(["--filter=delay", "memory", "16M", "rdelay=3"]);
     let kit = Nbdkit::start(&args);
-    let dev = mqblk::open(&kit.spec(&format!("io_timeout_ms={TIMEOUT_MS}"))).unwrap();
+    let dev = mqblk::open(&kit.spec_with(&format!("io_timeout_ms={TIMEOUT_MS}"))).unwrap();
     let mut ctx = dev.context().unwrap();
     ctx.write_at(&pattern(7, 4096), 0).unwrap();
 
@@ -121,7 +73,7 @@ fn held_read_then_usable(extra: &[&str]) {
 fn dropping_a_device_with_reads_held_by_the_server_returns() {
     // Reads take 60 s: far beyond the timeout and the test's bound.
     let kit = Nbdkit::start(&["--filter=delay", "memory", "16M", "rdelay=60"]);
-    let dev = mqblk::open(&kit.spec(&format!("io_timeout_ms={TIMEOUT_MS},conns=2"))).unwrap();
+    let dev = mqblk::open(&kit.spec_with(&format!("io_timeout_ms={TIMEOUT_MS},conns=2"))).unwrap();
     let mut ctx = dev.context().unwrap();
     for i in 0..8u64 {
         ctx.submit(Bio::read_at(i * 4096, dev.alloc_buf(4096)))
@@ -142,7 +94,7 @@ fn dropping_a_device_with_reads_held_by_the_server_returns() {
 #[test]
 fn a_server_that_answers_nothing_fails_every_read_without_hanging() {
     let kit = Nbdkit::start(&["--filter=delay", "memory", "16M", "rdelay=60"]);
-    let dev = mqblk::open(&kit.spec(&format!("io_timeout_ms={TIMEOUT_MS}"))).unwrap();
+    let dev = mqblk::open(&kit.spec_with(&format!("io_timeout_ms={TIMEOUT_MS}"))).unwrap();
     let mut ctx = dev.context().unwrap();
     // The first timeout leaves the connection up (a zombie waits for its
     // reply); once a tag times out again with its zombie unanswered, the
@@ -169,7 +121,7 @@ fn a_server_that_answers_nothing_fails_every_read_without_hanging() {
 fn a_write_the_server_holds_times_out_and_reads_still_work() {
     // Writes take 3 s; reads are not delayed.
     let kit = Nbdkit::start(&["--filter=delay", "memory", "16M", "wdelay=3"]);
-    let dev = mqblk::open(&kit.spec(&format!("io_timeout_ms={TIMEOUT_MS}"))).unwrap();
+    let dev = mqblk::open(&kit.spec_with(&format!("io_timeout_ms={TIMEOUT_MS}"))).unwrap();
     let mut ctx = dev.context().unwrap();
     let t = Instant::now();
     let err = ctx.write_at(&pattern(9, 4096), 0).unwrap_err();

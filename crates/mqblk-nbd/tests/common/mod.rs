@@ -294,3 +294,59 @@ impl RawClient {
         matches!(self.s.read(&mut b), Ok(0) | Err(_))
     }
 }
+
+/// nbdkit in the foreground on a unix socket; killed (by its pid) on drop.
+pub struct Nbdkit {
+    child: std::process::Child,
+    pub sock: PathBuf,
+    _dir: TempDir,
+}
+
+impl Nbdkit {
+    pub fn start(args: &[&str]) -> Nbdkit {
+        require("nbdkit");
+        let dir = TempDir::new("nbdkit");
+        let sock = dir.path().join("kit.sock");
+        let child = Command::new("nbdkit")
+            .args(["-f", "-U"])
+            .arg(&sock)
+            .args(args)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start nbdkit");
+        let t = Instant::now();
+        while !sock.exists() {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "nbdkit did not create its socket"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Nbdkit {
+            child,
+            sock,
+            _dir: dir,
+        }
+    }
+
+    /// The export's URL.
+    pub fn uri(&self) -> String {
+        format!("nbd+unix:///?socket={}", self.sock.display())
+    }
+
+    /// A device spec for the export with `opts` after a comma.
+    pub fn spec_with(&self, opts: &str) -> String {
+        format!("{},{opts}", self.uri())
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Nbdkit {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
