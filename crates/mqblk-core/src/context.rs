@@ -109,6 +109,8 @@ struct CtxState {
     throttle: Option<Box<dyn Throttle>>,
     /// Bios the throttle holds back, with the time each may go, in order.
     throttled: VecDeque<(u64, u32)>,
+    /// The priority this context's requests carry.
+    ioprio: crate::ioprio::IoPrio,
 }
 
 impl Device {
@@ -162,6 +164,7 @@ impl Device {
             bounced_once: false,
             throttle: dev.cfg.throttle.as_ref().map(|t| t.for_context(id)),
             throttled: VecDeque::with_capacity(bioset_size),
+            ioprio: crate::ioprio::IoPrio::default(),
             tags,
         };
         dev.ctl().contexts.push(st.shared.clone());
@@ -192,6 +195,17 @@ impl Context {
     /// The hardware queue this context is mapped to.
     pub fn hw_queue(&self) -> u16 {
         self.st.hwq
+    }
+
+    /// The I/O priority of this context's requests (Linux
+    /// `ioprio_set`), for schedulers that honour it (mq-deadline, bfq).
+    pub fn set_ioprio(&mut self, prio: crate::ioprio::IoPrio) {
+        self.st.ioprio = prio;
+    }
+
+    /// This context's I/O priority.
+    pub fn ioprio(&self) -> crate::ioprio::IoPrio {
+        self.st.ioprio
     }
 
     /// Requests submitted and not yet completed.
@@ -1048,6 +1062,7 @@ impl CtxState {
         rq.bio_tail = Some(node);
         rq.owner = Some(self.shared_ptr());
         rq.hwq = self.hwq;
+        rq.ioprio = self.ioprio;
         rq.status = Status::Ok;
         rq.set_driver_data(0);
         if self.iostats {

@@ -19,7 +19,7 @@ use crate::spec::SpecOptions;
 use crate::stats::DeviceStats;
 use crate::sync::Notify;
 use crate::tag::Tags;
-use crate::throttle::ThrottleType;
+use crate::throttle::{ChainType, IoMax, IoMaxLimits, IoMaxType, ThrottleType};
 
 pub use crate::limits::QueueMode;
 
@@ -69,6 +69,10 @@ pub struct DeviceConfig {
     pub elevator: Option<Arc<dyn ElevatorType>>,
     /// The bio throttle of every context (`None`: no throttling).
     pub throttle: Option<Arc<dyn ThrottleType>>,
+    /// The device's `io.max` limits (spec keys `riops`, `wiops`, `rbps`,
+    /// `wbps`, `throttle_burst_ms`), applied before `throttle`. They can be
+    /// changed while the device runs, through [`Device::io_max`].
+    pub io_max: Option<Arc<IoMax>>,
 }
 
 /// Limits a device may be configured below what its driver allows.
@@ -126,6 +130,7 @@ impl DeviceConfig {
             bioset_size: 0,
             elevator: None,
             throttle: None,
+            io_max: None,
         }
     }
 
@@ -195,6 +200,8 @@ impl DeviceConfig {
             }
             self.bioset_size = n as u32;
         }
+        self.take_sched(o)?;
+        self.take_io_max(o)?;
         let mut u32_opt = |key: &str, min: u64| -> Result<Option<u32>> {
             match o.take_u64(key)? {
                 None => Ok(None),
@@ -208,6 +215,92 @@ impl DeviceConfig {
             max_segment_size: u32_opt("max_segment_size", 512)?,
             chunk_sectors: u32_opt("chunk_sectors", 0)?,
         };
+        Ok(())
+    }
+}
+
+impl DeviceConfig {
+    /// `scheduler=none|mq-deadline` and mq-deadline's tunables
+    /// (`read_expire`, `write_expire` and `prio_aging_expire` in ms,
+    /// `fifo_batch`, `writes_starved`).
+    fn take_sched(&mut self, o: &mut SpecOptions) -> Result<()> {
+        const TUNABLES: [&str; 5] = [
+            "read_expire",
+            "write_expire",
+            "fifo_batch",
+            "writes_starved",
+            "prio_aging_expire",
+        ];
+        let name = o.take_str("scheduler");
+        match name.as_deref() {
+            None | Some("none") => {
+                if let Some(k) = TUNABLES.iter().find(|k| o.contains(k)) {
+                    return Err(o.error(
+                        k,
+                        "",
+                        "a key of scheduler=mq-deadline; this device has no scheduler",
+                    ));
+                }
+                if name.is_some() {
+                    self.elevator = None;
+                }
+            }
+            Some("mq-deadline") => {
+                let mut p = crate::sched::DeadlineParams::default();
+                if let Some(v) = o.take_u64("read_expire")? {
+                    p.read_expire_ms = v;
+                }
+                if let Some(v) = o.take_u64("write_expire")? {
+                    p.write_expire_ms = v;
+                }
+                if let Some(v) = o.take_u64("prio_aging_expire")? {
+                    p.prio_aging_expire_ms = v;
+                }
+                if let Some(v) = o.take_u64("fifo_batch")? {
+                    if !(1..=1 << 16).contains(&v) {
+                        return Err(o.error("fifo_batch", &v.to_string(), "1 to 65536"));
+                    }
+                    p.fifo_batch = v as u32;
+                }
+                if let Some(v) = o.take_u64("writes_starved")? {
+                    p.writes_starved = v.min(u64::from(u32::MAX)) as u32;
+                }
+                self.elevator = Some(crate::sched::MqDeadlineType::new(p));
+            }
+            Some(other) => return Err(o.error("scheduler", other, "none or mq-deadline")),
+        }
+        Ok(())
+    }
+
+    /// `riops`, `wiops`, `rbps`, `wbps` (sizes such as `50m`) and
+    /// `throttle_burst_ms`.
+    fn take_io_max(&mut self, o: &mut SpecOptions) -> Result<()> {
+        let mut l = IoMaxLimits::default();
+        let mut any = false;
+        for (key, slot) in [("riops", &mut l.riops), ("wiops", &mut l.wiops)] {
+            if let Some(v) = o.take_size(key)? {
+                *slot = v;
+                any = true;
+            }
+        }
+        for (key, slot) in [("rbps", &mut l.rbps), ("wbps", &mut l.wbps)] {
+            if let Some(v) = o.take_size(key)? {
+                *slot = v;
+                any = true;
+            }
+        }
+        let burst = o.take_u64("throttle_burst_ms")?;
+        if let Some(b) = burst {
+            if b > 10_000 {
+                return Err(o.error("throttle_burst_ms", &b.to_string(), "0 to 10000"));
+            }
+        }
+        if any || burst.is_some() {
+            self.io_max = Some(IoMax::new(
+                l,
+                burst.unwrap_or(crate::throttle::DEFAULT_BURST_MS),
+            ));
+        }
         Ok(())
     }
 }
@@ -442,8 +535,16 @@ impl std::fmt::Debug for Device {
 
 impl Device {
     /// Create a device from a driver and a configuration.
-    pub fn new<D: Driver>(driver: D, cfg: DeviceConfig) -> Result<Device> {
+    pub fn new<D: Driver>(driver: D, mut cfg: DeviceConfig) -> Result<Device> {
         let name: Arc<str> = Arc::from(cfg.name.as_str());
+        // io.max comes first, then any other throttle.
+        if let Some(m) = &cfg.io_max {
+            let io_max: Arc<dyn ThrottleType> = Arc::new(IoMaxType(m.clone()));
+            cfg.throttle = Some(match cfg.throttle.take() {
+                None => io_max,
+                Some(t) => Arc::new(ChainType(io_max, t)),
+            });
+        }
         let setup = |reason: String| Error::Setup {
             device: name.clone(),
             reason,
@@ -566,6 +667,12 @@ impl Device {
                 next_ctx: std::sync::atomic::AtomicU32::new(0),
             }),
         })
+    }
+
+    /// The device's `io.max` limits, if it has any: change them with
+    /// [`IoMax::set_limits`] while I/O runs.
+    pub fn io_max(&self) -> Option<&Arc<IoMax>> {
+        self.inner.cfg.io_max.as_ref()
     }
 
     /// The read-mostly facts: name, capacity, limits, features, mode.

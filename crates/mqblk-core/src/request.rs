@@ -71,6 +71,8 @@ pub struct Request {
     pub(crate) hwq: u16,
     pub(crate) nr_bios: u16,
     pub(crate) nr_segs: u16,
+    /// The submitting context's I/O priority.
+    pub(crate) ioprio: crate::ioprio::IoPrio,
     pub(crate) tag: u32,
     pub(crate) sector: u64,
     pub(crate) size_bytes: u64,
@@ -92,6 +94,7 @@ impl Request {
             hwq,
             nr_bios: 0,
             nr_segs: 0,
+            ioprio: crate::ioprio::IoPrio::default(),
             tag,
             sector: 0,
             size_bytes: 0,
@@ -187,6 +190,12 @@ impl Request {
     #[inline]
     pub fn nr_bios(&self) -> u16 {
         self.nr_bios
+    }
+
+    /// The I/O priority of the context that submitted it.
+    #[inline]
+    pub fn ioprio(&self) -> crate::ioprio::IoPrio {
+        self.ioprio
     }
 
     /// Status set by the driver.

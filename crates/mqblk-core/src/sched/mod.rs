@@ -17,6 +17,10 @@
 //! (the driver tags, enforced as the hardware queue's budget). Requests
 //! waiting in the elevator hold scheduler tags only.
 
+mod mq_deadline;
+
+pub use mq_deadline::{DeadlineParams, MqDeadlineType};
+
 use crate::request::{Request, RqRef};
 use crate::sw_queue::SwQueue;
 
