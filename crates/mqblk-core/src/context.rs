@@ -103,20 +103,31 @@ struct CtxState {
     in_flight: u32,
     /// The completion fd, once asked for.
     efd: Option<Arc<crate::sync::EventFd>>,
+    /// What the caller waits on: the eventfd and the throttle's timer.
+    fd_timer: Option<crate::sync::FdTimer>,
     /// This context has bounced a segment already (it is said once).
     bounced_once: bool,
     /// This context's bio throttle, if the device has one.
     throttle: Option<Box<dyn Throttle>>,
     /// Bios the throttle holds back, with the time each may go, in order.
     throttled: VecDeque<(u64, u32)>,
-    /// The priority this context's requests carry.
-    ioprio: crate::ioprio::IoPrio,
+    /// The priority this context's requests carry, if set on the context
+    /// (otherwise its group's).
+    ioprio: Option<crate::ioprio::IoPrio>,
+    /// The group this context is in.
+    group: crate::blkcg::Membership,
 }
 
 impl Device {
     /// Open a context for the calling thread. Control plane: allocates the
     /// context's bio set and lists, sized to the tag depth.
     pub fn context(&self) -> Result<Context> {
+        self.context_in(&self.inner.groups.default_group())
+    }
+
+    /// Open a context in `group` (see [`crate::blkcg`]).
+    pub fn context_in(&self, group: &Arc<crate::blkcg::Group>) -> Result<Context> {
+        let group = group.clone();
         let dev = self.inner.clone();
         let id = dev
             .next_ctx
@@ -161,10 +172,12 @@ impl Device {
             batch_ns: 0,
             in_flight: 0,
             efd: None,
+            fd_timer: None,
             bounced_once: false,
             throttle: dev.cfg.throttle.as_ref().map(|t| t.for_context(id)),
             throttled: VecDeque::with_capacity(bioset_size),
-            ioprio: crate::ioprio::IoPrio::default(),
+            ioprio: None,
+            group: crate::blkcg::Membership::join(group),
             tags,
         };
         dev.ctl().contexts.push(st.shared.clone());
@@ -200,12 +213,17 @@ impl Context {
     /// The I/O priority of this context's requests (Linux
     /// `ioprio_set`), for schedulers that honour it (mq-deadline, bfq).
     pub fn set_ioprio(&mut self, prio: crate::ioprio::IoPrio) {
-        self.st.ioprio = prio;
+        self.st.ioprio = Some(prio);
     }
 
-    /// This context's I/O priority.
+    /// This context's I/O priority: its own, or else its group's.
     pub fn ioprio(&self) -> crate::ioprio::IoPrio {
-        self.st.ioprio
+        self.st.ioprio.unwrap_or_else(|| self.st.group.0.ioprio())
+    }
+
+    /// The group this context is in.
+    pub fn group(&self) -> &Arc<crate::blkcg::Group> {
+        &self.st.group.0
     }
 
     /// Requests submitted and not yet completed.
@@ -288,6 +306,11 @@ impl Context {
         if let Some(fd) = &self.st.efd {
             fd.drain();
         }
+        if let Some(t) = self.st.fd_timer.as_mut() {
+            if t.is_armed() {
+                t.clear_fired(clock::now_ns());
+            }
+        }
         self.st.flush_plug(&self.dev);
         self.st.reap(&self.dev);
         self.st.process_deferred(&self.dev);
@@ -306,20 +329,21 @@ impl Context {
     /// first call makes the eventfd; with no fd asked for, the hot path pays
     /// one branch.
     pub fn completion_fd(&mut self) -> Result<std::os::fd::RawFd> {
-        if let Some(fd) = &self.st.efd {
-            return Ok(fd.raw());
+        if let Some(t) = &self.st.fd_timer {
+            return Ok(t.raw());
         }
-        let fd = crate::sync::EventFd::new()
-            .map(Arc::new)
-            .map_err(|e| Error::Setup {
-                device: self.dev.info.name.clone(),
-                reason: format!("cannot make a completion fd: {e}"),
-            })?;
+        let setup = |e: std::io::Error| Error::Setup {
+            device: self.dev.info.name.clone(),
+            reason: format!("cannot make a completion fd: {e}"),
+        };
+        let fd = crate::sync::EventFd::new().map(Arc::new).map_err(setup)?;
+        let timer = crate::sync::FdTimer::new(&fd).map_err(setup)?;
         self.dev.hw_queues[self.st.hwq as usize]
             .notify
             .subscribe_fd(fd.clone());
-        let raw = fd.raw();
+        let raw = timer.raw();
         self.st.efd = Some(fd);
+        self.st.fd_timer = Some(timer);
         self.st.kick_fd(&self.dev);
         Ok(raw)
     }
@@ -552,12 +576,16 @@ impl Context {
 impl CtxState {
     /// Make the completion fd readable if polling would make progress.
     #[inline]
-    fn kick_fd(&self, dev: &DeviceInner) {
+    fn kick_fd(&mut self, dev: &DeviceInner) {
+        // A throttled bio's time is the fd's timer.
+        if let (Some(t), Some(&(at, _))) = (self.fd_timer.as_mut(), self.throttled.front()) {
+            t.arm(at);
+        }
         let Some(fd) = &self.efd else { return };
         if !self.ended.is_empty()
             || !self.plug.is_empty()
             || !self.sw.is_empty()
-            || self.has_deferred()
+            || self.flush.has_work()
             || (self.in_flight > 0 && !dev.completes_async)
         {
             fd.signal();
@@ -619,18 +647,27 @@ impl CtxState {
             self.finish(idx, status);
             return idx;
         }
-        if op != Op::Flush {
+        if op != Op::Flush && (self.throttle.is_some() || self.group.0.io_max().is_limited()) {
+            let now = clock::now_ns();
+            // SAFETY: as above: the slot is ours and in no request.
+            let bio = unsafe { node.as_ref() }
+                .bio
+                .as_ref()
+                .expect("slot holds a bio");
+            let mut at = now;
             if let Some(t) = self.throttle.as_mut() {
-                let now = clock::now_ns();
-                // SAFETY: as above: the slot is ours and in no request.
-                let bio = unsafe { node.as_ref() }.bio.as_ref();
-                if let Admit::At(at) = t.admit(bio.expect("slot holds a bio"), now) {
-                    if at > now {
-                        debug_assert!(self.throttled.len() < self.throttled.capacity());
-                        self.throttled.push_back((at, idx));
-                        return idx;
-                    }
+                if let Admit::At(t) = t.admit(bio, now) {
+                    at = t;
                 }
+            }
+            let g = self.group.0.io_max();
+            if g.is_limited() {
+                at = at.max(g.charge(bio.op(), bio.len_bytes(), now));
+            }
+            if at > now {
+                debug_assert!(self.throttled.len() < self.throttled.capacity());
+                self.throttled.push_back((at, idx));
+                return idx;
             }
         }
         self.issue(dev, idx, op, flags);
@@ -1062,7 +1099,10 @@ impl CtxState {
         rq.bio_tail = Some(node);
         rq.owner = Some(self.shared_ptr());
         rq.hwq = self.hwq;
-        rq.ioprio = self.ioprio;
+        let g = &self.group.0;
+        rq.ioprio = self.ioprio.unwrap_or_else(|| g.ioprio());
+        rq.group = g.id();
+        rq.weight = g.weight() as u16;
         rq.status = Status::Ok;
         rq.set_driver_data(0);
         if self.iostats {

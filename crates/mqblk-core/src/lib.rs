@@ -30,6 +30,7 @@ pub mod spec;
 // Front end.
 pub mod bio;
 mod bioset;
+pub mod blkcg;
 mod bounce;
 pub mod buf;
 pub mod context;
@@ -61,6 +62,7 @@ pub mod stats;
 
 pub use bio::Completion;
 pub use bio::{Bio, BioFlags, EndIo, Op, Segment};
+pub use blkcg::{Group, GroupConfig};
 pub use buf::{BufPool, BufRegion, IoBuf};
 pub use context::Context;
 pub use driver::Extent;

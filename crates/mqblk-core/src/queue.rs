@@ -220,16 +220,21 @@ impl DeviceConfig {
 }
 
 impl DeviceConfig {
-    /// `scheduler=none|mq-deadline` and mq-deadline's tunables
-    /// (`read_expire`, `write_expire` and `prio_aging_expire` in ms,
-    /// `fifo_batch`, `writes_starved`).
+    /// `scheduler=none|mq-deadline|kyber|bfq` and the tunables:
+    /// mq-deadline's `read_expire`, `write_expire` and `prio_aging_expire`
+    /// (ms), `fifo_batch`, `writes_starved`; kyber's `read_lat_nsec`,
+    /// `write_lat_nsec`; bfq's `max_budget` (sectors), `idle_timeout` (ms).
     fn take_sched(&mut self, o: &mut SpecOptions) -> Result<()> {
-        const TUNABLES: [&str; 5] = [
+        const TUNABLES: [&str; 9] = [
             "read_expire",
             "write_expire",
             "fifo_batch",
             "writes_starved",
             "prio_aging_expire",
+            "read_lat_nsec",
+            "write_lat_nsec",
+            "max_budget",
+            "idle_timeout",
         ];
         let name = o.take_str("scheduler");
         match name.as_deref() {
@@ -238,7 +243,7 @@ impl DeviceConfig {
                     return Err(o.error(
                         k,
                         "",
-                        "a key of scheduler=mq-deadline; this device has no scheduler",
+                        "a key of scheduler=mq-deadline, kyber or bfq; this device has no scheduler",
                     ));
                 }
                 if name.is_some() {
@@ -267,7 +272,37 @@ impl DeviceConfig {
                 }
                 self.elevator = Some(crate::sched::MqDeadlineType::new(p));
             }
-            Some(other) => return Err(o.error("scheduler", other, "none or mq-deadline")),
+            Some("kyber") => {
+                let mut p = crate::sched::KyberParams::default();
+                for (key, slot) in [
+                    ("read_lat_nsec", &mut p.read_lat_nsec),
+                    ("write_lat_nsec", &mut p.write_lat_nsec),
+                ] {
+                    if let Some(v) = o.take_u64(key)? {
+                        if v == 0 {
+                            return Err(o.error(key, "0", "a latency target above 0 ns"));
+                        }
+                        *slot = v;
+                    }
+                }
+                self.elevator = Some(crate::sched::KyberType::new(p));
+            }
+            Some("bfq") => {
+                let mut p = crate::sched::BfqParams::default();
+                if let Some(v) = o.take_u64("max_budget")? {
+                    if !(8..=1 << 20).contains(&v) {
+                        return Err(o.error("max_budget", &v.to_string(), "8 to 1048576 sectors"));
+                    }
+                    p.max_budget = v as u32;
+                }
+                if let Some(v) = o.take_u64("idle_timeout")? {
+                    p.idle_timeout_ms = v;
+                }
+                self.elevator = Some(crate::sched::BfqType::new(p));
+            }
+            Some(other) => {
+                return Err(o.error("scheduler", other, "none, mq-deadline, kyber or bfq"))
+            }
         }
         Ok(())
     }
@@ -406,6 +441,7 @@ pub(crate) struct DeviceInner {
     /// The driver's own bound on requests per hardware queue.
     pub(crate) driver_budget: Option<u32>,
     pub(crate) next_ctx: std::sync::atomic::AtomicU32,
+    pub(crate) groups: crate::blkcg::Groups,
 }
 
 impl DeviceInner {
@@ -636,6 +672,7 @@ impl Device {
             QueueMode::DeviceLock => QueueLock::Device(SpinLock::new()),
             QueueMode::GlobalLock => QueueLock::Global,
         };
+        let groups = crate::blkcg::Groups::new(&name);
         Ok(Device {
             inner: Arc::new(DeviceInner {
                 info: QueueInfo {
@@ -665,6 +702,7 @@ impl Device {
                 driver_waits,
                 driver_budget: budget,
                 next_ctx: std::sync::atomic::AtomicU32::new(0),
+                groups,
             }),
         })
     }

@@ -17,8 +17,12 @@
 //! (the driver tags, enforced as the hardware queue's budget). Requests
 //! waiting in the elevator hold scheduler tags only.
 
+mod bfq;
+mod kyber;
 mod mq_deadline;
 
+pub use bfq::{BfqParams, BfqType};
+pub use kyber::{KyberParams, KyberType};
 pub use mq_deadline::{DeadlineParams, MqDeadlineType};
 
 use crate::request::{Request, RqRef};

@@ -3,6 +3,7 @@
 //! group) shares. A bio over the limit waits in its context, without a tag,
 //! until the bucket's time comes (see the module above).
 
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use crate::bio::{Bio, Op};
@@ -34,6 +35,8 @@ pub const DEFAULT_BURST_MS: u64 = 10;
 /// The buckets of one `io.max`, shared by the contexts it throttles.
 #[derive(Debug)]
 pub struct IoMax {
+    /// Any limit is set (one load tells an unlimited group to go).
+    limited: AtomicBool,
     riops: TokenBucket,
     wiops: TokenBucket,
     rbps: TokenBucket,
@@ -45,6 +48,7 @@ impl IoMax {
     pub fn new(limits: IoMaxLimits, burst_ms: u64) -> Arc<IoMax> {
         let w = burst_ms.saturating_mul(1_000_000);
         Arc::new(IoMax {
+            limited: AtomicBool::new(limits.any()),
             riops: TokenBucket::new(limits.riops, w),
             wiops: TokenBucket::new(limits.wiops, w),
             rbps: TokenBucket::new(limits.rbps, w),
@@ -69,6 +73,13 @@ impl IoMax {
         self.wiops.set_rate(l.wiops);
         self.rbps.set_rate(l.rbps);
         self.wbps.set_rate(l.wbps);
+        self.limited.store(l.any(), Relaxed);
+    }
+
+    /// True if any limit is set.
+    #[inline]
+    pub fn is_limited(&self) -> bool {
+        self.limited.load(Relaxed)
     }
 
     /// Change the burst window.
