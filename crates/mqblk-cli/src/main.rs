@@ -16,6 +16,7 @@
 
 mod alloc_count;
 mod bench;
+mod qos;
 mod serve;
 mod stat;
 
@@ -63,6 +64,21 @@ enum Command {
     Stat(StatArgs),
     /// Export devices over NBD (TCP or a unix socket, optionally TLS).
     Serve(Box<serve::ServeArgs>),
+    /// Change groups and limits of a running serve or bench (started with
+    /// --control=SOCKET): `group NAME riops=5000 weight=300`, `create NAME
+    /// weight=300`, `device rbps=50m`, or `show`.
+    Qos(QosArgs),
+}
+
+#[derive(Args, Debug)]
+struct QosArgs {
+    /// The control socket of the running serve or bench.
+    #[arg(long, value_name = "SOCKET")]
+    control: PathBuf,
+    /// The request: group NAME KEY=VALUE..., create NAME KEY=VALUE...,
+    /// device KEY=VALUE..., or show.
+    #[arg(required = true, value_name = "REQUEST")]
+    request: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -208,6 +224,11 @@ struct BenchArgs {
     /// microseconds, or with a suffix (us, ms, s).
     #[arg(long, value_name = "TIME")]
     thinktime: Option<String>,
+
+    /// Listen on this unix socket for group and limit changes while the
+    /// run goes on (`mqblk qos --control=SOCKET ...`).
+    #[arg(long, value_name = "SOCKET")]
+    control: Option<PathBuf>,
 }
 
 fn stat_command(args: &StatArgs) -> Result<()> {
@@ -343,6 +364,7 @@ fn main() -> std::process::ExitCode {
         Command::Info(args) => info_command(&args),
         Command::Stat(args) => stat_command(&args),
         Command::Serve(args) => serve::serve_command(&args),
+        Command::Qos(args) => qos::client(&args.control, &args.request),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -439,6 +461,10 @@ fn bench_command(args: &BenchArgs) -> Result<()> {
     let format = args.output_format;
     // Everything that can fail before the run fails here, before the banner.
     let prepared = bench::engine::prepare(&jobs)?;
+    let _control = match &args.control {
+        Some(path) => Some(qos::Control::start(path, prepared.devices())?),
+        None => None,
+    };
 
     // As fio: the first SIGINT or SIGTERM stops the jobs, drains them and
     // prints what ran; a second one exits at once.
@@ -662,7 +688,9 @@ mod tests {
         full.extend_from_slice(argv);
         match Cli::try_parse_from(full).unwrap().command {
             Command::Bench(b) => *b,
-            Command::Info(_) | Command::Serve(_) | Command::Stat(_) => unreachable!(),
+            Command::Info(_) | Command::Serve(_) | Command::Stat(_) | Command::Qos(_) => {
+                unreachable!()
+            }
         }
     }
 

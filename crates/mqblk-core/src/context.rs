@@ -647,7 +647,11 @@ impl CtxState {
             self.finish(idx, status);
             return idx;
         }
-        if op != Op::Flush && (self.throttle.is_some() || self.group.0.io_max().is_limited()) {
+        if op != Op::Flush
+            && (self.throttle.is_some()
+                || dev.io_max.is_limited()
+                || self.group.0.io_max().is_limited())
+        {
             let now = clock::now_ns();
             // SAFETY: as above: the slot is ours and in no request.
             let bio = unsafe { node.as_ref() }
@@ -660,9 +664,10 @@ impl CtxState {
                     at = t;
                 }
             }
-            let g = self.group.0.io_max();
-            if g.is_limited() {
-                at = at.max(g.charge(bio.op(), bio.len_bytes(), now));
+            for m in [&*dev.io_max, self.group.0.io_max()] {
+                if m.is_limited() {
+                    at = at.max(m.charge(bio.op(), bio.len_bytes(), now));
+                }
             }
             if at > now {
                 debug_assert!(self.throttled.len() < self.throttled.capacity());

@@ -19,7 +19,7 @@ use crate::spec::SpecOptions;
 use crate::stats::DeviceStats;
 use crate::sync::Notify;
 use crate::tag::Tags;
-use crate::throttle::{ChainType, IoMax, IoMaxLimits, IoMaxType, ThrottleType};
+use crate::throttle::{IoMax, IoMaxLimits, ThrottleType};
 
 pub use crate::limits::QueueMode;
 
@@ -70,8 +70,9 @@ pub struct DeviceConfig {
     /// The bio throttle of every context (`None`: no throttling).
     pub throttle: Option<Arc<dyn ThrottleType>>,
     /// The device's `io.max` limits (spec keys `riops`, `wiops`, `rbps`,
-    /// `wbps`, `throttle_burst_ms`), applied before `throttle`. They can be
-    /// changed while the device runs, through [`Device::io_max`].
+    /// `wbps`, `throttle_burst_ms`), applied with `throttle` and the
+    /// group's. They can be changed while the device runs, through
+    /// [`Device::io_max`].
     pub io_max: Option<Arc<IoMax>>,
 }
 
@@ -442,6 +443,9 @@ pub(crate) struct DeviceInner {
     pub(crate) driver_budget: Option<u32>,
     pub(crate) next_ctx: std::sync::atomic::AtomicU32,
     pub(crate) groups: crate::blkcg::Groups,
+    /// The device's own io.max (unlimited unless the spec or the control
+    /// plane sets limits).
+    pub(crate) io_max: Arc<IoMax>,
 }
 
 impl DeviceInner {
@@ -571,16 +575,8 @@ impl std::fmt::Debug for Device {
 
 impl Device {
     /// Create a device from a driver and a configuration.
-    pub fn new<D: Driver>(driver: D, mut cfg: DeviceConfig) -> Result<Device> {
+    pub fn new<D: Driver>(driver: D, cfg: DeviceConfig) -> Result<Device> {
         let name: Arc<str> = Arc::from(cfg.name.as_str());
-        // io.max comes first, then any other throttle.
-        if let Some(m) = &cfg.io_max {
-            let io_max: Arc<dyn ThrottleType> = Arc::new(IoMaxType(m.clone()));
-            cfg.throttle = Some(match cfg.throttle.take() {
-                None => io_max,
-                Some(t) => Arc::new(ChainType(io_max, t)),
-            });
-        }
         let setup = |reason: String| Error::Setup {
             device: name.clone(),
             reason,
@@ -673,6 +669,9 @@ impl Device {
             QueueMode::GlobalLock => QueueLock::Global,
         };
         let groups = crate::blkcg::Groups::new(&name);
+        let io_max = cfg.io_max.clone().unwrap_or_else(|| {
+            IoMax::new(IoMaxLimits::default(), crate::throttle::DEFAULT_BURST_MS)
+        });
         Ok(Device {
             inner: Arc::new(DeviceInner {
                 info: QueueInfo {
@@ -703,14 +702,15 @@ impl Device {
                 driver_budget: budget,
                 next_ctx: std::sync::atomic::AtomicU32::new(0),
                 groups,
+                io_max,
             }),
         })
     }
 
-    /// The device's `io.max` limits, if it has any: change them with
+    /// The device's `io.max` limits (none unless set): change them with
     /// [`IoMax::set_limits`] while I/O runs.
-    pub fn io_max(&self) -> Option<&Arc<IoMax>> {
-        self.inner.cfg.io_max.as_ref()
+    pub fn io_max(&self) -> &Arc<IoMax> {
+        &self.inner.io_max
     }
 
     /// The read-mostly facts: name, capacity, limits, features, mode.

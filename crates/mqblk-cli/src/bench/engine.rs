@@ -133,6 +133,17 @@ pub fn prepare(jobs: &[JobSpec]) -> Result<Prepared> {
 }
 
 impl Prepared {
+    /// The distinct devices of the run.
+    pub fn devices(&self) -> Vec<Device> {
+        let mut out: Vec<Device> = Vec::new();
+        for (_, dev) in &self.plan {
+            if !out.iter().any(|d| d.name() == dev.name()) {
+                out.push(dev.clone());
+            }
+        }
+        out
+    }
+
     /// The distinct devices of the run, with their alignment.
     pub fn alignment(&self) -> Vec<DeviceAlignment> {
         let mut out: Vec<DeviceAlignment> = Vec::new();

@@ -6,8 +6,8 @@
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
-use crate::bio::{Bio, Op};
-use crate::throttle::{Admit, Throttle, ThrottleType, TokenBucket};
+use crate::bio::Op;
+use crate::throttle::TokenBucket;
 
 /// The four `io.max` limits; 0 is no limit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -105,33 +105,5 @@ impl IoMax {
             bytes
         };
         iops.charge(1, now_ns).max(bps.charge(data, now_ns))
-    }
-}
-
-/// The throttle type of a device or group limited by one [`IoMax`].
-#[derive(Debug, Clone)]
-pub struct IoMaxType(pub Arc<IoMax>);
-
-struct IoMaxThrottle(Arc<IoMax>);
-
-impl Throttle for IoMaxThrottle {
-    #[inline]
-    fn admit(&mut self, bio: &Bio, now_ns: u64) -> Admit {
-        let at = self.0.charge(bio.op(), bio.len_bytes(), now_ns);
-        if at <= now_ns {
-            Admit::Now
-        } else {
-            Admit::At(at)
-        }
-    }
-}
-
-impl ThrottleType for IoMaxType {
-    fn name(&self) -> &str {
-        "io.max"
-    }
-
-    fn for_context(&self, _ctx_id: u32) -> Box<dyn Throttle> {
-        Box::new(IoMaxThrottle(self.0.clone()))
     }
 }

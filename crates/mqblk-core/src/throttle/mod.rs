@@ -10,8 +10,6 @@
 //! context's own polling when its time comes: it waits on a clock, not on
 //! a thread, and nothing else in the context is held up behind it.
 
-use std::sync::Arc;
-
 use crate::bio::Bio;
 
 /// The throttle's answer for one bio.
@@ -47,41 +45,8 @@ impl std::fmt::Debug for dyn ThrottleType {
     }
 }
 
-/// Two throttles in turn: a bio goes when both let it.
-pub(crate) struct Chain(pub(crate) Box<dyn Throttle>, pub(crate) Box<dyn Throttle>);
-
-impl Throttle for Chain {
-    fn admit(&mut self, bio: &Bio, now_ns: u64) -> Admit {
-        match (self.0.admit(bio, now_ns), self.1.admit(bio, now_ns)) {
-            (Admit::Now, Admit::Now) => Admit::Now,
-            (Admit::At(a), Admit::Now) | (Admit::Now, Admit::At(a)) => Admit::At(a),
-            (Admit::At(a), Admit::At(b)) => Admit::At(a.max(b)),
-        }
-    }
-}
-
-/// The throttle types of [`Chain`].
-#[derive(Debug)]
-pub(crate) struct ChainType(
-    pub(crate) Arc<dyn ThrottleType>,
-    pub(crate) Arc<dyn ThrottleType>,
-);
-
-impl ThrottleType for ChainType {
-    fn name(&self) -> &str {
-        self.1.name()
-    }
-
-    fn for_context(&self, ctx_id: u32) -> Box<dyn Throttle> {
-        Box::new(Chain(
-            self.0.for_context(ctx_id),
-            self.1.for_context(ctx_id),
-        ))
-    }
-}
-
 mod io_max;
 mod token_bucket;
 
-pub use io_max::{IoMax, IoMaxLimits, IoMaxType, DEFAULT_BURST_MS};
+pub use io_max::{IoMax, IoMaxLimits, DEFAULT_BURST_MS};
 pub use token_bucket::TokenBucket;
