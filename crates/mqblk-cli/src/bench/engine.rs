@@ -58,6 +58,16 @@ struct Measured {
 /// reads opens its devices read-only (`ro=1`, unless its spec says `ro=`),
 /// so a file this user may only read can be measured, as fio does.
 fn open_devices(jobs: &[JobSpec]) -> Result<Vec<Vec<Device>>> {
+    // As fio's jobs that name one file share it, jobs whose device specs
+    // (with the command line's overrides) are the same share one device:
+    // their contexts compete for its queues, its scheduler sees them all.
+    let key = |job: &JobSpec, spec: &str| {
+        format!(
+            "{spec}\u{0}{:?}\u{0}{:?}\u{0}{:?}\u{0}{}",
+            job.queue_mode, job.hw_queues, job.plug, job.iostats
+        )
+    };
+    let mut opened: Vec<(String, Device)> = Vec::new();
     let mut all = Vec::with_capacity(jobs.len());
     for job in jobs {
         if job.devices.is_empty() {
@@ -65,6 +75,11 @@ fn open_devices(jobs: &[JobSpec]) -> Result<Vec<Vec<Device>>> {
         }
         let mut devs = Vec::with_capacity(job.devices.len());
         for spec in &job.devices {
+            let k = key(job, spec);
+            if let Some((_, d)) = opened.iter().find(|(o, _)| *o == k) {
+                devs.push(d.clone());
+                continue;
+            }
             let mut parsed = mqblk::spec::parse(spec).map_err(|e| crate::open_error(e, spec))?;
             if let Some(m) = &job.queue_mode {
                 parsed.options.set("queue_mode", m);
@@ -78,7 +93,11 @@ fn open_devices(jobs: &[JobSpec]) -> Result<Vec<Vec<Device>>> {
             if !job.iostats {
                 parsed.options.set("iostats", "0");
             }
-            if !job_writes(job) && !parsed.options.contains("ro") {
+            // Read-only unless a job sharing it writes.
+            let writes = jobs
+                .iter()
+                .any(|j| job_writes(j) && j.devices.iter().any(|s| key(j, s) == k));
+            if !writes && !parsed.options.contains("ro") {
                 parsed.options.set("ro", "1");
             }
             let dev = mqblk::open_parsed(parsed).map_err(|e| crate::open_error(e, spec))?;
@@ -89,6 +108,7 @@ fn open_devices(jobs: &[JobSpec]) -> Result<Vec<Vec<Device>>> {
                     eprintln!("mqblk: {}: {v}", dev.name());
                 }
             }
+            opened.push((k, dev.clone()));
             devs.push(dev);
         }
         all.push(devs);
