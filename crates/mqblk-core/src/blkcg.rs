@@ -52,7 +52,7 @@ pub struct Group {
     weight: AtomicU32,
     /// Class in the high byte, level in the low byte.
     ioprio: AtomicU16,
-    io_max: Arc<IoMax>,
+    io_max: IoMax,
     /// Contexts in the group now.
     pub(crate) members: AtomicU32,
 }
@@ -178,7 +178,7 @@ impl Groups {
             device: device.clone(),
             weight: AtomicU32::new(DEFAULT_WEIGHT),
             ioprio: AtomicU16::new(pack(IoPrio::default())),
-            io_max: IoMax::new(IoMaxLimits::default(), DEFAULT_BURST_MS),
+            io_max: IoMax::unshared(IoMaxLimits::default(), DEFAULT_BURST_MS),
             members: AtomicU32::new(0),
         });
         Groups {
@@ -249,7 +249,7 @@ impl Device {
             device: Arc::from(self.name()),
             weight: AtomicU32::new(cfg.weight),
             ioprio: AtomicU16::new(pack(cfg.ioprio)),
-            io_max: IoMax::new(cfg.limits, DEFAULT_BURST_MS),
+            io_max: IoMax::unshared(cfg.limits, DEFAULT_BURST_MS),
             members: AtomicU32::new(0),
         });
         t.push(g.clone());

@@ -91,6 +91,8 @@ struct CtxState {
     /// This context's copy of the queue limits (refreshed after a freeze).
     limits: QueueLimits,
     nomerges: u8,
+    /// Copy of the control plane's `elevator`.
+    sched_on: bool,
     bounce_on: bool,
     bounce: BouncePool,
     flush: FlushMachine,
@@ -164,6 +166,7 @@ impl Device {
             timeout_ms: dev.cfg.timeout_ms,
             limits: dev.info.limits,
             nomerges: dev.cfg.nomerges,
+            sched_on: dev.cfg.elevator.is_some(),
             bounce_on: dev.cfg.bounce,
             bounce: BouncePool::new(dev.buf_pool.align()),
             flush: FlushMachine::new(bioset_size),
@@ -749,6 +752,7 @@ impl CtxState {
         self.limits = ctl.limits;
         self.plug_on = ctl.plug;
         self.nomerges = ctl.nomerges;
+        self.sched_on = ctl.elevator;
     }
 
     /// Send the data of bio `idx` on: merge it, make it a request, or split
@@ -1104,10 +1108,12 @@ impl CtxState {
         rq.bio_tail = Some(node);
         rq.owner = Some(self.shared_ptr());
         rq.hwq = self.hwq;
-        let g = &self.group.0;
-        rq.ioprio = self.ioprio.unwrap_or_else(|| g.ioprio());
-        rq.group = g.id();
-        rq.weight = g.weight() as u16;
+        if self.sched_on {
+            let g = &self.group.0;
+            rq.ioprio = self.ioprio.unwrap_or_else(|| g.ioprio());
+            rq.group = g.id();
+            rq.weight = g.weight() as u16;
+        }
         rq.status = Status::Ok;
         rq.set_driver_data(0);
         if self.iostats {

@@ -416,6 +416,9 @@ pub(crate) struct Control {
     pub(crate) limits: QueueLimits,
     pub(crate) plug: bool,
     pub(crate) nomerges: u8,
+    /// The hardware queues have an elevator (requests then carry their
+    /// group, weight and priority).
+    pub(crate) elevator: bool,
     pub(crate) contexts: Vec<Arc<crate::request::RqOwner>>,
 }
 
@@ -518,6 +521,7 @@ impl Frozen<'_> {
             .map_or(depth, |e| e.nr_requests(depth).max(depth))
             .min(inner.tags[0].depth_max());
         self.set_queue_depth(sched_depth)?;
+        self.ctl.elevator = elevator.is_some();
         for (i, hq) in inner.hw_queues.iter().enumerate() {
             let mut h = hq.lock();
             h.set_elevator(elevator.as_ref().map(|e| e.init(i as u16, sched_depth)));
@@ -687,6 +691,7 @@ impl Device {
                     limits,
                     plug: cfg.plug,
                     nomerges: cfg.nomerges,
+                    elevator: cfg.elevator.is_some(),
                     contexts: Vec::new(),
                 }),
                 cfg,

@@ -46,14 +46,19 @@ pub struct IoMax {
 impl IoMax {
     /// Limits with a burst window of `burst_ms`.
     pub fn new(limits: IoMaxLimits, burst_ms: u64) -> Arc<IoMax> {
+        Arc::new(IoMax::unshared(limits, burst_ms))
+    }
+
+    /// The same, to be placed inside its owner.
+    pub(crate) fn unshared(limits: IoMaxLimits, burst_ms: u64) -> IoMax {
         let w = burst_ms.saturating_mul(1_000_000);
-        Arc::new(IoMax {
+        IoMax {
             limited: AtomicBool::new(limits.any()),
             riops: TokenBucket::new(limits.riops, w),
             wiops: TokenBucket::new(limits.wiops, w),
             rbps: TokenBucket::new(limits.rbps, w),
             wbps: TokenBucket::new(limits.wbps, w),
-        })
+        }
     }
 
     /// The limits now.
