@@ -5,8 +5,8 @@
 #
 # fio's external engines compile against fio's own headers, of the same
 # version as the fio binary that loads them. This fetches Debian's fio
-# source (adding a deb-src entry for the system's Debian suite if apt has
-# none; that needs root), configures it with `./configure --disable-native`
+# source with fetch-fio-source.sh (adding a deb-src entry for the system's
+# Debian suites if apt has none; that needs root), configures it with `./configure --disable-native`
 # and compiles engine.c with `-include config-host.h`. libmqblk must be
 # installed where pkg-config finds it (`cargo cinstall` from
 # crates/mqblk-capi; set PKG_CONFIG_PATH for a private prefix). The engine
@@ -19,31 +19,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$1"
 out=$(cd "$1" && pwd)
 
-fio_version=$(fio --version 2>/dev/null | sed -n 's/^fio-//p')
-[ -n "$fio_version" ] || { echo "fio is not installed (apt-get install fio)" >&2; exit 1; }
-
 src=${FIO_SRC:-}
 if [ -z "$src" ]; then
-  src=$(find "$out/fio-source" -maxdepth 1 -type d -name "fio-$fio_version*" 2>/dev/null | head -n1)
-fi
-if [ -z "$src" ] || [ ! -f "$src/fio.h" ]; then
-  if ! apt-get source --print-uris fio >/dev/null 2>&1; then
-    [ "$(id -u)" -eq 0 ] || { echo "apt has no deb-src entry; run as root to add one" >&2; exit 1; }
-    # The same archive and suites as the system's own entries.
-    . /etc/os-release
-    cat >/etc/apt/sources.list.d/mqblk-deb-src.sources <<SRC
-Types: deb-src
-URIs: http://deb.debian.org/debian
-Suites: $VERSION_CODENAME $VERSION_CODENAME-updates
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-    apt-get update -qq
-  fi
-  command -v dpkg-source >/dev/null || apt-get install -y -qq --no-install-recommends dpkg-dev >/dev/null
-  mkdir -p "$out/fio-source"
-  (cd "$out/fio-source" && apt-get source -qq "fio=$(dpkg-query -W -f='${Version}' fio)" >/dev/null)
-  src=$(find "$out/fio-source" -maxdepth 1 -type d -name "fio-*" | head -n1)
+  src=$("$here/fetch-fio-source.sh" "$out/fio-source")
 fi
 if [ ! -f "$src/config-host.h" ]; then
   (cd "$src" && ./configure --disable-native >"$out/fio-configure.log" 2>&1) || {
