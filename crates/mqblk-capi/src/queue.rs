@@ -158,21 +158,29 @@ fn submit(
     }
 }
 
+/// What every submission names besides its data: the entry point (for
+/// messages), the operation and offset, the user pointer and the flags.
+struct Req {
+    func: &'static str,
+    op: Op,
+    offset: u64,
+    user_data: *mut c_void,
+    flags: u32,
+}
+
 /// One data request: a read or a write of one buffer.
 ///
 /// # Safety
 ///
 /// See `mqblk_queue_read`.
-unsafe fn data_one(
-    func: &str,
-    q: *mut MqblkQueue,
-    op: Op,
-    offset: u64,
-    buf: *mut c_void,
-    len: usize,
-    user_data: *mut c_void,
-    flags: u32,
-) -> c_int {
+unsafe fn data_one(q: *mut MqblkQueue, r: Req, buf: *mut c_void, len: usize) -> c_int {
+    let Req {
+        func,
+        op,
+        offset,
+        user_data,
+        flags,
+    } = r;
     entry(func, || {
         // SAFETY: the caller's promise, passed on.
         let q = unsafe { queue_mut(q, func) }?;
@@ -190,16 +198,14 @@ unsafe fn data_one(
 /// # Safety
 ///
 /// See `mqblk_queue_readv`.
-unsafe fn data_vec(
-    func: &str,
-    q: *mut MqblkQueue,
-    op: Op,
-    offset: u64,
-    iov: *const libc::iovec,
-    iovcnt: c_int,
-    user_data: *mut c_void,
-    flags: u32,
-) -> c_int {
+unsafe fn data_vec(q: *mut MqblkQueue, r: Req, iov: *const libc::iovec, iovcnt: c_int) -> c_int {
+    let Req {
+        func,
+        op,
+        offset,
+        user_data,
+        flags,
+    } = r;
     entry(func, || {
         // SAFETY: the caller's promise, passed on.
         let q = unsafe { queue_mut(q, func) }?;
@@ -252,14 +258,16 @@ pub unsafe extern "C" fn mqblk_queue_read(
     // SAFETY: the caller's promise, passed on.
     unsafe {
         data_one(
-            "mqblk_queue_read",
             q,
-            Op::Read,
-            offset,
+            Req {
+                func: "mqblk_queue_read",
+                op: Op::Read,
+                offset,
+                user_data,
+                flags,
+            },
             buf,
             len,
-            user_data,
-            flags,
         )
     }
 }
@@ -285,14 +293,16 @@ pub unsafe extern "C" fn mqblk_queue_write(
     // SAFETY: the caller's promise, passed on.
     unsafe {
         data_one(
-            "mqblk_queue_write",
             q,
-            Op::Write,
-            offset,
+            Req {
+                func: "mqblk_queue_write",
+                op: Op::Write,
+                offset,
+                user_data,
+                flags,
+            },
             buf.cast_mut(),
             len,
-            user_data,
-            flags,
         )
     }
 }
@@ -317,14 +327,16 @@ pub unsafe extern "C" fn mqblk_queue_readv(
     // SAFETY: the caller's promise, passed on.
     unsafe {
         data_vec(
-            "mqblk_queue_readv",
             q,
-            Op::Read,
-            offset,
+            Req {
+                func: "mqblk_queue_readv",
+                op: Op::Read,
+                offset,
+                user_data,
+                flags,
+            },
             iov,
             iovcnt,
-            user_data,
-            flags,
         )
     }
 }
@@ -346,14 +358,16 @@ pub unsafe extern "C" fn mqblk_queue_writev(
     // SAFETY: the caller's promise, passed on.
     unsafe {
         data_vec(
-            "mqblk_queue_writev",
             q,
-            Op::Write,
-            offset,
+            Req {
+                func: "mqblk_queue_writev",
+                op: Op::Write,
+                offset,
+                user_data,
+                flags,
+            },
             iov,
             iovcnt,
-            user_data,
-            flags,
         )
     }
 }

@@ -200,7 +200,7 @@ impl BlockSizes {
         if given > 100 || (blank == 0 && given != 100) {
             return Err(format!("the percentages add up to {given}, not 100"));
         }
-        let share = if blank > 0 { (100 - given) / blank } else { 0 };
+        let share = (100 - given).checked_div(blank).unwrap_or(0);
         let mut cum = 0;
         let mut split = Vec::new();
         for (i, (size, pct)) in out.iter().enumerate() {
