@@ -490,29 +490,62 @@ pub unsafe extern "C" fn mqblk_queue_do_io(
         }
         let (min, max) = (min as usize, max as usize);
         let MqblkQueue { ctx, ready } = q;
-        if ready.len() < max || max == 0 {
-            ctx.poll(|c| collect(ready, c));
-        }
-        if ready.len() < min {
-            let more = min - ready.len();
-            ctx.poll_wait(more, |c| collect(ready, c));
-        }
-        let n = ready.len().min(max);
+        // What is left from an earlier call goes first, in order.
+        let mut n = ready.len().min(max);
         for (i, c) in ready.drain(..n).enumerate() {
             // SAFETY: `completions` has room for `max` entries and i < max.
             unsafe { completions.add(i).write(c) };
+        }
+        // New completions go straight into the caller's array; only those
+        // past `max` wait in the queue.
+        let mut sink = Sink {
+            out: completions,
+            n: &mut n,
+            max,
+            ready,
+        };
+        if sink.room() > 0 || max == 0 {
+            ctx.poll(|c| sink.push(c));
+        }
+        if *sink.n < min {
+            let more = min - *sink.n;
+            ctx.poll_wait(more, |c| sink.push(c));
         }
         Ok(n as c_int)
     })
 }
 
-fn collect(ready: &mut VecDeque<MqblkCompletion>, c: mqblk::Completion<'_>) {
-    let status = c.status();
-    ready.push_back(MqblkCompletion {
-        user_data: c.private() as *mut c_void,
-        ret: MqblkError::of_status(status).code(),
-        errno_value: status.errno(),
-    });
+/// Where `mqblk_queue_do_io` puts completions: the caller's array, then
+/// the queue's own list once the array is full.
+struct Sink<'a> {
+    out: *mut MqblkCompletion,
+    n: &'a mut usize,
+    max: usize,
+    ready: &'a mut VecDeque<MqblkCompletion>,
+}
+
+impl Sink<'_> {
+    fn room(&self) -> usize {
+        self.max - *self.n
+    }
+
+    #[inline]
+    fn push(&mut self, c: mqblk::Completion<'_>) {
+        let status = c.status();
+        let done = MqblkCompletion {
+            user_data: c.private() as *mut c_void,
+            ret: MqblkError::of_status(status).code(),
+            errno_value: status.errno(),
+        };
+        if *self.n < self.max {
+            // SAFETY: the caller of mqblk_queue_do_io gave room for `max`
+            // entries, and n < max.
+            unsafe { self.out.add(*self.n).write(done) };
+            *self.n += 1;
+        } else {
+            self.ready.push_back(done);
+        }
+    }
 }
 
 /// A file descriptor that becomes readable when `mqblk_queue_do_io()` would
