@@ -16,6 +16,7 @@ use crossbeam_utils::CachePadded;
 use mqblk::{Bio, Device, Op};
 
 use super::job::JobSpec;
+use super::pattern::{Offsets, Rng};
 use super::result::{DeviceAlignment, DirResult, JobResult, LayerResult, RunResult};
 use super::verify::{Hook, NoVerify, Verifier};
 use crate::alloc_count;
@@ -125,6 +126,9 @@ fn job_writes(job: &JobSpec) -> bool {
 pub struct Prepared {
     plan: Vec<(JobSpec, Device)>,
     verifiers: Vec<Option<Verifier>>,
+    /// Where each stonewall group starts in `plan`: groups run one after
+    /// another, the jobs of a group at once.
+    group_starts: Vec<usize>,
 }
 
 /// Open every device and check every job against it: direction, size, block
@@ -136,10 +140,18 @@ pub fn prepare(jobs: &[JobSpec]) -> Result<Prepared> {
     // Expand numjobs; job i of the run uses device i mod n of its section.
     let mut plan: Vec<(JobSpec, Device)> = Vec::new();
     let mut specs: Vec<String> = Vec::new();
+    let mut group_starts = vec![0];
     for (job, devs) in jobs.iter().zip(&devs) {
-        for _ in 0..job.numjobs {
+        if job.stonewall && !plan.is_empty() && group_starts.last() != Some(&plan.len()) {
+            group_starts.push(plan.len());
+        }
+        for k in 0..job.numjobs {
             let i = plan.len();
-            plan.push((job.clone(), devs[i % devs.len()].clone()));
+            let mut copy = job.clone();
+            copy.offset = copy
+                .offset
+                .saturating_add(u64::from(k).saturating_mul(copy.offset_increment));
+            plan.push((copy, devs[i % devs.len()].clone()));
             specs.push(job.devices[i % devs.len()].clone());
         }
     }
@@ -149,7 +161,11 @@ pub fn prepare(jobs: &[JobSpec]) -> Result<Prepared> {
     let verifiers = (0..plan.len())
         .map(|i| super::verify::for_job(&plan, i))
         .collect::<Result<Vec<_>>>()?;
-    Ok(Prepared { plan, verifiers })
+    Ok(Prepared {
+        plan,
+        verifiers,
+        group_starts,
+    })
 }
 
 impl Prepared {
@@ -189,9 +205,52 @@ impl Prepared {
 pub fn run(prepared: Prepared, progress: bool, stop: &AtomicBool) -> Result<RunResult> {
     let alignment = prepared.alignment();
     let Prepared {
-        plan,
+        mut plan,
         mut verifiers,
+        group_starts,
     } = prepared;
+    // Stonewall groups, one after another; later groups first off the end.
+    let mut groups = Vec::new();
+    for &start in group_starts.iter().rev() {
+        groups.push((start, plan.split_off(start), verifiers.split_off(start)));
+    }
+    let mut total: Option<RunResult> = None;
+    for (base, plan, verifiers) in groups.into_iter().rev() {
+        if stop.load(Relaxed) {
+            break;
+        }
+        let r = run_group(base, plan, verifiers, alignment.clone(), progress, stop)?;
+        total = Some(match total {
+            None => r,
+            Some(mut t) => {
+                t.jobs.extend(r.jobs);
+                let (a, b) = (&mut t.layer, r.layer);
+                a.allocs += b.allocs;
+                a.ios += b.ios;
+                a.bytes_copied += b.bytes_copied;
+                a.requests += b.requests;
+                a.bios += b.bios;
+                a.merges += b.merges;
+                a.splits += b.splits;
+                a.cpu_ns += b.cpu_ns;
+                a.interrupted |= b.interrupted;
+                t
+            }
+        });
+    }
+    total.ok_or_else(|| anyhow::anyhow!("no jobs ran"))
+}
+
+/// Run one stonewall group's jobs (numjobs expanded) at once; `base` is
+/// the index of its first job in the run.
+fn run_group(
+    base: usize,
+    plan: Vec<(JobSpec, Device)>,
+    mut verifiers: Vec<Option<Verifier>>,
+    alignment: Vec<DeviceAlignment>,
+    progress: bool,
+    stop: &AtomicBool,
+) -> Result<RunResult> {
     let n = plan.len();
     let shared = Arc::new(Shared {
         phase: AtomicU8::new(PHASE_RAMP),
@@ -208,10 +267,10 @@ pub fn run(prepared: Prepared, progress: bool, stop: &AtomicBool) -> Result<RunR
         let verifier = verifiers[index].take();
         let shared = shared.clone();
         let h = std::thread::Builder::new()
-            .name(format!("{}.{index}", job.name))
+            .name(format!("{}.{}", job.name, base + index))
             .spawn(move || match verifier {
-                Some(v) => job_thread(index, job, dev, shared, v),
-                None => job_thread(index, job, dev, shared, NoVerify::default()),
+                Some(v) => job_thread(base, index, job, dev, shared, v),
+                None => job_thread(base, index, job, dev, shared, NoVerify::default()),
             })?;
         handles.push(h);
     }
@@ -349,6 +408,25 @@ fn progress_bar(enabled: bool, runtime: Option<Duration>) -> Option<indicatif::P
     Some(bar)
 }
 
+/// A data bio of one buffer, re-aimed and cut to `len_bytes` of its buffer
+/// (bsrange/bssplit): no copy, no allocation (the segment is inline).
+fn resized(bio: Bio, op: Op, offset_bytes: u64, len_bytes: u64) -> Bio {
+    let mut bufs = bio.into_buffers();
+    let mut b = Bio::at(op, offset_bytes);
+    if let Some(buf) = bufs.next() {
+        let len = len_bytes.min(buf.len() as u64) as u32;
+        b.push_segment(buf, 0, len);
+    }
+    b
+}
+
+/// Bytes of the device a job works over: from `offset=`, `size=` bytes
+/// (or to the end).
+fn region_bytes(job: &JobSpec, dev: &Device) -> u64 {
+    let room = dev.capacity_bytes().saturating_sub(job.offset);
+    job.size.unwrap_or(room).min(room)
+}
+
 fn check_job(job: &JobSpec, dev: &Device, spec: &str) -> Result<()> {
     let lbs = u64::from(dev.logical_block_size());
     if job_writes(job) && (dev.info().features.read_only || dev.config().read_only) {
@@ -361,6 +439,49 @@ fn check_job(job: &JobSpec, dev: &Device, spec: &str) -> Result<()> {
         );
     }
     let cap = dev.capacity_bytes();
+    if job.offset >= cap || !job.offset.is_multiple_of(lbs) {
+        bail!(
+            "job {}: offset={} must be a multiple of {}'s logical block size {lbs} and below its \
+             capacity of {cap} bytes ({spec})",
+            job.name,
+            job.offset,
+            dev.name()
+        );
+    }
+    if job.seq_stride % 512 != 0 {
+        bail!(
+            "job {}: rw={}:{} : the hole must be a multiple of 512 bytes",
+            job.name,
+            job.rw.name(),
+            job.seq_stride
+        );
+    }
+    let cap = cap - job.offset;
+    let variable = job.block_sizes != super::job::BlockSizes::Fixed;
+    if variable && (job.verify.is_some() || job.segments > 1) {
+        bail!(
+            "job {}: bsrange=/bssplit= cannot be combined with verify= or segments= in mqblk \
+             bench; {}",
+            job.name,
+            super::options::FIO_ENGINE_HINT
+        );
+    }
+    let unit = super::pattern::unit_bytes(job);
+    for (what, n) in [
+        ("smallest block size or blockalign", unit),
+        ("largest block size", job.block_sizes.max(job.bs)),
+    ] {
+        if !n.is_multiple_of(lbs) {
+            bail!(
+                "job {}: the {what}, {n}, is not a multiple of {}'s logical block size {lbs} ({spec})",
+                job.name,
+                dev.name()
+            );
+        }
+    }
+    if job.verify.is_some() && unit != job.bs {
+        bail!("job {}: blockalign= with verify= must equal bs", job.name);
+    }
     if let Some(size) = job.size.filter(|&s| s > cap) {
         bail!(
             "job {}: size={size} is larger than device {} ({spec}), which has {cap} bytes; \
@@ -390,10 +511,7 @@ fn check_job(job: &JobSpec, dev: &Device, spec: &str) -> Result<()> {
     if job.bs > u64::from(u32::MAX) {
         bail!("job {}: bs={} is larger than 4 GiB", job.name, job.bs);
     }
-    let region = job
-        .size
-        .unwrap_or(dev.capacity_bytes())
-        .min(dev.capacity_bytes());
+    let region = region_bytes(job, dev);
     if region < job.bs {
         bail!(
             "job {}: size {} is smaller than bs={} (device {} has {} bytes)",
@@ -410,63 +528,8 @@ fn check_job(job: &JobSpec, dev: &Device, spec: &str) -> Result<()> {
     Ok(())
 }
 
-/// xorshift64*: two shifts, a multiply; plenty for offsets.
-struct Rng(u64);
-
-impl Rng {
-    #[inline(always)]
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// Uniform in 0..n without a division.
-    #[inline(always)]
-    fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
-    }
-}
-
-/// Where the next I/O goes.
-struct Offsets {
-    random: bool,
-    blocks: u64,
-    bs_sectors: u64,
-    next_block: u64,
-    read_percent: u32,
-    rng: Rng,
-}
-
-impl Offsets {
-    #[inline(always)]
-    fn next(&mut self) -> (Op, u64) {
-        let block = if self.random {
-            self.rng.below(self.blocks)
-        } else {
-            let b = self.next_block;
-            self.next_block = if b + 1 == self.blocks { 0 } else { b + 1 };
-            b
-        };
-        let op = match self.read_percent {
-            100 => Op::Read,
-            0 => Op::Write,
-            p => {
-                if (self.rng.next() % 100) < u64::from(p) {
-                    Op::Read
-                } else {
-                    Op::Write
-                }
-            }
-        };
-        (op, block * self.bs_sectors)
-    }
-}
-
 fn job_thread<V: Hook>(
+    base: usize,
     index: usize,
     job: JobSpec,
     dev: Device,
@@ -477,25 +540,19 @@ fn job_thread<V: Hook>(
     // allocates nothing.
     let setup = (|| -> Result<_> {
         let ctx = dev.context()?;
-        let region = job
-            .size
-            .unwrap_or(dev.capacity_bytes())
-            .min(dev.capacity_bytes());
-        let bs_sectors = job.bs >> 9;
-        let seed = job.randseed ^ (index as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let offsets = Offsets {
-            random: job.rw.is_random(),
-            blocks: hook.blocks(region / job.bs),
-            bs_sectors,
-            next_block: 0,
-            read_percent: job.rw.read_percent(job.rwmixread),
-            rng: Rng(seed | 1),
-        };
+        let region = region_bytes(&job, &dev);
+        let mut seed =
+            job.randseed ^ ((base + index) as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        if !job.randrepeat {
+            seed ^= mqblk::clock::now_ns();
+        }
+        let unit = super::pattern::unit_bytes(&job);
+        let offsets = Offsets::new(&job, hook.blocks(region / unit), seed);
         let mut free: Vec<Bio> = Vec::with_capacity(job.iodepth as usize);
         let mut fill = Rng(seed ^ 0x5555);
         // With --segments=N each bio gets N separately allocated (so
         // non-contiguous) pieces: a readv/writev-style bio.
-        let piece = (job.bs / u64::from(job.segments)) as usize;
+        let piece = (job.block_sizes.max(job.bs) / u64::from(job.segments)) as usize;
         for _ in 0..job.iodepth {
             let mut bio = Bio::at(Op::Read, 0);
             for _ in 0..job.segments {
@@ -520,18 +577,39 @@ fn job_thread<V: Hook>(
             return Err(e);
         }
     };
+    if !job.startdelay.is_zero() {
+        let t = Instant::now();
+        while t.elapsed() < job.startdelay && shared.phase.load(Relaxed) < PHASE_STOP {
+            std::thread::sleep(Duration::from_millis(1).min(job.startdelay));
+        }
+    }
     let bytes_limit = if job.time_based {
         u64::MAX
     } else {
-        job.size
-            .unwrap_or(dev.capacity_bytes())
-            .min(dev.capacity_bytes())
+        job.io_size
+            .unwrap_or(region_bytes(&job, &dev))
+            .saturating_mul(u64::from(job.loops.max(1)))
     };
+    // rate= and rate_iops=: the time one I/O may take, for a paced job
+    // (which reads the clock once per loop; other jobs never do).
+    let pace_ns = {
+        let by_iops = job.rate_iops.map(|r| 1_000_000_000 / r.max(1));
+        let by_bytes = job
+            .rate_bps
+            .map(|r| job.bs.saturating_mul(1_000_000_000) / r.max(1));
+        by_iops.into_iter().chain(by_bytes).max()
+    };
+    let mut paced_start = 0u64;
+    let mut writes_since_flush = 0u32;
+    let mut flushes_due = 0u32;
     let bs = job.bs;
     let thinktime = job.thinktime;
     let mut read = DirResult::default();
     let mut write = DirResult::default();
     let mut first_error: Option<mqblk::Status> = None;
+    let paced = pace_ns.is_some();
+    let variable = job.block_sizes != super::job::BlockSizes::Fixed;
+    let fsync_every = job.fsync_every;
     let mut first_error_at = 0u64;
     let mut issued_bytes = 0u64;
     let mut measuring = false;
@@ -560,11 +638,41 @@ fn job_thread<V: Hook>(
         if measuring && issued_bytes >= bytes_limit && ctx.in_flight() == 0 {
             break;
         }
+        // fsync=N: the flushes the writes since the last one call for.
+        while flushes_due > 0 {
+            if ctx.submit(Bio::flush()).is_err() {
+                break;
+            }
+            flushes_due -= 1;
+        }
+        let mut allowed = u64::MAX;
+        if let Some(pace) = pace_ns {
+            let now = mqblk::clock::now_ns();
+            if paced_start == 0 {
+                paced_start = now;
+            }
+            let due = (now - paced_start) / pace + 1;
+            let done = issued_bytes / bs;
+            allowed = due.saturating_sub(done);
+            if allowed == 0 && ctx.in_flight() == 0 {
+                let wait = pace - (now - paced_start) % pace;
+                std::thread::sleep(Duration::from_nanos(wait.min(1_000_000)));
+                continue;
+            }
+        }
         while issued_bytes < bytes_limit || !measuring {
+            if allowed == 0 {
+                break;
+            }
+            allowed -= 1;
             let Some(mut bio) = free.pop() else { break };
-            let (op, sector) = offsets.next();
-            bio.set_op(op);
-            bio.set_offset_bytes(sector * 512);
+            let (op, sector, len) = offsets.next();
+            if variable {
+                bio = resized(bio, op, sector * 512, len * 512);
+            } else {
+                bio.set_op(op);
+                bio.set_offset_bytes(sector * 512);
+            }
             hook.prepare(&mut bio);
             if let Err(e) = ctx.submit(bio) {
                 let bio = e.into_bio();
@@ -572,11 +680,22 @@ fn job_thread<V: Hook>(
                 free.push(bio);
                 break;
             }
-            issued_bytes += bs;
+            issued_bytes += len * 512;
         }
         // Reap; a finished bio is aimed at its next offset and resubmitted in
         // place (no copy), unless this job has issued all it should.
         ctx.poll_wait(1, |mut c| {
+            if c.bio().op() == Op::Flush {
+                // fsync=N's flush: not an I/O of the mix.
+                return;
+            }
+            if fsync_every > 0 && c.bio().op() == Op::Write {
+                writes_since_flush += 1;
+                if writes_since_flush >= fsync_every {
+                    writes_since_flush = 0;
+                    flushes_due += 1;
+                }
+            }
             let dir = if c.bio().op() == Op::Read {
                 &mut read
             } else {
@@ -584,7 +703,7 @@ fn job_thread<V: Hook>(
             };
             dir.ios += 1;
             if c.status().is_ok() {
-                dir.bytes += bs;
+                dir.bytes += c.bio().len_bytes();
             } else {
                 dir.errors += 1;
                 if first_error.is_none() {
@@ -596,13 +715,18 @@ fn job_thread<V: Hook>(
             if !thinktime.is_zero() {
                 std::thread::sleep(thinktime);
             }
-            if (issued_bytes < bytes_limit || !measuring) && !hook.stopped() {
-                let (op, sector) = offsets.next();
+            if (issued_bytes < bytes_limit || !measuring) && !hook.stopped() && !paced {
+                let (op, sector, len) = offsets.next();
                 let bio = c.bio_mut();
-                bio.set_op(op);
-                bio.set_offset_bytes(sector * 512);
+                if variable {
+                    let old = std::mem::replace(bio, Bio::at(Op::Read, 0));
+                    *bio = resized(old, op, sector * 512, len * 512);
+                } else {
+                    bio.set_op(op);
+                    bio.set_offset_bytes(sector * 512);
+                }
                 hook.prepare(bio);
-                issued_bytes += bs;
+                issued_bytes += len * 512;
                 c.resubmit();
             } else {
                 free.push(c.into_bio());
@@ -624,9 +748,17 @@ fn job_thread<V: Hook>(
     // Drain without counting.
     while ctx.in_flight() > 0 || ctx.ready() > 0 {
         ctx.poll_wait(1, |c| {
+            if c.bio().op() == Op::Flush {
+                return;
+            }
             hook.complete(&c);
             free.push(c.into_bio())
         });
+    }
+    if job.end_fsync {
+        if let Err(e) = ctx.flush() {
+            eprintln!("mqblk: job {}: end_fsync: {e}", job.name);
+        }
     }
     // fio's verify phase: read back what was written (not measured);
     // skipped when a signal stopped the run.
@@ -656,7 +788,7 @@ fn job_thread<V: Hook>(
     Ok((
         JobResult {
             name: job.name.clone(),
-            index,
+            index: base + index,
             device: dev.name().to_string(),
             read: m.read,
             write: m.write,

@@ -61,6 +61,187 @@ impl RwMode {
     }
 }
 
+/// fio's `random_distribution=`: how random offsets are drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+#[allow(clippy::large_enum_variant)]
+pub enum Distribution {
+    /// Uniform (`random`, the default).
+    #[default]
+    Uniform,
+    /// Zipf with exponent theta (`zipf:1.2`): low blocks are hot.
+    Zipf(f64),
+    /// Pareto with shape h (`pareto:0.9`): low blocks are hot.
+    Pareto(f64),
+    /// Normal around the middle of the region, with this standard
+    /// deviation as a percentage of the region (`normal:10`).
+    Normal(f64),
+    /// fio's `zoned:A/S:A/S...`: A percent of the I/Os go to the next S
+    /// percent of the region, zone after zone (up to 8 zones).
+    Zoned(Zones),
+}
+
+/// The zones of [`Distribution::Zoned`]: (access percent, size percent).
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub struct Zones {
+    /// The zones in region order; only the first `len` are used.
+    pub zones: [(f64, f64); 8],
+    /// How many zones.
+    pub len: usize,
+}
+
+impl Zones {
+    /// Parse `50/5:30/15:20/` (a blank size takes what is left). Only the
+    /// first of fio's READ,WRITE groups is read.
+    fn parse(s: &str) -> Option<Zones> {
+        let first = s.split(',').next()?;
+        let mut z = Zones::default();
+        let mut blank = 0usize;
+        let (mut access_total, mut size_total) = (0.0, 0.0);
+        for part in first.split(':').filter(|p| !p.trim().is_empty()) {
+            if z.len == z.zones.len() {
+                return None;
+            }
+            let (a, sz) = part.split_once('/')?;
+            let a: f64 = a
+                .trim()
+                .parse()
+                .ok()
+                .filter(|v: &f64| (0.0..=100.0).contains(v))?;
+            let sz = match sz.trim() {
+                "" => {
+                    blank += 1;
+                    f64::NAN
+                }
+                v => v.parse().ok().filter(|v: &f64| *v > 0.0 && *v <= 100.0)?,
+            };
+            access_total += a;
+            if !sz.is_nan() {
+                size_total += sz;
+            }
+            z.zones[z.len] = (a, sz);
+            z.len += 1;
+        }
+        if z.len == 0 || (access_total - 100.0).abs() > 1e-6 || size_total > 100.0 + 1e-6 {
+            return None;
+        }
+        let share = if blank > 0 {
+            (100.0 - size_total) / blank as f64
+        } else {
+            0.0
+        };
+        for zone in &mut z.zones[..z.len] {
+            if zone.1.is_nan() {
+                zone.1 = share;
+            }
+        }
+        Some(z)
+    }
+}
+
+/// fio's `bsrange=` and `bssplit=`: the block size of each I/O, drawn per
+/// I/O (for reads and for writes).
+#[derive(Clone, Debug, PartialEq)]
+pub enum BlockSizes {
+    /// Every I/O is `bs=`.
+    Fixed,
+    /// Uniform in [min, max], in multiples of min (`bsrange=MIN-MAX`).
+    Range(u64, u64),
+    /// Sizes with their percentages, cumulative, for reads and writes
+    /// (`bssplit=4k/10:64k/90,8k/100`).
+    Split(Vec<(u64, u32)>, Vec<(u64, u32)>),
+}
+
+impl BlockSizes {
+    /// The largest size an I/O may have.
+    pub fn max(&self, bs: u64) -> u64 {
+        match self {
+            BlockSizes::Fixed => bs,
+            BlockSizes::Range(_, max) => *max,
+            BlockSizes::Split(r, w) => r.iter().chain(w).map(|c| c.0).max().unwrap_or(bs),
+        }
+    }
+
+    /// The smallest size an I/O may have.
+    pub fn min(&self, bs: u64) -> u64 {
+        match self {
+            BlockSizes::Fixed => bs,
+            BlockSizes::Range(min, _) => *min,
+            BlockSizes::Split(r, w) => r.iter().chain(w).map(|c| c.0).min().unwrap_or(bs),
+        }
+    }
+
+    /// Parse one direction of `bssplit=`: `4k/10:64k/50:32k/` (blank
+    /// percentages share what is left).
+    pub fn parse_split(s: &str) -> Result<Vec<(u64, u32)>, String> {
+        let mut out: Vec<(u64, Option<u32>)> = Vec::new();
+        for part in s.split(':').filter(|p| !p.trim().is_empty()) {
+            let (size, pct) = match part.split_once('/') {
+                Some((a, b)) => (a.trim(), b.trim()),
+                None => (part.trim(), ""),
+            };
+            let size = mqblk::spec::parse_size(size).map_err(|e| format!("{size}: {e}"))?;
+            let pct = if pct.is_empty() {
+                None
+            } else {
+                Some(
+                    pct.parse::<u32>()
+                        .ok()
+                        .filter(|p| *p <= 100)
+                        .ok_or(format!("{pct}: not a percentage"))?,
+                )
+            };
+            out.push((size, pct));
+        }
+        if out.is_empty() || out.len() > 64 {
+            return Err("1 to 64 SIZE/PERCENT entries".into());
+        }
+        let given: u32 = out.iter().filter_map(|e| e.1).sum();
+        let blank = out.iter().filter(|e| e.1.is_none()).count() as u32;
+        if given > 100 || (blank == 0 && given != 100) {
+            return Err(format!("the percentages add up to {given}, not 100"));
+        }
+        let share = (100 - given).checked_div(blank).unwrap_or(0);
+        let mut cum = 0;
+        let mut split = Vec::new();
+        for (i, (size, pct)) in out.iter().enumerate() {
+            cum += pct.unwrap_or(share);
+            // Rounding of blank shares: the last entry takes the rest.
+            if i + 1 == out.len() {
+                cum = 100;
+            }
+            split.push((*size, cum));
+        }
+        Ok(split)
+    }
+}
+
+impl Distribution {
+    /// Parse fio's spelling: `random`, `zipf:THETA`, `pareto:H`,
+    /// `normal:DEV%` (`gauss` is fio's other name for normal).
+    pub fn parse(s: &str) -> Option<Distribution> {
+        let (kind, arg) = match s.split_once(':') {
+            Some((k, a)) => (k.trim(), Some(a.trim())),
+            None => (s.trim(), None),
+        };
+        let num = |default: f64| -> Option<f64> {
+            match arg {
+                None => Some(default),
+                Some(a) => a.parse::<f64>().ok().filter(|v| v.is_finite()),
+            }
+        };
+        Some(match kind {
+            "random" => Distribution::Uniform,
+            "zipf" => Distribution::Zipf(num(1.2).filter(|&t| t > 0.0 && t != 1.0)?),
+            "pareto" => Distribution::Pareto(num(0.9).filter(|&h| h > 0.0 && h < 1.0)?),
+            "normal" | "gauss" => {
+                Distribution::Normal(num(10.0).filter(|&d| d > 0.0 && d <= 100.0)?)
+            }
+            "zoned" => Distribution::Zoned(Zones::parse(arg?)?),
+            _ => return None,
+        })
+    }
+}
+
 /// One job section (before `numjobs` expansion).
 #[derive(Clone, Debug, PartialEq)]
 pub struct JobSpec {
@@ -112,6 +293,43 @@ pub struct JobSpec {
     /// `thinktime=` (fio's): pause this long after each completion before
     /// the next I/O, as an application that works on its data would.
     pub thinktime: std::time::Duration,
+    /// `offset=`: the job's region starts this many bytes into the device.
+    pub offset: u64,
+    /// `offset_increment=`: the k-th copy of a `numjobs` job starts k times
+    /// this much further.
+    pub offset_increment: u64,
+    /// `io_size=` (`io_limit=`, or `number_ios=` times `bs`): bytes to
+    /// transfer, when not time based (default: the region's size).
+    pub io_size: Option<u64>,
+    /// `loops=`: run the job's I/O this many times over.
+    pub loops: u32,
+    /// fio's `rw=TYPE:N`: bytes skipped after each sequential I/O (a hole);
+    /// negative steps backwards.
+    pub seq_stride: i64,
+    /// `random_distribution=`.
+    pub distribution: Distribution,
+    /// `randrepeat=` (default 1): the same offsets every run; 0 draws a
+    /// new seed from the clock.
+    pub randrepeat: bool,
+    /// `fsync=N` / `fdatasync=N`: a flush after every N writes (0: never).
+    pub fsync_every: u32,
+    /// `end_fsync=1`: a flush when the job's I/O is done.
+    pub end_fsync: bool,
+    /// `rate_iops=`: at most this many I/Os per second (summed over
+    /// reads and writes).
+    pub rate_iops: Option<u64>,
+    /// `rate=`: at most this many bytes per second (summed).
+    pub rate_bps: Option<u64>,
+    /// `startdelay=`: start this long after the run does.
+    pub startdelay: Duration,
+    /// `bsrange=`/`bssplit=` (`bs` is then the largest size).
+    pub block_sizes: BlockSizes,
+    /// `blockalign=`: offsets are multiples of this (default: the
+    /// smallest block size).
+    pub blockalign: Option<u64>,
+    /// `stonewall` (or `wait_for=`): start only when every job before this
+    /// one has finished; jobs from here on form the next group.
+    pub stonewall: bool,
 }
 
 impl Default for JobSpec {
@@ -139,6 +357,21 @@ impl Default for JobSpec {
             segments: 1,
             stats_dir: None,
             thinktime: std::time::Duration::ZERO,
+            offset: 0,
+            offset_increment: 0,
+            io_size: None,
+            loops: 1,
+            seq_stride: 0,
+            distribution: Distribution::Uniform,
+            randrepeat: true,
+            fsync_every: 0,
+            end_fsync: false,
+            rate_iops: None,
+            rate_bps: None,
+            startdelay: Duration::ZERO,
+            stonewall: false,
+            block_sizes: BlockSizes::Fixed,
+            blockalign: None,
         }
     }
 }

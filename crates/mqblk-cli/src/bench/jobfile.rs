@@ -51,13 +51,13 @@ pub const FILE_BYTES_MAX: u64 = 1 << 20;
 pub const LINE_CHARS_MAX: usize = 4096;
 
 /// fio keys that are accepted and ignored.
-pub const IGNORED_KEYS: &[&str] = &["thread", "group_reporting", "name"];
+pub const IGNORED_KEYS: &[&str] = &["name"];
 
 /// fio's file keys, taken as fio means them: `filename=PATH` is the device
 /// `file:PATH`; `direct=` and `ioengine=io_uring|psync` set `direct=` and
 /// `engine=` of the section's file devices (`libaio` and `posixaio` leave
 /// the default engine, io_uring).
-pub const FIO_FILE_KEYS: &[&str] = &["filename", "direct", "ioengine"];
+pub const FIO_FILE_KEYS: &[&str] = &["filename", "direct", "buffered", "ioengine"];
 
 /// A job file that cannot be used, with the line at fault (1-based; 0 when
 /// the fault is the file as a whole).
@@ -89,6 +89,7 @@ fn err(line: usize, message: impl Into<String>) -> JobFileError {
 }
 
 /// Read and parse the job file at `path`, with `cli` laid over every job.
+/// The notes on keys accepted without effect are printed to stderr.
 pub fn load(path: &Path, cli: &JobOptions) -> anyhow::Result<Vec<JobSpec>> {
     use anyhow::Context as _;
     let file = std::fs::File::open(path)
@@ -99,7 +100,12 @@ pub fn load(path: &Path, cli: &JobOptions) -> anyhow::Result<Vec<JobSpec>> {
         .with_context(|| format!("cannot read job file {}", path.display()))?;
     let text = String::from_utf8(bytes)
         .map_err(|_| anyhow::anyhow!("job file {}: not UTF-8 text", path.display()))?;
-    parse(&text, cli).map_err(|e| anyhow::anyhow!("job file {}: {e}", path.display()))
+    let (jobs, notes) = parse_with_notes(&text, cli)
+        .map_err(|e| anyhow::anyhow!("job file {}: {e}", path.display()))?;
+    for n in notes {
+        eprintln!("mqblk: {}:{n}", path.display());
+    }
+    Ok(jobs)
 }
 
 /// What a section header starts.
@@ -111,7 +117,25 @@ enum Section {
 }
 
 /// Parse a job file's text into jobs, with `cli` laid over every job.
+#[cfg(test)]
 pub fn parse(text: &str, cli: &JobOptions) -> Result<Vec<JobSpec>, JobFileError> {
+    parse_with_notes(text, cli).map(|(jobs, _)| jobs)
+}
+
+/// fio's engines that do block I/O on a file or device: mqblk takes their
+/// place (io_uring and the pread/pwrite family set a file device's engine).
+const BLOCK_ENGINES: &[&str] = &[
+    "libaio", "io_uring", "uring", "sync", "psync", "vsync", "pvsync", "pvsync2", "posixaio",
+    "mmap", "null",
+];
+
+/// [`parse`], plus a note (`LINE: key=value: ignored: why`) for each key
+/// accepted without effect.
+pub fn parse_with_notes(
+    text: &str,
+    cli: &JobOptions,
+) -> Result<(Vec<JobSpec>, Vec<String>), JobFileError> {
+    let mut notes = Vec::new();
     if text.len() as u64 > FILE_BYTES_MAX {
         return Err(err(
             0,
@@ -199,17 +223,48 @@ pub fn parse(text: &str, cli: &JobOptions) -> Result<Vec<JobSpec>, JobFileError>
                 options.file_direct = Some(b);
                 continue;
             }
+            ("buffered", v) => {
+                let b = match v {
+                    None => true,
+                    Some(v) => parse_bool(v).ok_or_else(|| {
+                        err(
+                            line_no,
+                            format!("buffered={v}: expected 1 (the page cache) or 0 (O_DIRECT)"),
+                        )
+                    })?,
+                };
+                options.file_direct = Some(!b);
+                continue;
+            }
             ("ioengine", Some(v)) => {
-                if let Some(e) = super::options::file_engine(v)
-                    .map_err(|why| err(line_no, format!("ioengine={v}: {why}")))?
-                {
-                    options.file_engine = Some(e);
+                let v = v.trim();
+                if !BLOCK_ENGINES.contains(&v) {
+                    return Err(err(
+                        line_no,
+                        format!(
+                            "ioengine={v}: not an engine of block I/O on a file or device, which is \
+                             what mqblk bench runs; {}",
+                            super::options::FIO_ENGINE_HINT
+                        ),
+                    ));
+                }
+                match super::options::file_engine(v) {
+                    Ok(Some(e)) => options.file_engine = Some(e),
+                    Ok(None) => notes.push(format!(
+                        "{line_no}: ioengine={v}: mqblk is the engine (file devices use io_uring)"
+                    )),
+                    Err(why) => notes.push(format!("{line_no}: ioengine={v}: {why}")),
                 }
                 continue;
             }
             _ => {}
         }
         if IGNORED_KEYS.contains(&key) {
+            continue;
+        }
+        if let Some(why) = super::options::noted(key) {
+            let shown = value.map_or(key.to_string(), |v| format!("{key}={v}"));
+            notes.push(format!("{line_no}: {shown}: ignored: {why}"));
             continue;
         }
         // Repeated `device=` lines add devices within the section only.
@@ -225,7 +280,7 @@ pub fn parse(text: &str, cli: &JobOptions) -> Result<Vec<JobSpec>, JobFileError>
         ));
     }
     super::options::check_run(&jobs).map_err(|why| err(0, why))?;
-    Ok(jobs)
+    Ok((jobs, notes))
 }
 
 /// End a section: fold `[global]` into the globals, or build the job.
@@ -293,7 +348,8 @@ fn describe(line: usize, key: &str, value: Option<&str>, e: &OptionError) -> Job
                 None => String::new(),
             };
             format!(
-                "unknown key `{key}`{hint}; mqblk job files take {}, {} (and accept and ignore {})",
+                "unknown key `{key}`{hint}; {}. mqblk job files take {}, {} (and accept and ignore {})",
+                super::options::FIO_ENGINE_HINT,
                 KEYS.iter()
                     .filter(|k| **k != "name")
                     .copied()
@@ -394,7 +450,8 @@ mod tests {
         assert_eq!(e.line, 2);
         assert!(
             e.message
-                .contains("ioengine=spdk: mqblk is itself the I/O engine"),
+                .contains("ioengine=spdk: not an engine of block I/O")
+                && e.message.contains("contrib/fio-engine"),
             "{e}"
         );
         let e = parse_err("[a]\ndirect=maybe\n");
@@ -421,13 +478,80 @@ mod tests {
     }
 
     #[test]
+    fn fio_workload_keys_and_notes() {
+        let text = "[global]\n\
+                    ioengine=libaio\n\
+                    iodepth_batch=8\n\
+                    group_reporting\n\
+                    directory=/tmp\n\
+                    norandommap\n\
+                    [a]\n\
+                    rw=read:-8k\n\
+                    blocksize=4k\n\
+                    filesize=1m\n\
+                    offset=64k\n\
+                    number_ios=10\n\
+                    loops=2\n\
+                    fsync=4\n\
+                    end_fsync=1\n\
+                    rate_iops=100,50\n\
+                    startdelay=1\n\
+                    random_distribution=zipf:1.1\n\
+                    randrepeat=0\n\
+                    buffered=1\n\
+                    filename=/dev/null\n\
+                    [b]\n\
+                    rwmixwrite=30\n\
+                    rw=randrw\n\
+                    timeout=5\n\
+                    time_based\n\
+                    stonewall\n\
+                    rate=1m\n";
+        let (jobs, notes) = parse_with_notes(text, &JobOptions::default()).unwrap();
+        let a = &jobs[0];
+        assert_eq!(a.seq_stride, -8192);
+        assert_eq!(a.bs, 4096);
+        assert_eq!(a.size, Some(1 << 20));
+        assert_eq!(a.offset, 65536);
+        assert_eq!(a.io_size, Some(40960));
+        assert_eq!(a.loops, 2);
+        assert_eq!(a.fsync_every, 4);
+        assert!(a.end_fsync);
+        assert_eq!(a.rate_iops, Some(150));
+        assert_eq!(a.startdelay, Duration::from_secs(1));
+        assert!(matches!(a.distribution, crate::bench::job::Distribution::Zipf(t) if t == 1.1));
+        assert!(!a.randrepeat);
+        assert_eq!(a.devices, vec!["file:/dev/null,direct=0"]);
+        assert!(!a.stonewall);
+        let b = &jobs[1];
+        assert_eq!(b.rwmixread, 70);
+        assert_eq!(b.runtime, Some(Duration::from_secs(5)));
+        assert!(b.stonewall);
+        assert_eq!(b.rate_bps, Some(1 << 20));
+        let notes = notes.join("\n");
+        assert!(
+            notes.contains("2: ioengine=libaio: mqblk is the engine"),
+            "{notes}"
+        );
+        assert!(
+            notes.contains("3: iodepth_batch=8: ignored: mqblk batches"),
+            "{notes}"
+        );
+        assert!(notes.contains("5: directory=/tmp: ignored"), "{notes}");
+    }
+
+    #[test]
     fn errors_name_the_line_and_key() {
-        let e = parse_err("[global]\nbs=4k\n\n[a]\ninvalidate=1\n");
+        let e = parse_err("[global]\nbs=4k\n\n[a]\nzonemode=zbd\n");
         assert_eq!(e.line, 5);
         assert!(e.to_string().contains("line 5"), "{e}");
-        assert!(e.message.contains("`invalidate`"), "{e}");
+        assert!(e.message.contains("`zonemode`"), "{e}");
+        assert!(e.message.contains("contrib/fio-engine"), "{e}");
         assert!(e.message.contains("device, "), "{e}");
-        assert!(e.message.contains("filename, direct, ioengine"), "{e}");
+        assert!(
+            e.message.contains("filename, direct, buffered, ioengine"),
+            "{e}"
+        );
 
         let e = parse_err("[a]\niodepth=0\n");
         assert_eq!(e.line, 2);

@@ -14,6 +14,7 @@
 //! - [`job`]: the typed job.
 //! - [`verify`]: fio's `verify=`: headers written with each block, checked
 //!   on read-back.
+//! - [`pattern`]: where each I/O goes (rw, offset, distribution).
 //! - [`engine`]: runs the jobs, one thread and one context each.
 //! - [`result`]: what was measured.
 //! - [`report`]: fio's text and JSON output, plus the layer's own figures.
@@ -26,6 +27,8 @@ pub mod jobfile;
 pub mod job;
 
 pub mod verify;
+
+pub mod pattern;
 
 pub mod engine;
 

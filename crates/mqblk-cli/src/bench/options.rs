@@ -15,7 +15,7 @@ use std::time::Duration;
 use mqblk::queue::QueueMode;
 use mqblk::spec::{parse_bool, parse_size};
 
-use super::job::{JobSpec, RwMode};
+use super::job::{BlockSizes, Distribution, JobSpec, RwMode};
 
 /// Every key, in job-file spelling (the command line writes `queue_mode` as
 /// `--queue-mode` and `hw_queues` as `--hw-queues`).
@@ -42,7 +42,178 @@ pub const KEYS: &[&str] = &[
     "segments",
     "stats_dir",
     "thinktime",
+    "blocksize",
+    "filesize",
+    "offset",
+    "io_size",
+    "io_limit",
+    "number_ios",
+    "loops",
+    "rwmixwrite",
+    "readwrite",
+    "norandommap",
+    "randrepeat",
+    "random_distribution",
+    "fsync",
+    "fdatasync",
+    "end_fsync",
+    "rate",
+    "rate_iops",
+    "startdelay",
+    "stonewall",
+    "wait_for",
+    "timeout",
+    "offset_increment",
+    "bsrange",
+    "bssplit",
+    "blockalign",
 ];
+
+/// fio keys that are accepted and do not change what mqblk runs, each with
+/// the note printed when a job file uses it: reporting choices, other
+/// engines' options, process placement, and file-set options (mqblk runs
+/// each job on its device).
+pub const NOTED_KEYS: &[(&str, &str)] = &[
+    ("group_reporting", "every job is reported"),
+    ("new_group", "every job is reported"),
+    ("description", "a comment"),
+    ("gtod_reduce", "mqblk reads no clock per I/O anyway"),
+    (
+        "clat_percentiles",
+        "mqblk always reports fio's default percentiles",
+    ),
+    (
+        "lat_percentiles",
+        "mqblk always reports fio's default percentiles",
+    ),
+    ("slat_percentiles", "mqblk reports completion latency"),
+    ("percentile_list", "mqblk reports fio's default percentiles"),
+    ("disable_lat", "latency comes from the layer's histograms"),
+    ("disable_clat", "latency comes from the layer's histograms"),
+    ("disable_slat", "latency comes from the layer's histograms"),
+    ("disable_bw_measurement", "bandwidth is always reported"),
+    ("kb_base", "reports use fio's default units"),
+    ("unit_base", "reports use fio's default units"),
+    ("write_lat_log", "logs are not written by mqblk bench yet"),
+    ("write_bw_log", "logs are not written by mqblk bench yet"),
+    ("write_iops_log", "logs are not written by mqblk bench yet"),
+    ("write_hist_log", "logs are not written by mqblk bench yet"),
+    ("per_job_logs", "logs are not written by mqblk bench yet"),
+    ("log_avg_msec", "logs are not written by mqblk bench yet"),
+    ("log_offset", "logs are not written by mqblk bench yet"),
+    ("log_prio", "logs are not written by mqblk bench yet"),
+    ("thread", "jobs are always threads"),
+    ("threads", "jobs are always threads"),
+    ("exitall", "jobs end on their own"),
+    ("exit_what", "jobs end on their own"),
+    ("cpus_allowed", "no CPU pinning"),
+    ("cpus_allowed_policy", "no CPU pinning"),
+    ("cpumask", "no CPU pinning"),
+    ("numa_cpu_nodes", "no NUMA placement"),
+    ("numa_mem_policy", "no NUMA placement"),
+    ("nice", "no scheduling priority"),
+    ("prio", "no I/O priority classes"),
+    ("prioclass", "no I/O priority classes"),
+    ("cmdprio", "another engine's option"),
+    ("cmdprio_class", "another engine's option"),
+    ("cmdprio_percentage", "another engine's option"),
+    ("cmdprio_bssplit", "another engine's option"),
+    (
+        "sqthread_poll",
+        "another engine's option (file: devices take sqpoll= in their spec)",
+    ),
+    ("sqthread_poll_cpu", "another engine's option"),
+    (
+        "registerfiles",
+        "another engine's option (file: devices register their files)",
+    ),
+    (
+        "fixedbufs",
+        "another engine's option (file: devices register their buffers)",
+    ),
+    (
+        "hipri",
+        "another engine's option (file: devices take iopoll= in their spec)",
+    ),
+    ("nonvectored", "another engine's option"),
+    ("userspace_reap", "another engine's option"),
+    (
+        "iodepth_batch",
+        "mqblk batches submissions through its plug",
+    ),
+    (
+        "iodepth_batch_submit",
+        "mqblk batches submissions through its plug",
+    ),
+    (
+        "iodepth_batch_complete",
+        "mqblk reaps every completion ready",
+    ),
+    (
+        "iodepth_batch_complete_min",
+        "mqblk reaps every completion ready",
+    ),
+    (
+        "iodepth_batch_complete_max",
+        "mqblk reaps every completion ready",
+    ),
+    ("iodepth_low", "mqblk keeps the queue full"),
+    (
+        "io_submit_mode",
+        "mqblk submits inline, batched by its plug",
+    ),
+    ("random_generator", "mqblk draws offsets with xorshift64*"),
+    ("mem", "buffers come from the device's aligned pool"),
+    ("iomem", "buffers come from the device's aligned pool"),
+    ("mem_align", "buffers come from the device's aligned pool"),
+    ("iomem_align", "buffers come from the device's aligned pool"),
+    ("invalidate", "mqblk has no page cache of its own to drop"),
+    ("create_serialize", "mqblk opens one device per job section"),
+    ("create_on_open", "mqblk opens one device per job section"),
+    ("create_fsync", "mqblk opens one device per job section"),
+    (
+        "allow_file_create",
+        "mqblk opens one device per job section",
+    ),
+    ("fallocate", "mqblk opens one device per job section"),
+    ("unlink", "mqblk deletes no files"),
+    (
+        "directory",
+        "mqblk runs on the device of --device (or filename=), not on files in a directory",
+    ),
+    ("nrfiles", "mqblk runs on one device per job"),
+    ("nr_files", "mqblk runs on one device per job"),
+    ("openfiles", "mqblk runs on one device per job"),
+    ("filename_format", "mqblk runs on one device per job"),
+    ("file_service_type", "mqblk runs on one device per job"),
+    ("scramble_buffers", "write data is random already"),
+    ("refill_buffers", "write data is random already"),
+    ("buffer_pattern", "write data is mqblk's own"),
+    ("buffer_compress_percentage", "write data is mqblk's own"),
+    (
+        "continue_on_error",
+        "errors are counted and the job goes on",
+    ),
+    ("ignore_error", "errors are counted and the job goes on"),
+    ("error_dump", "the first error is reported"),
+    ("verify_dump", "mismatches are reported"),
+    ("verify_async", "verification runs in the job thread"),
+    (
+        "verify_backlog",
+        "mqblk verifies in one pass after the writes, not interleaved",
+    ),
+];
+
+/// The note for a fio key that is accepted without effect, if it is one.
+pub fn noted(key: &str) -> Option<&'static str> {
+    NOTED_KEYS.iter().find(|(k, _)| *k == key).map(|(_, n)| *n)
+}
+
+/// What a refused fio key is told: mqblk bench does not model it, and
+/// fio with mqblk's fio engine runs it.
+pub const FIO_ENGINE_HINT: &str = "if it is a fio option, it changes the workload in a way \
+     mqblk bench does not model: run the job file with fio through mqblk's fio engine \
+     (contrib/fio-engine: fio --ioengine=external:libmqblk-fio.so --mqblk_spec=SPEC JOBFILE)";
 
 /// Smallest and largest `bs=` (a 512-byte sector up to 64 MiB).
 pub const BS_MIN: u64 = 512;
@@ -148,6 +319,38 @@ pub struct JobOptions {
     pub file_engine: Option<&'static str>,
     /// `thinktime=`.
     pub thinktime: Option<Duration>,
+    /// `offset=`.
+    pub offset: Option<u64>,
+    /// `offset_increment=`.
+    pub offset_increment: Option<u64>,
+    /// `io_size=`/`io_limit=`.
+    pub io_size: Option<u64>,
+    /// `number_ios=` (turned into bytes with `bs` when the job is built).
+    pub number_ios: Option<u64>,
+    /// `loops=`.
+    pub loops: Option<u32>,
+    /// The `:N` of `rw=TYPE:N`.
+    pub seq_stride: Option<i64>,
+    /// `random_distribution=`.
+    pub distribution: Option<Distribution>,
+    /// `randrepeat=`.
+    pub randrepeat: Option<bool>,
+    /// `fsync=`/`fdatasync=`.
+    pub fsync_every: Option<u32>,
+    /// `end_fsync=`.
+    pub end_fsync: Option<bool>,
+    /// `rate_iops=`.
+    pub rate_iops: Option<u64>,
+    /// `rate=`.
+    pub rate_bps: Option<u64>,
+    /// `startdelay=`.
+    pub startdelay: Option<Duration>,
+    /// `stonewall`/`wait_for=`.
+    pub stonewall: Option<bool>,
+    /// `bsrange=`/`bssplit=`.
+    pub block_sizes: Option<BlockSizes>,
+    /// `blockalign=`.
+    pub blockalign: Option<u64>,
 }
 
 /// A file device's `engine=` for fio's `ioengine=NAME`: `Ok(Some)` for
@@ -231,12 +434,22 @@ impl JobOptions {
     /// Set `key` from `value` (`None` for a bare key, as `time_based` is
     /// written). Validates the value; on error nothing is changed.
     pub fn set(&mut self, key: &str, value: Option<&str>) -> Result<(), OptionError> {
-        if key == "time_based" {
+        if matches!(
+            key,
+            "time_based" | "norandommap" | "stonewall" | "end_fsync" | "randrepeat"
+        ) {
             let on = match value {
                 None => true,
                 Some(v) => parse_bool(v.trim()).ok_or_else(|| bad(v, "no value, 1 or 0"))?,
             };
-            self.time_based = Some(on);
+            match key {
+                "time_based" => self.time_based = Some(on),
+                "stonewall" => self.stonewall = Some(on),
+                "end_fsync" => self.end_fsync = Some(on),
+                "randrepeat" => self.randrepeat = Some(on),
+                // mqblk keeps no random map: every job is norandommap.
+                _ => {}
+            }
             return Ok(());
         }
         let expected = match expected(key) {
@@ -254,8 +467,26 @@ impl JobOptions {
                 }
                 self.name = Some(v.to_string());
             }
-            "rw" => self.rw = Some(RwMode::parse(v).ok_or_else(|| bad(raw, expected))?),
-            "bs" => {
+            "rw" | "readwrite" => {
+                // fio's rw=TYPE:N: a hole of N bytes after each sequential I/O.
+                let (mode, stride) = match v.split_once(':') {
+                    Some((m, n)) => {
+                        let n = n.trim();
+                        let (neg, digits) = match n.strip_prefix('-') {
+                            Some(d) => (true, d),
+                            None => (false, n),
+                        };
+                        let b = parse_size(digits)
+                            .map_err(|why| bad(raw, format!("{expected} ({why})")))?;
+                        let b = i64::try_from(b).map_err(|_| bad(raw, expected))?;
+                        (m.trim(), if neg { -b } else { b })
+                    }
+                    None => (v, 0),
+                };
+                self.rw = Some(RwMode::parse(mode).ok_or_else(|| bad(raw, expected))?);
+                self.seq_stride = Some(stride);
+            }
+            "bs" | "blocksize" => {
                 let bs = parse_size(v).map_err(|why| bad(raw, format!("{expected} ({why})")))?;
                 if !(BS_MIN..=BS_MAX).contains(&bs) || bs % 512 != 0 {
                     return Err(bad(raw, expected));
@@ -268,17 +499,120 @@ impl JobOptions {
             "numjobs" => {
                 self.numjobs = Some(parse_u64_in(v, 1, JOBS_MAX.into(), expected)? as u32);
             }
-            "size" => {
+            "size" | "filesize" => {
                 let size = parse_size(v).map_err(|why| bad(raw, format!("{expected} ({why})")))?;
                 if size == 0 {
                     return Err(bad(raw, expected));
                 }
                 self.size = Some(size);
             }
-            "runtime" | "ramp_time" => {
+            "offset" | "offset_increment" => {
+                let n = parse_size(v).map_err(|why| bad(raw, format!("{expected} ({why})")))?;
+                if key == "offset" {
+                    self.offset = Some(n);
+                } else {
+                    self.offset_increment = Some(n);
+                }
+            }
+            "io_size" | "io_limit" => {
+                let n = parse_size(v).map_err(|why| bad(raw, format!("{expected} ({why})")))?;
+                if n == 0 {
+                    return Err(bad(raw, expected));
+                }
+                self.io_size = Some(n);
+            }
+            "number_ios" => self.number_ios = Some(parse_u64_in(v, 1, u64::MAX >> 32, expected)?),
+            "loops" => self.loops = Some(parse_u64_in(v, 1, 1_000_000, expected)? as u32),
+            "rwmixwrite" => self.rwmixread = Some(100 - parse_u64_in(v, 0, 100, expected)? as u32),
+            "random_distribution" => {
+                self.distribution = Some(Distribution::parse(v).ok_or_else(|| bad(raw, expected))?)
+            }
+            "fsync" | "fdatasync" => {
+                self.fsync_every = Some(parse_u64_in(v, 0, u32::MAX.into(), expected)? as u32)
+            }
+            "rate" | "rate_iops" => {
+                // fio's READ,WRITE form: mqblk paces the sum.
+                let mut total = 0u64;
+                for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                    let n = if key == "rate" {
+                        parse_size(part).map_err(|why| bad(raw, format!("{expected} ({why})")))?
+                    } else {
+                        parse_u64_in(part, 0, u64::MAX >> 8, expected)?
+                    };
+                    total = total.saturating_add(n);
+                }
+                let total = (total > 0).then_some(total);
+                if key == "rate" {
+                    self.rate_bps = total;
+                } else {
+                    self.rate_iops = total;
+                }
+            }
+            "startdelay" => {
+                let d = parse_duration(v).map_err(|why| bad(raw, format!("{expected} ({why})")))?;
+                if d > Duration::from_secs(3600) {
+                    return Err(bad(raw, expected));
+                }
+                self.startdelay = Some(d);
+            }
+            "bsrange" => {
+                let (a, b) = v.split_once('-').ok_or_else(|| bad(raw, expected))?;
+                let size = |x: &str| {
+                    let n = parse_size(x.trim())
+                        .map_err(|why| bad(raw, format!("{expected} ({why})")))?;
+                    if (BS_MIN..=BS_MAX).contains(&n) && n % 512 == 0 {
+                        Ok(n)
+                    } else {
+                        Err(bad(raw, expected))
+                    }
+                };
+                let (min, max) = (size(a)?, size(b)?);
+                if min > max {
+                    return Err(bad(raw, expected));
+                }
+                self.block_sizes = Some(if min == max {
+                    self.bs = Some(min);
+                    BlockSizes::Fixed
+                } else {
+                    BlockSizes::Range(min, max)
+                });
+            }
+            "bssplit" => {
+                let mut groups = v.split(',');
+                let reads = groups.next().unwrap_or_default();
+                let r = BlockSizes::parse_split(reads)
+                    .map_err(|why| bad(raw, format!("{expected} ({why})")))?;
+                let w = match groups.next().filter(|g| !g.trim().is_empty()) {
+                    Some(g) => BlockSizes::parse_split(g)
+                        .map_err(|why| bad(raw, format!("{expected} ({why})")))?,
+                    None => r.clone(),
+                };
+                for &(size, _) in r.iter().chain(&w) {
+                    if !(BS_MIN..=BS_MAX).contains(&size) || size % 512 != 0 {
+                        return Err(bad(raw, expected));
+                    }
+                }
+                self.block_sizes = Some(BlockSizes::Split(r, w));
+            }
+            "blockalign" => {
+                let n = parse_size(v).map_err(|why| bad(raw, format!("{expected} ({why})")))?;
+                if !(BS_MIN..=BS_MAX).contains(&n) || n % 512 != 0 {
+                    return Err(bad(raw, expected));
+                }
+                self.blockalign = Some(n);
+            }
+            "wait_for" => {
+                // Every job before this one finishes first (a stonewall),
+                // which includes the one named.
+                if v.is_empty() {
+                    return Err(bad(raw, expected));
+                }
+                self.stonewall = Some(true);
+            }
+            "runtime" | "ramp_time" | "timeout" => {
                 let d = parse_duration(v).map_err(|why| bad(raw, format!("{expected} ({why})")))?;
                 let d = if d.is_zero() { None } else { Some(d) };
-                if key == "runtime" {
+                if key != "ramp_time" {
                     self.runtime = Some(d);
                 } else {
                     self.ramp_time = Some(d);
@@ -304,7 +638,16 @@ impl JobOptions {
             "plug" => self.plug = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?),
             "iostats" => self.iostats = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?),
             "verify" => {
-                let kind = super::verify::VerifyKind::parse(v).map_err(|()| bad(raw, expected))?;
+                // fio's meta checks each block's header (offset, length,
+                // sequence); mqblk's header carries those and a crc32c of
+                // the block, so meta is checked as crc32c, a superset.
+                let v = if v == "meta" { "crc32c" } else { v };
+                let kind = super::verify::VerifyKind::parse(v).map_err(|()| {
+                    bad(
+                        raw,
+                        format!("{expected}; other checksums (md5, sha256): {FIO_ENGINE_HINT}"),
+                    )
+                })?;
                 self.verify = Some(kind);
             }
             "do_verify" => self.do_verify = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?),
@@ -369,6 +712,22 @@ impl JobOptions {
         over(&mut self.file_direct, &top.file_direct);
         over(&mut self.file_engine, &top.file_engine);
         over(&mut self.thinktime, &top.thinktime);
+        over(&mut self.offset, &top.offset);
+        over(&mut self.offset_increment, &top.offset_increment);
+        over(&mut self.io_size, &top.io_size);
+        over(&mut self.number_ios, &top.number_ios);
+        over(&mut self.loops, &top.loops);
+        over(&mut self.seq_stride, &top.seq_stride);
+        over(&mut self.distribution, &top.distribution);
+        over(&mut self.randrepeat, &top.randrepeat);
+        over(&mut self.fsync_every, &top.fsync_every);
+        over(&mut self.end_fsync, &top.end_fsync);
+        over(&mut self.rate_iops, &top.rate_iops);
+        over(&mut self.rate_bps, &top.rate_bps);
+        over(&mut self.startdelay, &top.startdelay);
+        over(&mut self.stonewall, &top.stonewall);
+        over(&mut self.block_sizes, &top.block_sizes);
+        over(&mut self.blockalign, &top.blockalign);
     }
 
     /// The job these settings describe, on top of the defaults, named
@@ -416,6 +775,24 @@ impl JobOptions {
             segments: self.segments.unwrap_or(d.segments),
             stats_dir: self.stats_dir.clone().or(d.stats_dir.clone()),
             thinktime: self.thinktime.unwrap_or(d.thinktime),
+            offset: self.offset.unwrap_or(d.offset),
+            offset_increment: self.offset_increment.unwrap_or(d.offset_increment),
+            io_size: match (self.number_ios, self.io_size) {
+                (Some(n), _) => Some(n.saturating_mul(self.bs.unwrap_or(d.bs))),
+                (None, io) => io.or(d.io_size),
+            },
+            loops: self.loops.unwrap_or(d.loops),
+            seq_stride: self.seq_stride.unwrap_or(d.seq_stride),
+            distribution: self.distribution.unwrap_or(d.distribution),
+            randrepeat: self.randrepeat.unwrap_or(d.randrepeat),
+            fsync_every: self.fsync_every.unwrap_or(d.fsync_every),
+            end_fsync: self.end_fsync.unwrap_or(d.end_fsync),
+            rate_iops: self.rate_iops.or(d.rate_iops),
+            rate_bps: self.rate_bps.or(d.rate_bps),
+            startdelay: self.startdelay.unwrap_or(d.startdelay),
+            stonewall: self.stonewall.unwrap_or(d.stonewall),
+            block_sizes: self.block_sizes.clone().unwrap_or(d.block_sizes),
+            blockalign: self.blockalign.or(d.blockalign),
         };
         check(&job)?;
         Ok(job)
@@ -426,12 +803,37 @@ impl JobOptions {
 pub fn expected(key: &str) -> Option<&'static str> {
     Some(match key {
         "name" => "a job name of 1 to 256 printable characters",
-        "rw" => "one of read, write, randread, randwrite, rw (readwrite), randrw",
-        "bs" => "a block size from 512 to 64M that is a multiple of 512, such as 4k",
+        "rw" | "readwrite" => {
+            "one of read, write, randread, randwrite, rw (readwrite), randrw, optionally with \
+             :N for a hole of N bytes after each sequential I/O (negative: backwards)"
+        }
+        "bs" | "blocksize" => "a block size from 512 to 64M that is a multiple of 512, such as 4k",
         "iodepth" => "an integer from 1 to 65536",
         "numjobs" => "an integer from 1 to 1024",
-        "size" => "a size above zero such as 1G or 512m (binary suffixes k, m, g, t, p)",
-        "runtime" | "ramp_time" => DURATION_EXPECTED,
+        "size" | "filesize" => {
+            "a size above zero such as 1G or 512m (binary suffixes k, m, g, t, p)"
+        }
+        "runtime" | "ramp_time" | "timeout" => DURATION_EXPECTED,
+        "offset" => "a byte offset such as 0 or 1G: where the job's region starts",
+        "offset_increment" => "bytes such as 1G: each numjobs copy starts this much further",
+        "io_size" | "io_limit" => "bytes to transfer, above zero, such as 4G",
+        "number_ios" => "a number of I/Os to issue, at least 1",
+        "loops" => "an integer from 1 to 1000000: times to run the job's I/O",
+        "rwmixwrite" => "a percentage from 0 to 100",
+        "norandommap" | "stonewall" | "end_fsync" | "randrepeat" => "no value, 1 or 0",
+        "random_distribution" => {
+            "random, zipf:THETA (THETA > 0, not 1), pareto:H (0 < H < 1) or normal:DEV (percent)"
+        }
+        "fsync" | "fdatasync" => "a number of writes after which to flush (0: never)",
+        "rate" => "bytes per second such as 500m, or READ,WRITE (mqblk paces their sum)",
+        "rate_iops" => "I/Os per second, or READ,WRITE (mqblk paces their sum)",
+        "startdelay" => "a delay of up to 1h, seconds unless suffixed (us, ms, s, m)",
+        "wait_for" => "the name of an earlier job",
+        "bsrange" => "MIN-MAX block sizes such as 4k-64k (multiples of 512, up to 64M)",
+        "bssplit" => {
+            "SIZE/PERCENT:SIZE/PERCENT... such as 4k/10:64k/90, optionally ,WRITES the same way"
+        }
+        "blockalign" => "an offset alignment such as 4k (a multiple of 512)",
         "time_based" => "no value, 1 or 0",
         "rwmixread" => "a percentage from 0 to 100",
         "randseed" => "an unsigned 64-bit integer",
@@ -440,7 +842,7 @@ pub fn expected(key: &str) -> Option<&'static str> {
         "hw_queues" => "an integer from 1 to 1024",
         "plug" => "on or off (or 1/0)",
         "iostats" => "1 or 0 (or on/off)",
-        "verify" => "crc32c (or crc32c-intel), or none",
+        "verify" => "crc32c (or crc32c-intel), meta (checked as crc32c), or none",
         "do_verify" => "1 or 0 (default 1: read back and check what was written)",
         "verify_fatal" => "1 or 0 (default 0: 1 stops the job at the first mismatch)",
         "segments" => "1 to 256: buffer pieces per I/O (vectored bios)",

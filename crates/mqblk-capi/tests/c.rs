@@ -1,0 +1,298 @@
+//! libmqblk as a C program sees it: `cargo cinstall` into a temporary
+//! prefix, then the C tests and the C example built with the system
+//! compiler through pkg-config, run under ASan+UBSan and under valgrind.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use mqblk_test_support::require_tool;
+
+fn crate_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    stdout + &stderr
+}
+
+/// The prefix libmqblk is installed into, once per test binary.
+fn prefix() -> &'static Path {
+    static PREFIX: OnceLock<PathBuf> = OnceLock::new();
+    PREFIX.get_or_init(|| {
+        require_tool("cargo-cinstall");
+        require_tool("pkg-config");
+        let dir = std::env::temp_dir().join(format!("mqblk-capi-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        // The dev profile reuses what `cargo test` built.
+        run(Command::new(env!("CARGO"))
+            .arg("cinstall")
+            .arg("--manifest-path")
+            .arg(crate_dir().join("Cargo.toml"))
+            .arg(format!("--prefix={}", dir.display()))
+            .arg(format!("--libdir={}", dir.join("lib").display())));
+        dir
+    })
+}
+
+fn pkg_config(args: &[&str]) -> Vec<String> {
+    let out = run(Command::new("pkg-config")
+        .args(args)
+        .arg("mqblk")
+        .env("PKG_CONFIG_PATH", prefix().join("lib/pkgconfig")));
+    out.split_whitespace().map(str::to_string).collect()
+}
+
+/// Build `src` with the system compiler and pkg-config's flags.
+fn build(src: &Path, out_name: &str, extra: &[&str]) -> PathBuf {
+    require_tool("cc");
+    let out = prefix().join("bin").join(out_name);
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    run(Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-g"])
+        .args(extra)
+        .args(pkg_config(&["--cflags"]))
+        .arg(src)
+        .arg("-o")
+        .arg(&out)
+        .args(pkg_config(&["--libs"])));
+    out
+}
+
+fn run_c(exe: &Path, wrapper: &[&str]) -> String {
+    let mut cmd = match wrapper.split_first() {
+        Some((w, rest)) => {
+            let mut c = Command::new(w);
+            c.args(rest).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    cmd.env("LD_LIBRARY_PATH", prefix().join("lib"));
+    run(&mut cmd)
+}
+
+#[test]
+fn cinstall_installs_the_shared_and_static_libraries_the_header_and_the_pc_file() {
+    let p = prefix();
+    for f in [
+        "lib/libmqblk.so",
+        "lib/libmqblk.a",
+        "include/mqblk.h",
+        "lib/pkgconfig/mqblk.pc",
+    ] {
+        assert!(
+            p.join(f).exists(),
+            "{f} is not installed under {}",
+            p.display()
+        );
+    }
+    require_tool("readelf");
+    let dynamic = run(Command::new("readelf")
+        .arg("-d")
+        .arg(p.join("lib/libmqblk.so")));
+    assert!(
+        dynamic.contains("Library soname: [libmqblk.so.0"),
+        "libmqblk.so has no soname:\n{dynamic}"
+    );
+    let installed = std::fs::read_to_string(p.join("include/mqblk.h")).unwrap();
+    let committed = std::fs::read_to_string(crate_dir().join("include/mqblk.h")).unwrap();
+    assert_eq!(
+        installed, committed,
+        "the installed header is not the committed one"
+    );
+}
+
+#[test]
+fn the_header_compiles_as_c11_and_as_cxx17_with_every_warning_an_error() {
+    require_tool("c++");
+    let cflags = pkg_config(&["--cflags"]);
+    let dir = crate_dir().join("tests/c");
+    run(Command::new("cc")
+        .args([
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+            "-fsyntax-only",
+        ])
+        .args(&cflags)
+        .arg(dir.join("api_test.c")));
+    let out = prefix().join("bin/header_cxx");
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    run(Command::new("c++")
+        .args(["-std=c++17", "-Wall", "-Wextra", "-Werror", "-pedantic"])
+        .args(&cflags)
+        .arg(dir.join("header_cxx.cpp"))
+        .arg("-o")
+        .arg(&out)
+        .args(pkg_config(&["--libs"])));
+    run_c(&out, &[]);
+}
+
+#[test]
+fn c_tests_pass_under_asan_and_ubsan() {
+    let exe = build(
+        &crate_dir().join("tests/c/api_test.c"),
+        "api_test_asan",
+        &[
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=all",
+            "-fno-omit-frame-pointer",
+        ],
+    );
+    let out = run_c(&exe, &[]);
+    println!("{out}");
+    assert!(out.contains(" passed, 0 failed"), "{out}");
+}
+
+#[test]
+fn c_tests_pass_under_valgrind_with_no_leaks() {
+    require_tool("valgrind");
+    let exe = build(
+        &crate_dir().join("tests/c/api_test.c"),
+        "api_test",
+        &["-O1"],
+    );
+    let out = run_c(
+        &exe,
+        &[
+            "valgrind",
+            "--leak-check=full",
+            "--show-leak-kinds=definite,indirect,possible",
+            "--errors-for-leak-kinds=definite,indirect,possible",
+            "--error-exitcode=99",
+        ],
+    );
+    println!("{out}");
+    assert!(out.contains(" passed, 0 failed"), "{out}");
+    assert!(out.contains("ERROR SUMMARY: 0 errors"), "{out}");
+}
+
+#[test]
+fn the_c_example_builds_with_its_makefile_and_runs_under_valgrind() {
+    require_tool("make");
+    require_tool("valgrind");
+    let src = crate_dir().join("../../examples/c");
+    let build = prefix().join("example");
+    std::fs::create_dir_all(&build).unwrap();
+    run(Command::new("make")
+        .arg("-C")
+        .arg(&build)
+        .arg("-f")
+        .arg(src.join("Makefile"))
+        .arg(format!("VPATH={}", src.display()))
+        .env("PKG_CONFIG_PATH", prefix().join("lib/pkgconfig")));
+    let out = run_c(
+        &build.join("hello"),
+        &[
+            "valgrind",
+            "--leak-check=full",
+            "--errors-for-leak-kinds=definite,indirect,possible",
+            "--error-exitcode=99",
+        ],
+    );
+    println!("{out}");
+    assert!(out.contains("readv got 'c' and 'd'"), "{out}");
+    assert!(
+        out.contains("completion fd: write-zeroes completed: success"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_static_link_works_too() {
+    let exe = prefix().join("bin/api_test_static");
+    std::fs::create_dir_all(exe.parent().unwrap()).unwrap();
+    run(Command::new("cc")
+        .args(["-std=c11", "-g"])
+        .args(pkg_config(&["--cflags"]))
+        .arg(crate_dir().join("tests/c/api_test.c"))
+        .arg("-o")
+        .arg(&exe)
+        .arg(prefix().join("lib/libmqblk.a"))
+        .args(
+            pkg_config(&["--static", "--libs-only-l"])
+                .iter()
+                .filter(|l| *l != "-lmqblk"),
+        ));
+    let out = run(&mut Command::new(&exe));
+    assert!(out.contains(" passed, 0 failed"), "{out}");
+}
+
+/// The fio engine, built by contrib/fio-engine/build.sh against the
+/// installed libmqblk and fio's own source, once per test binary.
+fn fio_engine() -> &'static Path {
+    static ENGINE: OnceLock<PathBuf> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        require_tool("fio");
+        require_tool("dpkg-source");
+        let out = prefix().join("fio-engine");
+        let script = crate_dir().join("../../contrib/fio-engine/build.sh");
+        run(Command::new("bash")
+            .arg(script)
+            .arg(&out)
+            .env("PKG_CONFIG_PATH", prefix().join("lib/pkgconfig")));
+        out.join("libmqblk-fio.so")
+    })
+}
+
+fn fio(args: &[&str]) -> String {
+    let engine = format!("--ioengine=external:{}", fio_engine().display());
+    run(Command::new("fio").arg(engine).args(args))
+}
+
+#[test]
+fn fio_verifies_crc32c_through_the_engine_on_a_ram_device() {
+    let out = fio(&[
+        "--name=verify",
+        "--mqblk_spec=ram,size=64M",
+        "--rw=randwrite",
+        "--bs=4k",
+        "--size=16M",
+        "--iodepth=16",
+        "--verify=crc32c",
+        "--do_verify=1",
+        "--verify_fatal=1",
+    ]);
+    println!("{out}");
+    assert!(out.contains("err= 0"), "fio reported an error:\n{out}");
+    assert!(out.contains("write: IOPS="), "{out}");
+    assert!(out.contains("read: IOPS="), "no verify reads:\n{out}");
+}
+
+#[test]
+fn fio_filename_names_a_file_device_for_the_engine() {
+    let dir = prefix().join("fio-file");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("disk.img");
+    let _ = std::fs::remove_file(&file);
+    let out = fio(&[
+        "--name=file",
+        &format!("--filename={}", file.display()),
+        "--rw=write",
+        "--bs=64k",
+        "--size=8M",
+        "--iodepth=4",
+        "--verify=md5",
+        "--do_verify=1",
+        "--verify_fatal=1",
+        "--end_fsync=1",
+        "--output-format=json",
+    ]);
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), 8 << 20);
+    let v: serde_json::Value = serde_json::from_str(&out[out.find('{').unwrap()..]).unwrap();
+    assert_eq!(v["jobs"][0]["error"], 0, "{out}");
+    assert_eq!(v["jobs"][0]["write"]["io_bytes"], 8 << 20, "{out}");
+}
