@@ -225,6 +225,31 @@ struct BenchArgs {
     #[arg(long, value_name = "TIME")]
     thinktime: Option<String>,
 
+    /// The device group the job's context joins (fio's cgroup=), created
+    /// with --cgroup_weight if missing; see `mqblk qos` for changing it live.
+    #[arg(long, value_name = "NAME")]
+    cgroup: Option<String>,
+
+    /// The group's weight, 1 to 1000 (fio's cgroup_weight=; default 100).
+    #[arg(long = "cgroup_weight", alias = "cgroup-weight", value_name = "N")]
+    cgroup_weight: Option<String>,
+
+    /// The job's I/O priority class: rt, be or idle (fio's prioclass=).
+    #[arg(long, value_name = "CLASS")]
+    prioclass: Option<String>,
+
+    /// The level within the class, 0 (highest) to 7 (fio's prio=).
+    #[arg(long, value_name = "N")]
+    prio: Option<String>,
+
+    /// At most this many I/Os per second per job (fio's rate_iops=).
+    #[arg(long = "rate_iops", alias = "rate-iops", value_name = "N")]
+    rate_iops: Option<String>,
+
+    /// At most this many bytes per second per job (fio's rate=).
+    #[arg(long, value_name = "BYTES")]
+    rate: Option<String>,
+
     /// Listen on this unix socket for group and limit changes while the
     /// run goes on (`mqblk qos --control=SOCKET ...`).
     #[arg(long, value_name = "SOCKET")]
@@ -403,6 +428,12 @@ impl BenchArgs {
             ("segments", "segments", &self.segments),
             ("stats-dir", "stats_dir", &self.stats_dir),
             ("thinktime", "thinktime", &self.thinktime),
+            ("cgroup", "cgroup", &self.cgroup),
+            ("cgroup_weight", "cgroup_weight", &self.cgroup_weight),
+            ("prioclass", "prioclass", &self.prioclass),
+            ("prio", "prio", &self.prio),
+            ("rate_iops", "rate_iops", &self.rate_iops),
+            ("rate", "rate", &self.rate),
         ];
         for (flag, key, value) in single {
             if let Some(v) = value {

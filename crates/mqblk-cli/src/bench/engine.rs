@@ -158,6 +158,7 @@ pub fn prepare(jobs: &[JobSpec]) -> Result<Prepared> {
     for ((job, dev), spec) in plan.iter().zip(&specs) {
         check_job(job, dev, spec)?;
     }
+    make_groups(&plan)?;
     let verifiers = (0..plan.len())
         .map(|i| super::verify::for_job(&plan, i))
         .collect::<Result<Vec<_>>>()?;
@@ -166,6 +167,39 @@ pub fn prepare(jobs: &[JobSpec]) -> Result<Prepared> {
         verifiers,
         group_starts,
     })
+}
+
+/// Create the groups the jobs name (`cgroup=`), with their weights. Jobs
+/// that name one group on one device must agree on its weight.
+fn make_groups(plan: &[(JobSpec, Device)]) -> Result<()> {
+    for (job, dev) in plan {
+        let Some(name) = &job.cgroup else { continue };
+        let weight = job.cgroup_weight;
+        match dev.group(name) {
+            Ok(g) => {
+                if let Some(w) = weight {
+                    if g.weight() != w {
+                        bail!(
+                            "job {}: cgroup {name} on {} has cgroup_weight={} from another job;                              jobs in one group share its weight",
+                            job.name,
+                            dev.name(),
+                            g.weight()
+                        );
+                    }
+                }
+            }
+            Err(_) => {
+                dev.create_group(
+                    name,
+                    mqblk::GroupConfig {
+                        weight: weight.unwrap_or(mqblk::blkcg::DEFAULT_WEIGHT),
+                        ..Default::default()
+                    },
+                )?;
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Prepared {
@@ -539,7 +573,13 @@ fn job_thread<V: Hook>(
     // Set up everything before the start barrier: the measured phase
     // allocates nothing.
     let setup = (|| -> Result<_> {
-        let ctx = dev.context()?;
+        let mut ctx = match &job.cgroup {
+            Some(name) => dev.context_in(&dev.group(name)?)?,
+            None => dev.context()?,
+        };
+        if let Some(p) = job.ioprio {
+            ctx.set_ioprio(p);
+        }
         let region = region_bytes(&job, &dev);
         let mut seed =
             job.randseed ^ ((base + index) as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
