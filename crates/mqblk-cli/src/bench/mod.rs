@@ -15,6 +15,8 @@
 //! - [`verify`]: fio's `verify=`: headers written with each block, checked
 //!   on read-back.
 //! - [`engine`]: runs the jobs, one thread and one context each.
+//! - [`status`]: the status line and `--status-interval` reports while
+//!   the jobs run.
 //! - [`result`]: what was measured.
 //! - [`report`]: fio's text and JSON output, plus the layer's own figures.
 
@@ -28,6 +30,8 @@ pub mod job;
 pub mod verify;
 
 pub mod engine;
+
+pub mod status;
 
 pub mod result;
 
