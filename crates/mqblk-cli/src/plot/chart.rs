@@ -38,6 +38,9 @@ const COLOURS: [RGBColor; 8] = [
 const WIDTH_PX: u32 = 720;
 const PANEL_HEIGHT_PX: u32 = 400;
 
+/// A line with more points than this is drawn without markers.
+const MARKERS_MAX: usize = 32;
+
 /// Register a system font as plotters' `sans-serif`, once per process.
 fn ensure_font() -> Result<()> {
     static FONT: OnceLock<Result<(), String>> = OnceLock::new();
@@ -423,7 +426,7 @@ fn draw_lines<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, c: &LineChart) 
         let colour = COLOURS[i % COLOURS.len()];
         // Earlier lines are drawn wider, so a line hidden under a later
         // one with the same values still shows at its edges.
-        let under = (n - 1 - i).min(3) as u32;
+        let under = (n - 1 - i).min(2) as u32;
         let width = 2 + under;
         let radius = 3 + under;
         let pts: Vec<(f64, f64)> = s
@@ -439,9 +442,12 @@ fn draw_lines<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, c: &LineChart) 
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(width))
             });
-        chart
-            .draw_series(pts.iter().map(|&p| Circle::new(p, radius, colour.filled())))
-            .map_err(err)?;
+        // Markers only where the points are few enough to tell apart.
+        if pts.len() <= MARKERS_MAX {
+            chart
+                .draw_series(pts.iter().map(|&p| Circle::new(p, radius, colour.filled())))
+                .map_err(err)?;
+        }
     }
     if c.series.len() > 1 || c.series.first().is_some_and(|s| !s.name.is_empty()) {
         let corner = emptiest_corner(

@@ -50,7 +50,7 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         "segment_bytes",
         "iops",
         "mib_per_s",
-        "requests_per_io",
+        "requests_per_bio",
         "bytes_copied",
         "ns_per_io_cpu",
         "clat_p50_ns",
@@ -72,7 +72,8 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
             j.size = Some(size);
             let f = r.point(&format!("{name}-{segs}seg"), &[j])?;
             let mibs = f.bw_bytes / (1u64 << 20) as f64;
-            let per_io = f.requests as f64 / f.ios.max(1) as f64;
+            // Both counted at submission: a request per bio submitted.
+            let per_io = f.requests as f64 / f.bios.max(1) as f64;
             t.push(vec![
                 name.to_string(),
                 segs.to_string(),
