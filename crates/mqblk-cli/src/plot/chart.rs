@@ -354,8 +354,9 @@ fn emptiest_corner(points: impl Iterator<Item = (f64, f64)>) -> SeriesLabelPosit
     let mut near = [0usize; 4];
     for (x, y) in points {
         for (i, &(_, right, upper)) in corners.iter().enumerate() {
-            let in_x = if right { x > 0.55 } else { x < 0.45 };
-            let in_y = if upper { y > 0.6 } else { y < 0.4 };
+            // About where a legend of a few lines sits.
+            let in_x = if right { x > 0.6 } else { x < 0.4 };
+            let in_y = if upper { y > 0.7 } else { y < 0.3 };
             if in_x && in_y {
                 near[i] += 1;
             }
@@ -535,9 +536,21 @@ fn draw_bars<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, c: &BarChart) ->
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled()));
     }
     if c.series.len() > 1 {
+        // A bar covers everything below its top.
+        let tops = c.series.iter().enumerate().flat_map(|(si, (_, values))| {
+            values.iter().enumerate().flat_map(move |(ci, &v)| {
+                let x = (ci as f64 - 0.4 + (si as f64 + 0.5) * width + 0.5) / n as f64;
+                let top = if c.y.scale.takes(v) {
+                    (c.y.scale.to_axis(v) - y0) / (y1 - y0)
+                } else {
+                    0.0
+                };
+                (0..=10).map(move |k| (x, top * f64::from(k) / 10.0))
+            })
+        });
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
+            .position(emptiest_corner(tops))
             .label_font(("sans-serif", 13))
             .background_style(WHITE.mix(0.85))
             .border_style(RGBColor(180, 180, 180))
