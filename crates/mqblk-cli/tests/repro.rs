@@ -72,12 +72,17 @@ fn run(name: &str, out: &Path) -> (Vec<String>, Vec<Vec<String>>) {
     assert!(svg.contains("<svg"), "{name}.svg");
     assert!(svg.contains(&format!("{name}:")), "{name}.svg has no title");
 
-    // One raw fio-shaped JSON per point (plug runs rounds: one per row).
+    // One raw fio-shaped JSON per run: a row per point, or a row per
+    // point run `rounds` times.
     let points: Vec<PathBuf> = std::fs::read_dir(out.join("points"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
-    assert_eq!(points.len(), rows.len(), "{name}: a JSON per point");
+    let runs: usize = match header.iter().position(|h| h == "rounds") {
+        Some(c) => rows.iter().map(|r| r[c].parse::<usize>().unwrap()).sum(),
+        None => rows.len(),
+    };
+    assert_eq!(points.len(), runs, "{name}: a JSON per run");
     for p in &points {
         let v: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
@@ -147,7 +152,14 @@ fn iorl() {
     let d = TempDir::new("iorl");
     let (h, rows) = run("iorl", &d.0);
     assert_monotone(&h, &rows, "queue_mode", "devices");
-    numbers(&h, &rows, &["iops", "iops_per_job"]);
+    numbers(&h, &rows, &["iops", "iops_min", "iops_max", "iops_per_job"]);
+    for r in &rows {
+        let v = |c: &str| r[col(&h, c)].parse::<f64>().unwrap();
+        assert!(
+            v("iops_min") <= v("iops") && v("iops") <= v("iops_max"),
+            "{r:?}"
+        );
+    }
     let modes: std::collections::BTreeSet<&str> = rows
         .iter()
         .map(|r| r[col(&h, "queue_mode")].as_str())

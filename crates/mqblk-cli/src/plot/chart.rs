@@ -37,6 +37,8 @@ const COLOURS: [RGBColor; 8] = [
 /// A figure's width and each panel's height, in pixels.
 const WIDTH_PX: u32 = 720;
 const PANEL_HEIGHT_PX: u32 = 400;
+/// Each panel's height when panels are stacked.
+const STACKED_PANEL_HEIGHT_PX: u32 = 340;
 
 /// A line with more points than this is drawn without markers.
 const MARKERS_MAX: usize = 32;
@@ -280,7 +282,12 @@ impl Figure {
             bail!("nothing to plot");
         }
         ensure_font()?;
-        let height = PANEL_HEIGHT_PX * self.panels.len() as u32;
+        let panel_px = if self.panels.len() == 1 {
+            PANEL_HEIGHT_PX
+        } else {
+            STACKED_PANEL_HEIGHT_PX
+        };
+        let height = panel_px * self.panels.len() as u32;
         let svg = stem.with_extension("svg");
         let png = stem.with_extension("png");
         {

@@ -26,36 +26,51 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         "devices",
         "jobs",
         "iops",
+        "iops_min",
+        "iops_max",
+        "rounds",
         "iops_per_job",
         "ns_per_io_cpu",
         "clat_p99_ns",
     ]);
-    let mut lines = Vec::new();
-    let mut at: Vec<(&str, u32, f64)> = Vec::new();
+    let mut plan = Vec::new();
     for mode in MODES {
-        let mut line = Series {
-            name: mode.into(),
-            points: Vec::new(),
-        };
         for n in DEVICES {
             let mut j = job("iorl", RwMode::RandRead, 4096, 8, r.runtime(POINT_RUNTIME));
             j.devices = vec!["null".to_string(); n as usize];
             j.numjobs = n;
             j.queue_mode = Some(mode.into());
-            let f = r.point(&format!("{mode}-{n}dev"), &[j])?;
-            t.push(vec![
-                mode.into(),
-                n.to_string(),
-                n.to_string(),
-                cell(f.iops, 0),
-                cell(f.iops / f64::from(n), 0),
-                cell(f.ns_per_io_cpu, 0),
-                f.clat_ns[1].to_string(),
-            ]);
-            line.points.push((f64::from(n), f.iops));
-            at.push((mode, n, f.iops));
+            plan.push((mode, n, format!("{mode}-{n}dev"), vec![j]));
         }
-        lines.push(line);
+    }
+    let labelled: Vec<_> = plan.iter().map(|p| (p.2.clone(), p.3.clone())).collect();
+    let results = r.rounds(&labelled)?;
+    let mut lines: Vec<Series> = MODES
+        .iter()
+        .map(|m| Series {
+            name: m.to_string(),
+            points: Vec::new(),
+        })
+        .collect();
+    let mut at: Vec<(&str, u32, f64)> = Vec::new();
+    for ((mode, n, _, _), res) in plan.iter().zip(&results) {
+        let f = &res.median;
+        t.push(vec![
+            mode.to_string(),
+            n.to_string(),
+            n.to_string(),
+            cell(f.iops, 0),
+            cell(res.iops_min, 0),
+            cell(res.iops_max, 0),
+            res.rounds.to_string(),
+            cell(f.iops / f64::from(*n), 0),
+            cell(f.ns_per_io_cpu, 0),
+            f.clat_ns[1].to_string(),
+        ]);
+        if let Some(line) = lines.iter_mut().find(|l| l.name == *mode) {
+            line.points.push((f64::from(*n), f.iops));
+        }
+        at.push((mode, *n, f.iops));
     }
     let iops = |mode: &str, n: u32| {
         at.iter()
@@ -90,9 +105,12 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         notes: vec![
             format!(
                 "Workload: rw=randread, bs=4k, iodepth=8, one job per null device, {} ms per \
-                 point, on {} cores: past that many jobs, threads share the cores.",
+                 point, on {} cores: past that many jobs, threads share the cores. Each \
+                 point ran {} times, every point once per round; the table gives the \
+                 median round and the range.",
                 r.runtime(POINT_RUNTIME).as_millis(),
-                r.cores()
+                r.cores(),
+                super::point::ROUNDS
             ),
             "Seed 000 §5's own figures are not recorded in this repository.".into(),
         ],

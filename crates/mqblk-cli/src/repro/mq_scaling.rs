@@ -45,47 +45,61 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         "queue_mode",
         "threads",
         "iops",
+        "iops_min",
+        "iops_max",
+        "rounds",
         "iops_per_thread",
         "ns_per_io_cpu",
         "clat_p50_ns",
         "clat_p99_ns",
         "clat_p99_9_ns",
     ]);
-    let mut iops_lines = Vec::new();
-    let mut p99_lines = Vec::new();
-    let mut at: Vec<(&str, u32, f64)> = Vec::new();
+    let mut plan = Vec::new();
     for mode in MODES {
-        let mut iops = Series {
-            name: mode.into(),
-            points: Vec::new(),
-        };
-        let mut p99 = Series {
-            name: format!("{mode} p99"),
-            points: Vec::new(),
-        };
         for &n in &threads {
             let mut j = job("mq", RwMode::RandRead, 4096, 32, r.runtime(POINT_RUNTIME));
             j.devices = vec!["null".into()];
             j.numjobs = n;
             j.queue_mode = Some(mode.into());
             j.hw_queues = Some(n as u16);
-            let f = r.point(&format!("{mode}-{n}thr"), &[j])?;
-            t.push(vec![
-                mode.into(),
-                n.to_string(),
-                cell(f.iops, 0),
-                cell(f.iops / f64::from(n), 0),
-                cell(f.ns_per_io_cpu, 0),
-                f.clat_ns[0].to_string(),
-                f.clat_ns[1].to_string(),
-                f.clat_ns[2].to_string(),
-            ]);
-            iops.points.push((f64::from(n), f.iops));
-            p99.points.push((f64::from(n), f.clat_ns[1] as f64));
-            at.push((mode, n, f.iops));
+            plan.push((mode, n, format!("{mode}-{n}thr"), vec![j]));
         }
-        iops_lines.push(iops);
-        p99_lines.push(p99);
+    }
+    let labelled: Vec<_> = plan.iter().map(|p| (p.2.clone(), p.3.clone())).collect();
+    let results = r.rounds(&labelled)?;
+    let series = |suffix: &str| -> Vec<Series> {
+        MODES
+            .iter()
+            .map(|m| Series {
+                name: format!("{m}{suffix}"),
+                points: Vec::new(),
+            })
+            .collect()
+    };
+    let mut iops_lines = series("");
+    let mut p99_lines = series(" p99");
+    let mut at: Vec<(&str, u32, f64)> = Vec::new();
+    for ((mode, n, _, _), res) in plan.iter().zip(&results) {
+        let f = &res.median;
+        t.push(vec![
+            mode.to_string(),
+            n.to_string(),
+            cell(f.iops, 0),
+            cell(res.iops_min, 0),
+            cell(res.iops_max, 0),
+            res.rounds.to_string(),
+            cell(f.iops / f64::from(*n), 0),
+            cell(f.ns_per_io_cpu, 0),
+            f.clat_ns[0].to_string(),
+            f.clat_ns[1].to_string(),
+            f.clat_ns[2].to_string(),
+        ]);
+        let m = MODES.iter().position(|x| x == mode).unwrap_or(0);
+        iops_lines[m].points.push((f64::from(*n), f.iops));
+        p99_lines[m]
+            .points
+            .push((f64::from(*n), f.clat_ns[1] as f64));
+        at.push((mode, *n, f.iops));
     }
     let most = threads.last().copied().unwrap_or(1);
     let cores = r.cores() as u32;
@@ -134,9 +148,12 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         notes: vec![
             format!(
                 "Workload: rw=randread, bs=4k, iodepth=32 per thread, one null device with \
-                 hw_queues = threads, {} ms per point, {} cores.",
+                 hw_queues = threads, {} ms per point, {} cores. Each point ran {} times, \
+                 every point once per round; the table gives the median round (its IOPS \
+                 and latencies) and the range of IOPS.",
                 r.runtime(POINT_RUNTIME).as_millis(),
-                r.cores()
+                r.cores(),
+                super::point::ROUNDS
             ),
             "Run the same command on a machine with more cores to extend the curve.".into(),
         ],

@@ -169,6 +169,49 @@ impl Runner {
     }
 }
 
+/// A point run several times: the round with the median IOPS (whole, so
+/// that its latencies and counters go together), and the range of IOPS.
+#[derive(Clone, Debug, Default)]
+pub struct Rounds {
+    /// The median round's figures.
+    pub median: Figures,
+    /// Lowest IOPS of any round.
+    pub iops_min: f64,
+    /// Highest IOPS of any round.
+    pub iops_max: f64,
+    /// How many rounds ran.
+    pub rounds: usize,
+}
+
+/// How many times [`Runner::rounds`] runs each point: the machine these
+/// run on is often shared, and a median of three shrugs off one bad round.
+pub const ROUNDS: usize = 3;
+
+impl Runner {
+    /// Run every point [`ROUNDS`] times, all points once per round, so that
+    /// a noisy spell hits every point alike; one [`Rounds`] per point.
+    pub fn rounds(&mut self, points: &[(String, Vec<JobSpec>)]) -> Result<Vec<Rounds>> {
+        let mut runs: Vec<Vec<Figures>> = vec![Vec::new(); points.len()];
+        for round in 1..=ROUNDS {
+            for (i, (label, jobs)) in points.iter().enumerate() {
+                runs[i].push(self.point(&format!("{label}-round{round}"), jobs)?);
+            }
+        }
+        Ok(runs
+            .into_iter()
+            .map(|mut v| {
+                v.sort_by(|a, b| a.iops.total_cmp(&b.iops));
+                Rounds {
+                    iops_min: v.first().map_or(0.0, |f| f.iops),
+                    iops_max: v.last().map_or(0.0, |f| f.iops),
+                    rounds: v.len(),
+                    median: v.swap_remove(v.len() / 2),
+                }
+            })
+            .collect())
+    }
+}
+
 /// `x` with `digits` decimals, for a table cell.
 pub fn cell(x: f64, digits: usize) -> String {
     if x.is_finite() {
