@@ -40,6 +40,10 @@ const PANEL_HEIGHT_PX: u32 = 400;
 /// Each panel's height when panels are stacked.
 const STACKED_PANEL_HEIGHT_PX: u32 = 340;
 
+/// Bar charts with at most this many bars have each value written above
+/// its bar.
+const BAR_LABELS_MAX: usize = 12;
+
 /// A line with more points than this is drawn without markers.
 const MARKERS_MAX: usize = 32;
 
@@ -536,6 +540,24 @@ fn draw_bars<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, c: &BarChart) ->
                 )
             })
             .collect();
+        // Each bar's value above it, when the bars are few enough to read.
+        if c.categories.len() * c.series.len() <= BAR_LABELS_MAX {
+            let unit = c.y.unit;
+            let labels = values
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| c.y.scale.takes(**v))
+                .map(|(ci, &v)| {
+                    let centre = ci as f64 - 0.4 + (si as f64 + 0.46) * width;
+                    EmptyElement::at((centre, c.y.scale.to_axis(v)))
+                        + Text::new(
+                            format_value(v, unit),
+                            (-14, -16),
+                            ("sans-serif", 12).into_font(),
+                        )
+                });
+            chart.draw_series(labels).map_err(err)?;
+        }
         chart
             .draw_series(bars)
             .map_err(err)?

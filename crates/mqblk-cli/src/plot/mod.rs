@@ -92,11 +92,11 @@ pub fn summary(jobs: &[Job]) -> String {
                     chart::format_value(*v, Unit::Nanos)
                 });
             s.push_str(&format!(
-                "{:<32} {:<5} IOPS={:<8} BW={:<10}/s p99={}\n",
+                "{:<32} {:<5} IOPS={:<8} BW={:<12} p99={}\n",
                 j.label,
                 d.name,
                 chart::format_value(d.iops, Unit::Count),
-                chart::format_value(d.bw_bytes, Unit::Bytes),
+                format!("{}/s", chart::format_value(d.bw_bytes, Unit::Bytes)),
                 p99
             ));
         }

@@ -111,7 +111,7 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
     let mut seed = vec![SeedRow::new(
         "units a 128 KiB raw read was cut into (512-byte buffer heads)",
         "256 (DESIGN.md: 512-byte units split up and merged back)",
-        "bios per 128 KiB below",
+        "1 bio (one 128 KiB bio) or 32 (4 KiB bios); requests below",
     )];
     for (way, ms, req, bios) in at_256 {
         seed.push(SeedRow::new(
