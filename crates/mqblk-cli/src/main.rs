@@ -7,6 +7,10 @@
 //!   hardware queues. It opens the device read-only.
 //! - `mqblk stat DIR`: a bench's counters from its `--stats-dir`.
 //! - `mqblk serve SPEC --socket PATH | --listen HOST:PORT`: an NBD server.
+//! - `mqblk repro NAME`: one of the seeds' experiments, with its tables
+//!   and plot; see [`repro`].
+//! - `mqblk plot RESULT.json...`: charts of bench or fio JSON; see
+//!   [`plot`].
 //!
 //! A bare path where a spec is expected (`/dev/sdb`, `./disk.img`) is read
 //! as the file device `file:PATH`, with a note.
@@ -16,11 +20,13 @@
 
 mod alloc_count;
 mod bench;
+mod plot;
 mod qos;
+mod repro;
 mod serve;
 mod stat;
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -68,6 +74,13 @@ enum Command {
     /// --control=SOCKET): `group NAME riops=5000 weight=300`, `create NAME
     /// weight=300`, `device rbps=50m`, or `show`.
     Qos(QosArgs),
+    /// Rerun one of the seeds' experiments: raw JSON of every point, a CSV,
+    /// a markdown table with the seed's figure beside ours, and the plot
+    /// (SVG and PNG). `mqblk repro list` names them.
+    Repro(repro::ReproArgs),
+    /// Plot bench or fio JSON reports: IOPS or bandwidth bars per job,
+    /// latency percentile curves and the latency histogram (SVG and PNG).
+    Plot(plot::PlotArgs),
 }
 
 #[derive(Args, Debug)]
@@ -254,6 +267,21 @@ struct BenchArgs {
     /// run goes on (`mqblk qos --control=SOCKET ...`).
     #[arg(long, value_name = "SOCKET")]
     control: Option<PathBuf>,
+
+    /// The status line on stderr (elapsed, eta, IOPS and bandwidth per
+    /// direction, p99): auto shows it when stdout and stderr are terminals.
+    #[arg(long, value_enum, default_value = "auto", value_name = "WHEN")]
+    eta: bench::status::Eta,
+
+    /// Print a JSON report to stdout every TIME while running (seconds
+    /// unless suffixed): each job's IOPS and bandwidth per direction over
+    /// the interval, its I/Os so far, and its p99 so far, one line each.
+    #[arg(
+        long = "status-interval",
+        alias = "status_interval",
+        value_name = "TIME"
+    )]
+    status_interval: Option<String>,
 }
 
 fn stat_command(args: &StatArgs) -> Result<()> {
@@ -390,6 +418,8 @@ fn main() -> std::process::ExitCode {
         Command::Stat(args) => stat_command(&args),
         Command::Serve(args) => serve::serve_command(&args),
         Command::Qos(args) => qos::client(&args.control, &args.request),
+        Command::Repro(args) => repro::repro_command(&args),
+        Command::Plot(args) => plot::plot_command(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -490,6 +520,20 @@ fn bench_command(args: &BenchArgs) -> Result<()> {
     };
     bench::options::check_run(&jobs).map_err(anyhow::Error::msg)?;
     let format = args.output_format;
+    let interval = args
+        .status_interval
+        .as_deref()
+        .map(bench::options::parse_duration)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--status-interval: {e}"))?
+        .filter(|d| !d.is_zero());
+    if interval.is_some_and(|d| d < std::time::Duration::from_millis(10)) {
+        bail!("--status-interval: expected at least 10ms between reports");
+    }
+    let status = bench::status::StatusOptions {
+        eta: args.eta,
+        interval,
+    };
     // Everything that can fail before the run fails here, before the banner.
     let prepared = bench::engine::prepare(&jobs)?;
     let _control = match &args.control {
@@ -514,8 +558,7 @@ fn bench_command(args: &BenchArgs) -> Result<()> {
         out.write_all(report::starting(&jobs).as_bytes())?;
         out.flush()?;
     }
-    let progress = std::io::stderr().is_terminal();
-    let run = bench::engine::run(prepared, progress, &stop)?;
+    let run = bench::engine::run(prepared, &status, &stop)?;
     let interrupted = match signal.load(Ordering::Relaxed) {
         0 => None,
         sig => {
@@ -719,9 +762,7 @@ mod tests {
         full.extend_from_slice(argv);
         match Cli::try_parse_from(full).unwrap().command {
             Command::Bench(b) => *b,
-            Command::Info(_) | Command::Serve(_) | Command::Stat(_) | Command::Qos(_) => {
-                unreachable!()
-            }
+            _ => unreachable!(),
         }
     }
 

@@ -7,7 +7,7 @@
 //! so the engine costs a few nanoseconds per I/O beside the layer it
 //! measures. Latency comes from the layer's own histograms.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -38,8 +38,8 @@ struct Shared {
     finished: AtomicUsize,
     start: Barrier,
     end: Barrier,
-    /// I/Os done per job, for the progress line (written once per batch).
-    progress: Vec<CachePadded<AtomicU64>>,
+    /// I/Os done per job, for the status line (written once per batch).
+    progress: Vec<CachePadded<super::status::Live>>,
 }
 
 /// What a job thread measured, before formatting.
@@ -236,7 +236,11 @@ impl Prepared {
 /// Setting `stop` (a signal) ends the run as the runtime would: the jobs
 /// stop issuing, drain what is in flight, and their results are returned;
 /// the verify phase is skipped.
-pub fn run(prepared: Prepared, progress: bool, stop: &AtomicBool) -> Result<RunResult> {
+pub fn run(
+    prepared: Prepared,
+    status: &super::status::StatusOptions,
+    stop: &AtomicBool,
+) -> Result<RunResult> {
     let alignment = prepared.alignment();
     let Prepared {
         mut plan,
@@ -253,7 +257,7 @@ pub fn run(prepared: Prepared, progress: bool, stop: &AtomicBool) -> Result<RunR
         if stop.load(Relaxed) {
             break;
         }
-        let r = run_group(base, plan, verifiers, alignment.clone(), progress, stop)?;
+        let r = run_group(base, plan, verifiers, alignment.clone(), status, stop)?;
         total = Some(match total {
             None => r,
             Some(mut t) => {
@@ -282,7 +286,7 @@ fn run_group(
     plan: Vec<(JobSpec, Device)>,
     mut verifiers: Vec<Option<Verifier>>,
     alignment: Vec<DeviceAlignment>,
-    progress: bool,
+    status: &super::status::StatusOptions,
     stop: &AtomicBool,
 ) -> Result<RunResult> {
     let n = plan.len();
@@ -292,9 +296,7 @@ fn run_group(
         finished: AtomicUsize::new(0),
         start: Barrier::new(n + 1),
         end: Barrier::new(n + 1),
-        progress: (0..n)
-            .map(|_| CachePadded::new(AtomicU64::new(0)))
-            .collect(),
+        progress: super::status::Live::for_jobs(n),
     });
     let mut handles = Vec::with_capacity(n);
     for (index, (job, dev)) in plan.iter().cloned().enumerate() {
@@ -338,8 +340,14 @@ fn run_group(
     let allocs_start = alloc_count::allocations();
     let t0 = Instant::now();
     let runtime = plan.iter().filter_map(|(j, _)| j.runtime).max();
-    let bar = progress_bar(progress, runtime);
-    let mut last = (t0, 0u64);
+    let jobs = plan
+        .iter()
+        .map(|(j, _)| super::status::JobInfo {
+            name: j.name.clone(),
+            bs: j.bs,
+        })
+        .collect();
+    let mut status = super::status::Status::start(status, jobs, runtime, t0, &shared.progress);
     loop {
         if shared.finished.load(Relaxed) == n || stop.load(Relaxed) {
             break;
@@ -356,16 +364,7 @@ fn run_group(
         if let Some(sd) = &stats_dir {
             sd.write(false)?;
         }
-        if let Some(bar) = &bar {
-            let now = Instant::now();
-            if now.duration_since(last.0) >= Duration::from_millis(500) {
-                let done: u64 = shared.progress.iter().map(|p| p.load(Relaxed)).sum();
-                let rate = (done - last.1) as f64 / now.duration_since(last.0).as_secs_f64();
-                bar.set_position(t0.elapsed().as_millis() as u64);
-                bar.set_message(format!("{} IOPS", super::report::fmt_iops(rate)));
-                last = (now, done);
-            }
-        }
+        status.tick(&shared.progress)?;
     }
     if stop.load(Relaxed) {
         eprintln!(
@@ -385,9 +384,7 @@ fn run_group(
         std::thread::sleep(Duration::from_micros(200));
     }
     let allocs_end = alloc_count::allocations();
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
+    status.finish();
     shared.end.wait();
 
     let mut results = Vec::with_capacity(n);
@@ -426,20 +423,6 @@ fn sleep_unless_done(shared: &Shared, n: usize, d: Duration, stop: &AtomicBool) 
     while t.elapsed() < d && shared.finished.load(Relaxed) < n && !stop.load(Relaxed) {
         std::thread::sleep(Duration::from_millis(5));
     }
-}
-
-fn progress_bar(enabled: bool, runtime: Option<Duration>) -> Option<indicatif::ProgressBar> {
-    use std::io::IsTerminal;
-    let runtime = runtime?;
-    if !enabled || runtime < Duration::from_secs(3) || !std::io::stderr().is_terminal() {
-        return None;
-    }
-    let bar = indicatif::ProgressBar::new(runtime.as_millis() as u64);
-    let style = indicatif::ProgressStyle::with_template("Jobs: [{bar:30}] {msg} [eta {eta}]")
-        .ok()?
-        .progress_chars("=> ");
-    bar.set_style(style);
-    Some(bar)
 }
 
 /// A data bio of one buffer, re-aimed and cut to `len_bytes` of its buffer
@@ -772,7 +755,7 @@ fn job_thread<V: Hook>(
                 free.push(c.into_bio());
             }
         });
-        progress.store(read.ios + write.ios, Relaxed);
+        progress.publish(read.ios, write.ios, ctx.histograms());
     }
     if !measuring {
         // Stopped during the ramp (size reached first): measure nothing.
