@@ -9,6 +9,10 @@
 //!                            riops, wiops, rbps, wbps) on every device
 //! create NAME KEY=VALUE...   create a group with those settings
 //! device KEY=VALUE...        change the devices' own io.max
+//! scheduler NAME [KEY=VALUE...]  switch every hardware queue's scheduler
+//!                            (none, mq-deadline, kyber, bfq, with their
+//!                            tunables): a freeze drains the queues first,
+//!                            so no request is lost or doubled
 //! show                       the groups and limits, as JSON
 //! ```
 //!
@@ -221,6 +225,22 @@ pub fn apply(devices: &[Device], line: &str) -> Result<String> {
             }
             Ok(format!("group {name}"))
         }
+        ["scheduler", name, rest @ ..] => {
+            let mut spec = format!("scheduler={name}");
+            for w in rest {
+                spec.push(',');
+                spec.push_str(w);
+            }
+            let mut o = mqblk::spec::parse(&format!("control,{spec}"))?.options;
+            let mut cfg = mqblk::DeviceConfig::new("control", 0);
+            cfg.take_sched(&mut o)?;
+            o.finish()?;
+            for d in devices {
+                let mut frozen = d.freeze(std::time::Duration::from_secs(30))?;
+                frozen.set_elevator(cfg.elevator.clone())?;
+            }
+            Ok(format!("scheduler {name} on {} devices", devices.len()))
+        }
         ["create", name, rest @ ..] => {
             let c = if rest.is_empty() {
                 Changes::default()
@@ -239,7 +259,7 @@ pub fn apply(devices: &[Device], line: &str) -> Result<String> {
         }
         _ => bail!(
             "unknown request `{line}`; expected: group NAME KEY=VALUE..., create NAME \
-             KEY=VALUE..., device KEY=VALUE..., or show"
+             KEY=VALUE..., device KEY=VALUE..., scheduler NAME [KEY=VALUE...], or show"
         ),
     }
 }
@@ -323,6 +343,8 @@ mod tests {
         assert_eq!(g.limits().rbps, 50 << 20);
         assert_eq!(g.ioprio().class, IoPrioClass::Idle);
         apply(&devs, "device wiops=1000").unwrap();
+        apply(&devs, "scheduler mq-deadline read_expire=2").unwrap();
+        apply(&devs, "scheduler none").unwrap();
         assert_eq!(devs[0].io_max().limits().wiops, 1000);
         let show: serde_json::Value = serde_json::from_str(&apply(&devs, "show").unwrap()).unwrap();
         assert_eq!(show["devices"][0]["groups"][1]["weight"], 300);
@@ -335,6 +357,8 @@ mod tests {
             ("group tenant colour=blue", "colour"),
             ("device weight=5", "weight"),
             ("reboot", "unknown request"),
+            ("scheduler cfq", "scheduler"),
+            ("scheduler kyber fifo_batch=3", "fifo_batch"),
         ] {
             let e = format!("{:#}", apply(&devs, req).unwrap_err());
             assert!(e.contains(says), "{req}: `{e}` does not name {says}");

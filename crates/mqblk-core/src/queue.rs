@@ -225,7 +225,7 @@ impl DeviceConfig {
     /// mq-deadline's `read_expire`, `write_expire` and `prio_aging_expire`
     /// (ms), `fifo_batch`, `writes_starved`; kyber's `read_lat_nsec`,
     /// `write_lat_nsec`; bfq's `max_budget` (sectors), `idle_timeout` (ms).
-    fn take_sched(&mut self, o: &mut SpecOptions) -> Result<()> {
+    pub fn take_sched(&mut self, o: &mut SpecOptions) -> Result<()> {
         const TUNABLES: [&str; 9] = [
             "read_expire",
             "write_expire",
