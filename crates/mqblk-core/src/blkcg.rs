@@ -4,16 +4,16 @@
 //! group it names when it is created ([`Device::context_in`]). A group has
 //! a weight (1 to 1000, default 100) for proportional schedulers (bfq), an
 //! I/O priority class and level, and `io.max` limits that all its contexts
-//! share. Groups are created, changed and removed while I/O runs: the
-//! settings are atomics that the per-I/O path reads, and the table of
-//! groups is control plane only (a context holds its group directly).
+//! share. Groups are created, changed and removed while I/O runs (through
+//! [`crate::Device::create_group`] and its neighbours): the settings are
+//! atomics that the per-I/O path reads, and the table of groups is control
+//! plane only (a context holds its group directly).
 
 use std::sync::atomic::{AtomicU16, AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 use crate::ioprio::{IoPrio, IoPrioClass};
-use crate::queue::Device;
 use crate::throttle::{IoMax, IoMaxLimits, DEFAULT_BURST_MS};
 
 /// The name of the group every context joins unless told otherwise.
@@ -195,19 +195,27 @@ impl Groups {
     }
 }
 
-fn group_error(dev: &Device, group: &str, key: &'static str, reason: impl Into<String>) -> Error {
+fn group_error(
+    device: &Arc<str>,
+    group: &str,
+    key: &'static str,
+    reason: impl Into<String>,
+) -> Error {
     Error::Group {
-        device: Arc::from(dev.name()),
+        device: device.clone(),
         group: group.to_string(),
         key,
         reason: reason.into(),
     }
 }
 
-impl Device {
-    /// Create a group. Its name must be new, 1 to 64 characters of
-    /// letters, digits, `-`, `_` and `.`.
-    pub fn create_group(&self, name: &str, cfg: GroupConfig) -> Result<Arc<Group>> {
+impl Groups {
+    pub(crate) fn create(
+        &self,
+        device: &Arc<str>,
+        name: &str,
+        cfg: GroupConfig,
+    ) -> Result<Arc<Group>> {
         let ok_name = !name.is_empty()
             && name.len() <= 64
             && name
@@ -215,26 +223,25 @@ impl Device {
                 .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
         if !ok_name {
             return Err(group_error(
-                self,
+                device,
                 name,
                 "name",
                 "use 1 to 64 letters, digits, '-', '_' or '.'",
             ));
         }
-        check_weight(cfg.weight).map_err(|r| group_error(self, name, "weight", r))?;
+        check_weight(cfg.weight).map_err(|r| group_error(device, name, "weight", r))?;
         if cfg.ioprio.level > 7 {
             return Err(group_error(
-                self,
+                device,
                 name,
                 "prio",
                 format!("level {} is not 0 to 7", cfg.ioprio.level),
             ));
         }
-        let groups = &self.inner.groups;
-        let mut t = groups.table();
+        let mut t = self.table();
         if t.iter().any(|g| &*g.name == name) {
             return Err(group_error(
-                self,
+                device,
                 name,
                 "name",
                 "a group of that name exists",
@@ -242,11 +249,11 @@ impl Device {
         }
         let id = (0..=u16::MAX)
             .find(|id| t.iter().all(|g| g.id != *id))
-            .ok_or_else(|| group_error(self, name, "name", "65536 groups exist already"))?;
+            .ok_or_else(|| group_error(device, name, "name", "65536 groups exist already"))?;
         let g = Arc::new(Group {
             id,
             name: name.into(),
-            device: Arc::from(self.name()),
+            device: device.clone(),
             weight: AtomicU32::new(cfg.weight),
             ioprio: AtomicU16::new(pack(cfg.ioprio)),
             io_max: IoMax::unshared(cfg.limits, DEFAULT_BURST_MS),
@@ -256,53 +263,39 @@ impl Device {
         Ok(g)
     }
 
-    /// The group called `name`.
-    pub fn group(&self, name: &str) -> Result<Arc<Group>> {
-        let found = self
-            .inner
-            .groups
-            .table()
-            .iter()
-            .find(|g| &*g.name == name)
-            .cloned();
+    pub(crate) fn find(&self, device: &Arc<str>, name: &str) -> Result<Arc<Group>> {
+        let found = self.table().iter().find(|g| &*g.name == name).cloned();
         found.ok_or_else(|| {
             group_error(
-                self,
+                device,
                 name,
                 "name",
-                format!("no such group; groups: {}", self.group_names().join(", ")),
+                format!("no such group; groups: {}", self.names().join(", ")),
             )
         })
     }
 
-    /// Every group's name, the default group first.
-    pub fn group_names(&self) -> Vec<String> {
-        self.inner
-            .groups
-            .table()
-            .iter()
-            .map(|g| g.name.to_string())
-            .collect()
+    pub(crate) fn names(&self) -> Vec<String> {
+        self.table().iter().map(|g| g.name.to_string()).collect()
     }
 
-    /// Remove a group that no context is in. The default group stays.
-    pub fn remove_group(&self, name: &str) -> Result<()> {
+    pub(crate) fn remove(&self, device: &Arc<str>, name: &str) -> Result<()> {
         if name == DEFAULT_GROUP {
             return Err(group_error(
-                self,
+                device,
                 name,
                 "name",
                 "the default group cannot be removed",
             ));
         }
-        let mut t = self.inner.groups.table();
+        let mut t = self.table();
         let Some(i) = t.iter().position(|g| &*g.name == name) else {
-            return Err(group_error(self, name, "name", "no such group"));
+            return Err(group_error(device, name, "name", "no such group"));
         };
         let n = t[i].members();
         if n > 0 {
             return Err(group_error(
-                self,
+                device,
                 name,
                 "name",
                 format!("{n} contexts are in it; drop them first"),
