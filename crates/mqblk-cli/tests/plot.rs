@@ -254,3 +254,34 @@ fn info_and_stat_take_their_argument_either_way() {
     assert!(a.contains("nullb0"), "{a}");
     assert_eq!(a, b);
 }
+
+/// On a terminal (a pty made by util-linux's `script`), bench draws fio's
+/// status line with both directions and a p99; `--eta=never` hides it.
+#[test]
+fn status_line_on_a_terminal() {
+    require_tool("script");
+    let bin = env!("CARGO_BIN_EXE_mqblk");
+    let run = |eta: &str| {
+        let cmd =
+            format!("{bin} bench --device=null --rw=randrw --runtime=2 --time_based --eta={eta}");
+        let o = Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .output()
+            .expect("run script");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let shown = run("auto");
+    let line = shown
+        .split(['\r', '\n'])
+        .rfind(|l| l.contains("Jobs: 1:"))
+        .unwrap_or_else(|| panic!("no status line in {shown:?}"));
+    for part in ["[r=", ",w=", " IOPS]", "[p99 r=", "elapsed", "eta"] {
+        assert!(line.contains(part), "{part} missing from {line:?}");
+    }
+    // The report follows as usual.
+    assert!(shown.contains("Run status group 0"), "{shown}");
+    let hidden = run("never");
+    assert!(!hidden.contains("Jobs: 1:"), "{hidden}");
+    assert!(hidden.contains("Run status group 0"), "{hidden}");
+}
