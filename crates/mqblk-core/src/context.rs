@@ -93,6 +93,10 @@ struct CtxState {
     nomerges: u8,
     /// Copy of the control plane's `elevator`.
     sched_on: bool,
+    /// Copy of the control plane's `async_depth` (0: no limit), and the
+    /// write requests this context holds.
+    async_depth: u32,
+    writes_in_flight: u32,
     bounce_on: bool,
     bounce: BouncePool,
     flush: FlushMachine,
@@ -167,6 +171,8 @@ impl Device {
             limits: dev.info.limits,
             nomerges: dev.cfg.nomerges,
             sched_on: dev.cfg.elevator.is_some(),
+            async_depth: dev.ctl().async_depth,
+            writes_in_flight: 0,
             bounce_on: dev.cfg.bounce,
             bounce: BouncePool::new(dev.buf_pool.align()),
             flush: FlushMachine::new(bioset_size),
@@ -753,6 +759,7 @@ impl CtxState {
         self.plug_on = ctl.plug;
         self.nomerges = ctl.nomerges;
         self.sched_on = ctl.elevator;
+        self.async_depth = ctl.async_depth;
     }
 
     /// Send the data of bio `idx` on: merge it, make it a request, or split
@@ -772,6 +779,9 @@ impl CtxState {
         }
         if self.nomerges < 2 && merge::mergeable(bio) && self.try_merge(dev, node) {
             return;
+        }
+        if self.async_depth != 0 && bio.op().is_write() {
+            self.wait_async_room(dev);
         }
         let rq = self.get_rq(dev);
         let full = {
@@ -1043,13 +1053,38 @@ impl CtxState {
         }
     }
 
+    /// Under a scheduler with an `async_depth`, wait until this context's
+    /// share of the write tags has room (Linux's `limit_depth`): the
+    /// hardware queue's contexts split the write depth evenly.
+    #[cold]
+    fn wait_async_room(&mut self, dev: &DeviceInner) {
+        let ctxs = dev.hw_queues[self.hwq as usize]
+            .nr_ctx
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .max(1);
+        let limit = (self.async_depth / ctxs).max(1);
+        let mut spins = 0;
+        while self.writes_in_flight >= limit {
+            let seen = dev.hw_queues[self.hwq as usize].notify.seq();
+            self.flush_plug(dev);
+            self.reap(dev);
+            self.process_deferred(dev);
+            if self.writes_in_flight < limit {
+                break;
+            }
+            self.backoff(dev, seen, &mut spins);
+        }
+    }
+
     /// Get a request (a tag), waiting if all are in use.
     #[inline]
     fn get_rq(&mut self, dev: &DeviceInner) -> RqRef {
         if let Some(rq) = self.tags.take_cached(&mut self.tag_cache) {
             return rq;
         }
-        let want = if self.plug_on {
+        // No batches under a scheduler: cached tags would be scheduler
+        // tags that nobody else may use.
+        let want = if self.plug_on && !self.sched_on {
             dev.cfg.plug_max.clamp(1, 64)
         } else {
             1
@@ -1108,6 +1143,9 @@ impl CtxState {
         rq.bio_tail = Some(node);
         rq.owner = Some(self.shared_ptr());
         rq.hwq = self.hwq;
+        if self.async_depth != 0 && rq.op.is_write() {
+            self.writes_in_flight += 1;
+        }
         if self.sched_on {
             let g = &self.group.0;
             rq.ioprio = self.ioprio.unwrap_or_else(|| g.ioprio());
@@ -1249,6 +1287,9 @@ impl CtxState {
         }
         debug_assert!(self.in_flight > 0);
         self.in_flight -= 1;
+        if self.async_depth != 0 && rq.op.is_write() {
+            self.writes_in_flight = self.writes_in_flight.saturating_sub(1);
+        }
         self.shared
             .in_flight
             .store(self.in_flight, std::sync::atomic::Ordering::Release);

@@ -419,6 +419,8 @@ pub(crate) struct Control {
     /// The hardware queues have an elevator (requests then carry their
     /// group, weight and priority).
     pub(crate) elevator: bool,
+    /// Scheduler tags writes may hold per hardware queue (0: no limit).
+    pub(crate) async_depth: u32,
     pub(crate) contexts: Vec<Arc<crate::request::RqOwner>>,
 }
 
@@ -522,6 +524,10 @@ impl Frozen<'_> {
             .min(inner.tags[0].depth_max());
         self.set_queue_depth(sched_depth)?;
         self.ctl.elevator = elevator.is_some();
+        self.ctl.async_depth = elevator
+            .as_ref()
+            .and_then(|e| e.async_depth(sched_depth))
+            .unwrap_or(0);
         for (i, hq) in inner.hw_queues.iter().enumerate() {
             let mut h = hq.lock();
             h.set_elevator(elevator.as_ref().map(|e| e.init(i as u16, sched_depth)));
@@ -692,6 +698,11 @@ impl Device {
                     plug: cfg.plug,
                     nomerges: cfg.nomerges,
                     elevator: cfg.elevator.is_some(),
+                    async_depth: cfg
+                        .elevator
+                        .as_ref()
+                        .and_then(|e| e.async_depth(sched_depth))
+                        .unwrap_or(0),
                     contexts: Vec::new(),
                 }),
                 cfg,

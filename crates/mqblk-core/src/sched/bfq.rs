@@ -339,6 +339,10 @@ impl ElevatorType for BfqType {
         "bfq"
     }
 
+    fn async_depth(&self, nr_requests: u32) -> Option<u32> {
+        Some((3 * nr_requests / 4).max(1))
+    }
+
     fn init(&self, _hwq: u16, _nr_requests: u32) -> Box<dyn Elevator> {
         Box::new(Bfq {
             p: self.p,

@@ -228,6 +228,10 @@ impl ElevatorType for KyberType {
         "kyber"
     }
 
+    fn async_depth(&self, nr_requests: u32) -> Option<u32> {
+        Some((3 * nr_requests / 4).max(1))
+    }
+
     fn init(&self, _hwq: u16, nr_requests: u32) -> Box<dyn Elevator> {
         // The device's depth is half the scheduler tags.
         let depth = (nr_requests / 2).max(1);

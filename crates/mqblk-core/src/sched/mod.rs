@@ -63,6 +63,14 @@ pub trait ElevatorType: Send + Sync {
         queue_depth.saturating_mul(2)
     }
 
+    /// Scheduler tags that writes may hold at once, of `nr_requests`
+    /// (Linux's `async_depth`, what `limit_depth` enforces): the rest stay
+    /// free for reads, so a write flood cannot keep a read from even
+    /// entering the scheduler. Default: no limit.
+    fn async_depth(&self, _nr_requests: u32) -> Option<u32> {
+        None
+    }
+
     /// The instance for hardware queue `hwq`.
     fn init(&self, hwq: u16, nr_requests: u32) -> Box<dyn Elevator>;
 }

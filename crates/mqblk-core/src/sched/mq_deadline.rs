@@ -335,6 +335,10 @@ impl ElevatorType for MqDeadlineType {
         "mq-deadline"
     }
 
+    fn async_depth(&self, nr_requests: u32) -> Option<u32> {
+        Some((3 * nr_requests / 4).max(1))
+    }
+
     fn init(&self, _hwq: u16, nr_requests: u32) -> Box<dyn Elevator> {
         Box::new(MqDeadline {
             d: Deadline::new(self.params, nr_requests as usize),
