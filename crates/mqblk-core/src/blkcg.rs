@@ -137,6 +137,12 @@ impl Group {
     pub fn set_limits(&self, limits: IoMaxLimits) {
         self.io_max.set_limits(limits);
     }
+
+    /// Change how much an idle group may burst: `burst_ms` of its rates
+    /// (default 10).
+    pub fn set_burst_ms(&self, burst_ms: u64) {
+        self.io_max.set_burst_ms(burst_ms);
+    }
 }
 
 fn check_weight(w: u32) -> std::result::Result<(), String> {
