@@ -111,6 +111,8 @@ struct CtxState {
     efd: Option<Arc<crate::sync::EventFd>>,
     /// What the caller waits on: the eventfd and the throttle's timer.
     fd_timer: Option<crate::sync::FdTimer>,
+    /// This context made the eventfd readable and has not polled since.
+    fd_signalled: bool,
     /// This context has bounced a segment already (it is said once).
     bounced_once: bool,
     /// This context's bio throttle, if the device has one.
@@ -182,6 +184,7 @@ impl Device {
             in_flight: 0,
             efd: None,
             fd_timer: None,
+            fd_signalled: false,
             bounced_once: false,
             throttle: dev.cfg.throttle.as_ref().map(|t| t.for_context(id)),
             throttled: VecDeque::with_capacity(bioset_size),
@@ -314,6 +317,7 @@ impl Context {
     pub fn poll(&mut self, f: impl FnMut(Completion<'_>)) -> usize {
         if let Some(fd) = &self.st.efd {
             fd.drain();
+            self.st.fd_signalled = false;
         }
         if let Some(t) = self.st.fd_timer.as_mut() {
             if t.is_armed() {
@@ -591,6 +595,11 @@ impl CtxState {
             t.arm(at);
         }
         let Some(fd) = &self.efd else { return };
+        // Readable already (this context signalled it and nobody polled
+        // since): no second write.
+        if self.fd_signalled {
+            return;
+        }
         if !self.ended.is_empty()
             || !self.plug.is_empty()
             || !self.sw.is_empty()
@@ -598,6 +607,7 @@ impl CtxState {
             || (self.in_flight > 0 && !dev.completes_async)
         {
             fd.signal();
+            self.fd_signalled = true;
         }
     }
 
