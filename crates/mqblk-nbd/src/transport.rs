@@ -49,6 +49,23 @@ impl Socket {
         })
     }
 
+    /// Make reads and writes non-blocking (the server's event loop).
+    pub fn set_nonblocking(&self) -> io::Result<()> {
+        match self {
+            Socket::Tcp(s) => s.set_nonblocking(true),
+            Socket::Unix(s) => s.set_nonblocking(true),
+        }
+    }
+
+    /// The descriptor, for an epoll set.
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        match self {
+            Socket::Tcp(s) => s.as_fd(),
+            Socket::Unix(s) => s.as_fd(),
+        }
+    }
+
     /// Disable Nagle on TCP: replies and requests are small and latency
     /// bound.
     pub fn set_nodelay(&self) {

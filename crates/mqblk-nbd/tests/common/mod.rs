@@ -127,7 +127,7 @@ impl TestServer {
     }
 
     fn stop_inner(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.server.stop();
         if let Some(t) = self.thread.take() {
             t.join().expect("server thread");
         }
