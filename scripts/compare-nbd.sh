@@ -15,7 +15,7 @@ for t in fio nbdkit; do
   command -v "$t" >/dev/null || { echo "compare-nbd: $t is missing (apt-get install fio nbdkit)" >&2; exit 1; }
 done
 cargo build --release -q -p mqblk-cli
-mqblk=target/release/mqblk
+mqblk=${CARGO_TARGET_DIR:-target}/release/mqblk
 dir=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
