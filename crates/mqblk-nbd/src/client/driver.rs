@@ -36,20 +36,22 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
 
 use mqblk_core::bio::{BioFlags, Op};
-use mqblk_core::driver::RqRef;
 use mqblk_core::driver::{Completions, HwNotifier};
 use mqblk_core::driver::{Driver, HwQueueSetup, QueueRq, TimeoutAction};
+use mqblk_core::driver::{Extent, RqRef};
 use mqblk_core::error::{Error, InvalidKind, Result, Status};
 use mqblk_core::limits::{Features, QueueLimits, SECTOR_SIZE};
 use mqblk_nbd_proto::consts::{
     cmd, cmd_flags, reply_type, transmission_flags as tf, DEFAULT_MAX_PAYLOAD,
 };
 use mqblk_nbd_proto::transmission::{
-    decode_offset_hole, reply_header_len, ErrorPayload, ReplyHeader, CHUNK_HEADER_LEN,
+    decode_block_status, decode_offset_hole, reply_header_len, ErrorPayload, ReplyHeader,
+    CHUNK_HEADER_LEN,
 };
 use mqblk_nbd_proto::{NbdErrno, Request};
 
 use super::handshake::Negotiated;
+use super::url::Address;
 use crate::transport::Socket;
 
 /// The NBD client driver of one device.
@@ -58,6 +60,12 @@ pub struct NbdDriver {
     neg: Negotiated,
     /// Connections not yet bound to a hardware queue, by queue index.
     pending: Mutex<Vec<Option<Socket>>>,
+    /// Where to open the control connection that answers
+    /// [`Driver::extents`] (block status), and the connection once open:
+    /// a separate connection keeps the control plane's blocking
+    /// request/reply off the hardware queues' sockets.
+    control_at: Option<(Address, String)>,
+    control: Mutex<Option<Socket>>,
 }
 
 impl std::fmt::Debug for NbdDriver {
@@ -80,7 +88,52 @@ impl NbdDriver {
             name,
             neg,
             pending: Mutex::new(conns.into_iter().map(Some).collect()),
+            control_at: None,
+            control: Mutex::new(None),
         }
+    }
+
+    /// Answer [`Driver::extents`] through a control connection to
+    /// `address`/`export`, opened on first use (only if the server
+    /// selected `base:allocation`).
+    pub fn with_control(mut self, address: Address, export: String) -> NbdDriver {
+        self.control_at = Some((address, export));
+        self
+    }
+
+    /// Ask the server where `[offset, offset + len)` has data and holes.
+    fn block_status(
+        &self,
+        offset_bytes: u64,
+        len_bytes: u64,
+        out: &mut Vec<Extent>,
+    ) -> std::io::Result<bool> {
+        let Some(ctx_id) = self.neg.base_allocation else {
+            return Ok(false);
+        };
+        let Some((addr, export)) = &self.control_at else {
+            return Ok(false);
+        };
+        let mut ctl = lock(&self.control);
+        if ctl.is_none() {
+            let mut s = super::connect(addr)?;
+            let n = super::negotiate(&mut s, export).map_err(|e| protocol(&e))?;
+            if n.base_allocation.is_none() {
+                return Ok(false);
+            }
+            s.set_read_timeout(Some(super::SEND_TIMEOUT))?;
+            s.set_write_timeout(Some(super::SEND_TIMEOUT))?;
+            *ctl = Some(s);
+        }
+        let s = ctl.as_mut().expect("opened above");
+        let r = block_status_on(s, ctx_id, offset_bytes, len_bytes, out);
+        if r.is_err() {
+            // The stream may be mid-reply: start over next time.
+            if let Some(s) = ctl.take() {
+                s.shutdown();
+            }
+        }
+        r.map(|()| true)
     }
 
     /// What negotiation settled.
@@ -417,6 +470,109 @@ impl Driver for NbdDriver {
     fn completes_async(&self) -> bool {
         true
     }
+
+    /// From `BLOCK_STATUS` with `base:allocation`, on a control
+    /// connection of its own.
+    fn extents(&self, offset_bytes: u64, len_bytes: u64, out: &mut Vec<Extent>) -> Result<bool> {
+        self.block_status(offset_bytes, len_bytes, out)
+            .map_err(|e| Error::Setup {
+                device: self.name.as_str().into(),
+                reason: format!("block status of {len_bytes} bytes at {offset_bytes}: {e}"),
+            })
+    }
+}
+
+/// `BLOCK_STATUS` on the control connection until `[offset, offset + len)`
+/// is described, in order and without gaps.
+fn block_status_on(
+    s: &mut Socket,
+    ctx_id: u32,
+    offset_bytes: u64,
+    len_bytes: u64,
+    out: &mut Vec<Extent>,
+) -> std::io::Result<()> {
+    use mqblk_nbd_proto::consts::state;
+    let end = offset_bytes + len_bytes;
+    let mut at = offset_bytes;
+    let mut descs = Vec::new();
+    let mut payload = Vec::new();
+    let mut cookie = 0u64;
+    while at < end {
+        cookie += 1;
+        let len = (end - at).min(1 << 30) as u32;
+        let req = Request {
+            flags: 0,
+            cmd: cmd::BLOCK_STATUS,
+            cookie,
+            offset: at,
+            len,
+        };
+        s.write_all(&req.encode())?;
+        let mut got_any = false;
+        let mut failed: Option<String> = None;
+        loop {
+            let mut hdr = [0u8; CHUNK_HEADER_LEN];
+            s.read_exact(&mut hdr[..4])?;
+            let magic = u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
+            let hlen = reply_header_len(magic).map_err(|e| protocol(&e.to_string()))?;
+            s.read_exact(&mut hdr[4..hlen])?;
+            let h = match ReplyHeader::decode(&hdr[..hlen]).map_err(|e| protocol(&e.to_string()))? {
+                ReplyHeader::Simple { error, .. } => {
+                    return Err(protocol(&format!(
+                        "BLOCK_STATUS answered with a simple reply (error {error})"
+                    )))
+                }
+                ReplyHeader::Chunk(h) => h,
+            };
+            if h.cookie != cookie || h.len > MAX_CHUNK_META * 16 {
+                return Err(protocol("unexpected BLOCK_STATUS reply"));
+            }
+            payload.resize(h.len as usize, 0);
+            s.read_exact(&mut payload)?;
+            match h.typ {
+                reply_type::BLOCK_STATUS => {
+                    descs.clear();
+                    let id = decode_block_status(&payload, &mut descs)
+                        .map_err(|e| protocol(&e.to_string()))?;
+                    if id == ctx_id && !got_any {
+                        got_any = true;
+                        for d in &descs {
+                            if at >= end || d.len == 0 {
+                                break;
+                            }
+                            let l = u64::from(d.len).min(end - at);
+                            out.push(Extent {
+                                offset_bytes: at,
+                                len_bytes: l,
+                                hole: d.flags & state::HOLE != 0,
+                                zero: d.flags & state::ZERO != 0,
+                            });
+                            at += l;
+                        }
+                    }
+                }
+                reply_type::NONE => {}
+                t if t & reply_type::FLAG_ERROR != 0 => {
+                    let e =
+                        ErrorPayload::decode(t, &payload).map_err(|e| protocol(&e.to_string()))?;
+                    failed = Some(format!("{}: {}", e.errno.name(), e.message));
+                }
+                _ => return Err(protocol("unexpected chunk type in BLOCK_STATUS reply")),
+            }
+            if h.done() {
+                break;
+            }
+        }
+        if let Some(why) = failed {
+            return Err(std::io::Error::other(format!("BLOCK_STATUS failed: {why}")));
+        }
+        if !got_any {
+            return Err(protocol(
+                "BLOCK_STATUS reply without base:allocation extents",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Largest error or unknown-chunk payload the client reads.

@@ -5,9 +5,10 @@
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use mqblk_nbd_proto::consts::{client_flags, handshake_flags, info, opt, rep};
+use mqblk_nbd_proto::consts::{client_flags, handshake_flags, info, opt, rep, BASE_ALLOCATION};
 use mqblk_nbd_proto::handshake::{
-    decode_greeting, encode_option, OptionReplyHeader, GREETING_LEN, OPTION_REPLY_HEADER_LEN,
+    decode_greeting, decode_rep_meta_context, encode_option, MetaContextRequest, OptionReplyHeader,
+    GREETING_LEN, OPTION_REPLY_HEADER_LEN,
 };
 use mqblk_nbd_proto::{BlockSize, Info, InfoRequest};
 
@@ -24,6 +25,9 @@ pub struct Negotiated {
     pub structured: bool,
     /// The server's size constraints, if it sent them.
     pub block_size: Option<BlockSize>,
+    /// The id of the `base:allocation` meta context, if the server
+    /// selected it (then `BLOCK_STATUS` answers where the holes are).
+    pub base_allocation: Option<u32>,
 }
 
 /// How long each step of negotiation may take.
@@ -97,6 +101,11 @@ pub fn negotiate(s: &mut Socket, export: &str) -> Result<Negotiated, String> {
     send_option(s, opt::STRUCTURED_REPLY, &[])?;
     let (h, _) = read_reply(s, opt::STRUCTURED_REPLY)?;
     let structured = h.reply_type == rep::ACK;
+    let base_allocation = if structured {
+        select_base_allocation(s, export)?
+    } else {
+        None
+    };
 
     let mut d = Vec::new();
     InfoRequest {
@@ -127,6 +136,7 @@ pub fn negotiate(s: &mut Socket, export: &str) -> Result<Negotiated, String> {
                     flags,
                     structured,
                     block_size,
+                    base_allocation,
                 });
             }
             rep::ERR_UNSUP => break,
@@ -154,5 +164,34 @@ pub fn negotiate(s: &mut Socket, export: &str) -> Result<Negotiated, String> {
         flags,
         structured,
         block_size: None,
+        base_allocation,
     })
+}
+
+/// `SET_META_CONTEXT base:allocation`: the context id, or `None` if the
+/// server does not offer it.
+fn select_base_allocation(s: &mut Socket, export: &str) -> Result<Option<u32>, String> {
+    let mut d = Vec::new();
+    MetaContextRequest {
+        export,
+        queries: vec![BASE_ALLOCATION],
+    }
+    .encode(&mut d);
+    send_option(s, opt::SET_META_CONTEXT, &d)?;
+    let mut id = None;
+    loop {
+        let (h, data) = read_reply(s, opt::SET_META_CONTEXT)?;
+        match h.reply_type {
+            rep::META_CONTEXT => {
+                let (i, name) = decode_rep_meta_context(&data)
+                    .map_err(|e| format!("bad NBD_REP_META_CONTEXT: {e}"))?;
+                if name == BASE_ALLOCATION {
+                    id = Some(i);
+                }
+            }
+            rep::ACK => return Ok(id),
+            t if t & rep::FLAG_ERROR != 0 => return Ok(None),
+            t => return Err(format!("unexpected reply type {t:#x} to SET_META_CONTEXT")),
+        }
+    }
 }

@@ -108,5 +108,6 @@ pub fn open(url: &str, mut opts: SpecOptions) -> Result<Device> {
             .map_err(|e| setup(format!("{url}: {e}")))?;
     }
     cfg.nr_hw_queues = conns as u16;
-    Device::new(NbdDriver::new(name, neg, socks), cfg)
+    let driver = NbdDriver::new(name, neg, socks).with_control(u.address.clone(), u.export.clone());
+    Device::new(driver, cfg)
 }
