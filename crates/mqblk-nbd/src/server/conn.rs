@@ -39,7 +39,7 @@ use mqblk_nbd_proto::transmission::{
 };
 use mqblk_nbd_proto::{check, payload_len, Command, NbdErrno, Negotiation, Request, Session, Step};
 
-use super::event_loop::Done;
+use super::event_loop::{Done, LogLimit};
 use super::Shared;
 use crate::transport::Socket;
 
@@ -365,7 +365,7 @@ impl<'s> Conn<'s> {
     }
 
     /// The deadline passed: say why, and drop the connection.
-    pub(crate) fn expired(&mut self, sh: &Shared) {
+    pub(crate) fn expired(&mut self, sh: &Shared, now: Instant, log: &mut LogLimit) {
         let lim = &self.limits;
         let why = if !matches!(self.phase, Phase::Transmission(_)) {
             format!(
@@ -388,7 +388,7 @@ impl<'s> Conn<'s> {
                 lim.idle_timeout.unwrap_or_default().as_millis()
             )
         };
-        eprintln!("mqblk serve: dropping {}: {why}", self.who());
+        log.line(now, format_args!("dropping {}: {why}", self.who()));
         sh.stats.dropped.fetch_add(1, Ordering::Relaxed);
         self.abort();
     }

@@ -20,9 +20,11 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::io::{Read, Write};
 use std::net::IpAddr;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::Ordering;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -37,6 +39,7 @@ use crate::transport::Socket;
 
 const LISTENER: u64 = 0;
 const WAKE: u64 = 1;
+const INBOX: u64 = 2;
 const CTX_BASE: u64 = 1 << 40;
 const CONN_BASE: u64 = 1 << 48;
 
@@ -50,6 +53,28 @@ pub(crate) const SCRATCH_BYTES: usize = 64 * 1024;
 pub(crate) struct Admission {
     total: usize,
     per_peer: HashMap<IpAddr, usize>,
+}
+
+/// What the I/O threads know of each other: each one's open connections
+/// (so an accepting thread hands a new connection to the least loaded
+/// one), and an inbox for the hand-off with a socket that wakes its loop.
+pub(crate) struct Peer {
+    pub(crate) conns: AtomicUsize,
+    inbox: Mutex<Vec<Limbo>>,
+    wake: (UnixStream, UnixStream),
+}
+
+impl Peer {
+    pub(crate) fn new() -> std::io::Result<Peer> {
+        let wake = UnixStream::pair()?;
+        wake.0.set_nonblocking(true)?;
+        wake.1.set_nonblocking(true)?;
+        Ok(Peer {
+            conns: AtomicUsize::new(0),
+            inbox: Mutex::new(Vec::new()),
+            wake,
+        })
+    }
 }
 
 /// A finished I/O on its way back to its connection.
@@ -72,6 +97,8 @@ struct Slot<'s> {
 /// The loop's state.
 struct Loop<'s> {
     sh: &'s Shared,
+    /// This thread's entry among the peers.
+    me: &'s Peer,
     epoll: rustix::fd::OwnedFd,
     slots: Vec<Slot<'s>>,
     free: Vec<u32>,
@@ -83,10 +110,49 @@ struct Loop<'s> {
     scratch: Box<[u8]>,
     accepting: bool,
     draining: bool,
+    /// Refused connections being answered.
+    refusing: usize,
+    log: LogLimit,
+}
+
+/// At most one line a second for what a flood can cause (refusals,
+/// deadlines), with a count of the lines held back.
+#[derive(Default)]
+pub(crate) struct LogLimit {
+    last: Option<Instant>,
+    held: u64,
+}
+
+impl LogLimit {
+    pub(crate) fn line(&mut self, now: Instant, msg: std::fmt::Arguments<'_>) {
+        if self
+            .last
+            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
+        {
+            self.held += 1;
+            return;
+        }
+        if self.held > 0 {
+            eprintln!(
+                "mqblk serve: {msg} (and {} more such lines in the last second)",
+                self.held
+            );
+        } else {
+            eprintln!("mqblk serve: {msg}");
+        }
+        self.last = Some(now);
+        self.held = 0;
+    }
 }
 
 /// Run one I/O thread until shutdown has drained it.
-pub(crate) fn run(sh: &Shared, listener: &Listener, admission: &Mutex<Admission>) {
+pub(crate) fn run(
+    sh: &Shared,
+    listener: &Listener,
+    admission: &Mutex<Admission>,
+    me: usize,
+    peers: &[Peer],
+) {
     let epoll = match epoll::create(epoll::CreateFlags::CLOEXEC) {
         Ok(e) => e,
         Err(e) => {
@@ -108,6 +174,14 @@ pub(crate) fn run(sh: &Shared, listener: &Listener, admission: &Mutex<Admission>
             epoll::EventData::new_u64(WAKE),
             epoll::EventFlags::IN | epoll::EventFlags::ET,
         )
+    })
+    .and_then(|()| {
+        epoll::add(
+            &epoll,
+            peers[me].wake.0.as_fd(),
+            epoll::EventData::new_u64(INBOX),
+            epoll::EventFlags::IN,
+        )
     });
     if let Err(e) = add {
         eprintln!("mqblk serve: epoll_ctl: {e}");
@@ -115,6 +189,7 @@ pub(crate) fn run(sh: &Shared, listener: &Listener, admission: &Mutex<Admission>
     }
     let mut lp = Loop {
         sh,
+        me: &peers[me],
         epoll,
         slots: Vec::new(),
         free: Vec::new(),
@@ -125,6 +200,8 @@ pub(crate) fn run(sh: &Shared, listener: &Listener, admission: &Mutex<Admission>
         scratch: vec![0u8; SCRATCH_BYTES].into_boxed_slice(),
         accepting: true,
         draining: false,
+        refusing: 0,
+        log: LogLimit::default(),
     };
     let mut events: Vec<epoll::Event> = Vec::with_capacity(EVENTS_MAX);
     loop {
@@ -155,7 +232,15 @@ pub(crate) fn run(sh: &Shared, listener: &Listener, admission: &Mutex<Admission>
             let flags = ev.flags;
             if token == LISTENER {
                 if lp.accepting {
-                    lp.accept_all(listener, admission, now);
+                    lp.accept_all(listener, admission, now, me, peers);
+                }
+            } else if token == INBOX {
+                let mut b = [0u8; 64];
+                while matches!((&peers[me].wake.0).read(&mut b), Ok(n) if n > 0) {}
+                let handed =
+                    std::mem::take(&mut *peers[me].inbox.lock().unwrap_or_else(|p| p.into_inner()));
+                for limbo in handed {
+                    lp.insert(limbo, now, admission);
                 }
             } else if token == WAKE {
                 // The shutdown flag is looked at on top of the loop.
@@ -228,7 +313,14 @@ impl<'s> Loop<'s> {
         }
     }
 
-    fn accept_all(&mut self, listener: &Listener, admission: &Mutex<Admission>, now: Instant) {
+    fn accept_all(
+        &mut self,
+        listener: &Listener,
+        admission: &Mutex<Admission>,
+        now: Instant,
+        me: usize,
+        peers: &[Peer],
+    ) {
         loop {
             let accepted = match listener {
                 Listener::Tcp(l) => l.accept().map(|(s, a)| (Socket::Tcp(s), Some(a.ip()))),
@@ -252,7 +344,8 @@ impl<'s> Loop<'s> {
             let refusal = self.admit(peer, admission);
             if let Some(why) = &refusal {
                 self.sh.stats.refused.fetch_add(1, Ordering::Relaxed);
-                eprintln!("mqblk serve: refused a connection: {why}");
+                self.log
+                    .line(now, format_args!("refused a connection: {why}"));
             } else {
                 self.sh.stats.connections.fetch_add(1, Ordering::Relaxed);
             }
@@ -261,7 +354,24 @@ impl<'s> Loop<'s> {
                 peer,
                 refusal,
             };
-            self.insert(limbo, now, admission);
+            // The least loaded thread takes it (this one on a tie).
+            let mut target = me;
+            for (i, p) in peers.iter().enumerate() {
+                if p.conns.load(Ordering::Relaxed) < peers[target].conns.load(Ordering::Relaxed) {
+                    target = i;
+                }
+            }
+            peers[target].conns.fetch_add(1, Ordering::Relaxed);
+            if target == me {
+                self.insert(limbo, now, admission);
+            } else {
+                let p = &peers[target];
+                p.inbox
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(limbo);
+                let _ = (&p.wake.1).write(&[1]);
+            }
         }
     }
 
@@ -302,12 +412,14 @@ impl<'s> Loop<'s> {
         }
     }
 
+    /// Take a connection in (`me.conns` already counts it).
     fn insert(&mut self, limbo: Limbo, now: Instant, admission: &Mutex<Admission>) {
         let refused = limbo.refusal.is_some();
         // Refused connections are answered, but only a bounded number at
         // once: past that they get a bare close.
-        if refused && self.refusing() >= REFUSING_MAX {
+        if refused && self.refusing >= REFUSING_MAX {
             limbo.sock.shutdown();
+            self.me.conns.fetch_sub(1, Ordering::Relaxed);
             return;
         }
         let idx = match self.free.pop() {
@@ -336,20 +448,17 @@ impl<'s> Loop<'s> {
             if !refused {
                 self.release(peer, admission);
             }
+            self.me.conns.fetch_sub(1, Ordering::Relaxed);
             self.free.push(idx);
             return;
         }
         let slot = &mut self.slots[idx as usize];
         slot.generation = slot.generation.wrapping_add(1);
         slot.conn = Some(conn);
+        if refused {
+            self.refusing += 1;
+        }
         self.mark_dirty(idx);
-    }
-
-    fn refusing(&self) -> usize {
-        self.slots
-            .iter()
-            .filter(|s| s.conn.as_ref().is_some_and(|c| c.is_refusal()))
-            .count()
     }
 
     fn conn_event(&mut self, idx: u32, flags: epoll::EventFlags, _now: Instant) {
@@ -482,9 +591,12 @@ impl<'s> Loop<'s> {
         }
         if conn.finished() {
             let _ = epoll::delete(&self.epoll, conn.fd());
-            if !conn.is_refusal() {
+            if conn.is_refusal() {
+                self.refusing -= 1;
+            } else {
                 self.release(conn.peer(), admission);
             }
+            self.me.conns.fetch_sub(1, Ordering::Relaxed);
             conn.close(self.sh);
             self.slots[idx as usize].generation =
                 self.slots[idx as usize].generation.wrapping_add(1);
@@ -523,7 +635,7 @@ impl<'s> Loop<'s> {
             c.timer_at = None;
             match c.deadline() {
                 Some(d) if d <= now => {
-                    c.expired(self.sh);
+                    c.expired(self.sh, now, &mut self.log);
                     self.mark_dirty(idx);
                 }
                 Some(d) => {

@@ -308,13 +308,23 @@ impl Server {
     pub fn run(&self) -> Result<(), ServerError> {
         let sh = &*self.shared;
         let admission = Mutex::new(event_loop::Admission::default());
+        let peers = (0..self.io_threads)
+            .map(|_| event_loop::Peer::new())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|source| ServerError::Io {
+                what: "socketpair".into(),
+                source,
+            })?;
         std::thread::scope(|scope| {
             for i in 0..self.io_threads {
                 let admission = &admission;
                 let listener = &self.listener;
+                let peers = &peers[..];
                 let r = std::thread::Builder::new()
                     .name(format!("nbd-io-{i}"))
-                    .spawn_scoped(scope, move || event_loop::run(sh, listener, admission));
+                    .spawn_scoped(scope, move || {
+                        event_loop::run(sh, listener, admission, i, peers)
+                    });
                 if let Err(e) = r {
                     eprintln!("mqblk serve: cannot start I/O thread {i}: {e}");
                 }
