@@ -51,21 +51,21 @@ use mqblk_nbd_proto::transmission::{
 use mqblk_nbd_proto::{NbdErrno, Request};
 
 use super::handshake::Negotiated;
-use super::url::Address;
-use crate::transport::Socket;
+use super::url::NbdUrl;
+use crate::transport::{ClientRx, ClientTx};
 
 /// The NBD client driver of one device.
 pub struct NbdDriver {
     name: String,
     neg: Negotiated,
     /// Connections not yet bound to a hardware queue, by queue index.
-    pending: Mutex<Vec<Option<Socket>>>,
+    pending: Mutex<Vec<Option<ClientTx>>>,
     /// Where to open the control connection that answers
     /// [`Driver::extents`] (block status), and the connection once open:
     /// a separate connection keeps the control plane's blocking
     /// request/reply off the hardware queues' sockets.
-    control_at: Option<(Address, String)>,
-    control: Mutex<Option<Socket>>,
+    control_at: Option<NbdUrl>,
+    control: Mutex<Option<(ClientTx, ClientRx)>>,
 }
 
 impl std::fmt::Debug for NbdDriver {
@@ -83,7 +83,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl NbdDriver {
     /// A driver over negotiated connections (one per hardware queue).
-    pub fn new(name: String, neg: Negotiated, conns: Vec<Socket>) -> NbdDriver {
+    pub fn new(name: String, neg: Negotiated, conns: Vec<ClientTx>) -> NbdDriver {
         NbdDriver {
             name,
             neg,
@@ -93,11 +93,11 @@ impl NbdDriver {
         }
     }
 
-    /// Answer [`Driver::extents`] through a control connection to
-    /// `address`/`export`, opened on first use (only if the server
-    /// selected `base:allocation`).
-    pub fn with_control(mut self, address: Address, export: String) -> NbdDriver {
-        self.control_at = Some((address, export));
+    /// Answer [`Driver::extents`] through a control connection to `url`,
+    /// opened on first use (only if the server selected
+    /// `base:allocation`).
+    pub fn with_control(mut self, url: NbdUrl) -> NbdDriver {
+        self.control_at = Some(url);
         self
     }
 
@@ -111,26 +111,26 @@ impl NbdDriver {
         let Some(ctx_id) = self.neg.base_allocation else {
             return Ok(false);
         };
-        let Some((addr, export)) = &self.control_at else {
+        let Some(url) = &self.control_at else {
             return Ok(false);
         };
         let mut ctl = lock(&self.control);
         if ctl.is_none() {
-            let mut s = super::connect(addr)?;
-            let n = super::negotiate(&mut s, export).map_err(|e| protocol(&e))?;
+            let (tx, n) = super::connect_negotiate(url).map_err(|e| protocol(&e))?;
             if n.base_allocation.is_none() {
                 return Ok(false);
             }
-            s.set_read_timeout(Some(super::SEND_TIMEOUT))?;
-            s.set_write_timeout(Some(super::SEND_TIMEOUT))?;
-            *ctl = Some(s);
+            tx.socket().set_read_timeout(Some(super::SEND_TIMEOUT))?;
+            tx.socket().set_write_timeout(Some(super::SEND_TIMEOUT))?;
+            let rx = tx.receiver()?;
+            *ctl = Some((tx, rx));
         }
-        let s = ctl.as_mut().expect("opened above");
-        let r = block_status_on(s, ctx_id, offset_bytes, len_bytes, out);
+        let (tx, rx) = ctl.as_mut().expect("opened above");
+        let r = block_status_on(tx, rx, ctx_id, offset_bytes, len_bytes, out);
         if r.is_err() {
             // The stream may be mid-reply: start over next time.
-            if let Some(s) = ctl.take() {
-                s.shutdown();
+            if let Some((tx, _)) = ctl.take() {
+                tx.shutdown();
             }
         }
         r.map(|()| true)
@@ -202,7 +202,7 @@ struct ConnShared {
 
 /// One hardware queue: one NBD connection.
 pub struct NbdQueue {
-    sock: Socket,
+    sock: ClientTx,
     shared: Arc<ConnShared>,
     recv: Option<JoinHandle<()>>,
 }
@@ -238,7 +238,7 @@ impl Drop for NbdQueue {
 
 /// Kill the connection: mark it dead, wake the receive thread (which then
 /// fails every parked request).
-fn kill(shared: &ConnShared, sock: &Socket) {
+fn kill(shared: &ConnShared, sock: &ClientTx) {
     shared.dead.store(true, Ordering::Release);
     sock.shutdown();
 }
@@ -275,7 +275,7 @@ impl Driver for NbdDriver {
             notifier: setup.notifier,
             structured: self.neg.structured,
         });
-        let rsock = sock.try_clone().map_err(|e| Error::Setup {
+        let rsock = sock.receiver().map_err(|e| Error::Setup {
             device: self.name.as_str().into(),
             reason: format!("cannot clone the connection's socket: {e}"),
         })?;
@@ -485,7 +485,8 @@ impl Driver for NbdDriver {
 /// `BLOCK_STATUS` on the control connection until `[offset, offset + len)`
 /// is described, in order and without gaps.
 fn block_status_on(
-    s: &mut Socket,
+    tx: &mut ClientTx,
+    s: &mut ClientRx,
     ctx_id: u32,
     offset_bytes: u64,
     len_bytes: u64,
@@ -507,7 +508,7 @@ fn block_status_on(
             offset: at,
             len,
         };
-        s.write_all(&req.encode())?;
+        tx.write_all(&req.encode())?;
         let mut got_any = false;
         let mut failed: Option<String> = None;
         loop {
@@ -579,11 +580,13 @@ fn block_status_on(
 const MAX_CHUNK_META: u32 = 64 * 1024;
 
 /// The receive thread of one connection.
-fn receive(mut sock: Socket, sh: &ConnShared) {
+fn receive(mut sock: ClientRx, sh: &ConnShared) {
     let _ = receive_loop(&mut sock, sh);
     // Gone: fail everything parked, and everything that comes later.
     sh.dead.store(true, Ordering::Release);
-    sock.shutdown();
+    match &sock {
+        ClientRx::Plain(s) | ClientRx::Tls { sock: s, .. } => s.shutdown(),
+    }
     let mut failed = Vec::new();
     for (slot, stalls) in sh.slots.iter().zip(sh.stalls.iter()) {
         if let Some(rq) = lock(slot).rq.take() {
@@ -609,7 +612,7 @@ fn finish(sh: &ConnShared, rq: RqRef, status: Status) {
 
 /// Read `len` bytes from the socket into the request's segments, starting
 /// `rel` bytes into the request.
-fn read_into(sock: &mut Socket, rq: &mut RqRef, rel: u64, len: u64) -> std::io::Result<()> {
+fn read_into(sock: &mut ClientRx, rq: &mut RqRef, rel: u64, len: u64) -> std::io::Result<()> {
     let mut pos = 0u64;
     let (start, end) = (rel, rel + len);
     for buf in rq.read_bufs() {
@@ -647,7 +650,7 @@ fn slot_of(sh: &ConnShared, cookie: u64) -> std::io::Result<&Mutex<Slot>> {
 }
 
 /// Read and throw away `len` bytes (a late reply's payload).
-fn discard(sock: &mut Socket, scratch: &mut [u8], mut len: u64) -> std::io::Result<()> {
+fn discard(sock: &mut ClientRx, scratch: &mut [u8], mut len: u64) -> std::io::Result<()> {
     while len > 0 {
         let n = len.min(scratch.len() as u64) as usize;
         sock.read_exact(&mut scratch[..n])?;
@@ -661,7 +664,7 @@ fn discard(sock: &mut Socket, scratch: &mut [u8], mut len: u64) -> std::io::Resu
 const DRAIN_BYTES: usize = 64 * 1024;
 const _: () = assert!(MAX_CHUNK_META as usize <= DRAIN_BYTES);
 
-fn receive_loop(sock: &mut Socket, sh: &ConnShared) -> std::io::Result<()> {
+fn receive_loop(sock: &mut ClientRx, sh: &ConnShared) -> std::io::Result<()> {
     let mut hdr = [0u8; CHUNK_HEADER_LEN];
     let mut scratch = vec![0u8; DRAIN_BYTES];
     loop {
