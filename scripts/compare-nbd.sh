@@ -7,6 +7,8 @@
 #     (each job its own connection), unix sockets. Both exports are filled
 #     first. Printed: IOPS, the ratio mqblk/nbdkit, and each server's CPU
 #     time per I/O (utime+stime of the server process from /proc/PID/stat).
+#     mqblk runs twice: with its default of one I/O thread per core, and
+#     with --io-threads=4 (one per fio job).
 #  2. mqblk's own client against mqblk's server: mqblk bench, 2 jobs on an
 #     nbd device with conns=2, 4k randread iodepth 32: IOPS and the
 #     client's CPU per I/O (bench's ns_per_io_cpu).
@@ -18,10 +20,16 @@
 #     replies checked; the server's CPU and RSS (idle, with 1,000 idle
 #     connections, at the end), and the memory per idle connection.
 #
-# Usage: scripts/compare-nbd.sh [RUNTIME_SECONDS]   (default 10)
+# Each fio configuration runs mqblk, nbdkit, nbdkit, mqblk (two pairs in
+# alternating order), so load from elsewhere on a shared machine shows up
+# as a difference between the pairs rather than as a bias.
+#
+# Usage: scripts/compare-nbd.sh [RUNTIME_SECONDS] [SECTIONS]
+#   (defaults: 10 seconds per run, sections 1234)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runtime=${1:-10}
+sections=${2:-1234}
 for t in fio nbdkit nbdinfo nbdcopy qemu-img qemu-io openssl python3; do
   command -v "$t" >/dev/null || { echo "compare-nbd: $t is missing" >&2; exit 1; }
 done
@@ -39,10 +47,13 @@ rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 
 "$mqblk" serve --device=ram,size=1G --socket "$dir/mqblk.sock" 2>"$dir/mqblk.log" &
 mqblk_pid=$!; pids+=($mqblk_pid)
+"$mqblk" serve --device=ram,size=1G --socket "$dir/mqblk4.sock" --io-threads=4 2>"$dir/mqblk4.log" &
+mqblk4_pid=$!; pids+=($mqblk4_pid)
 nbdkit -f -U "$dir/nbdkit.sock" memory 1G &
 nbdkit_pid=$!; pids+=($nbdkit_pid)
-wait_sock "$dir/mqblk.sock"; wait_sock "$dir/nbdkit.sock"
+wait_sock "$dir/mqblk.sock"; wait_sock "$dir/mqblk4.sock"; wait_sock "$dir/nbdkit.sock"
 
+if [[ $sections == *1* ]]; then
 echo "== 1. fio nbd engine, 4k, iodepth=32, ${runtime}s per run, unix sockets, $(nproc) CPUs"
 fio_run() { # name pid uri rw jobs -> prints "iops ns_per_io"
   local name=$1 pid=$2 uri=$3 rw=$4 jobs=$5
@@ -60,21 +71,33 @@ ios = max(d["total_ios"], 1)
 print(f"{d['iops']:.0f} {ticks * 1e9 / clk / ios:.0f}")
 PY
 }
-for uri_pid in "nbd+unix:///?socket=$dir/mqblk.sock" "nbd+unix:///?socket=$dir/nbdkit.sock"; do
+for uri_pid in "nbd+unix:///?socket=$dir/mqblk.sock" "nbd+unix:///?socket=$dir/mqblk4.sock" \
+    "nbd+unix:///?socket=$dir/nbdkit.sock"; do
   fio --name=fill --ioengine=nbd --uri="$uri_pid" --rw=write --bs=1M --iodepth=8 --size=1G \
       --output-format=terse >/dev/null
 done
-printf "%-10s %4s %12s %12s %7s %16s %16s\n" rw jobs mqblk_iops nbdkit_iops ratio mqblk_ns_per_io nbdkit_ns_per_io
+printf "%-10s %4s %5s %11s %11s %11s %7s %7s %10s %10s %10s\n" rw jobs pair mqblk_iops mqblk4_iops nbdkit_iops ratio ratio4 mqblk_ns mqblk4_ns nbdkit_ns
 for rw in randread randwrite; do
   for jobs in 1 4; do
-    read -r m_iops m_ns < <(fio_run "m-$rw-$jobs" "$mqblk_pid" "nbd+unix:///?socket=$dir/mqblk.sock" "$rw" "$jobs")
-    read -r k_iops k_ns < <(fio_run "k-$rw-$jobs" "$nbdkit_pid" "nbd+unix:///?socket=$dir/nbdkit.sock" "$rw" "$jobs")
-    printf "%-10s %4s %12s %12s %7s %16s %16s\n" "$rw" "$jobs" "$m_iops" "$k_iops" \
-      "$(python3 -c "print(f'{$m_iops/$k_iops:.2f}x')")" "$m_ns" "$k_ns"
+    m="nbd+unix:///?socket=$dir/mqblk.sock"; m4="nbd+unix:///?socket=$dir/mqblk4.sock"
+    k="nbd+unix:///?socket=$dir/nbdkit.sock"
+    read -r m1_iops m1_ns < <(fio_run "m1-$rw-$jobs" "$mqblk_pid" "$m" "$rw" "$jobs")
+    read -r q1_iops q1_ns < <(fio_run "q1-$rw-$jobs" "$mqblk4_pid" "$m4" "$rw" "$jobs")
+    read -r k1_iops k1_ns < <(fio_run "k1-$rw-$jobs" "$nbdkit_pid" "$k" "$rw" "$jobs")
+    read -r k2_iops k2_ns < <(fio_run "k2-$rw-$jobs" "$nbdkit_pid" "$k" "$rw" "$jobs")
+    read -r q2_iops q2_ns < <(fio_run "q2-$rw-$jobs" "$mqblk4_pid" "$m4" "$rw" "$jobs")
+    read -r m2_iops m2_ns < <(fio_run "m2-$rw-$jobs" "$mqblk_pid" "$m" "$rw" "$jobs")
+    for pair in 1 2; do
+      eval "mi=\$m${pair}_iops qi=\$q${pair}_iops ki=\$k${pair}_iops mn=\$m${pair}_ns qn=\$q${pair}_ns kn=\$k${pair}_ns"
+      printf "%-10s %4s %5s %11s %11s %11s %7s %7s %10s %10s %10s\n" "$rw" "$jobs" "$pair" "$mi" "$qi" "$ki" \
+        "$(python3 -c "print(f'{$mi/$ki:.2f}x')")" "$(python3 -c "print(f'{$qi/$ki:.2f}x')")" "$mn" "$qn" "$kn"
+    done
   done
 done
-kill "$nbdkit_pid"; wait "$nbdkit_pid" 2>/dev/null || true
+fi
+kill "$nbdkit_pid" "$mqblk4_pid"; wait "$nbdkit_pid" "$mqblk4_pid" 2>/dev/null || true
 
+if [[ $sections == *2* ]]; then
 echo
 echo "== 2. mqblk bench (nbd client driver, conns=2, 2 jobs) against mqblk serve, 4k randread iodepth=32"
 t0=$(cpu_ticks "$mqblk_pid")
@@ -95,8 +118,10 @@ if ios:
     line += f"  server_ns_per_io={ticks * 1e9 / clk / ios:.0f}"
 print(line)
 PY
+fi
 kill "$mqblk_pid"; wait "$mqblk_pid" 2>/dev/null || true
 
+if [[ $sections == *3* ]]; then
 echo
 echo "== 3. real clients"
 # A sparse export: three 1 MiB data ranges in 1 GiB.
@@ -146,7 +171,7 @@ for mode in plaintext tls; do
   t=$(date +%s.%N)
   qemu-img convert -n -f raw "${obj[@]}" "$dir/data.img" --target-image-opts "$opts"
   t_conv=$(python3 -c "print(f'{$(date +%s.%N)-$t:.2f}')")
-  qemu-img convert -f raw -O raw "${obj[@]}" --image-opts "$opts" "$dir/data-back.img"
+  qemu-img convert -O raw "${obj[@]}" --image-opts "$opts" "$dir/data-back.img"
   truncate -s 256M "$dir/data-back.img"
   cmp "$dir/data.img" "$dir/data-back.img"
   t=$(date +%s.%N)
@@ -156,7 +181,9 @@ for mode in plaintext tls; do
   echo "$mode: qemu-img convert 256 MiB in ${t_conv}s (read back identical); qemu-io write+read 64 MiB in ${t_io}s"
 done
 kill "$tls_pid"; wait "$tls_pid" 2>/dev/null || true
+fi
 
+if [[ $sections == *4* ]]; then
 echo
 echo "== 4. 1,000 connections, one 4k read per second each for 10 s"
 ulimit -n 8192 2>/dev/null || true
@@ -210,3 +237,4 @@ print(f"server RSS: {rss0} KiB idle, {rss1} KiB with {N} idle connections, {rss2
 for s in conns: s.close()
 PY
 kill "$many_pid"; wait "$many_pid" 2>/dev/null || true
+fi
