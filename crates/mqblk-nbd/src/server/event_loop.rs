@@ -87,6 +87,11 @@ pub(crate) struct Done {
 /// The per-export context of this thread.
 struct Ctx {
     ctx: Context,
+    /// The completion fd is in the epoll set. It is asked for only once
+    /// the loop is about to sleep with requests still in flight: a device
+    /// that completes within `poll` (ram, null) never needs it, and then
+    /// pays no eventfd signal per submission.
+    fd_armed: bool,
 }
 
 struct Slot<'s> {
@@ -211,7 +216,15 @@ pub(crate) fn run(
         if lp.draining && lp.open_conns() == 0 {
             break;
         }
-        let timeout = lp.next_timeout();
+        let rearmed = lp.arm_completion_fds();
+        let timeout = if rearmed {
+            Some(rustix::event::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            })
+        } else {
+            lp.next_timeout()
+        };
         events.clear();
         let r = epoll::wait(
             &lp.epoll,
@@ -529,30 +542,57 @@ impl<'s> Loop<'s> {
         }
     }
 
-    #[allow(unsafe_code)]
     fn ctx_for(&mut self, export: usize) -> Result<(), End> {
         if self.ctxs[export].is_none() {
             let dev = &self.sh.exports[export].device;
-            let mut ctx = dev
+            let ctx = dev
                 .context()
                 .map_err(|e| End::Dropped(format!("no context: {e}")))?;
-            let fd = ctx
-                .completion_fd()
-                .map_err(|e| End::Dropped(format!("no completion fd: {e}")))?;
-            // SAFETY: the fd belongs to `ctx`, which this loop keeps (in
+            self.ctxs[export] = Some(Ctx {
+                ctx,
+                fd_armed: false,
+            });
+        }
+        Ok(())
+    }
+
+    /// Before sleeping: every context with requests in flight has its
+    /// completion fd in the epoll set. Returns true if one was just added:
+    /// then the contexts must be polled once more before sleeping, for a
+    /// completion that came before the fd existed.
+    #[allow(unsafe_code)]
+    fn arm_completion_fds(&mut self) -> bool {
+        let mut armed = false;
+        for (export, slot) in self.ctxs.iter_mut().enumerate() {
+            let Some(c) = slot.as_mut() else { continue };
+            if c.fd_armed || c.ctx.in_flight() == 0 {
+                continue;
+            }
+            let fd = match c.ctx.completion_fd() {
+                Ok(fd) => fd,
+                Err(e) => {
+                    eprintln!("mqblk serve: no completion fd: {e}");
+                    continue;
+                }
+            };
+            // SAFETY: the fd belongs to `c.ctx`, which this loop keeps (in
             // `self.ctxs`) for as long as the epoll set exists; the borrow
             // only lives for the epoll_ctl call.
             let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
-            epoll::add(
+            match epoll::add(
                 &self.epoll,
                 bfd,
                 epoll::EventData::new_u64(CTX_BASE + export as u64),
                 epoll::EventFlags::IN,
-            )
-            .map_err(|e| End::Dropped(format!("epoll_ctl: {e}")))?;
-            self.ctxs[export] = Some(Ctx { ctx });
+            ) {
+                Ok(()) => {
+                    c.fd_armed = true;
+                    armed = true;
+                }
+                Err(e) => eprintln!("mqblk serve: epoll_ctl: {e}"),
+            }
         }
-        Ok(())
+        armed
     }
 
     /// Drive one connection as far as it goes without blocking.
