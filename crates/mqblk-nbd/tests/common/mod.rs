@@ -315,10 +315,12 @@ impl Nbdkit {
             .spawn()
             .expect("start nbdkit");
         let t = Instant::now();
-        while !sock.exists() {
+        // The socket file exists from bind(), before listen(): wait until
+        // a connection is accepted, or a client started now is refused.
+        while UnixStream::connect(&sock).is_err() {
             assert!(
                 t.elapsed() < Duration::from_secs(20),
-                "nbdkit did not create its socket"
+                "nbdkit did not listen on its socket"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
