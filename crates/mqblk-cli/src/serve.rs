@@ -85,9 +85,35 @@ pub struct ServeArgs {
     #[arg(long = "stall-timeout", value_name = "SECONDS", default_value_t = 30)]
     pub stall_timeout: u64,
 
-    /// Connections served at once.
-    #[arg(long = "max-connections", value_name = "N", default_value_t = 256)]
+    /// Connections served at once; more are refused with a message.
+    #[arg(long = "max-connections", value_name = "N", default_value_t = 1024)]
     pub max_connections: usize,
+
+    /// Connections served at once from one IP address.
+    #[arg(
+        long = "max-connections-per-peer",
+        value_name = "N",
+        default_value_t = 1024
+    )]
+    pub max_per_peer: usize,
+
+    /// Milliseconds a client has to finish negotiating.
+    #[arg(
+        long = "handshake-timeout-ms",
+        value_name = "MS",
+        default_value_t = 10_000
+    )]
+    pub handshake_timeout_ms: u64,
+
+    /// Milliseconds a connection may idle (nothing in flight) before it is
+    /// closed; 0 keeps idle connections (the default, as nbdkit does).
+    #[arg(long = "idle-timeout-ms", value_name = "MS", default_value_t = 0)]
+    pub idle_timeout_ms: u64,
+
+    /// I/O threads, each an event loop over its share of the connections
+    /// (default: one per core).
+    #[arg(long = "io-threads", value_name = "N")]
+    pub io_threads: Option<usize>,
 }
 
 /// Check a `--listen` address: `HOST:PORT` with a port of 0 to 65535
@@ -158,6 +184,12 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
     if args.max_requests == 0 {
         bail!("--max-requests 0: expected at least 1 request in flight per connection");
     }
+    if args.max_per_peer == 0 {
+        bail!("--max-connections-per-peer 0: expected at least 1");
+    }
+    if args.handshake_timeout_ms == 0 {
+        bail!("--handshake-timeout-ms 0: expected at least 1 ms");
+    }
     if args.max_connections == 0 {
         bail!("--max-connections 0: expected at least 1 connection at once");
     }
@@ -215,7 +247,10 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         max_bytes: args.max_mib << 20,
         stall_timeout: Duration::from_secs(args.stall_timeout),
         max_connections: args.max_connections,
-        ..ConnLimits::default()
+        max_per_peer: args.max_per_peer,
+        handshake_timeout: Duration::from_millis(args.handshake_timeout_ms),
+        idle_timeout: (args.idle_timeout_ms > 0)
+            .then(|| Duration::from_millis(args.idle_timeout_ms)),
     };
     let server = Server::bind(
         ServerConfig {
@@ -226,9 +261,18 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         },
         &listen,
     )?;
+    let server = match args.io_threads {
+        Some(n) if n > 0 => server.with_io_threads(n),
+        Some(_) => bail!("--io-threads 0: expected at least 1"),
+        None => server,
+    };
     let stop: Arc<AtomicBool> = server.shutdown_handle();
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // The flag first, then the byte that wakes the I/O threads to see it.
         signal_hook::flag::register(sig, stop.clone()).context("installing the signal handler")?;
+        let wake = server.wake_fd().context("the server's wake socket")?;
+        signal_hook::low_level::pipe::register(sig, wake)
+            .context("installing the signal handler")?;
     }
     let at = match (server.local_addr(), &listen) {
         (Some(a), _) => format!("nbd://{a}"),

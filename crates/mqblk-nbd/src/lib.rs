@@ -12,7 +12,8 @@
 //!   negotiation, and the [`mqblk_core::Driver`].
 
 #![warn(missing_docs)]
-#![forbid(unsafe_code)]
+// One `unsafe` block: borrowing a context's completion fd for epoll.
+#![deny(unsafe_code)]
 
 pub mod tls;
 pub mod transport;

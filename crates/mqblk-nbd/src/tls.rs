@@ -1,6 +1,7 @@
-//! TLS for the server: an X.509 certificate chain and key from PEM files,
-//! through rustls (TLS 1.2 and 1.3, the ring provider). Clients are not
-//! asked for certificates.
+//! TLS through rustls (TLS 1.2 and 1.3, the ring provider): the server's
+//! certificate chain and key from PEM files (clients are not asked for
+//! certificates), and the client's CA and optional certificate from a
+//! directory laid out as libnbd's `tls-certificates`.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -30,5 +31,48 @@ pub fn server_config(cert_pem: &Path, key_pem: &Path) -> Result<Arc<rustls::Serv
         .with_no_client_auth()
         .with_single_cert(certs, key)
         .map_err(|e| format!("certificate and key do not make a TLS configuration: {e}"))?;
+    Ok(Arc::new(cfg))
+}
+
+/// The client's TLS configuration, as libnbd's `tls-certificates=DIR`:
+/// the CA that signed the server's certificate from `DIR/ca-cert.pem`, and
+/// a client certificate from `DIR/client-cert.pem` and
+/// `DIR/client-key.pem` when both exist (for servers that verify peers).
+/// TLS-PSK (nbdkit's `--tls-psk`) is not possible: rustls does not
+/// implement pre-shared-key cipher suites.
+pub fn client_config(dir: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, String> {
+    let Some(dir) = dir else {
+        return Err(
+            "nbds:// needs ?tls-certificates=DIR (with the CA certificate in DIR/ca-cert.pem)"
+                .into(),
+        );
+    };
+    let ca = dir.join("ca-cert.pem");
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(&ca).map_err(|e| format!("{}: {e}", ca.display()))? {
+        let c = c.map_err(|e| format!("{}: {e}", ca.display()))?;
+        roots.add(c).map_err(|e| format!("{}: {e}", ca.display()))?;
+    }
+    if roots.is_empty() {
+        return Err(format!("{}: no certificate in the file", ca.display()));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let b = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots);
+    let (cert, key) = (dir.join("client-cert.pem"), dir.join("client-key.pem"));
+    let cfg = if cert.exists() && key.exists() {
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert)
+            .map_err(|e| format!("{}: {e}", cert.display()))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("{}: {e}", cert.display()))?;
+        let key =
+            PrivateKeyDer::from_pem_file(&key).map_err(|e| format!("{}: {e}", key.display()))?;
+        b.with_client_auth_cert(certs, key)
+            .map_err(|e| format!("client certificate and key: {e}"))?
+    } else {
+        b.with_no_client_auth()
+    };
     Ok(Arc::new(cfg))
 }

@@ -49,6 +49,23 @@ impl Socket {
         })
     }
 
+    /// Make reads and writes non-blocking (the server's event loop).
+    pub fn set_nonblocking(&self) -> io::Result<()> {
+        match self {
+            Socket::Tcp(s) => s.set_nonblocking(true),
+            Socket::Unix(s) => s.set_nonblocking(true),
+        }
+    }
+
+    /// The descriptor, for an epoll set.
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        match self {
+            Socket::Tcp(s) => s.as_fd(),
+            Socket::Unix(s) => s.as_fd(),
+        }
+    }
+
     /// Disable Nagle on TCP: replies and requests are small and latency
     /// bound.
     pub fn set_nodelay(&self) {
@@ -159,4 +176,137 @@ pub fn is_timeout(e: &io::Error) -> bool {
         e.kind(),
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
     )
+}
+
+/// A client connection's sending half: plain, or TLS. With TLS the rustls
+/// connection is shared with the receiving half ([`ClientRx`]) under a
+/// lock; the lock is never held across a blocking read.
+#[derive(Debug)]
+pub enum ClientTx {
+    /// No TLS.
+    Plain(Socket),
+    /// TLS over the socket.
+    Tls {
+        /// The socket (a clone of the receiving half's).
+        sock: Socket,
+        /// The TLS state both halves use.
+        conn: std::sync::Arc<std::sync::Mutex<rustls::ClientConnection>>,
+    },
+}
+
+/// A client connection's receiving half (see [`ClientTx`]).
+#[derive(Debug)]
+pub enum ClientRx {
+    /// No TLS.
+    Plain(Socket),
+    /// TLS over the socket.
+    Tls {
+        /// The socket.
+        sock: Socket,
+        /// The TLS state both halves use.
+        conn: std::sync::Arc<std::sync::Mutex<rustls::ClientConnection>>,
+        /// Ciphertext read from the socket and not yet given to rustls.
+        raw: Box<[u8]>,
+        /// `raw[start..end]` is pending.
+        start: usize,
+        /// End of the pending bytes.
+        end: usize,
+    },
+}
+
+fn lock_tls(
+    m: &std::sync::Mutex<rustls::ClientConnection>,
+) -> std::sync::MutexGuard<'_, rustls::ClientConnection> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl ClientTx {
+    /// The socket underneath.
+    pub fn socket(&self) -> &Socket {
+        match self {
+            ClientTx::Plain(s) | ClientTx::Tls { sock: s, .. } => s,
+        }
+    }
+
+    /// Shut the socket down (wakes the receiving half).
+    pub fn shutdown(&self) {
+        self.socket().shutdown();
+    }
+
+    /// The receiving half, on a clone of the socket.
+    pub fn receiver(&self) -> io::Result<ClientRx> {
+        Ok(match self {
+            ClientTx::Plain(s) => ClientRx::Plain(s.try_clone()?),
+            ClientTx::Tls { sock, conn } => ClientRx::Tls {
+                sock: sock.try_clone()?,
+                conn: conn.clone(),
+                raw: vec![0u8; 64 * 1024].into_boxed_slice(),
+                start: 0,
+                end: 0,
+            },
+        })
+    }
+}
+
+impl Write for ClientTx {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            ClientTx::Plain(s) => s.write(buf),
+            ClientTx::Tls { sock, conn } => {
+                let mut c = lock_tls(conn);
+                let n = c.writer().write(buf)?;
+                while c.wants_write() {
+                    c.write_tls(sock)?;
+                }
+                Ok(n)
+            }
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Read for ClientRx {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let (sock, conn, raw, start, end) = match self {
+            ClientRx::Plain(s) => return s.read(buf),
+            ClientRx::Tls {
+                sock,
+                conn,
+                raw,
+                start,
+                end,
+            } => (sock, conn, raw, start, end),
+        };
+        loop {
+            {
+                let mut c = lock_tls(conn);
+                match c.reader().read(buf) {
+                    Ok(n) => return Ok(n),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+                if *start < *end {
+                    let mut rd = &raw[*start..*end];
+                    let n = c.read_tls(&mut rd)?;
+                    *start += n;
+                    c.process_new_packets()
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                    while c.wants_write() {
+                        c.write_tls(sock)?;
+                    }
+                    continue;
+                }
+            }
+            // Nothing decrypted and nothing pending: wait for the socket,
+            // without the lock (the sending half may need it meanwhile).
+            let n = sock.read(raw)?;
+            if n == 0 {
+                return Ok(0);
+            }
+            *start = 0;
+            *end = n;
+        }
+    }
 }

@@ -301,3 +301,39 @@ fn tcp_urls_and_qemu_nbd_holes() {
     let _ = q.kill();
     let _ = q.wait();
 }
+
+/// `Device::extents` through `BLOCK_STATUS` (`base:allocation`), against
+/// mqblk's own server and nbdkit's memory plugin: a written range is data,
+/// the rest of a sparse export is holes.
+#[test]
+fn extents_come_from_block_status() {
+    const MIB: u64 = 1 << 20;
+    let srv = TestServer::start(vec![export("", "ram,size=16M")]);
+    let kit = Nbdkit::start(&["memory", "16M"]);
+    for uri in [srv.uri(""), kit.uri()] {
+        let dev = mqblk::open(&uri).expect("open nbd device");
+        let mut ctx = dev.context().unwrap();
+        ctx.write_at(&pattern(5, MIB as usize), 2 * MIB).unwrap();
+        let ext = dev.extents(0, 8 * MIB).unwrap();
+        // In order, without gaps, covering the range.
+        let mut at = 0;
+        for e in &ext {
+            assert_eq!(e.offset_bytes, at, "{uri}: {ext:?}");
+            at += e.len_bytes;
+        }
+        assert_eq!(at, 8 * MIB, "{uri}: {ext:?}");
+        let kind_at = |off: u64| {
+            ext.iter()
+                .find(|e| e.offset_bytes <= off && off < e.offset_bytes + e.len_bytes)
+                .map(|e| e.hole)
+                .unwrap()
+        };
+        assert!(kind_at(0), "{uri}: the start is a hole: {ext:?}");
+        assert!(
+            !kind_at(2 * MIB),
+            "{uri}: the written range is data: {ext:?}"
+        );
+        assert!(!kind_at(3 * MIB - 1), "{uri}: {ext:?}");
+        assert!(kind_at(5 * MIB), "{uri}: past the write is a hole: {ext:?}");
+    }
+}

@@ -59,9 +59,10 @@ pub fn open_parsed(s: mqblk_core::spec::DeviceSpec) -> Result<Device> {
                 "the file device needs a path, as in file:/dev/loop0 or file:/data/disk.img",
             )),
         },
-        "nbd" => {
+        "nbd" | "nbds" => {
             // The whole URL is the target: nbd://host:port/export or
-            // nbd+unix:///export?socket=PATH; `conns=N` after a comma.
+            // nbd+unix:///export?socket=PATH (nbds:// with TLS); `conns=N`
+            // after a comma.
             let Some(url) = &s.target else {
                 return Err(Error::spec(
                     s.options.spec(),

@@ -36,28 +36,36 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
 
 use mqblk_core::bio::{BioFlags, Op};
-use mqblk_core::driver::RqRef;
 use mqblk_core::driver::{Completions, HwNotifier};
 use mqblk_core::driver::{Driver, HwQueueSetup, QueueRq, TimeoutAction};
+use mqblk_core::driver::{Extent, RqRef};
 use mqblk_core::error::{Error, InvalidKind, Result, Status};
 use mqblk_core::limits::{Features, QueueLimits, SECTOR_SIZE};
 use mqblk_nbd_proto::consts::{
     cmd, cmd_flags, reply_type, transmission_flags as tf, DEFAULT_MAX_PAYLOAD,
 };
 use mqblk_nbd_proto::transmission::{
-    decode_offset_hole, reply_header_len, ErrorPayload, ReplyHeader, CHUNK_HEADER_LEN,
+    decode_block_status, decode_offset_hole, reply_header_len, ErrorPayload, ReplyHeader,
+    CHUNK_HEADER_LEN,
 };
 use mqblk_nbd_proto::{NbdErrno, Request};
 
 use super::handshake::Negotiated;
-use crate::transport::Socket;
+use super::url::NbdUrl;
+use crate::transport::{ClientRx, ClientTx};
 
 /// The NBD client driver of one device.
 pub struct NbdDriver {
     name: String,
     neg: Negotiated,
     /// Connections not yet bound to a hardware queue, by queue index.
-    pending: Mutex<Vec<Option<Socket>>>,
+    pending: Mutex<Vec<Option<ClientTx>>>,
+    /// Where to open the control connection that answers
+    /// [`Driver::extents`] (block status), and the connection once open:
+    /// a separate connection keeps the control plane's blocking
+    /// request/reply off the hardware queues' sockets.
+    control_at: Option<NbdUrl>,
+    control: Mutex<Option<(ClientTx, ClientRx)>>,
 }
 
 impl std::fmt::Debug for NbdDriver {
@@ -75,12 +83,57 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl NbdDriver {
     /// A driver over negotiated connections (one per hardware queue).
-    pub fn new(name: String, neg: Negotiated, conns: Vec<Socket>) -> NbdDriver {
+    pub fn new(name: String, neg: Negotiated, conns: Vec<ClientTx>) -> NbdDriver {
         NbdDriver {
             name,
             neg,
             pending: Mutex::new(conns.into_iter().map(Some).collect()),
+            control_at: None,
+            control: Mutex::new(None),
         }
+    }
+
+    /// Answer [`Driver::extents`] through a control connection to `url`,
+    /// opened on first use (only if the server selected
+    /// `base:allocation`).
+    pub fn with_control(mut self, url: NbdUrl) -> NbdDriver {
+        self.control_at = Some(url);
+        self
+    }
+
+    /// Ask the server where `[offset, offset + len)` has data and holes.
+    fn block_status(
+        &self,
+        offset_bytes: u64,
+        len_bytes: u64,
+        out: &mut Vec<Extent>,
+    ) -> std::io::Result<bool> {
+        let Some(ctx_id) = self.neg.base_allocation else {
+            return Ok(false);
+        };
+        let Some(url) = &self.control_at else {
+            return Ok(false);
+        };
+        let mut ctl = lock(&self.control);
+        if ctl.is_none() {
+            let (tx, n) = super::connect_negotiate(url).map_err(|e| protocol(&e))?;
+            if n.base_allocation.is_none() {
+                return Ok(false);
+            }
+            tx.socket().set_read_timeout(Some(super::SEND_TIMEOUT))?;
+            tx.socket().set_write_timeout(Some(super::SEND_TIMEOUT))?;
+            let rx = tx.receiver()?;
+            *ctl = Some((tx, rx));
+        }
+        let (tx, rx) = ctl.as_mut().expect("opened above");
+        let r = block_status_on(tx, rx, ctx_id, offset_bytes, len_bytes, out);
+        if r.is_err() {
+            // The stream may be mid-reply: start over next time.
+            if let Some((tx, _)) = ctl.take() {
+                tx.shutdown();
+            }
+        }
+        r.map(|()| true)
     }
 
     /// What negotiation settled.
@@ -149,7 +202,7 @@ struct ConnShared {
 
 /// One hardware queue: one NBD connection.
 pub struct NbdQueue {
-    sock: Socket,
+    sock: ClientTx,
     shared: Arc<ConnShared>,
     recv: Option<JoinHandle<()>>,
 }
@@ -185,7 +238,7 @@ impl Drop for NbdQueue {
 
 /// Kill the connection: mark it dead, wake the receive thread (which then
 /// fails every parked request).
-fn kill(shared: &ConnShared, sock: &Socket) {
+fn kill(shared: &ConnShared, sock: &ClientTx) {
     shared.dead.store(true, Ordering::Release);
     sock.shutdown();
 }
@@ -222,7 +275,7 @@ impl Driver for NbdDriver {
             notifier: setup.notifier,
             structured: self.neg.structured,
         });
-        let rsock = sock.try_clone().map_err(|e| Error::Setup {
+        let rsock = sock.receiver().map_err(|e| Error::Setup {
             device: self.name.as_str().into(),
             reason: format!("cannot clone the connection's socket: {e}"),
         })?;
@@ -417,17 +470,123 @@ impl Driver for NbdDriver {
     fn completes_async(&self) -> bool {
         true
     }
+
+    /// From `BLOCK_STATUS` with `base:allocation`, on a control
+    /// connection of its own.
+    fn extents(&self, offset_bytes: u64, len_bytes: u64, out: &mut Vec<Extent>) -> Result<bool> {
+        self.block_status(offset_bytes, len_bytes, out)
+            .map_err(|e| Error::Setup {
+                device: self.name.as_str().into(),
+                reason: format!("block status of {len_bytes} bytes at {offset_bytes}: {e}"),
+            })
+    }
+}
+
+/// `BLOCK_STATUS` on the control connection until `[offset, offset + len)`
+/// is described, in order and without gaps.
+fn block_status_on(
+    tx: &mut ClientTx,
+    s: &mut ClientRx,
+    ctx_id: u32,
+    offset_bytes: u64,
+    len_bytes: u64,
+    out: &mut Vec<Extent>,
+) -> std::io::Result<()> {
+    use mqblk_nbd_proto::consts::state;
+    let end = offset_bytes + len_bytes;
+    let mut at = offset_bytes;
+    let mut descs = Vec::new();
+    let mut payload = Vec::new();
+    let mut cookie = 0u64;
+    while at < end {
+        cookie += 1;
+        let len = (end - at).min(1 << 30) as u32;
+        let req = Request {
+            flags: 0,
+            cmd: cmd::BLOCK_STATUS,
+            cookie,
+            offset: at,
+            len,
+        };
+        tx.write_all(&req.encode())?;
+        let mut got_any = false;
+        let mut failed: Option<String> = None;
+        loop {
+            let mut hdr = [0u8; CHUNK_HEADER_LEN];
+            s.read_exact(&mut hdr[..4])?;
+            let magic = u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
+            let hlen = reply_header_len(magic).map_err(|e| protocol(&e.to_string()))?;
+            s.read_exact(&mut hdr[4..hlen])?;
+            let h = match ReplyHeader::decode(&hdr[..hlen]).map_err(|e| protocol(&e.to_string()))? {
+                ReplyHeader::Simple { error, .. } => {
+                    return Err(protocol(&format!(
+                        "BLOCK_STATUS answered with a simple reply (error {error})"
+                    )))
+                }
+                ReplyHeader::Chunk(h) => h,
+            };
+            if h.cookie != cookie || h.len > MAX_CHUNK_META * 16 {
+                return Err(protocol("unexpected BLOCK_STATUS reply"));
+            }
+            payload.resize(h.len as usize, 0);
+            s.read_exact(&mut payload)?;
+            match h.typ {
+                reply_type::BLOCK_STATUS => {
+                    descs.clear();
+                    let id = decode_block_status(&payload, &mut descs)
+                        .map_err(|e| protocol(&e.to_string()))?;
+                    if id == ctx_id && !got_any {
+                        got_any = true;
+                        for d in &descs {
+                            if at >= end || d.len == 0 {
+                                break;
+                            }
+                            let l = u64::from(d.len).min(end - at);
+                            out.push(Extent {
+                                offset_bytes: at,
+                                len_bytes: l,
+                                hole: d.flags & state::HOLE != 0,
+                                zero: d.flags & state::ZERO != 0,
+                            });
+                            at += l;
+                        }
+                    }
+                }
+                reply_type::NONE => {}
+                t if t & reply_type::FLAG_ERROR != 0 => {
+                    let e =
+                        ErrorPayload::decode(t, &payload).map_err(|e| protocol(&e.to_string()))?;
+                    failed = Some(format!("{}: {}", e.errno.name(), e.message));
+                }
+                _ => return Err(protocol("unexpected chunk type in BLOCK_STATUS reply")),
+            }
+            if h.done() {
+                break;
+            }
+        }
+        if let Some(why) = failed {
+            return Err(std::io::Error::other(format!("BLOCK_STATUS failed: {why}")));
+        }
+        if !got_any {
+            return Err(protocol(
+                "BLOCK_STATUS reply without base:allocation extents",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Largest error or unknown-chunk payload the client reads.
 const MAX_CHUNK_META: u32 = 64 * 1024;
 
 /// The receive thread of one connection.
-fn receive(mut sock: Socket, sh: &ConnShared) {
+fn receive(mut sock: ClientRx, sh: &ConnShared) {
     let _ = receive_loop(&mut sock, sh);
     // Gone: fail everything parked, and everything that comes later.
     sh.dead.store(true, Ordering::Release);
-    sock.shutdown();
+    match &sock {
+        ClientRx::Plain(s) | ClientRx::Tls { sock: s, .. } => s.shutdown(),
+    }
     let mut failed = Vec::new();
     for (slot, stalls) in sh.slots.iter().zip(sh.stalls.iter()) {
         if let Some(rq) = lock(slot).rq.take() {
@@ -453,7 +612,7 @@ fn finish(sh: &ConnShared, rq: RqRef, status: Status) {
 
 /// Read `len` bytes from the socket into the request's segments, starting
 /// `rel` bytes into the request.
-fn read_into(sock: &mut Socket, rq: &mut RqRef, rel: u64, len: u64) -> std::io::Result<()> {
+fn read_into(sock: &mut ClientRx, rq: &mut RqRef, rel: u64, len: u64) -> std::io::Result<()> {
     let mut pos = 0u64;
     let (start, end) = (rel, rel + len);
     for buf in rq.read_bufs() {
@@ -491,7 +650,7 @@ fn slot_of(sh: &ConnShared, cookie: u64) -> std::io::Result<&Mutex<Slot>> {
 }
 
 /// Read and throw away `len` bytes (a late reply's payload).
-fn discard(sock: &mut Socket, scratch: &mut [u8], mut len: u64) -> std::io::Result<()> {
+fn discard(sock: &mut ClientRx, scratch: &mut [u8], mut len: u64) -> std::io::Result<()> {
     while len > 0 {
         let n = len.min(scratch.len() as u64) as usize;
         sock.read_exact(&mut scratch[..n])?;
@@ -505,7 +664,7 @@ fn discard(sock: &mut Socket, scratch: &mut [u8], mut len: u64) -> std::io::Resu
 const DRAIN_BYTES: usize = 64 * 1024;
 const _: () = assert!(MAX_CHUNK_META as usize <= DRAIN_BYTES);
 
-fn receive_loop(sock: &mut Socket, sh: &ConnShared) -> std::io::Result<()> {
+fn receive_loop(sock: &mut ClientRx, sh: &ConnShared) -> std::io::Result<()> {
     let mut hdr = [0u8; CHUNK_HEADER_LEN];
     let mut scratch = vec![0u8; DRAIN_BYTES];
     loop {

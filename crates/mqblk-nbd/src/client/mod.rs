@@ -21,8 +21,8 @@ use mqblk_core::spec::SpecOptions;
 use mqblk_nbd_proto::consts::transmission_flags as tf;
 
 pub use driver::{NbdDriver, NbdQueue};
-pub use handshake::{negotiate, Negotiated};
-pub use url::{Address, NbdUrl};
+pub use handshake::{connect_negotiate, negotiate, Negotiated};
+pub use url::{Address, NbdUrl, UrlTls};
 
 use crate::transport::Socket;
 
@@ -70,8 +70,7 @@ pub fn open(url: &str, mut opts: SpecOptions) -> Result<Device> {
     let mut socks = Vec::with_capacity(conns as usize);
     let mut first: Option<Negotiated> = None;
     for i in 0..conns {
-        let mut s = connect(&u.address).map_err(|e| setup(format!("connect to {url}: {e}")))?;
-        let n = negotiate(&mut s, &u.export).map_err(|e| setup(format!("{url}: {e}")))?;
+        let (s, n) = connect_negotiate(&u).map_err(|e| setup(format!("{url}: {e}")))?;
         match &first {
             None => {
                 if conns > 1 && n.flags & tf::CAN_MULTI_CONN == 0 {
@@ -104,9 +103,11 @@ pub fn open(url: &str, mut opts: SpecOptions) -> Result<Device> {
         ms => SEND_TIMEOUT.min(std::time::Duration::from_millis(u64::from(ms))),
     };
     for s in &socks {
-        s.set_write_timeout(Some(send_timeout))
+        s.socket()
+            .set_write_timeout(Some(send_timeout))
             .map_err(|e| setup(format!("{url}: {e}")))?;
     }
     cfg.nr_hw_queues = conns as u16;
-    Device::new(NbdDriver::new(name, neg, socks), cfg)
+    let driver = NbdDriver::new(name, neg, socks).with_control(u);
+    Device::new(driver, cfg)
 }

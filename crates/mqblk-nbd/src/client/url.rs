@@ -1,6 +1,8 @@
 //! NBD URIs as device targets: `nbd://host[:port][/export]` and
-//! `nbd+unix:///export?socket=PATH` (the forms of the NBD URI
-//! specification that libnbd and qemu accept, without TLS).
+//! `nbd+unix:///export?socket=PATH`, and their TLS forms `nbds://` and
+//! `nbds+unix://` with `tls-certificates=DIR` (the forms of the NBD URI
+//! specification that libnbd and qemu accept; TLS-PSK is refused, rustls
+//! has no PSK cipher suites).
 
 use std::path::PathBuf;
 
@@ -22,6 +24,19 @@ pub struct NbdUrl {
     pub address: Address,
     /// Export name (percent-decoded; empty: the default export).
     pub export: String,
+    /// TLS (`nbds://`, `nbds+unix://`).
+    pub tls: Option<UrlTls>,
+}
+
+/// The TLS part of an NBD URI.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UrlTls {
+    /// `tls-certificates=DIR`: `ca-cert.pem` (and optionally
+    /// `client-cert.pem`, `client-key.pem`) in it.
+    pub certificates: Option<PathBuf>,
+    /// The name the server's certificate must carry: the URI's host, or
+    /// `tls-hostname=`, or `localhost` for a unix socket.
+    pub hostname: String,
 }
 
 fn percent_decode(s: &str) -> Result<String, String> {
@@ -59,14 +74,47 @@ pub fn parse(url: &str) -> Result<NbdUrl, String> {
     };
     let export = percent_decode(path)?;
     let mut socket = None;
+    let mut certificates = None;
+    let mut hostname = None;
     for kv in query.unwrap_or("").split('&').filter(|s| !s.is_empty()) {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
         match k {
             "socket" => socket = Some(percent_decode(v)?),
+            "tls-certificates" => certificates = Some(PathBuf::from(percent_decode(v)?)),
+            "tls-hostname" => hostname = Some(percent_decode(v)?),
+            "tls-psk-file" | "tls-username" => {
+                return Err(format!(
+                    "`{k}`: TLS-PSK is not supported (rustls has no pre-shared-key cipher \
+                     suites); use X.509 certificates with tls-certificates=DIR"
+                ))
+            }
             other => return Err(format!("unknown URI query parameter `{other}`")),
         }
     }
-    match scheme.to_ascii_lowercase().as_str() {
+    let scheme = scheme.to_ascii_lowercase();
+    let (scheme, tls) = match scheme.as_str() {
+        "nbds" => ("nbd", true),
+        "nbds+unix" => ("nbd+unix", true),
+        s => (s, false),
+    };
+    if !tls && (certificates.is_some() || hostname.is_some()) {
+        return Err("tls-certificates= and tls-hostname= belong to nbds:// URIs".into());
+    }
+    let host = authority
+        .strip_prefix('[')
+        .and_then(|a| a.split_once(']').map(|(h, _)| h))
+        .unwrap_or_else(|| authority.rsplit_once(':').map_or(authority, |(h, _)| h));
+    let tls = tls.then(|| UrlTls {
+        certificates,
+        hostname: hostname.unwrap_or_else(|| {
+            if host.is_empty() {
+                "localhost".into()
+            } else {
+                host.to_string()
+            }
+        }),
+    });
+    match scheme {
         "nbd" => {
             if socket.is_some() {
                 return Err("socket= belongs to nbd+unix:// URIs".into());
@@ -88,6 +136,7 @@ pub fn parse(url: &str) -> Result<NbdUrl, String> {
             Ok(NbdUrl {
                 address: Address::Tcp(hostport),
                 export,
+                tls,
             })
         }
         "nbd+unix" => {
@@ -98,10 +147,8 @@ pub fn parse(url: &str) -> Result<NbdUrl, String> {
             Ok(NbdUrl {
                 address: Address::Unix(PathBuf::from(s)),
                 export,
+                tls,
             })
-        }
-        "nbds" | "nbds+unix" => {
-            Err("TLS (nbds://) is not supported by the client driver yet".into())
         }
         other => Err(format!("unknown NBD URI scheme `{other}`")),
     }
@@ -117,7 +164,8 @@ mod tests {
             parse("nbd://localhost/disk").unwrap(),
             NbdUrl {
                 address: Address::Tcp("localhost:10809".into()),
-                export: "disk".into()
+                export: "disk".into(),
+                tls: None,
             }
         );
         assert_eq!(
@@ -128,21 +176,43 @@ mod tests {
             parse("nbd://[::1]:99/a%20b").unwrap(),
             NbdUrl {
                 address: Address::Tcp("[::1]:99".into()),
-                export: "a b".into()
+                export: "a b".into(),
+                tls: None,
             }
         );
         assert_eq!(
             parse("nbd+unix:///e?socket=/tmp/s").unwrap(),
             NbdUrl {
                 address: Address::Unix("/tmp/s".into()),
-                export: "e".into()
+                export: "e".into(),
+                tls: None,
             }
         );
         assert_eq!(parse("nbd+unix:///?socket=/tmp/s").unwrap().export, "");
+        assert_eq!(
+            parse("nbds://h.example:99/e?tls-certificates=/c")
+                .unwrap()
+                .tls,
+            Some(UrlTls {
+                certificates: Some("/c".into()),
+                hostname: "h.example".into()
+            })
+        );
+        assert_eq!(
+            parse("nbds+unix:///e?socket=/s")
+                .unwrap()
+                .tls
+                .unwrap()
+                .hostname,
+            "localhost"
+        );
+        assert!(parse("nbds://h/e?tls-psk-file=/k")
+            .unwrap_err()
+            .contains("TLS-PSK is not supported"));
         for bad in [
             "nbd+unix:///e",
             "nbd:///e",
-            "nbds://h/e",
+            "nbd://h/e?tls-certificates=/c",
             "http://x",
             "nbd://h/%zz",
             "nbd+unix://h/?socket=x",

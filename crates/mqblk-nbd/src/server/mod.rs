@@ -1,28 +1,32 @@
-//! The NBD server (control plane): exports, the listener, and one thread
-//! per connection. `mqblk serve` is a thin command line over this.
+//! The NBD server (control plane): exports, the listener, limits, and a
+//! fixed set of I/O threads. `mqblk serve` is a thin command line over
+//! this.
 //!
-//! Each connection gets its own [`mqblk_core::Context`] (a context is
-//! `Send`, not `Sync`), so connections to one device share nothing on the
-//! I/O path but the device's hardware queues. The per-connection data path
-//! is in the private `conn` module.
+//! Each I/O thread runs one event loop (`event_loop`) over the listener,
+//! its connections' sockets, and one [`mqblk_core::Context`] per export
+//! whose completion fd sits in the same epoll set; connections on one
+//! thread share that context, and threads share nothing on the I/O path
+//! but the device's hardware queues. A connection is a non-blocking state
+//! machine (`conn`).
 
 mod conn;
+mod event_loop;
 mod export;
 mod socket_path;
 
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mqblk_nbd_proto::{ExportInfo, TlsMode};
 
 pub use export::{export_info, Export};
 pub use socket_path::lock_path;
-
-use crate::transport::Socket;
 
 /// Per-connection bounds: what one client can make the server hold.
 #[derive(Clone, Copy, Debug)]
@@ -35,10 +39,19 @@ pub struct ConnLimits {
     /// A client that stops mid-message (or stops reading replies) for
     /// this long is disconnected.
     pub stall_timeout: Duration,
-    /// Negotiation must finish within this.
+    /// Negotiation must finish within this (qemu-nbd's default is 10 s;
+    /// nbdkit 1.32 has none).
     pub handshake_timeout: Duration,
-    /// Connections served at once; more are closed on accept.
+    /// A connection in transmission with nothing in flight, nothing
+    /// queued and no partial message for this long is disconnected.
+    /// `None` (the default, as in nbdkit and qemu-nbd) keeps idle clients:
+    /// a virtual machine's disk may idle for hours.
+    pub idle_timeout: Option<Duration>,
+    /// Connections served at once; more are answered with a refusal and
+    /// closed.
     pub max_connections: usize,
+    /// Connections served at once from one IP address (TCP only).
+    pub max_per_peer: usize,
 }
 
 impl Default for ConnLimits {
@@ -47,15 +60,13 @@ impl Default for ConnLimits {
             max_requests: 128,
             max_bytes: 64 << 20,
             stall_timeout: Duration::from_secs(30),
-            handshake_timeout: Duration::from_secs(30),
-            max_connections: 256,
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: None,
+            max_connections: 1024,
+            max_per_peer: 1024,
         }
     }
 }
-
-/// How long a blocked read or accept waits before looking at the shutdown
-/// flag and the deadlines.
-pub(crate) const TICK: Duration = Duration::from_millis(100);
 
 /// Where to listen.
 #[derive(Clone, Debug)]
@@ -98,6 +109,9 @@ pub(crate) struct Shared {
     pub(crate) limits: ConnLimits,
     pub(crate) shutdown: Arc<AtomicBool>,
     pub(crate) stats: ServerStats,
+    /// Readable (edge) when the shutdown flag was set: every I/O thread has
+    /// the read end in its epoll set.
+    pub(crate) wake: (UnixStream, UnixStream),
 }
 
 /// Counters of a server's life.
@@ -105,7 +119,8 @@ pub(crate) struct Shared {
 pub struct ServerStats {
     /// Connections accepted.
     pub connections: AtomicU64,
-    /// Connections refused because `max_connections` were open.
+    /// Connections refused because `max_connections` (or the peer's
+    /// `max_per_peer`) were open.
     pub refused: AtomicU64,
     /// Connections closed for breaking the protocol (bad magic, oversize
     /// payload, stall, bad option).
@@ -116,16 +131,27 @@ pub struct ServerStats {
     pub errors: AtomicU64,
 }
 
-enum Listener {
+pub(crate) enum Listener {
     Tcp(TcpListener),
     Unix(socket_path::ClaimedSocket),
 }
 
-/// A bound NBD server. [`Server::run`] serves until the shutdown flag is
-/// set, then drains every connection and flushes every export.
+impl Listener {
+    pub(crate) fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Listener::Tcp(l) => l.as_fd(),
+            Listener::Unix(c) => c.listener.as_fd(),
+        }
+    }
+}
+
+/// A bound NBD server. [`Server::run`] serves until [`Server::stop`] (or
+/// the shutdown flag and a wake), then drains every connection and
+/// flushes every export.
 pub struct Server {
     listener: Listener,
     shared: Arc<Shared>,
+    io_threads: usize,
 }
 
 /// Why the server could not start.
@@ -179,6 +205,11 @@ impl Server {
                 "per-connection requests in flight is 0; allow at least 1".into(),
             ));
         }
+        if cfg.limits.max_per_peer == 0 {
+            return Err(ServerError::Config(
+                "connections per peer is 0; allow at least 1".into(),
+            ));
+        }
         if cfg.limits.max_connections == 0 {
             return Err(ServerError::Config(
                 "connections served at once is 0; allow at least 1".into(),
@@ -203,7 +234,16 @@ impl Server {
             }
         };
         let infos = cfg.exports.iter().map(export_info).collect();
+        let wake = UnixStream::pair().map_err(io("socketpair".into()))?;
+        wake.0
+            .set_nonblocking(true)
+            .map_err(io("set_nonblocking".into()))?;
+        wake.1
+            .set_nonblocking(true)
+            .map_err(io("set_nonblocking".into()))?;
+        let io_threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         Ok(Server {
+            io_threads,
             listener,
             shared: Arc::new(Shared {
                 exports: cfg.exports,
@@ -213,6 +253,7 @@ impl Server {
                 limits: cfg.limits,
                 shutdown: Arc::new(AtomicBool::new(false)),
                 stats: ServerStats::default(),
+                wake,
             }),
         })
     }
@@ -225,10 +266,30 @@ impl Server {
         }
     }
 
-    /// The flag that stops the server: set it (from a signal handler, or
-    /// another thread) and [`Server::run`] drains and returns.
+    /// The flag that stops the server. Setting it alone is not seen until
+    /// something wakes the I/O threads: call [`Server::stop`], or write a
+    /// byte to [`Server::wake_fd`] (a signal handler can:
+    /// `signal_hook::low_level::pipe`).
     pub fn shutdown_handle(&self) -> Arc<AtomicBool> {
         self.shared.shutdown.clone()
+    }
+
+    /// A socket to write one byte to after setting the shutdown flag; the
+    /// I/O threads wake on it.
+    pub fn wake_fd(&self) -> std::io::Result<UnixStream> {
+        self.shared.wake.1.try_clone()
+    }
+
+    /// Stop: set the shutdown flag and wake every I/O thread.
+    pub fn stop(&self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        let _ = (&self.shared.wake.1).write(&[1]);
+    }
+
+    /// Use `n` I/O threads (default: one per core).
+    pub fn with_io_threads(mut self, n: usize) -> Server {
+        self.io_threads = n.max(1);
+        self
     }
 
     /// The server's counters.
@@ -241,50 +302,34 @@ impl Server {
         &self.shared.infos
     }
 
-    /// Serve until the shutdown flag is set. Then: stop accepting, let
-    /// every connection finish its in-flight requests and send their
-    /// replies, flush every export, and return.
+    /// Serve until stopped. Then: stop accepting, let every connection
+    /// finish its in-flight requests and send their replies, flush every
+    /// export, and return.
     pub fn run(&self) -> Result<(), ServerError> {
-        let sh = &self.shared;
-        let mut conns: Vec<JoinHandle<()>> = Vec::new();
-        while !sh.shutdown.load(Ordering::Relaxed) {
-            let accepted = match &self.listener {
-                Listener::Tcp(l) => l.accept().map(|(s, _)| Socket::Tcp(s)),
-                Listener::Unix(c) => c.listener.accept().map(|(s, _)| Socket::Unix(s)),
-            };
-            let sock = match accepted {
-                Ok(s) => s,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(TICK / 5);
-                    continue;
+        let sh = &*self.shared;
+        let admission = Mutex::new(event_loop::Admission::default());
+        let peers = (0..self.io_threads)
+            .map(|_| event_loop::Peer::new())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|source| ServerError::Io {
+                what: "socketpair".into(),
+                source,
+            })?;
+        std::thread::scope(|scope| {
+            for i in 0..self.io_threads {
+                let admission = &admission;
+                let listener = &self.listener;
+                let peers = &peers[..];
+                let r = std::thread::Builder::new()
+                    .name(format!("nbd-io-{i}"))
+                    .spawn_scoped(scope, move || {
+                        event_loop::run(sh, listener, admission, i, peers)
+                    });
+                if let Err(e) = r {
+                    eprintln!("mqblk serve: cannot start I/O thread {i}: {e}");
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    // Out of descriptors and the like: back off, keep serving.
-                    eprintln!("mqblk serve: accept: {e}");
-                    std::thread::sleep(TICK);
-                    continue;
-                }
-            };
-            conns.retain(|h| !h.is_finished());
-            if conns.len() >= sh.limits.max_connections {
-                sh.stats.refused.fetch_add(1, Ordering::Relaxed);
-                sock.shutdown();
-                continue;
             }
-            sh.stats.connections.fetch_add(1, Ordering::Relaxed);
-            let shared = self.shared.clone();
-            let spawned = std::thread::Builder::new()
-                .name("nbd-conn".into())
-                .spawn(move || conn::serve(sock, &shared));
-            match spawned {
-                Ok(h) => conns.push(h),
-                Err(e) => eprintln!("mqblk serve: cannot start a connection thread: {e}"),
-            }
-        }
-        for h in conns {
-            let _ = h.join();
-        }
+        });
         for e in &sh.exports {
             if e.read_only {
                 continue;

@@ -127,7 +127,7 @@ impl TestServer {
     }
 
     fn stop_inner(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.server.stop();
         if let Some(t) = self.thread.take() {
             t.join().expect("server thread");
         }
@@ -315,10 +315,12 @@ impl Nbdkit {
             .spawn()
             .expect("start nbdkit");
         let t = Instant::now();
-        while !sock.exists() {
+        // The socket file exists from bind(), before listen(): wait until
+        // a connection is accepted, or a client started now is refused.
+        while UnixStream::connect(&sock).is_err() {
             assert!(
                 t.elapsed() < Duration::from_secs(20),
-                "nbdkit did not create its socket"
+                "nbdkit did not listen on its socket"
             );
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -1,0 +1,697 @@
+//! One I/O thread of the server: an epoll loop over the listener, the
+//! thread's connections, and one [`Context`] per export (whose completion
+//! fd is in the same epoll set).
+//!
+//! Every I/O thread has the listener in its epoll set (`EPOLLEXCLUSIVE`,
+//! so one thread wakes per new connection) and keeps what it accepts:
+//! there is no hand-off between threads and no thread per connection.
+//! Connections are edge-triggered; a connection that stops reading
+//! because it hit its bounds remembers that its socket may still hold
+//! input, and reads again when completions free room.
+//!
+//! Deadlines (handshake, stall, idle) sit in a min-heap; `epoll_wait`
+//! sleeps until the earliest one. An entry that fires for a connection
+//! whose deadline has moved on is re-armed, so the heap holds at most a
+//! few entries per connection and nothing is scanned.
+//!
+//! Completions are reaped from the contexts into a per-thread list and
+//! then routed to their connections (`bio.private` = connection index and
+//! slot): a completion never runs inside a submission.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::io::{Read, Write};
+use std::net::IpAddr;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use mqblk_core::bio::Bio;
+use mqblk_core::error::Status;
+use mqblk_core::Context;
+use rustix::event::epoll;
+
+use super::conn::{Conn, End, Limbo};
+use super::{Listener, Shared};
+use crate::transport::Socket;
+
+const LISTENER: u64 = 0;
+const WAKE: u64 = 1;
+const INBOX: u64 = 2;
+const CTX_BASE: u64 = 1 << 40;
+const CONN_BASE: u64 = 1 << 48;
+
+/// Events taken per `epoll_wait`.
+const EVENTS_MAX: usize = 256;
+/// Scratch bytes for reading requests: many headers per `read`.
+pub(crate) const SCRATCH_BYTES: usize = 64 * 1024;
+
+/// Connections open across every I/O thread, by peer address.
+#[derive(Default)]
+pub(crate) struct Admission {
+    total: usize,
+    per_peer: HashMap<IpAddr, usize>,
+}
+
+/// What the I/O threads know of each other: each one's open connections
+/// (so an accepting thread hands a new connection to the least loaded
+/// one), and an inbox for the hand-off with a socket that wakes its loop.
+pub(crate) struct Peer {
+    pub(crate) conns: AtomicUsize,
+    inbox: Mutex<Vec<Limbo>>,
+    wake: (UnixStream, UnixStream),
+}
+
+impl Peer {
+    pub(crate) fn new() -> std::io::Result<Peer> {
+        let wake = UnixStream::pair()?;
+        wake.0.set_nonblocking(true)?;
+        wake.1.set_nonblocking(true)?;
+        Ok(Peer {
+            conns: AtomicUsize::new(0),
+            inbox: Mutex::new(Vec::new()),
+            wake,
+        })
+    }
+}
+
+/// A finished I/O on its way back to its connection.
+pub(crate) struct Done {
+    pub(crate) private: u64,
+    pub(crate) status: Status,
+    pub(crate) bio: Bio,
+}
+
+/// The per-export context of this thread.
+struct Ctx {
+    ctx: Context,
+    /// The completion fd is in the epoll set. It is asked for only once
+    /// the loop is about to sleep with requests still in flight: a device
+    /// that completes within `poll` (ram, null) never needs it, and then
+    /// pays no eventfd signal per submission.
+    fd_armed: bool,
+}
+
+struct Slot<'s> {
+    conn: Option<Conn<'s>>,
+    generation: u32,
+}
+
+/// The loop's state.
+struct Loop<'s> {
+    sh: &'s Shared,
+    /// This thread's entry among the peers.
+    me: &'s Peer,
+    epoll: rustix::fd::OwnedFd,
+    slots: Vec<Slot<'s>>,
+    free: Vec<u32>,
+    ctxs: Vec<Option<Ctx>>,
+    timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    done: Vec<Done>,
+    /// Connections to look at again before sleeping.
+    dirty: Vec<u32>,
+    scratch: Box<[u8]>,
+    accepting: bool,
+    draining: bool,
+    /// Refused connections being answered.
+    refusing: usize,
+    log: LogLimit,
+}
+
+/// At most one line a second for what a flood can cause (refusals,
+/// deadlines), with a count of the lines held back.
+#[derive(Default)]
+pub(crate) struct LogLimit {
+    last: Option<Instant>,
+    held: u64,
+}
+
+impl LogLimit {
+    pub(crate) fn line(&mut self, now: Instant, msg: std::fmt::Arguments<'_>) {
+        if self
+            .last
+            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
+        {
+            self.held += 1;
+            return;
+        }
+        if self.held > 0 {
+            eprintln!(
+                "mqblk serve: {msg} (and {} more such lines in the last second)",
+                self.held
+            );
+        } else {
+            eprintln!("mqblk serve: {msg}");
+        }
+        self.last = Some(now);
+        self.held = 0;
+    }
+}
+
+/// Run one I/O thread until shutdown has drained it.
+pub(crate) fn run(
+    sh: &Shared,
+    listener: &Listener,
+    admission: &Mutex<Admission>,
+    me: usize,
+    peers: &[Peer],
+) {
+    let epoll = match epoll::create(epoll::CreateFlags::CLOEXEC) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("mqblk serve: epoll_create: {e}");
+            return;
+        }
+    };
+    let lfd = listener.as_fd();
+    let add = epoll::add(
+        &epoll,
+        lfd,
+        epoll::EventData::new_u64(LISTENER),
+        epoll::EventFlags::IN | epoll::EventFlags::EXCLUSIVE,
+    )
+    .and_then(|()| {
+        epoll::add(
+            &epoll,
+            sh.wake.0.as_fd(),
+            epoll::EventData::new_u64(WAKE),
+            epoll::EventFlags::IN | epoll::EventFlags::ET,
+        )
+    })
+    .and_then(|()| {
+        epoll::add(
+            &epoll,
+            peers[me].wake.0.as_fd(),
+            epoll::EventData::new_u64(INBOX),
+            epoll::EventFlags::IN,
+        )
+    });
+    if let Err(e) = add {
+        eprintln!("mqblk serve: epoll_ctl: {e}");
+        return;
+    }
+    let mut lp = Loop {
+        sh,
+        me: &peers[me],
+        epoll,
+        slots: Vec::new(),
+        free: Vec::new(),
+        ctxs: (0..sh.exports.len()).map(|_| None).collect(),
+        timers: BinaryHeap::new(),
+        done: Vec::with_capacity(256),
+        dirty: Vec::with_capacity(64),
+        scratch: vec![0u8; SCRATCH_BYTES].into_boxed_slice(),
+        accepting: true,
+        draining: false,
+        refusing: 0,
+        log: LogLimit::default(),
+    };
+    let mut events: Vec<epoll::Event> = Vec::with_capacity(EVENTS_MAX);
+    loop {
+        if sh.shutdown.load(Ordering::Relaxed) && !lp.draining {
+            lp.start_drain(lfd);
+        }
+        if lp.draining && lp.open_conns() == 0 {
+            break;
+        }
+        let rearmed = lp.arm_completion_fds();
+        let timeout = if rearmed {
+            Some(rustix::event::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            })
+        } else {
+            lp.next_timeout()
+        };
+        events.clear();
+        let r = epoll::wait(
+            &lp.epoll,
+            rustix::buffer::spare_capacity(&mut events),
+            timeout.as_ref(),
+        );
+        match r {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => {
+                eprintln!("mqblk serve: epoll_wait: {e}");
+                break;
+            }
+        }
+        let now = Instant::now();
+        for ev in &events {
+            let token = ev.data.u64();
+            let flags = ev.flags;
+            if token == LISTENER {
+                if lp.accepting {
+                    lp.accept_all(listener, admission, now, me, peers);
+                }
+            } else if token == INBOX {
+                let mut b = [0u8; 64];
+                while matches!((&peers[me].wake.0).read(&mut b), Ok(n) if n > 0) {}
+                let handed =
+                    std::mem::take(&mut *peers[me].inbox.lock().unwrap_or_else(|p| p.into_inner()));
+                for limbo in handed {
+                    lp.insert(limbo, now, admission);
+                }
+            } else if token == WAKE {
+                // The shutdown flag is looked at on top of the loop.
+            } else if token >= CONN_BASE {
+                let idx = (token - CONN_BASE) as u32;
+                lp.conn_event(idx, flags, now);
+            } else if token >= CTX_BASE {
+                // Reaped below, with every context.
+            }
+        }
+        lp.expire(now, admission);
+        lp.settle(now, admission);
+    }
+    // Nothing may stay in flight: the bios own our buffers and our
+    // contexts must outlive them.
+    for c in lp.ctxs.iter_mut().flatten() {
+        while c.ctx.in_flight() > 0 {
+            c.ctx.poll_wait(1, |_| {});
+        }
+    }
+}
+
+impl<'s> Loop<'s> {
+    fn open_conns(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    fn start_drain(&mut self, lfd: BorrowedFd<'_>) {
+        self.draining = true;
+        self.accepting = false;
+        let _ = epoll::delete(&self.epoll, lfd);
+        for i in 0..self.slots.len() as u32 {
+            if let Some(c) = self.slots[i as usize].conn.as_mut() {
+                c.start_drain();
+                self.mark_dirty(i);
+            }
+        }
+    }
+
+    fn next_timeout(&mut self) -> Option<rustix::event::Timespec> {
+        if !self.dirty.is_empty() || self.ctxs_busy() {
+            return Some(rustix::event::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            });
+        }
+        let Reverse((at, _, _)) = self.timers.peek()?;
+        let d = at.saturating_duration_since(Instant::now());
+        // Round up to a whole millisecond: waking early only to sleep
+        // again would be a busy loop.
+        let d = d + Duration::from_nanos(999_999);
+        Some(rustix::event::Timespec {
+            tv_sec: d.as_secs() as i64,
+            tv_nsec: i64::from(d.subsec_millis()) * 1_000_000,
+        })
+    }
+
+    /// True while a context holds completions or plugged bios that its
+    /// fd may not announce (work queued by this thread itself).
+    fn ctxs_busy(&self) -> bool {
+        self.ctxs.iter().flatten().any(|c| c.ctx.ready() > 0)
+    }
+
+    fn mark_dirty(&mut self, idx: u32) {
+        if let Some(c) = self.slots[idx as usize].conn.as_mut() {
+            if !c.dirty {
+                c.dirty = true;
+                self.dirty.push(idx);
+            }
+        }
+    }
+
+    fn accept_all(
+        &mut self,
+        listener: &Listener,
+        admission: &Mutex<Admission>,
+        now: Instant,
+        me: usize,
+        peers: &[Peer],
+    ) {
+        loop {
+            let accepted = match listener {
+                Listener::Tcp(l) => l.accept().map(|(s, a)| (Socket::Tcp(s), Some(a.ip()))),
+                Listener::Unix(c) => c.listener.accept().map(|(s, _)| (Socket::Unix(s), None)),
+            };
+            let (sock, peer) = match accepted {
+                Ok(s) => s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // Out of descriptors and the like: the listener stays
+                    // readable, so back off by leaving it to the next wake.
+                    eprintln!("mqblk serve: accept: {e}");
+                    return;
+                }
+            };
+            if sock.set_nonblocking().is_err() {
+                continue;
+            }
+            sock.set_nodelay();
+            let refusal = self.admit(peer, admission);
+            if let Some(why) = &refusal {
+                self.sh.stats.refused.fetch_add(1, Ordering::Relaxed);
+                self.log
+                    .line(now, format_args!("refused a connection: {why}"));
+            } else {
+                self.sh.stats.connections.fetch_add(1, Ordering::Relaxed);
+            }
+            let limbo = Limbo {
+                sock,
+                peer,
+                refusal,
+            };
+            // The least loaded thread takes it (this one on a tie).
+            let mut target = me;
+            for (i, p) in peers.iter().enumerate() {
+                if p.conns.load(Ordering::Relaxed) < peers[target].conns.load(Ordering::Relaxed) {
+                    target = i;
+                }
+            }
+            peers[target].conns.fetch_add(1, Ordering::Relaxed);
+            if target == me {
+                self.insert(limbo, now, admission);
+            } else {
+                let p = &peers[target];
+                p.inbox
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(limbo);
+                let _ = (&p.wake.1).write(&[1]);
+            }
+        }
+    }
+
+    /// Count the connection in, or say why not.
+    fn admit(&self, peer: Option<IpAddr>, admission: &Mutex<Admission>) -> Option<String> {
+        let lim = &self.sh.limits;
+        let mut a = admission.lock().unwrap_or_else(|p| p.into_inner());
+        if a.total >= lim.max_connections {
+            return Some(format!(
+                "the server is serving its limit of {} connections (--max-connections)",
+                lim.max_connections
+            ));
+        }
+        if let Some(ip) = peer {
+            let n = a.per_peer.get(&ip).copied().unwrap_or(0);
+            if n >= lim.max_per_peer {
+                return Some(format!(
+                    "{ip} already has its limit of {} connections (--max-connections-per-peer)",
+                    lim.max_per_peer
+                ));
+            }
+            a.per_peer.insert(ip, n + 1);
+        }
+        a.total += 1;
+        None
+    }
+
+    fn release(&self, peer: Option<IpAddr>, admission: &Mutex<Admission>) {
+        let mut a = admission.lock().unwrap_or_else(|p| p.into_inner());
+        a.total -= 1;
+        if let Some(ip) = peer {
+            if let Some(n) = a.per_peer.get_mut(&ip) {
+                *n -= 1;
+                if *n == 0 {
+                    a.per_peer.remove(&ip);
+                }
+            }
+        }
+    }
+
+    /// Take a connection in (`me.conns` already counts it).
+    fn insert(&mut self, limbo: Limbo, now: Instant, admission: &Mutex<Admission>) {
+        let refused = limbo.refusal.is_some();
+        // Refused connections are answered, but only a bounded number at
+        // once: past that they get a bare close.
+        if refused && self.refusing >= REFUSING_MAX {
+            limbo.sock.shutdown();
+            self.me.conns.fetch_sub(1, Ordering::Relaxed);
+            return;
+        }
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot {
+                    conn: None,
+                    generation: 0,
+                });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let peer = limbo.peer;
+        let conn = Conn::new(limbo, self.sh, now);
+        let r = epoll::add(
+            &self.epoll,
+            conn.fd(),
+            epoll::EventData::new_u64(CONN_BASE + u64::from(idx)),
+            epoll::EventFlags::IN
+                | epoll::EventFlags::OUT
+                | epoll::EventFlags::RDHUP
+                | epoll::EventFlags::ET,
+        );
+        if let Err(e) = r {
+            eprintln!("mqblk serve: epoll_ctl: {e}");
+            if !refused {
+                self.release(peer, admission);
+            }
+            self.me.conns.fetch_sub(1, Ordering::Relaxed);
+            self.free.push(idx);
+            return;
+        }
+        let slot = &mut self.slots[idx as usize];
+        slot.generation = slot.generation.wrapping_add(1);
+        slot.conn = Some(conn);
+        if refused {
+            self.refusing += 1;
+        }
+        self.mark_dirty(idx);
+    }
+
+    fn conn_event(&mut self, idx: u32, flags: epoll::EventFlags, _now: Instant) {
+        let Some(c) = self
+            .slots
+            .get_mut(idx as usize)
+            .and_then(|s| s.conn.as_mut())
+        else {
+            return;
+        };
+        if flags.intersects(
+            epoll::EventFlags::IN
+                | epoll::EventFlags::RDHUP
+                | epoll::EventFlags::HUP
+                | epoll::EventFlags::ERR,
+        ) {
+            c.readable = true;
+        }
+        if flags.intersects(epoll::EventFlags::OUT | epoll::EventFlags::HUP) {
+            c.writable = true;
+        }
+        self.mark_dirty(idx);
+    }
+
+    /// Drive every dirty connection and every context until nothing moves.
+    fn settle(&mut self, now: Instant, admission: &Mutex<Admission>) {
+        let mut rounds = 0u32;
+        loop {
+            // 1. Connections: read, parse, submit, write.
+            let mut i = 0;
+            while i < self.dirty.len() {
+                let idx = self.dirty[i];
+                i += 1;
+                self.drive(idx, now, admission);
+            }
+            self.dirty.clear();
+            // 2. Contexts: issue what is plugged, reap what is done.
+            let mut reaped = 0;
+            for slot in self.ctxs.iter_mut() {
+                let Some(c) = slot.as_mut() else { continue };
+                let done = &mut self.done;
+                let n = c.ctx.poll(|comp| {
+                    let private = comp.private();
+                    let status = comp.status();
+                    done.push(Done {
+                        private,
+                        status,
+                        bio: comp.into_bio(),
+                    });
+                });
+                reaped += n;
+            }
+            // 3. Route completions to their connections.
+            let mut done = std::mem::take(&mut self.done);
+            for d in done.drain(..) {
+                let idx = (d.private >> 32) as u32;
+                debug_assert!((idx as usize) < self.slots.len());
+                if let Some(c) = self.slots[idx as usize].conn.as_mut() {
+                    c.complete(d);
+                    self.mark_dirty(idx);
+                }
+            }
+            self.done = done;
+            rounds += 1;
+            if (self.dirty.is_empty() && reaped == 0) || rounds >= SETTLE_ROUNDS_MAX {
+                break;
+            }
+        }
+    }
+
+    fn ctx_for(&mut self, export: usize) -> Result<(), End> {
+        if self.ctxs[export].is_none() {
+            let dev = &self.sh.exports[export].device;
+            let ctx = dev
+                .context()
+                .map_err(|e| End::Dropped(format!("no context: {e}")))?;
+            self.ctxs[export] = Some(Ctx {
+                ctx,
+                fd_armed: false,
+            });
+        }
+        Ok(())
+    }
+
+    /// Before sleeping: every context with requests in flight has its
+    /// completion fd in the epoll set. Returns true if one was just added:
+    /// then the contexts must be polled once more before sleeping, for a
+    /// completion that came before the fd existed.
+    #[allow(unsafe_code)]
+    fn arm_completion_fds(&mut self) -> bool {
+        let mut armed = false;
+        for (export, slot) in self.ctxs.iter_mut().enumerate() {
+            let Some(c) = slot.as_mut() else { continue };
+            if c.fd_armed || c.ctx.in_flight() == 0 {
+                continue;
+            }
+            let fd = match c.ctx.completion_fd() {
+                Ok(fd) => fd,
+                Err(e) => {
+                    eprintln!("mqblk serve: no completion fd: {e}");
+                    continue;
+                }
+            };
+            // SAFETY: the fd belongs to `c.ctx`, which this loop keeps (in
+            // `self.ctxs`) for as long as the epoll set exists; the borrow
+            // only lives for the epoll_ctl call.
+            let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
+            match epoll::add(
+                &self.epoll,
+                bfd,
+                epoll::EventData::new_u64(CTX_BASE + export as u64),
+                epoll::EventFlags::IN,
+            ) {
+                Ok(()) => {
+                    c.fd_armed = true;
+                    armed = true;
+                }
+                Err(e) => eprintln!("mqblk serve: epoll_ctl: {e}"),
+            }
+        }
+        armed
+    }
+
+    /// Drive one connection as far as it goes without blocking.
+    fn drive(&mut self, idx: u32, now: Instant, admission: &Mutex<Admission>) {
+        let Some(mut conn) = self.slots[idx as usize].conn.take() else {
+            return;
+        };
+        conn.dirty = false;
+        let mut result;
+        // A connection in transmission needs its export's context.
+        if let Some(export) = conn.export() {
+            result = self.ctx_for(export);
+            if let (Ok(()), Some(c)) = (&result, self.ctxs[export].as_mut()) {
+                result = conn.drive(
+                    Some((&mut c.ctx, &mut self.done)),
+                    idx,
+                    &mut self.scratch,
+                    now,
+                );
+            }
+        } else {
+            result = conn.drive(None, idx, &mut self.scratch, now);
+            // Negotiation may have just finished: go round again with the
+            // context.
+            if result.is_ok() && conn.export().is_some() {
+                conn.dirty = true;
+                self.dirty.push(idx);
+            }
+        }
+        if let Err(end) = result {
+            conn.fail(end, self.sh);
+        }
+        if conn.more {
+            conn.dirty = true;
+            self.dirty.push(idx);
+        }
+        if conn.finished() {
+            let _ = epoll::delete(&self.epoll, conn.fd());
+            if conn.is_refusal() {
+                self.refusing -= 1;
+            } else {
+                self.release(conn.peer(), admission);
+            }
+            self.me.conns.fetch_sub(1, Ordering::Relaxed);
+            conn.close(self.sh);
+            self.slots[idx as usize].generation =
+                self.slots[idx as usize].generation.wrapping_add(1);
+            self.free.push(idx);
+            return;
+        }
+        // Arm a timer if the connection's deadline moved earlier.
+        if let Some(at) = conn.deadline() {
+            if conn.timer_at.is_none_or(|t| at < t) {
+                conn.timer_at = Some(at);
+                let generation = self.slots[idx as usize].generation;
+                self.timers.push(Reverse((at, idx, generation)));
+            }
+        }
+        self.slots[idx as usize].conn = Some(conn);
+    }
+
+    /// Fire the deadlines that are due.
+    fn expire(&mut self, now: Instant, admission: &Mutex<Admission>) {
+        while let Some(&Reverse((at, idx, generation))) = self.timers.peek() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            let slot = &mut self.slots[idx as usize];
+            if slot.generation != generation {
+                continue;
+            }
+            let Some(c) = slot.conn.as_mut() else {
+                continue;
+            };
+            if c.timer_at != Some(at) {
+                // A newer entry stands for this connection.
+                continue;
+            }
+            c.timer_at = None;
+            match c.deadline() {
+                Some(d) if d <= now => {
+                    c.expired(self.sh, now, &mut self.log);
+                    self.mark_dirty(idx);
+                }
+                Some(d) => {
+                    c.timer_at = Some(d);
+                    self.timers.push(Reverse((d, idx, generation)));
+                }
+                None => {}
+            }
+        }
+        let _ = admission;
+    }
+}
+
+/// Refused connections answered at once per thread.
+const REFUSING_MAX: usize = 64;
+/// Rounds of connections and contexts per wake-up before sleeping: the
+/// loop goes back to epoll (with a zero timeout if work remains), so new
+/// connections and deadlines are never starved.
+const SETTLE_ROUNDS_MAX: u32 = 64;
