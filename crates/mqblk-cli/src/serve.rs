@@ -114,6 +114,11 @@ pub struct ServeArgs {
     /// (default: one per core).
     #[arg(long = "io-threads", value_name = "N")]
     pub io_threads: Option<usize>,
+
+    /// Listen on this unix socket for limit, group and scheduler changes
+    /// while serving (`mqblk qos --control=SOCKET ...`).
+    #[arg(long, value_name = "SOCKET")]
+    pub control: Option<std::path::PathBuf>,
 }
 
 /// Check a `--listen` address: `HOST:PORT` with a port of 0 to 65535
@@ -197,6 +202,7 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         bail!("--stall-timeout 0: expected at least 1 second");
     }
     let mut exports = Vec::with_capacity(devices.len());
+    let mut opened = Vec::with_capacity(devices.len());
     for (i, spec) in devices.iter().enumerate() {
         let name = match args.export.get(i) {
             Some(n) => n.clone(),
@@ -213,6 +219,7 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         }
         .map_err(|e| crate::open_error(e, spec))?;
         let kind = mqblk::spec::parse(spec).map(|s| s.kind).unwrap_or_default();
+        opened.push(dev.clone());
         let mut e = Export::new(name, dev);
         e.read_only = args.read_only;
         // A device over NBD may sit on a server without multi-conn; every
@@ -251,6 +258,10 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         handshake_timeout: Duration::from_millis(args.handshake_timeout_ms),
         idle_timeout: (args.idle_timeout_ms > 0)
             .then(|| Duration::from_millis(args.idle_timeout_ms)),
+    };
+    let _control = match &args.control {
+        Some(path) => Some(crate::qos::Control::start(path, opened)?),
+        None => None,
     };
     let server = Server::bind(
         ServerConfig {

@@ -238,9 +238,10 @@ impl Context {
         &self.st.group.0
     }
 
-    /// Requests submitted and not yet completed.
+    /// I/O submitted and not yet completed: requests in the pipeline, and
+    /// bios the throttle still holds.
     pub fn in_flight(&self) -> u32 {
-        self.st.in_flight
+        self.st.in_flight + self.st.throttled.len() as u32
     }
 
     /// Completed bios waiting for [`Context::poll`].
