@@ -317,3 +317,22 @@ fn fio_filename_names_a_file_device_for_the_engine() {
     assert_eq!(v["jobs"][0]["error"], 0, "{out}");
     assert_eq!(v["jobs"][0]["write"]["io_bytes"], 8 << 20, "{out}");
 }
+
+#[test]
+fn submitting_through_the_c_api_allocates_nothing_and_copies_nothing_per_io() {
+    let exe = build(
+        &crate_dir().join("tests/c/alloc_test.c"),
+        "alloc_test",
+        &["-O1"],
+    );
+    for spec in ["ram,size=16M", "null"] {
+        let out = run(Command::new(&exe)
+            .args([spec, "100000"])
+            .env("LD_LIBRARY_PATH", prefix().join("lib")));
+        println!("{out}");
+        assert!(
+            out.contains("allocations per I/O: 0.000000, bytes copied: 0"),
+            "{out}"
+        );
+    }
+}
