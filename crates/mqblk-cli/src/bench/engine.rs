@@ -185,7 +185,9 @@ pub fn run(prepared: Prepared, progress: bool, stop: &AtomicBool) -> Result<RunR
     }
     let mut total: Option<RunResult> = None;
     for (base, plan, verifiers) in groups.into_iter().rev() {
-        if stop.load(Relaxed) {
+        // A signal ends the run after the group it stopped; the first
+        // group always runs, so that there is a report.
+        if stop.load(Relaxed) && total.is_some() {
             break;
         }
         let r = run_group(base, plan, verifiers, alignment.clone(), progress, stop)?;
@@ -436,10 +438,16 @@ fn check_job(job: &JobSpec, dev: &Device, spec: &str) -> Result<()> {
         );
     }
     let unit = super::pattern::unit_bytes(job);
-    for (what, n) in [
-        ("smallest block size or blockalign", unit),
-        ("largest block size", job.block_sizes.max(job.bs)),
-    ] {
+    // (A fixed bs= is checked below, with its own advice.)
+    let sizes = if variable || job.blockalign.is_some() {
+        vec![
+            ("smallest block size or blockalign", unit),
+            ("largest block size", job.block_sizes.max(job.bs)),
+        ]
+    } else {
+        Vec::new()
+    };
+    for (what, n) in sizes {
         if !n.is_multiple_of(lbs) {
             bail!(
                 "job {}: the {what}, {n}, is not a multiple of {}'s logical block size {lbs} ({spec})",
