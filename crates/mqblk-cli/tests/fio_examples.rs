@@ -120,3 +120,51 @@ fn tempdir() -> PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+#[test]
+fn bw_and_iops_logs_have_fio_s_format_for_fiologparser() {
+    require_tool("python3");
+    let tools = examples_dir().join("../tools");
+    let scratch = tempdir().join("logs");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let job = scratch.join("log.fio");
+    std::fs::write(
+        &job,
+        "[logged]\nrw=randrw\nbs=4k\nwrite_bw_log=run\nwrite_iops_log=run\nlog_avg_msec=100\n\
+         time_based\nruntime=500ms\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+        .current_dir(&scratch)
+        .args(["bench", "--device", "null"])
+        .arg(&job)
+        .output()
+        .expect("run mqblk");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for log in ["run_bw.1.log", "run_iops.1.log"] {
+        let text = std::fs::read_to_string(scratch.join(log)).unwrap();
+        let first = text.lines().next().unwrap_or_default().to_string();
+        let fields: Vec<&str> = first.split(", ").collect();
+        assert_eq!(fields.len(), 4, "{log}: {first}");
+        let parsed = Command::new("python3")
+            .arg(tools.join("fiologparser.py"))
+            .arg("-A")
+            .arg("-f")
+            .arg(scratch.join(log))
+            .output()
+            .expect("run fiologparser.py");
+        let stdout = String::from_utf8_lossy(&parsed.stdout);
+        assert!(
+            parsed.status.success(),
+            "{log}: {}",
+            String::from_utf8_lossy(&parsed.stderr)
+        );
+        let value: f64 = stdout.trim().rsplit(", ").next().unwrap().parse().unwrap();
+        assert!(value > 0.0, "{log}: {stdout}");
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+}

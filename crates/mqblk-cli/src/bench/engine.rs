@@ -40,6 +40,9 @@ struct Shared {
     end: Barrier,
     /// I/Os done per job, for the progress line (written once per batch).
     progress: Vec<CachePadded<AtomicU64>>,
+    /// Per job, per direction, for the bw and iops logs (written once per
+    /// batch, only by jobs that log).
+    counters: Vec<CachePadded<super::log::Counters>>,
 }
 
 /// What a job thread measured, before formatting.
@@ -232,6 +235,9 @@ fn run_group(
         progress: (0..n)
             .map(|_| CachePadded::new(AtomicU64::new(0)))
             .collect(),
+        counters: (0..n)
+            .map(|_| CachePadded::new(super::log::Counters::default()))
+            .collect(),
     });
     let mut handles = Vec::with_capacity(n);
     for (index, (job, dev)) in plan.iter().cloned().enumerate() {
@@ -274,6 +280,10 @@ fn run_group(
     };
     let allocs_start = alloc_count::allocations();
     let t0 = Instant::now();
+    let mut logger = {
+        let jobs: Vec<&JobSpec> = plan.iter().map(|(j, _)| j).collect();
+        super::log::Logger::new(base, &jobs)
+    };
     let runtime = plan.iter().filter_map(|(j, _)| j.runtime).max();
     let bar = progress_bar(progress, runtime);
     let mut last = (t0, 0u64);
@@ -292,6 +302,11 @@ fn run_group(
         }));
         if let Some(sd) = &stats_dir {
             sd.write(false)?;
+        }
+        if let Some(l) = &mut logger {
+            let counters: Vec<&super::log::Counters> =
+                shared.counters.iter().map(|c| &**c).collect();
+            l.tick(t0.elapsed().as_millis() as u64, &counters);
         }
         if let Some(bar) = &bar {
             let now = Instant::now();
@@ -322,6 +337,9 @@ fn run_group(
         std::thread::sleep(Duration::from_micros(200));
     }
     let allocs_end = alloc_count::allocations();
+    if let Some(l) = logger {
+        l.finish()?;
+    }
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
@@ -594,6 +612,8 @@ fn job_thread<V: Hook>(
     let mut cpu_start = (0, 0);
     let mut stats_start = mqblk::DiskStats::default();
     let progress = &shared.progress[index];
+    let counters = &shared.counters[index];
+    let logs = job.write_bw_log.is_some() || job.write_iops_log.is_some();
 
     loop {
         let phase = shared.phase.load(Relaxed);
@@ -710,6 +730,9 @@ fn job_thread<V: Hook>(
             }
         });
         progress.store(read.ios + write.ios, Relaxed);
+        if logs {
+            counters.publish([read.ios, write.ios], [read.bytes, write.bytes]);
+        }
     }
     if !measuring {
         // Stopped during the ramp (size reached first): measure nothing.

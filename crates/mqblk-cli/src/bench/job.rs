@@ -322,6 +322,15 @@ pub struct JobSpec {
     pub rate_bps: Option<u64>,
     /// `startdelay=`: start this long after the run does.
     pub startdelay: Duration,
+    /// `write_bw_log=PREFIX`: fio's bandwidth log.
+    pub write_bw_log: Option<String>,
+    /// `write_iops_log=PREFIX`: fio's IOPS log.
+    pub write_iops_log: Option<String>,
+    /// `log_avg_msec=`: the logs' window (mqblk logs windows, never single
+    /// I/Os; default 500).
+    pub log_avg_msec: u32,
+    /// `per_job_logs=` (default 1): one file per job.
+    pub per_job_logs: bool,
     /// `bsrange=`/`bssplit=` (`bs` is then the largest size).
     pub block_sizes: BlockSizes,
     /// `blockalign=`: offsets are multiples of this (default: the
@@ -372,6 +381,10 @@ impl Default for JobSpec {
             stonewall: false,
             block_sizes: BlockSizes::Fixed,
             blockalign: None,
+            write_bw_log: None,
+            write_iops_log: None,
+            log_avg_msec: 500,
+            per_job_logs: true,
         }
     }
 }

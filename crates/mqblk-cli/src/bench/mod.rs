@@ -17,6 +17,7 @@
 //! - [`pattern`]: where each I/O goes (rw, offset, distribution).
 //! - [`engine`]: runs the jobs, one thread and one context each.
 //! - [`result`]: what was measured.
+//! - [`log`]: fio's bandwidth and IOPS logs.
 //! - [`report`]: fio's text and JSON output, plus the layer's own figures.
 
 // Pipeline order; one group per stage so that rustfmt keeps the order.
@@ -33,5 +34,7 @@ pub mod pattern;
 pub mod engine;
 
 pub mod result;
+
+pub mod log;
 
 pub mod report;
