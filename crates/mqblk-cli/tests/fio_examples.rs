@@ -122,7 +122,7 @@ fn tempdir() -> PathBuf {
 }
 
 #[test]
-fn bw_and_iops_logs_have_fio_s_format_for_fiologparser() {
+fn bw_iops_and_latency_logs_have_fio_s_format_for_fiologparser() {
     require_tool("python3");
     let tools = examples_dir().join("../tools");
     let scratch = tempdir().join("logs");
@@ -130,7 +130,8 @@ fn bw_and_iops_logs_have_fio_s_format_for_fiologparser() {
     let job = scratch.join("log.fio");
     std::fs::write(
         &job,
-        "[logged]\nrw=randrw\nbs=4k\nwrite_bw_log=run\nwrite_iops_log=run\nlog_avg_msec=100\n\
+        "[logged]\nrw=randrw\nbs=4k\nwrite_bw_log=run\nwrite_iops_log=run\nwrite_lat_log=run\n\
+         log_avg_msec=100\n\
          time_based\nruntime=500ms\n",
     )
     .unwrap();
@@ -145,7 +146,12 @@ fn bw_and_iops_logs_have_fio_s_format_for_fiologparser() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for log in ["run_bw.1.log", "run_iops.1.log"] {
+    for log in [
+        "run_bw.1.log",
+        "run_iops.1.log",
+        "run_lat.1.log",
+        "run_clat.1.log",
+    ] {
         let text = std::fs::read_to_string(scratch.join(log)).unwrap();
         let first = text.lines().next().unwrap_or_default().to_string();
         let fields: Vec<&str> = first.split(", ").collect();

@@ -43,6 +43,9 @@ struct Shared {
     /// Per job, per direction, for the bw and iops logs (written once per
     /// batch, only by jobs that log).
     counters: Vec<CachePadded<super::log::Counters>>,
+    /// Bumped at each log window: a job that logs latency then publishes
+    /// its histograms' totals.
+    log_generation: AtomicU64,
 }
 
 /// What a job thread measured, before formatting.
@@ -238,6 +241,7 @@ fn run_group(
         counters: (0..n)
             .map(|_| CachePadded::new(super::log::Counters::default()))
             .collect(),
+        log_generation: AtomicU64::new(0),
     });
     let mut handles = Vec::with_capacity(n);
     for (index, (job, dev)) in plan.iter().cloned().enumerate() {
@@ -306,7 +310,9 @@ fn run_group(
         if let Some(l) = &mut logger {
             let counters: Vec<&super::log::Counters> =
                 shared.counters.iter().map(|c| &**c).collect();
-            l.tick(t0.elapsed().as_millis() as u64, &counters);
+            if l.tick(t0.elapsed().as_millis() as u64, &counters) {
+                shared.log_generation.fetch_add(1, Relaxed);
+            }
         }
         if let Some(bar) = &bar {
             let now = Instant::now();
@@ -614,6 +620,8 @@ fn job_thread<V: Hook>(
     let progress = &shared.progress[index];
     let counters = &shared.counters[index];
     let logs = job.write_bw_log.is_some() || job.write_iops_log.is_some();
+    let lat_log = job.write_lat_log.is_some();
+    let mut log_generation_seen = 0u64;
 
     loop {
         let phase = shared.phase.load(Relaxed);
@@ -732,6 +740,27 @@ fn job_thread<V: Hook>(
         progress.store(read.ios + write.ios, Relaxed);
         if logs {
             counters.publish([read.ios, write.ios], [read.bytes, write.bytes]);
+        }
+        if lat_log && measuring {
+            let g = shared.log_generation.load(Relaxed);
+            if g != log_generation_seen {
+                log_generation_seen = g;
+                let h = ctx.histograms();
+                let mut n = [0u64; 2];
+                let mut sum = [0u64; 2];
+                for (d, group) in [
+                    mqblk::stats::StatGroup::Read,
+                    mqblk::stats::StatGroup::Write,
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    let hist = h.group(group);
+                    n[d] = hist.len();
+                    sum[d] = (hist.mean() * hist.len() as f64) as u64;
+                }
+                counters.publish_latency(n, sum);
+            }
         }
     }
     if !measuring {

@@ -326,6 +326,8 @@ pub struct JobSpec {
     pub write_bw_log: Option<String>,
     /// `write_iops_log=PREFIX`: fio's IOPS log.
     pub write_iops_log: Option<String>,
+    /// `write_lat_log=PREFIX`: fio's latency logs (mean per window).
+    pub write_lat_log: Option<String>,
     /// `log_avg_msec=`: the logs' window (mqblk logs windows, never single
     /// I/Os; default 500).
     pub log_avg_msec: u32,
@@ -383,6 +385,7 @@ impl Default for JobSpec {
             blockalign: None,
             write_bw_log: None,
             write_iops_log: None,
+            write_lat_log: None,
             log_avg_msec: 500,
             per_job_logs: true,
         }

@@ -69,6 +69,7 @@ pub const KEYS: &[&str] = &[
     "blockalign",
     "write_bw_log",
     "write_iops_log",
+    "write_lat_log",
     "log_avg_msec",
     "per_job_logs",
 ];
@@ -98,10 +99,6 @@ pub const NOTED_KEYS: &[(&str, &str)] = &[
     ("disable_bw_measurement", "bandwidth is always reported"),
     ("kb_base", "reports use fio's default units"),
     ("unit_base", "reports use fio's default units"),
-    (
-        "write_lat_log",
-        "latency logs are not written by mqblk bench yet (bw and iops logs are)",
-    ),
     (
         "write_hist_log",
         "histogram logs are not written by mqblk bench yet",
@@ -361,6 +358,8 @@ pub struct JobOptions {
     pub write_bw_log: Option<String>,
     /// `write_iops_log=`.
     pub write_iops_log: Option<String>,
+    /// `write_lat_log=`.
+    pub write_lat_log: Option<String>,
     /// `log_avg_msec=`.
     pub log_avg_msec: Option<u32>,
     /// `per_job_logs=`.
@@ -615,7 +614,7 @@ impl JobOptions {
                 }
                 self.blockalign = Some(n);
             }
-            "write_bw_log" | "write_iops_log" => {
+            "write_bw_log" | "write_iops_log" | "write_lat_log" => {
                 // fio's bare key (or an empty value) logs as the job name;
                 // mqblk takes the prefix `mqblk`.
                 let prefix = if v.is_empty() {
@@ -626,10 +625,10 @@ impl JobOptions {
                 if prefix.chars().any(char::is_control) {
                     return Err(bad(raw, expected));
                 }
-                if key == "write_bw_log" {
-                    self.write_bw_log = Some(prefix);
-                } else {
-                    self.write_iops_log = Some(prefix);
+                match key {
+                    "write_bw_log" => self.write_bw_log = Some(prefix),
+                    "write_iops_log" => self.write_iops_log = Some(prefix),
+                    _ => self.write_lat_log = Some(prefix),
                 }
             }
             "log_avg_msec" => {
@@ -767,6 +766,7 @@ impl JobOptions {
         over(&mut self.blockalign, &top.blockalign);
         over(&mut self.write_bw_log, &top.write_bw_log);
         over(&mut self.write_iops_log, &top.write_iops_log);
+        over(&mut self.write_lat_log, &top.write_lat_log);
         over(&mut self.log_avg_msec, &top.log_avg_msec);
         over(&mut self.per_job_logs, &top.per_job_logs);
     }
@@ -836,6 +836,7 @@ impl JobOptions {
             blockalign: self.blockalign.or(d.blockalign),
             write_bw_log: self.write_bw_log.clone().or(d.write_bw_log.clone()),
             write_iops_log: self.write_iops_log.clone().or(d.write_iops_log.clone()),
+            write_lat_log: self.write_lat_log.clone().or(d.write_lat_log.clone()),
             // 0 is fio's "every I/O"; mqblk logs windows, of 500 ms then.
             log_avg_msec: match self.log_avg_msec {
                 Some(0) | None => d.log_avg_msec,
@@ -883,8 +884,8 @@ pub fn expected(key: &str) -> Option<&'static str> {
             "SIZE/PERCENT:SIZE/PERCENT... such as 4k/10:64k/90, optionally ,WRITES the same way"
         }
         "blockalign" => "an offset alignment such as 4k (a multiple of 512)",
-        "write_bw_log" | "write_iops_log" => {
-            "a file name prefix (PREFIX_bw.N.log, PREFIX_iops.N.log)"
+        "write_bw_log" | "write_iops_log" | "write_lat_log" => {
+            "a file name prefix (PREFIX_bw.N.log, PREFIX_iops.N.log, PREFIX_lat.N.log)"
         }
         "log_avg_msec" => {
             "the logs' window in milliseconds (0: 500, as mqblk never logs single I/Os)"
