@@ -5,9 +5,14 @@
 # Exits 1 if any other module is on a cycle.
 set -euo pipefail
 cd "$(dirname "$0")/../crates/mqblk-core/src"
-for f in *.rs; do
+# A module is a file (queue.rs) or a directory with its submodules
+# (sched/mod.rs, sched/kyber.rs, ...), which count as one.
+for f in *.rs */; do
   m=${f%.rs}
-  deps=$(grep -v '^\s*//' "$f" | grep -oE 'crate::[a-z_]+' | sed 's/crate:://' | sort -u | grep -vx "$m" | tr '\n' ' ' || true)
+  m=${m%/}
+  files=("$f")
+  [ -d "$f" ] && files=("$f"*.rs)
+  deps=$(cat "${files[@]}" | grep -v '^\s*//' | grep -oE 'crate::[a-z_]+' | sed 's/crate:://' | sort -u | grep -vx "$m" | tr '\n' ' ' || true)
   echo "$m: $deps"
 done | python3 -c '
 import sys

@@ -4,9 +4,12 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
+/// Bytes allocated and not yet freed, by every thread (excluded or not):
+/// `mqblk repro descriptor` measures a device's memory with it.
+static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
 
 thread_local! {
     static EXCLUDED: Cell<bool> = const { Cell::new(false) };
@@ -29,23 +32,27 @@ fn count() {
 unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         count();
+        LIVE_BYTES.fetch_add(layout.size() as i64, Relaxed);
         // SAFETY: forwarded contract (layout has non-zero size per GlobalAlloc).
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         count();
+        LIVE_BYTES.fetch_add(layout.size() as i64, Relaxed);
         // SAFETY: forwarded contract.
         unsafe { System.alloc_zeroed(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size() as i64, Relaxed);
         // SAFETY: forwarded contract: ptr came from this allocator (System).
         unsafe { System.dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         count();
+        LIVE_BYTES.fetch_add(new_size as i64 - layout.size() as i64, Relaxed);
         // SAFETY: forwarded contract.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -54,6 +61,11 @@ unsafe impl GlobalAlloc for CountingAlloc {
 /// Allocations counted so far (all counted threads).
 pub fn allocations() -> u64 {
     ALLOCS.load(Relaxed)
+}
+
+/// Heap bytes allocated and not freed so far, by all threads.
+pub fn live_bytes() -> i64 {
+    LIVE_BYTES.load(Relaxed)
 }
 
 /// Stop counting the calling thread's allocations.

@@ -7,6 +7,10 @@
 //!   hardware queues. It opens the device read-only.
 //! - `mqblk stat DIR`: a bench's counters from its `--stats-dir`.
 //! - `mqblk serve SPEC --socket PATH | --listen HOST:PORT`: an NBD server.
+//! - `mqblk repro NAME`: one of the seeds' experiments, with its tables
+//!   and plot; see [`repro`].
+//! - `mqblk plot RESULT.json...`: charts of bench or fio JSON; see
+//!   [`plot`].
 //!
 //! A bare path where a spec is expected (`/dev/sdb`, `./disk.img`) is read
 //! as the file device `file:PATH`, with a note.
@@ -16,10 +20,13 @@
 
 mod alloc_count;
 mod bench;
+mod plot;
+mod qos;
+mod repro;
 mod serve;
 mod stat;
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -63,6 +70,28 @@ enum Command {
     Stat(StatArgs),
     /// Export devices over NBD (TCP or a unix socket, optionally TLS).
     Serve(Box<serve::ServeArgs>),
+    /// Change groups and limits of a running serve or bench (started with
+    /// --control=SOCKET): `group NAME riops=5000 weight=300`, `create NAME
+    /// weight=300`, `device rbps=50m`, or `show`.
+    Qos(QosArgs),
+    /// Rerun one of the seeds' experiments: raw JSON of every point, a CSV,
+    /// a markdown table with the seed's figure beside ours, and the plot
+    /// (SVG and PNG). `mqblk repro list` names them.
+    Repro(repro::ReproArgs),
+    /// Plot bench or fio JSON reports: IOPS or bandwidth bars per job,
+    /// latency percentile curves and the latency histogram (SVG and PNG).
+    Plot(plot::PlotArgs),
+}
+
+#[derive(Args, Debug)]
+struct QosArgs {
+    /// The control socket of the running serve or bench.
+    #[arg(long, value_name = "SOCKET")]
+    control: PathBuf,
+    /// The request: group NAME KEY=VALUE..., create NAME KEY=VALUE...,
+    /// device KEY=VALUE..., or show.
+    #[arg(required = true, value_name = "REQUEST")]
+    request: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -208,6 +237,51 @@ struct BenchArgs {
     /// microseconds, or with a suffix (us, ms, s).
     #[arg(long, value_name = "TIME")]
     thinktime: Option<String>,
+
+    /// The device group the job's context joins (fio's cgroup=), created
+    /// with --cgroup_weight if missing; see `mqblk qos` for changing it live.
+    #[arg(long, value_name = "NAME")]
+    cgroup: Option<String>,
+
+    /// The group's weight, 1 to 1000 (fio's cgroup_weight=; default 100).
+    #[arg(long = "cgroup_weight", alias = "cgroup-weight", value_name = "N")]
+    cgroup_weight: Option<String>,
+
+    /// The job's I/O priority class: rt, be or idle (fio's prioclass=).
+    #[arg(long, value_name = "CLASS")]
+    prioclass: Option<String>,
+
+    /// The level within the class, 0 (highest) to 7 (fio's prio=).
+    #[arg(long, value_name = "N")]
+    prio: Option<String>,
+
+    /// At most this many I/Os per second per job (fio's rate_iops=).
+    #[arg(long = "rate_iops", alias = "rate-iops", value_name = "N")]
+    rate_iops: Option<String>,
+
+    /// At most this many bytes per second per job (fio's rate=).
+    #[arg(long, value_name = "BYTES")]
+    rate: Option<String>,
+
+    /// Listen on this unix socket for group and limit changes while the
+    /// run goes on (`mqblk qos --control=SOCKET ...`).
+    #[arg(long, value_name = "SOCKET")]
+    control: Option<PathBuf>,
+
+    /// The status line on stderr (elapsed, eta, IOPS and bandwidth per
+    /// direction, p99): auto shows it when stdout and stderr are terminals.
+    #[arg(long, value_enum, default_value = "auto", value_name = "WHEN")]
+    eta: bench::status::Eta,
+
+    /// Print a JSON report to stdout every TIME while running (seconds
+    /// unless suffixed): each job's IOPS and bandwidth per direction over
+    /// the interval, its I/Os so far, and its p99 so far, one line each.
+    #[arg(
+        long = "status-interval",
+        alias = "status_interval",
+        value_name = "TIME"
+    )]
+    status_interval: Option<String>,
 }
 
 fn stat_command(args: &StatArgs) -> Result<()> {
@@ -343,6 +417,9 @@ fn main() -> std::process::ExitCode {
         Command::Info(args) => info_command(&args),
         Command::Stat(args) => stat_command(&args),
         Command::Serve(args) => serve::serve_command(&args),
+        Command::Qos(args) => qos::client(&args.control, &args.request),
+        Command::Repro(args) => repro::repro_command(&args),
+        Command::Plot(args) => plot::plot_command(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -381,6 +458,12 @@ impl BenchArgs {
             ("segments", "segments", &self.segments),
             ("stats-dir", "stats_dir", &self.stats_dir),
             ("thinktime", "thinktime", &self.thinktime),
+            ("cgroup", "cgroup", &self.cgroup),
+            ("cgroup_weight", "cgroup_weight", &self.cgroup_weight),
+            ("prioclass", "prioclass", &self.prioclass),
+            ("prio", "prio", &self.prio),
+            ("rate_iops", "rate_iops", &self.rate_iops),
+            ("rate", "rate", &self.rate),
         ];
         for (flag, key, value) in single {
             if let Some(v) = value {
@@ -437,8 +520,26 @@ fn bench_command(args: &BenchArgs) -> Result<()> {
     };
     bench::options::check_run(&jobs).map_err(anyhow::Error::msg)?;
     let format = args.output_format;
+    let interval = args
+        .status_interval
+        .as_deref()
+        .map(bench::options::parse_duration)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--status-interval: {e}"))?
+        .filter(|d| !d.is_zero());
+    if interval.is_some_and(|d| d < std::time::Duration::from_millis(10)) {
+        bail!("--status-interval: expected at least 10ms between reports");
+    }
+    let status = bench::status::StatusOptions {
+        eta: args.eta,
+        interval,
+    };
     // Everything that can fail before the run fails here, before the banner.
     let prepared = bench::engine::prepare(&jobs)?;
+    let _control = match &args.control {
+        Some(path) => Some(qos::Control::start(path, prepared.devices())?),
+        None => None,
+    };
 
     // As fio: the first SIGINT or SIGTERM stops the jobs, drains them and
     // prints what ran; a second one exits at once.
@@ -457,8 +558,7 @@ fn bench_command(args: &BenchArgs) -> Result<()> {
         out.write_all(report::starting(&jobs).as_bytes())?;
         out.flush()?;
     }
-    let progress = std::io::stderr().is_terminal();
-    let run = bench::engine::run(prepared, progress, &stop)?;
+    let run = bench::engine::run(prepared, &status, &stop)?;
     let interrupted = match signal.load(Ordering::Relaxed) {
         0 => None,
         sig => {
@@ -662,7 +762,7 @@ mod tests {
         full.extend_from_slice(argv);
         match Cli::try_parse_from(full).unwrap().command {
             Command::Bench(b) => *b,
-            Command::Info(_) | Command::Serve(_) | Command::Stat(_) => unreachable!(),
+            _ => unreachable!(),
         }
     }
 

@@ -91,6 +91,12 @@ struct CtxState {
     /// This context's copy of the queue limits (refreshed after a freeze).
     limits: QueueLimits,
     nomerges: u8,
+    /// Copy of the control plane's `elevator`.
+    sched_on: bool,
+    /// Copy of the control plane's `async_depth` (0: no limit), and the
+    /// write requests this context holds.
+    async_depth: u32,
+    writes_in_flight: u32,
     bounce_on: bool,
     bounce: BouncePool,
     flush: FlushMachine,
@@ -103,18 +109,31 @@ struct CtxState {
     in_flight: u32,
     /// The completion fd, once asked for.
     efd: Option<Arc<crate::sync::EventFd>>,
+    /// What the caller waits on: the eventfd and the throttle's timer.
+    fd_timer: Option<crate::sync::FdTimer>,
     /// This context has bounced a segment already (it is said once).
     bounced_once: bool,
     /// This context's bio throttle, if the device has one.
     throttle: Option<Box<dyn Throttle>>,
     /// Bios the throttle holds back, with the time each may go, in order.
     throttled: VecDeque<(u64, u32)>,
+    /// The priority this context's requests carry, if set on the context
+    /// (otherwise its group's).
+    ioprio: Option<crate::ioprio::IoPrio>,
+    /// The group this context is in.
+    group: crate::blkcg::Membership,
 }
 
 impl Device {
     /// Open a context for the calling thread. Control plane: allocates the
     /// context's bio set and lists, sized to the tag depth.
     pub fn context(&self) -> Result<Context> {
+        self.context_in(&self.inner.groups.default_group())
+    }
+
+    /// Open a context in `group` (see [`crate::blkcg`]).
+    pub fn context_in(&self, group: &Arc<crate::blkcg::Group>) -> Result<Context> {
+        let group = group.clone();
         let dev = self.inner.clone();
         let id = dev
             .next_ctx
@@ -151,6 +170,9 @@ impl Device {
             timeout_ms: dev.cfg.timeout_ms,
             limits: dev.info.limits,
             nomerges: dev.cfg.nomerges,
+            sched_on: dev.cfg.elevator.is_some(),
+            async_depth: dev.ctl().async_depth,
+            writes_in_flight: 0,
             bounce_on: dev.cfg.bounce,
             bounce: BouncePool::new(dev.buf_pool.align()),
             flush: FlushMachine::new(bioset_size),
@@ -159,9 +181,12 @@ impl Device {
             batch_ns: 0,
             in_flight: 0,
             efd: None,
+            fd_timer: None,
             bounced_once: false,
             throttle: dev.cfg.throttle.as_ref().map(|t| t.for_context(id)),
             throttled: VecDeque::with_capacity(bioset_size),
+            ioprio: None,
+            group: crate::blkcg::Membership::join(group),
             tags,
         };
         dev.ctl().contexts.push(st.shared.clone());
@@ -192,6 +217,22 @@ impl Context {
     /// The hardware queue this context is mapped to.
     pub fn hw_queue(&self) -> u16 {
         self.st.hwq
+    }
+
+    /// The I/O priority of this context's requests (Linux
+    /// `ioprio_set`), for schedulers that honour it (mq-deadline, bfq).
+    pub fn set_ioprio(&mut self, prio: crate::ioprio::IoPrio) {
+        self.st.ioprio = Some(prio);
+    }
+
+    /// This context's I/O priority: its own, or else its group's.
+    pub fn ioprio(&self) -> crate::ioprio::IoPrio {
+        self.st.ioprio.unwrap_or_else(|| self.st.group.0.ioprio())
+    }
+
+    /// The group this context is in.
+    pub fn group(&self) -> &Arc<crate::blkcg::Group> {
+        &self.st.group.0
     }
 
     /// Requests submitted and not yet completed.
@@ -274,6 +315,11 @@ impl Context {
         if let Some(fd) = &self.st.efd {
             fd.drain();
         }
+        if let Some(t) = self.st.fd_timer.as_mut() {
+            if t.is_armed() {
+                t.clear_fired(clock::now_ns());
+            }
+        }
         self.st.flush_plug(&self.dev);
         self.st.reap(&self.dev);
         self.st.process_deferred(&self.dev);
@@ -292,20 +338,21 @@ impl Context {
     /// first call makes the eventfd; with no fd asked for, the hot path pays
     /// one branch.
     pub fn completion_fd(&mut self) -> Result<std::os::fd::RawFd> {
-        if let Some(fd) = &self.st.efd {
-            return Ok(fd.raw());
+        if let Some(t) = &self.st.fd_timer {
+            return Ok(t.raw());
         }
-        let fd = crate::sync::EventFd::new()
-            .map(Arc::new)
-            .map_err(|e| Error::Setup {
-                device: self.dev.info.name.clone(),
-                reason: format!("cannot make a completion fd: {e}"),
-            })?;
+        let setup = |e: std::io::Error| Error::Setup {
+            device: self.dev.info.name.clone(),
+            reason: format!("cannot make a completion fd: {e}"),
+        };
+        let fd = crate::sync::EventFd::new().map(Arc::new).map_err(setup)?;
+        let timer = crate::sync::FdTimer::new(&fd).map_err(setup)?;
         self.dev.hw_queues[self.st.hwq as usize]
             .notify
             .subscribe_fd(fd.clone());
-        let raw = fd.raw();
+        let raw = timer.raw();
         self.st.efd = Some(fd);
+        self.st.fd_timer = Some(timer);
         self.st.kick_fd(&self.dev);
         Ok(raw)
     }
@@ -538,12 +585,16 @@ impl Context {
 impl CtxState {
     /// Make the completion fd readable if polling would make progress.
     #[inline]
-    fn kick_fd(&self, dev: &DeviceInner) {
+    fn kick_fd(&mut self, dev: &DeviceInner) {
+        // A throttled bio's time is the fd's timer.
+        if let (Some(t), Some(&(at, _))) = (self.fd_timer.as_mut(), self.throttled.front()) {
+            t.arm(at);
+        }
         let Some(fd) = &self.efd else { return };
         if !self.ended.is_empty()
             || !self.plug.is_empty()
             || !self.sw.is_empty()
-            || self.has_deferred()
+            || self.flush.has_work()
             || (self.in_flight > 0 && !dev.completes_async)
         {
             fd.signal();
@@ -605,18 +656,32 @@ impl CtxState {
             self.finish(idx, status);
             return idx;
         }
-        if op != Op::Flush {
+        if op != Op::Flush
+            && (self.throttle.is_some()
+                || dev.io_max.is_limited()
+                || self.group.0.io_max().is_limited())
+        {
+            let now = clock::now_ns();
+            // SAFETY: as above: the slot is ours and in no request.
+            let bio = unsafe { node.as_ref() }
+                .bio
+                .as_ref()
+                .expect("slot holds a bio");
+            let mut at = now;
             if let Some(t) = self.throttle.as_mut() {
-                let now = clock::now_ns();
-                // SAFETY: as above: the slot is ours and in no request.
-                let bio = unsafe { node.as_ref() }.bio.as_ref();
-                if let Admit::At(at) = t.admit(bio.expect("slot holds a bio"), now) {
-                    if at > now {
-                        debug_assert!(self.throttled.len() < self.throttled.capacity());
-                        self.throttled.push_back((at, idx));
-                        return idx;
-                    }
+                if let Admit::At(t) = t.admit(bio, now) {
+                    at = t;
                 }
+            }
+            for m in [&*dev.io_max, self.group.0.io_max()] {
+                if m.is_limited() {
+                    at = at.max(m.charge(bio.op(), bio.len_bytes(), now));
+                }
+            }
+            if at > now {
+                debug_assert!(self.throttled.len() < self.throttled.capacity());
+                self.throttled.push_back((at, idx));
+                return idx;
             }
         }
         self.issue(dev, idx, op, flags);
@@ -693,6 +758,8 @@ impl CtxState {
         self.limits = ctl.limits;
         self.plug_on = ctl.plug;
         self.nomerges = ctl.nomerges;
+        self.sched_on = ctl.elevator;
+        self.async_depth = ctl.async_depth;
     }
 
     /// Send the data of bio `idx` on: merge it, make it a request, or split
@@ -712,6 +779,9 @@ impl CtxState {
         }
         if self.nomerges < 2 && merge::mergeable(bio) && self.try_merge(dev, node) {
             return;
+        }
+        if self.async_depth != 0 && bio.op().is_write() {
+            self.wait_async_room(dev);
         }
         let rq = self.get_rq(dev);
         let full = {
@@ -983,13 +1053,38 @@ impl CtxState {
         }
     }
 
+    /// Under a scheduler with an `async_depth`, wait until this context's
+    /// share of the write tags has room (Linux's `limit_depth`): the
+    /// hardware queue's contexts split the write depth evenly.
+    #[cold]
+    fn wait_async_room(&mut self, dev: &DeviceInner) {
+        let ctxs = dev.hw_queues[self.hwq as usize]
+            .nr_ctx
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .max(1);
+        let limit = (self.async_depth / ctxs).max(1);
+        let mut spins = 0;
+        while self.writes_in_flight >= limit {
+            let seen = dev.hw_queues[self.hwq as usize].notify.seq();
+            self.flush_plug(dev);
+            self.reap(dev);
+            self.process_deferred(dev);
+            if self.writes_in_flight < limit {
+                break;
+            }
+            self.backoff(dev, seen, &mut spins);
+        }
+    }
+
     /// Get a request (a tag), waiting if all are in use.
     #[inline]
     fn get_rq(&mut self, dev: &DeviceInner) -> RqRef {
         if let Some(rq) = self.tags.take_cached(&mut self.tag_cache) {
             return rq;
         }
-        let want = if self.plug_on {
+        // No batches under a scheduler: cached tags would be scheduler
+        // tags that nobody else may use.
+        let want = if self.plug_on && !self.sched_on {
             dev.cfg.plug_max.clamp(1, 64)
         } else {
             1
@@ -1048,6 +1143,15 @@ impl CtxState {
         rq.bio_tail = Some(node);
         rq.owner = Some(self.shared_ptr());
         rq.hwq = self.hwq;
+        if self.async_depth != 0 && rq.op.is_write() {
+            self.writes_in_flight += 1;
+        }
+        if self.sched_on {
+            let g = &self.group.0;
+            rq.ioprio = self.ioprio.unwrap_or_else(|| g.ioprio());
+            rq.group = g.id();
+            rq.weight = g.weight() as u16;
+        }
         rq.status = Status::Ok;
         rq.set_driver_data(0);
         if self.iostats {
@@ -1183,6 +1287,9 @@ impl CtxState {
         }
         debug_assert!(self.in_flight > 0);
         self.in_flight -= 1;
+        if self.async_depth != 0 && rq.op.is_write() {
+            self.writes_in_flight = self.writes_in_flight.saturating_sub(1);
+        }
         self.shared
             .in_flight
             .store(self.in_flight, std::sync::atomic::Ordering::Release);

@@ -244,6 +244,19 @@ pub enum Error {
         /// What is wrong and what is accepted.
         reason: String,
     },
+    /// A group (see [`crate::blkcg`]) could not be created, found,
+    /// changed or removed.
+    #[error("{device}: group {group:?}: {key}: {reason}")]
+    Group {
+        /// Device name.
+        device: Arc<str>,
+        /// The group's name.
+        group: String,
+        /// The setting (`weight`, `riops`, …) or the operation at fault.
+        key: &'static str,
+        /// What is wrong and what is accepted.
+        reason: String,
+    },
     /// A device could not be created or configured.
     #[error("{device}: {reason}")]
     Setup {
@@ -267,7 +280,9 @@ impl Error {
             Error::Unsupported { .. } => Status::Invalid(InvalidKind::Unsupported),
             Error::Io { status, .. } => *status,
             Error::Unpolled { .. } => Status::Resource,
-            Error::Spec { .. } | Error::Setup { .. } => Status::Invalid(InvalidKind::Driver),
+            Error::Spec { .. } | Error::Setup { .. } | Error::Group { .. } => {
+                Status::Invalid(InvalidKind::Driver)
+            }
         }
     }
 
@@ -291,7 +306,8 @@ impl From<Error> for std::io::Error {
             | Error::ZeroLength { .. }
             | Error::Misaligned { .. }
             | Error::TooManySegments { .. }
-            | Error::Spec { .. } => K::InvalidInput,
+            | Error::Spec { .. }
+            | Error::Group { .. } => K::InvalidInput,
             Error::ReadOnly { .. } => K::ReadOnlyFilesystem,
             Error::Unsupported { .. } => K::Unsupported,
             Error::Unpolled { .. } => K::WouldBlock,

@@ -30,11 +30,13 @@ pub mod spec;
 // Front end.
 pub mod bio;
 mod bioset;
+pub mod blkcg;
 mod bounce;
 pub mod buf;
 pub mod context;
 mod flush;
 pub mod future;
+pub mod ioprio;
 mod merge;
 mod split;
 pub mod throttle;
@@ -60,11 +62,13 @@ pub mod stats;
 
 pub use bio::Completion;
 pub use bio::{Bio, BioFlags, EndIo, Op, Segment};
+pub use blkcg::{Group, GroupConfig};
 pub use buf::{BufPool, BufRegion, IoBuf};
 pub use context::Context;
 pub use driver::Extent;
 pub use error::{Error, Result, Status, SubmitError};
 pub use future::{block_on, join_all, AsyncContext};
+pub use ioprio::{IoPrio, IoPrioClass};
 pub use limits::{Features, QueueInfo, QueueLimits};
 pub use queue::{Device, DeviceConfig, Frozen, LimitOverrides, QueueMode, Quiesced};
 pub use stats::{DiskStats, Histograms};

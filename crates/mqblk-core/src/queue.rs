@@ -19,7 +19,7 @@ use crate::spec::SpecOptions;
 use crate::stats::DeviceStats;
 use crate::sync::Notify;
 use crate::tag::Tags;
-use crate::throttle::ThrottleType;
+use crate::throttle::{IoMax, IoMaxLimits, ThrottleType};
 
 pub use crate::limits::QueueMode;
 
@@ -69,6 +69,11 @@ pub struct DeviceConfig {
     pub elevator: Option<Arc<dyn ElevatorType>>,
     /// The bio throttle of every context (`None`: no throttling).
     pub throttle: Option<Arc<dyn ThrottleType>>,
+    /// The device's `io.max` limits (spec keys `riops`, `wiops`, `rbps`,
+    /// `wbps`, `throttle_burst_ms`), applied with `throttle` and the
+    /// group's. They can be changed while the device runs, through
+    /// [`Device::io_max`].
+    pub io_max: Option<Arc<IoMax>>,
 }
 
 /// Limits a device may be configured below what its driver allows.
@@ -126,6 +131,7 @@ impl DeviceConfig {
             bioset_size: 0,
             elevator: None,
             throttle: None,
+            io_max: None,
         }
     }
 
@@ -195,6 +201,8 @@ impl DeviceConfig {
             }
             self.bioset_size = n as u32;
         }
+        self.take_sched(o)?;
+        self.take_io_max(o)?;
         let mut u32_opt = |key: &str, min: u64| -> Result<Option<u32>> {
             match o.take_u64(key)? {
                 None => Ok(None),
@@ -208,6 +216,127 @@ impl DeviceConfig {
             max_segment_size: u32_opt("max_segment_size", 512)?,
             chunk_sectors: u32_opt("chunk_sectors", 0)?,
         };
+        Ok(())
+    }
+}
+
+impl DeviceConfig {
+    /// `scheduler=none|mq-deadline|kyber|bfq` and the tunables:
+    /// mq-deadline's `read_expire`, `write_expire` and `prio_aging_expire`
+    /// (ms), `fifo_batch`, `writes_starved`; kyber's `read_lat_nsec`,
+    /// `write_lat_nsec`; bfq's `max_budget` (sectors), `idle_timeout` (ms).
+    pub fn take_sched(&mut self, o: &mut SpecOptions) -> Result<()> {
+        const TUNABLES: [&str; 9] = [
+            "read_expire",
+            "write_expire",
+            "fifo_batch",
+            "writes_starved",
+            "prio_aging_expire",
+            "read_lat_nsec",
+            "write_lat_nsec",
+            "max_budget",
+            "idle_timeout",
+        ];
+        let name = o.take_str("scheduler");
+        match name.as_deref() {
+            None | Some("none") => {
+                if let Some(k) = TUNABLES.iter().find(|k| o.contains(k)) {
+                    return Err(o.error(
+                        k,
+                        "",
+                        "a key of scheduler=mq-deadline, kyber or bfq; this device has no scheduler",
+                    ));
+                }
+                if name.is_some() {
+                    self.elevator = None;
+                }
+            }
+            Some("mq-deadline") => {
+                let mut p = crate::sched::DeadlineParams::default();
+                if let Some(v) = o.take_u64("read_expire")? {
+                    p.read_expire_ms = v;
+                }
+                if let Some(v) = o.take_u64("write_expire")? {
+                    p.write_expire_ms = v;
+                }
+                if let Some(v) = o.take_u64("prio_aging_expire")? {
+                    p.prio_aging_expire_ms = v;
+                }
+                if let Some(v) = o.take_u64("fifo_batch")? {
+                    if !(1..=1 << 16).contains(&v) {
+                        return Err(o.error("fifo_batch", &v.to_string(), "1 to 65536"));
+                    }
+                    p.fifo_batch = v as u32;
+                }
+                if let Some(v) = o.take_u64("writes_starved")? {
+                    p.writes_starved = v.min(u64::from(u32::MAX)) as u32;
+                }
+                self.elevator = Some(crate::sched::MqDeadlineType::new(p));
+            }
+            Some("kyber") => {
+                let mut p = crate::sched::KyberParams::default();
+                for (key, slot) in [
+                    ("read_lat_nsec", &mut p.read_lat_nsec),
+                    ("write_lat_nsec", &mut p.write_lat_nsec),
+                ] {
+                    if let Some(v) = o.take_u64(key)? {
+                        if v == 0 {
+                            return Err(o.error(key, "0", "a latency target above 0 ns"));
+                        }
+                        *slot = v;
+                    }
+                }
+                self.elevator = Some(crate::sched::KyberType::new(p));
+            }
+            Some("bfq") => {
+                let mut p = crate::sched::BfqParams::default();
+                if let Some(v) = o.take_u64("max_budget")? {
+                    if !(8..=1 << 20).contains(&v) {
+                        return Err(o.error("max_budget", &v.to_string(), "8 to 1048576 sectors"));
+                    }
+                    p.max_budget = v as u32;
+                }
+                if let Some(v) = o.take_u64("idle_timeout")? {
+                    p.idle_timeout_ms = v;
+                }
+                self.elevator = Some(crate::sched::BfqType::new(p));
+            }
+            Some(other) => {
+                return Err(o.error("scheduler", other, "none, mq-deadline, kyber or bfq"))
+            }
+        }
+        Ok(())
+    }
+
+    /// `riops`, `wiops`, `rbps`, `wbps` (sizes such as `50m`) and
+    /// `throttle_burst_ms`.
+    fn take_io_max(&mut self, o: &mut SpecOptions) -> Result<()> {
+        let mut l = IoMaxLimits::default();
+        let mut any = false;
+        for (key, slot) in [("riops", &mut l.riops), ("wiops", &mut l.wiops)] {
+            if let Some(v) = o.take_size(key)? {
+                *slot = v;
+                any = true;
+            }
+        }
+        for (key, slot) in [("rbps", &mut l.rbps), ("wbps", &mut l.wbps)] {
+            if let Some(v) = o.take_size(key)? {
+                *slot = v;
+                any = true;
+            }
+        }
+        let burst = o.take_u64("throttle_burst_ms")?;
+        if let Some(b) = burst {
+            if b > 10_000 {
+                return Err(o.error("throttle_burst_ms", &b.to_string(), "0 to 10000"));
+            }
+        }
+        if any || burst.is_some() {
+            self.io_max = Some(IoMax::new(
+                l,
+                burst.unwrap_or(crate::throttle::DEFAULT_BURST_MS),
+            ));
+        }
         Ok(())
     }
 }
@@ -287,6 +416,11 @@ pub(crate) struct Control {
     pub(crate) limits: QueueLimits,
     pub(crate) plug: bool,
     pub(crate) nomerges: u8,
+    /// The hardware queues have an elevator (requests then carry their
+    /// group, weight and priority).
+    pub(crate) elevator: bool,
+    /// Scheduler tags writes may hold per hardware queue (0: no limit).
+    pub(crate) async_depth: u32,
     pub(crate) contexts: Vec<Arc<crate::request::RqOwner>>,
 }
 
@@ -313,6 +447,10 @@ pub(crate) struct DeviceInner {
     /// The driver's own bound on requests per hardware queue.
     pub(crate) driver_budget: Option<u32>,
     pub(crate) next_ctx: std::sync::atomic::AtomicU32,
+    pub(crate) groups: crate::blkcg::Groups,
+    /// The device's own io.max (unlimited unless the spec or the control
+    /// plane sets limits).
+    pub(crate) io_max: Arc<IoMax>,
 }
 
 impl DeviceInner {
@@ -385,6 +523,11 @@ impl Frozen<'_> {
             .map_or(depth, |e| e.nr_requests(depth).max(depth))
             .min(inner.tags[0].depth_max());
         self.set_queue_depth(sched_depth)?;
+        self.ctl.elevator = elevator.is_some();
+        self.ctl.async_depth = elevator
+            .as_ref()
+            .and_then(|e| e.async_depth(sched_depth))
+            .unwrap_or(0);
         for (i, hq) in inner.hw_queues.iter().enumerate() {
             let mut h = hq.lock();
             h.set_elevator(elevator.as_ref().map(|e| e.init(i as u16, sched_depth)));
@@ -535,6 +678,10 @@ impl Device {
             QueueMode::DeviceLock => QueueLock::Device(SpinLock::new()),
             QueueMode::GlobalLock => QueueLock::Global,
         };
+        let groups = crate::blkcg::Groups::new(&name);
+        let io_max = cfg.io_max.clone().unwrap_or_else(|| {
+            IoMax::new(IoMaxLimits::default(), crate::throttle::DEFAULT_BURST_MS)
+        });
         Ok(Device {
             inner: Arc::new(DeviceInner {
                 info: QueueInfo {
@@ -550,6 +697,12 @@ impl Device {
                     limits,
                     plug: cfg.plug,
                     nomerges: cfg.nomerges,
+                    elevator: cfg.elevator.is_some(),
+                    async_depth: cfg
+                        .elevator
+                        .as_ref()
+                        .and_then(|e| e.async_depth(sched_depth))
+                        .unwrap_or(0),
                     contexts: Vec::new(),
                 }),
                 cfg,
@@ -564,8 +717,41 @@ impl Device {
                 driver_waits,
                 driver_budget: budget,
                 next_ctx: std::sync::atomic::AtomicU32::new(0),
+                groups,
+                io_max,
             }),
         })
+    }
+
+    /// Create a group (see [`crate::blkcg`]). Its name must be new, 1 to
+    /// 64 characters of letters, digits, `-`, `_` and `.`.
+    pub fn create_group(
+        &self,
+        name: &str,
+        cfg: crate::blkcg::GroupConfig,
+    ) -> Result<Arc<crate::blkcg::Group>> {
+        self.inner.groups.create(&self.inner.info.name, name, cfg)
+    }
+
+    /// The group called `name`.
+    pub fn group(&self, name: &str) -> Result<Arc<crate::blkcg::Group>> {
+        self.inner.groups.find(&self.inner.info.name, name)
+    }
+
+    /// Every group's name, the default group first.
+    pub fn group_names(&self) -> Vec<String> {
+        self.inner.groups.names()
+    }
+
+    /// Remove a group that no context is in. The default group stays.
+    pub fn remove_group(&self, name: &str) -> Result<()> {
+        self.inner.groups.remove(&self.inner.info.name, name)
+    }
+
+    /// The device's `io.max` limits (none unless set): change them with
+    /// [`IoMax::set_limits`] while I/O runs.
+    pub fn io_max(&self) -> &Arc<IoMax> {
+        &self.inner.io_max
     }
 
     /// The read-mostly facts: name, capacity, limits, features, mode.

@@ -71,6 +71,11 @@ pub struct Request {
     pub(crate) hwq: u16,
     pub(crate) nr_bios: u16,
     pub(crate) nr_segs: u16,
+    /// The submitting context's I/O priority.
+    pub(crate) ioprio: crate::ioprio::IoPrio,
+    /// The submitting context's group, and its weight when submitted.
+    pub(crate) group: u16,
+    pub(crate) weight: u16,
     pub(crate) tag: u32,
     pub(crate) sector: u64,
     pub(crate) size_bytes: u64,
@@ -92,6 +97,9 @@ impl Request {
             hwq,
             nr_bios: 0,
             nr_segs: 0,
+            ioprio: crate::ioprio::IoPrio::default(),
+            group: 0,
+            weight: crate::blkcg::DEFAULT_WEIGHT as u16,
             tag,
             sector: 0,
             size_bytes: 0,
@@ -187,6 +195,25 @@ impl Request {
     #[inline]
     pub fn nr_bios(&self) -> u16 {
         self.nr_bios
+    }
+
+    /// The I/O priority of the context that submitted it.
+    #[inline]
+    pub fn ioprio(&self) -> crate::ioprio::IoPrio {
+        self.ioprio
+    }
+
+    /// The number of the submitting context's group (see
+    /// [`crate::blkcg`]); 0 is the default group.
+    #[inline]
+    pub fn group(&self) -> u16 {
+        self.group
+    }
+
+    /// The submitting group's weight when the request was made.
+    #[inline]
+    pub fn weight(&self) -> u16 {
+        self.weight
     }
 
     /// Status set by the driver.

@@ -323,3 +323,107 @@ mod loom_model {
         });
     }
 }
+
+/// The completion fd as the caller sees it: an epoll set of the context's
+/// eventfd and a timer, so that the fd also turns readable when a bio the
+/// throttle holds comes due, with no thread to wake it. The timer is armed
+/// only while bios wait in the throttle, and read only once it has fired.
+pub(crate) struct FdTimer {
+    epoll: std::os::fd::OwnedFd,
+    timer: std::os::fd::OwnedFd,
+    /// When the timer fires (monotonic ns); 0 when disarmed.
+    armed_ns: u64,
+}
+
+fn owned(fd: libc::c_int) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+impl FdTimer {
+    pub(crate) fn new(event: &EventFd) -> std::io::Result<FdTimer> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: epoll_create1 and timerfd_create take no pointers.
+        let epoll = owned(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // SAFETY: as above.
+        let timer = owned(unsafe {
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
+        })?;
+        for fd in [event.raw(), timer.as_raw_fd()] {
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: fd as u64,
+            };
+            // SAFETY: ev is a live epoll_event; both fds are open and ours.
+            let rc =
+                unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
+            if rc < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(FdTimer {
+            epoll,
+            timer,
+            armed_ns: 0,
+        })
+    }
+
+    /// The fd handed to the caller.
+    pub(crate) fn raw(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.epoll.as_raw_fd()
+    }
+
+    /// Fire at `at_ns` (monotonic), unless already armed for then.
+    pub(crate) fn arm(&mut self, at_ns: u64) {
+        use std::os::fd::AsRawFd;
+        if self.armed_ns == at_ns {
+            return;
+        }
+        let at = at_ns.max(1);
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: (at / 1_000_000_000) as libc::time_t,
+                tv_nsec: (at % 1_000_000_000) as libc::c_long,
+            },
+        };
+        // SAFETY: spec is a live itimerspec; the old value is not asked for.
+        unsafe {
+            libc::timerfd_settime(
+                self.timer.as_raw_fd(),
+                libc::TFD_TIMER_ABSTIME,
+                &spec,
+                std::ptr::null_mut(),
+            )
+        };
+        self.armed_ns = at;
+    }
+
+    /// If the timer has fired, read it so the fd is quiet again.
+    pub(crate) fn clear_fired(&mut self, now_ns: u64) {
+        use std::os::fd::AsRawFd;
+        if self.armed_ns == 0 || now_ns < self.armed_ns {
+            return;
+        }
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64; EAGAIN is fine.
+        unsafe { libc::read(self.timer.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        self.armed_ns = 0;
+    }
+
+    /// True if armed.
+    pub(crate) fn is_armed(&self) -> bool {
+        self.armed_ns != 0
+    }
+}

@@ -281,3 +281,47 @@ fn one_epoll_wait_hears_a_socket_and_a_completion_fd() {
     // SAFETY: ep is ours.
     unsafe { libc::close(ep) };
 }
+
+#[test]
+#[cfg_attr(miri, ignore = "epoll and timerfd")]
+fn a_throttled_bio_wakes_the_completion_fd_when_its_time_comes() {
+    let drv = common::Threaded {
+        delay: Duration::from_millis(1),
+        polls: Default::default(),
+    };
+    let mut cfg = common::config("thr2", 1 << 20);
+    // 20 reads a second, no burst: the 2nd and 3rd read wait 50 and 100 ms
+    // in the throttle, with no thread and nothing in flight to wake anyone.
+    cfg.io_max = Some(mqblk_core::throttle::IoMax::new(
+        mqblk_core::throttle::IoMaxLimits {
+            riops: 20,
+            ..Default::default()
+        },
+        0,
+    ));
+    let dev = mqblk_core::Device::new(drv, cfg).unwrap();
+    let mut ctx = dev.context().unwrap();
+    let cfd = ctx.completion_fd().unwrap();
+    for i in 0..3 {
+        ctx.submit(Bio::read_at(i * 4096, IoBuf::page_aligned(4096)))
+            .unwrap();
+    }
+    ctx.unplug();
+    let mut got = 0;
+    while got < 3 {
+        let mut pfd = libc::pollfd {
+            fd: cfd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one live pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, 5000) };
+        assert!(
+            n == 1,
+            "the completion fd stayed quiet with {} bios throttled",
+            3 - got
+        );
+        got += ctx.poll(|c| c.result().unwrap());
+    }
+    assert_eq!(ctx.in_flight(), 0);
+}

@@ -38,8 +38,8 @@ struct Shared {
     finished: AtomicUsize,
     start: Barrier,
     end: Barrier,
-    /// I/Os done per job, for the progress line (written once per batch).
-    progress: Vec<CachePadded<AtomicU64>>,
+    /// I/Os done per job, for the status line (written once per batch).
+    progress: Vec<CachePadded<super::status::Live>>,
     /// Per job, per direction, for the bw and iops logs (written once per
     /// batch, only by jobs that log).
     counters: Vec<CachePadded<super::log::Counters>>,
@@ -65,6 +65,16 @@ struct Measured {
 /// reads opens its devices read-only (`ro=1`, unless its spec says `ro=`),
 /// so a file this user may only read can be measured, as fio does.
 fn open_devices(jobs: &[JobSpec]) -> Result<Vec<Vec<Device>>> {
+    // As fio's jobs that name one file share it, jobs whose device specs
+    // (with the command line's overrides) are the same share one device:
+    // their contexts compete for its queues, its scheduler sees them all.
+    let key = |job: &JobSpec, spec: &str| {
+        format!(
+            "{spec}\u{0}{:?}\u{0}{:?}\u{0}{:?}\u{0}{}",
+            job.queue_mode, job.hw_queues, job.plug, job.iostats
+        )
+    };
+    let mut opened: Vec<(String, Device)> = Vec::new();
     let mut all = Vec::with_capacity(jobs.len());
     for job in jobs {
         if job.devices.is_empty() {
@@ -72,6 +82,11 @@ fn open_devices(jobs: &[JobSpec]) -> Result<Vec<Vec<Device>>> {
         }
         let mut devs = Vec::with_capacity(job.devices.len());
         for spec in &job.devices {
+            let k = key(job, spec);
+            if let Some((_, d)) = opened.iter().find(|(o, _)| *o == k) {
+                devs.push(d.clone());
+                continue;
+            }
             let mut parsed = mqblk::spec::parse(spec).map_err(|e| crate::open_error(e, spec))?;
             if let Some(m) = &job.queue_mode {
                 parsed.options.set("queue_mode", m);
@@ -85,7 +100,11 @@ fn open_devices(jobs: &[JobSpec]) -> Result<Vec<Vec<Device>>> {
             if !job.iostats {
                 parsed.options.set("iostats", "0");
             }
-            if !job_writes(job) && !parsed.options.contains("ro") {
+            // Read-only unless a job sharing it writes.
+            let writes = jobs
+                .iter()
+                .any(|j| job_writes(j) && j.devices.iter().any(|s| key(j, s) == k));
+            if !writes && !parsed.options.contains("ro") {
                 parsed.options.set("ro", "1");
             }
             let dev = mqblk::open_parsed(parsed).map_err(|e| crate::open_error(e, spec))?;
@@ -96,6 +115,7 @@ fn open_devices(jobs: &[JobSpec]) -> Result<Vec<Vec<Device>>> {
                     eprintln!("mqblk: {}: {v}", dev.name());
                 }
             }
+            opened.push((k, dev.clone()));
             devs.push(dev);
         }
         all.push(devs);
@@ -144,6 +164,7 @@ pub fn prepare(jobs: &[JobSpec]) -> Result<Prepared> {
     for ((job, dev), spec) in plan.iter().zip(&specs) {
         check_job(job, dev, spec)?;
     }
+    make_groups(&plan)?;
     let verifiers = (0..plan.len())
         .map(|i| super::verify::for_job(&plan, i))
         .collect::<Result<Vec<_>>>()?;
@@ -154,7 +175,51 @@ pub fn prepare(jobs: &[JobSpec]) -> Result<Prepared> {
     })
 }
 
+/// Create the groups the jobs name (`cgroup=`), with their weights. Jobs
+/// that name one group on one device must agree on its weight.
+fn make_groups(plan: &[(JobSpec, Device)]) -> Result<()> {
+    for (job, dev) in plan {
+        let Some(name) = &job.cgroup else { continue };
+        let weight = job.cgroup_weight;
+        match dev.group(name) {
+            Ok(g) => {
+                if let Some(w) = weight {
+                    if g.weight() != w {
+                        bail!(
+                            "job {}: cgroup {name} on {} has cgroup_weight={} from another job;                              jobs in one group share its weight",
+                            job.name,
+                            dev.name(),
+                            g.weight()
+                        );
+                    }
+                }
+            }
+            Err(_) => {
+                dev.create_group(
+                    name,
+                    mqblk::GroupConfig {
+                        weight: weight.unwrap_or(mqblk::blkcg::DEFAULT_WEIGHT),
+                        ..Default::default()
+                    },
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Prepared {
+    /// The distinct devices of the run.
+    pub fn devices(&self) -> Vec<Device> {
+        let mut out: Vec<Device> = Vec::new();
+        for (_, dev) in &self.plan {
+            if !out.iter().any(|d| d.name() == dev.name()) {
+                out.push(dev.clone());
+            }
+        }
+        out
+    }
+
     /// The distinct devices of the run, with their alignment.
     pub fn alignment(&self) -> Vec<DeviceAlignment> {
         let mut out: Vec<DeviceAlignment> = Vec::new();
@@ -177,7 +242,11 @@ impl Prepared {
 /// Setting `stop` (a signal) ends the run as the runtime would: the jobs
 /// stop issuing, drain what is in flight, and their results are returned;
 /// the verify phase is skipped.
-pub fn run(prepared: Prepared, progress: bool, stop: &AtomicBool) -> Result<RunResult> {
+pub fn run(
+    prepared: Prepared,
+    status: &super::status::StatusOptions,
+    stop: &AtomicBool,
+) -> Result<RunResult> {
     let alignment = prepared.alignment();
     let Prepared {
         mut plan,
@@ -196,7 +265,7 @@ pub fn run(prepared: Prepared, progress: bool, stop: &AtomicBool) -> Result<RunR
         if stop.load(Relaxed) && total.is_some() {
             break;
         }
-        let r = run_group(base, plan, verifiers, alignment.clone(), progress, stop)?;
+        let r = run_group(base, plan, verifiers, alignment.clone(), status, stop)?;
         total = Some(match total {
             None => r,
             Some(mut t) => {
@@ -225,7 +294,7 @@ fn run_group(
     plan: Vec<(JobSpec, Device)>,
     mut verifiers: Vec<Option<Verifier>>,
     alignment: Vec<DeviceAlignment>,
-    progress: bool,
+    status: &super::status::StatusOptions,
     stop: &AtomicBool,
 ) -> Result<RunResult> {
     let n = plan.len();
@@ -235,9 +304,7 @@ fn run_group(
         finished: AtomicUsize::new(0),
         start: Barrier::new(n + 1),
         end: Barrier::new(n + 1),
-        progress: (0..n)
-            .map(|_| CachePadded::new(AtomicU64::new(0)))
-            .collect(),
+        progress: super::status::Live::for_jobs(n),
         counters: (0..n)
             .map(|_| CachePadded::new(super::log::Counters::default()))
             .collect(),
@@ -289,8 +356,14 @@ fn run_group(
         super::log::Logger::new(base, &jobs)
     };
     let runtime = plan.iter().filter_map(|(j, _)| j.runtime).max();
-    let bar = progress_bar(progress, runtime);
-    let mut last = (t0, 0u64);
+    let jobs = plan
+        .iter()
+        .map(|(j, _)| super::status::JobInfo {
+            name: j.name.clone(),
+            bs: j.bs,
+        })
+        .collect();
+    let mut status = super::status::Status::start(status, jobs, runtime, t0, &shared.progress);
     loop {
         if shared.finished.load(Relaxed) == n || stop.load(Relaxed) {
             break;
@@ -314,16 +387,7 @@ fn run_group(
                 shared.log_generation.fetch_add(1, Relaxed);
             }
         }
-        if let Some(bar) = &bar {
-            let now = Instant::now();
-            if now.duration_since(last.0) >= Duration::from_millis(500) {
-                let done: u64 = shared.progress.iter().map(|p| p.load(Relaxed)).sum();
-                let rate = (done - last.1) as f64 / now.duration_since(last.0).as_secs_f64();
-                bar.set_position(t0.elapsed().as_millis() as u64);
-                bar.set_message(format!("{} IOPS", super::report::fmt_iops(rate)));
-                last = (now, done);
-            }
-        }
+        status.tick(&shared.progress)?;
     }
     if stop.load(Relaxed) {
         eprintln!(
@@ -346,9 +410,7 @@ fn run_group(
     if let Some(l) = logger {
         l.finish()?;
     }
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
+    status.finish();
     shared.end.wait();
 
     let mut results = Vec::with_capacity(n);
@@ -387,20 +449,6 @@ fn sleep_unless_done(shared: &Shared, n: usize, d: Duration, stop: &AtomicBool) 
     while t.elapsed() < d && shared.finished.load(Relaxed) < n && !stop.load(Relaxed) {
         std::thread::sleep(Duration::from_millis(5));
     }
-}
-
-fn progress_bar(enabled: bool, runtime: Option<Duration>) -> Option<indicatif::ProgressBar> {
-    use std::io::IsTerminal;
-    let runtime = runtime?;
-    if !enabled || runtime < Duration::from_secs(3) || !std::io::stderr().is_terminal() {
-        return None;
-    }
-    let bar = indicatif::ProgressBar::new(runtime.as_millis() as u64);
-    let style = indicatif::ProgressStyle::with_template("Jobs: [{bar:30}] {msg} [eta {eta}]")
-        .ok()?
-        .progress_chars("=> ");
-    bar.set_style(style);
-    Some(bar)
 }
 
 /// A data bio of one buffer, re-aimed and cut to `len_bytes` of its buffer
@@ -540,7 +588,13 @@ fn job_thread<V: Hook>(
     // Set up everything before the start barrier: the measured phase
     // allocates nothing.
     let setup = (|| -> Result<_> {
-        let ctx = dev.context()?;
+        let mut ctx = match &job.cgroup {
+            Some(name) => dev.context_in(&dev.group(name)?)?,
+            None => dev.context()?,
+        };
+        if let Some(p) = job.ioprio {
+            ctx.set_ioprio(p);
+        }
         let region = region_bytes(&job, &dev);
         let mut seed =
             job.randseed ^ ((base + index) as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -737,7 +791,7 @@ fn job_thread<V: Hook>(
                 free.push(c.into_bio());
             }
         });
-        progress.store(read.ios + write.ios, Relaxed);
+        progress.publish(read.ios, write.ios, ctx.histograms());
         if logs {
             counters.publish([read.ios, write.ios], [read.bytes, write.bytes]);
         }

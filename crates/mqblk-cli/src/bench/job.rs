@@ -318,6 +318,13 @@ pub struct JobSpec {
     /// `rate_iops=`: at most this many I/Os per second (summed over
     /// reads and writes).
     pub rate_iops: Option<u64>,
+    /// `cgroup=`: the device group the job's context joins (created if
+    /// missing), with `cgroup_weight=`.
+    pub cgroup: Option<String>,
+    /// `cgroup_weight=`.
+    pub cgroup_weight: Option<u32>,
+    /// `prioclass=` and `prio=`.
+    pub ioprio: Option<mqblk::IoPrio>,
     /// `rate=`: at most this many bytes per second (summed).
     pub rate_bps: Option<u64>,
     /// `startdelay=`: start this long after the run does.
@@ -378,6 +385,9 @@ impl Default for JobSpec {
             fsync_every: 0,
             end_fsync: false,
             rate_iops: None,
+            cgroup: None,
+            cgroup_weight: None,
+            ioprio: None,
             rate_bps: None,
             startdelay: Duration::ZERO,
             stonewall: false,

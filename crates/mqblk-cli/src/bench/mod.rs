@@ -16,6 +16,8 @@
 //!   on read-back.
 //! - [`pattern`]: where each I/O goes (rw, offset, distribution).
 //! - [`engine`]: runs the jobs, one thread and one context each.
+//! - [`status`]: the status line and `--status-interval` reports while
+//!   the jobs run.
 //! - [`result`]: what was measured.
 //! - [`log`]: fio's bandwidth and IOPS logs.
 //! - [`report`]: fio's text and JSON output, plus the layer's own figures.
@@ -32,6 +34,8 @@ pub mod verify;
 pub mod pattern;
 
 pub mod engine;
+
+pub mod status;
 
 pub mod result;
 

@@ -59,6 +59,10 @@ pub const KEYS: &[&str] = &[
     "end_fsync",
     "rate",
     "rate_iops",
+    "cgroup",
+    "cgroup_weight",
+    "prioclass",
+    "prio",
     "startdelay",
     "stonewall",
     "wait_for",
@@ -115,8 +119,6 @@ pub const NOTED_KEYS: &[(&str, &str)] = &[
     ("numa_cpu_nodes", "no NUMA placement"),
     ("numa_mem_policy", "no NUMA placement"),
     ("nice", "no scheduling priority"),
-    ("prio", "no I/O priority classes"),
-    ("prioclass", "no I/O priority classes"),
     ("cmdprio", "another engine's option"),
     ("cmdprio_class", "another engine's option"),
     ("cmdprio_percentage", "another engine's option"),
@@ -344,6 +346,14 @@ pub struct JobOptions {
     pub end_fsync: Option<bool>,
     /// `rate_iops=`.
     pub rate_iops: Option<u64>,
+    /// `cgroup=`: the device group the job's context joins.
+    pub cgroup: Option<String>,
+    /// `cgroup_weight=`.
+    pub cgroup_weight: Option<u32>,
+    /// `prioclass=`.
+    pub prioclass: Option<mqblk::IoPrioClass>,
+    /// `prio=`.
+    pub prio: Option<u8>,
     /// `rate=`.
     pub rate_bps: Option<u64>,
     /// `startdelay=`.
@@ -561,6 +571,24 @@ impl JobOptions {
                     self.rate_iops = total;
                 }
             }
+            "cgroup" => {
+                let ok = !v.is_empty()
+                    && v.len() <= 64
+                    && v.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+                if !ok {
+                    return Err(bad(raw, expected));
+                }
+                self.cgroup = Some(v.to_string());
+            }
+            "cgroup_weight" => {
+                self.cgroup_weight = Some(parse_u64_in(v, 1, 1000, expected)? as u32)
+            }
+            "prioclass" => {
+                self.prioclass =
+                    Some(mqblk::IoPrioClass::parse(v).ok_or_else(|| bad(raw, expected))?)
+            }
+            "prio" => self.prio = Some(parse_u64_in(v, 0, 7, expected)? as u8),
             "startdelay" => {
                 let d = parse_duration(v).map_err(|why| bad(raw, format!("{expected} ({why})")))?;
                 if d > Duration::from_secs(3600) {
@@ -759,6 +787,10 @@ impl JobOptions {
         over(&mut self.fsync_every, &top.fsync_every);
         over(&mut self.end_fsync, &top.end_fsync);
         over(&mut self.rate_iops, &top.rate_iops);
+        over(&mut self.cgroup, &top.cgroup);
+        over(&mut self.cgroup_weight, &top.cgroup_weight);
+        over(&mut self.prioclass, &top.prioclass);
+        over(&mut self.prio, &top.prio);
         over(&mut self.rate_bps, &top.rate_bps);
         over(&mut self.startdelay, &top.startdelay);
         over(&mut self.stonewall, &top.stonewall);
@@ -829,6 +861,15 @@ impl JobOptions {
             fsync_every: self.fsync_every.unwrap_or(d.fsync_every),
             end_fsync: self.end_fsync.unwrap_or(d.end_fsync),
             rate_iops: self.rate_iops.or(d.rate_iops),
+            cgroup: self.cgroup.clone().or(d.cgroup.clone()),
+            cgroup_weight: self.cgroup_weight.or(d.cgroup_weight),
+            ioprio: match (self.prioclass, self.prio) {
+                (None, None) => d.ioprio,
+                (class, level) => Some(mqblk::IoPrio {
+                    class: class.unwrap_or_default(),
+                    level: level.unwrap_or(4),
+                }),
+            },
             rate_bps: self.rate_bps.or(d.rate_bps),
             startdelay: self.startdelay.unwrap_or(d.startdelay),
             stonewall: self.stonewall.unwrap_or(d.stonewall),
@@ -907,6 +948,13 @@ pub fn expected(key: &str) -> Option<&'static str> {
             "a pause after each completion, up to 10s: microseconds, or with a suffix (us, ms, s)"
         }
         "stats_dir" => "a directory to write diskstats and mqblk.json into",
+        "cgroup" => {
+            "a group name of 1 to 64 letters, digits, '-', '_' or '.' (jobs naming one \
+             group share its weight and limits)"
+        }
+        "cgroup_weight" => "a weight from 1 to 1000 (default 100)",
+        "prioclass" => "rt, be or idle (or fio's 1, 2, 3)",
+        "prio" => "a level from 0 (highest) to 7 within the class",
         _ => return None,
     })
 }

@@ -135,6 +135,9 @@ struct Lat {
     stdev: f64,
     n: u64,
     percentiles: [u64; PERCENTILES.len()],
+    /// The histogram's non-empty log-linear buckets: (highest value in the
+    /// bucket, ns; count), as fio's json+ `bins`.
+    bins: Vec<(u64, u64)>,
 }
 
 impl Lat {
@@ -154,6 +157,10 @@ impl Lat {
             stdev: finite(h.stdev()),
             n,
             percentiles,
+            bins: h
+                .iter_recorded()
+                .map(|b| (b.value_iterated_to(), b.count_at_value()))
+                .collect(),
         }
     }
 
@@ -165,6 +172,7 @@ impl Lat {
             stdev: 0.0,
             n: 0,
             percentiles: [0; PERCENTILES.len()],
+            bins: Vec::new(),
         }
     }
 
@@ -181,6 +189,19 @@ impl Lat {
             "N": self.n,
             "percentile": pct,
         })
+    }
+
+    /// [`Lat::json`] with the buckets as fio's json+ writes them:
+    /// `"bins": {"VALUE_NS": COUNT, ...}` (what `mqblk plot` draws).
+    fn json_with_bins(&self) -> Value {
+        let mut v = self.json();
+        let bins: Map<String, Value> = self
+            .bins
+            .iter()
+            .map(|(ns, n)| (ns.to_string(), json!(n)))
+            .collect();
+        v["bins"] = Value::Object(bins);
+        v
     }
 }
 
@@ -290,7 +311,7 @@ fn dir_json(d: &DirResult, lat: Option<Lat>, runtime_ns: u64) -> Value {
         "drop_ios": 0,
         "errors": d.errors,
         "slat_ns": zero_lat,
-        "clat_ns": lat.json(),
+        "clat_ns": lat.json_with_bins(),
         // No separate submission latency is measured, so lat is clat.
         "lat_ns": lat.json(),
     })

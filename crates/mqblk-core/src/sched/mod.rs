@@ -17,6 +17,14 @@
 //! (the driver tags, enforced as the hardware queue's budget). Requests
 //! waiting in the elevator hold scheduler tags only.
 
+mod bfq;
+mod kyber;
+mod mq_deadline;
+
+pub use bfq::{BfqParams, BfqType};
+pub use kyber::{KyberParams, KyberType};
+pub use mq_deadline::{DeadlineParams, MqDeadlineType};
+
 use crate::request::{Request, RqRef};
 use crate::sw_queue::SwQueue;
 
@@ -53,6 +61,14 @@ pub trait ElevatorType: Send + Sync {
     /// twice `queue_depth`, as Linux sizes them.
     fn nr_requests(&self, queue_depth: u32) -> u32 {
         queue_depth.saturating_mul(2)
+    }
+
+    /// Scheduler tags that writes may hold at once, of `nr_requests`
+    /// (Linux's `async_depth`, what `limit_depth` enforces): the rest stay
+    /// free for reads, so a write flood cannot keep a read from even
+    /// entering the scheduler. Default: no limit.
+    fn async_depth(&self, _nr_requests: u32) -> Option<u32> {
+        None
     }
 
     /// The instance for hardware queue `hwq`.

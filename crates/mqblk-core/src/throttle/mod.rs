@@ -44,3 +44,9 @@ impl std::fmt::Debug for dyn ThrottleType {
         f.write_str(self.name())
     }
 }
+
+mod io_max;
+mod token_bucket;
+
+pub use io_max::{IoMax, IoMaxLimits, DEFAULT_BURST_MS};
+pub use token_bucket::TokenBucket;
