@@ -174,3 +174,34 @@ fn bw_iops_and_latency_logs_have_fio_s_format_for_fiologparser() {
     }
     let _ = std::fs::remove_dir_all(&scratch);
 }
+
+#[test]
+fn trim_modes_discard_and_report_a_trim_direction() {
+    for rw in ["trim", "randtrim"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+            .args([
+                "bench",
+                "--device",
+                "ram,size=64M",
+                "--bs=64k",
+                "--output-format=json",
+            ])
+            .arg(format!("--rw={rw}"))
+            .args(["--runtime=200ms", "--time_based"])
+            .output()
+            .expect("run mqblk");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let job = &v["jobs"][0];
+        assert!(
+            job["trim"]["total_ios"].as_u64().unwrap() > 0,
+            "{rw}: {job}"
+        );
+        assert_eq!(job["write"]["total_ios"], 0, "{rw}");
+        assert_eq!(job["read"]["total_ios"], 0, "{rw}");
+    }
+}

@@ -52,6 +52,7 @@ struct Shared {
 struct Measured {
     read: DirResult,
     write: DirResult,
+    trim: DirResult,
     runtime_ns: u64,
     usr_ns: u64,
     sys_ns: u64,
@@ -426,7 +427,7 @@ fn run_group(
         let (r, stats) = h
             .join()
             .map_err(|_| anyhow::anyhow!("a job thread panicked"))??;
-        layer.ios += r.read.ios + r.write.ios;
+        layer.ios += r.read.ios + r.write.ios + r.trim.ios;
         layer.bytes_copied += stats.bytes_copied;
         layer.requests += stats.requests;
         layer.bios += stats.bios;
@@ -508,6 +509,23 @@ fn check_job(job: &JobSpec, dev: &Device, spec: &str) -> Result<()> {
             job.name,
             super::options::FIO_ENGINE_HINT
         );
+    }
+    if job.rw.is_trim() {
+        if job.verify.is_some() {
+            bail!(
+                "job {}: rw={} with verify=: trims leave nothing to verify",
+                job.name,
+                job.rw.name()
+            );
+        }
+        if !dev.info().features.discard {
+            bail!(
+                "job {}: rw={} discards, and device {} ({spec}) does not support discard",
+                job.name,
+                job.rw.name(),
+                dev.name()
+            );
+        }
     }
     let unit = super::pattern::unit_bytes(job);
     // (A fixed bs= is checked below, with its own advice.)
@@ -661,6 +679,7 @@ fn job_thread<V: Hook>(
     let thinktime = job.thinktime;
     let mut read = DirResult::default();
     let mut write = DirResult::default();
+    let mut trim = DirResult::default();
     let mut first_error: Option<mqblk::Status> = None;
     let paced = pace_ns.is_some();
     let variable = job.block_sizes != super::job::BlockSizes::Fixed;
@@ -687,6 +706,7 @@ fn job_thread<V: Hook>(
             measuring = true;
             read = DirResult::default();
             write = DirResult::default();
+            trim = DirResult::default();
             issued_bytes = 0;
             ctx.reset_histograms();
             stats_start = ctx.stats();
@@ -726,7 +746,11 @@ fn job_thread<V: Hook>(
             allowed -= 1;
             let Some(mut bio) = free.pop() else { break };
             let (op, sector, len) = offsets.next();
-            if variable {
+            if op == Op::Discard {
+                // A trim carries no data: a bio of its own (the slot's data
+                // bio, if any, is let go; its buffer is not needed).
+                bio = Bio::discard_at(sector * 512, len * 512);
+            } else if variable {
                 bio = resized(bio, op, sector * 512, len * 512);
             } else {
                 bio.set_op(op);
@@ -755,10 +779,10 @@ fn job_thread<V: Hook>(
                     flushes_due += 1;
                 }
             }
-            let dir = if c.bio().op() == Op::Read {
-                &mut read
-            } else {
-                &mut write
+            let dir = match c.bio().op() {
+                Op::Read => &mut read,
+                Op::Discard => &mut trim,
+                _ => &mut write,
             };
             dir.ios += 1;
             if c.status().is_ok() {
@@ -777,7 +801,9 @@ fn job_thread<V: Hook>(
             if (issued_bytes < bytes_limit || !measuring) && !hook.stopped() && !paced {
                 let (op, sector, len) = offsets.next();
                 let bio = c.bio_mut();
-                if variable {
+                if op == Op::Discard {
+                    *bio = Bio::discard_at(sector * 512, len * 512);
+                } else if variable {
                     let old = std::mem::replace(bio, Bio::at(Op::Read, 0));
                     *bio = resized(old, op, sector * 512, len * 512);
                 } else {
@@ -861,6 +887,7 @@ fn job_thread<V: Hook>(
     let m = Measured {
         read,
         write,
+        trim,
         runtime_ns: t_end.saturating_sub(t_start),
         usr_ns: cpu_end.0.saturating_sub(cpu_start.0),
         sys_ns: cpu_end.1.saturating_sub(cpu_start.1),
@@ -875,6 +902,7 @@ fn job_thread<V: Hook>(
             device: dev.name().to_string(),
             read: m.read,
             write: m.write,
+            trim: m.trim,
             clat: ctx.histograms().clone(),
             clat_valid: job.iostats,
             runtime_ns: m.runtime_ns,

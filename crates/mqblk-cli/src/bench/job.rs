@@ -18,6 +18,10 @@ pub enum RwMode {
     Rw,
     /// Random mixed (`randrw`).
     RandRw,
+    /// Sequential trims (discards, `trim`).
+    Trim,
+    /// Random trims (`randtrim`).
+    RandTrim,
 }
 
 impl RwMode {
@@ -30,6 +34,8 @@ impl RwMode {
             "randwrite" => RwMode::RandWrite,
             "rw" | "readwrite" => RwMode::Rw,
             "randrw" => RwMode::RandRw,
+            "trim" => RwMode::Trim,
+            "randtrim" => RwMode::RandTrim,
             _ => return None,
         })
     }
@@ -43,19 +49,29 @@ impl RwMode {
             RwMode::RandWrite => "randwrite",
             RwMode::Rw => "rw",
             RwMode::RandRw => "randrw",
+            RwMode::Trim => "trim",
+            RwMode::RandTrim => "randtrim",
         }
     }
 
     /// True for random offsets.
     pub fn is_random(self) -> bool {
-        matches!(self, RwMode::RandRead | RwMode::RandWrite | RwMode::RandRw)
+        matches!(
+            self,
+            RwMode::RandRead | RwMode::RandWrite | RwMode::RandRw | RwMode::RandTrim
+        )
+    }
+
+    /// True for trims (discards).
+    pub fn is_trim(self) -> bool {
+        matches!(self, RwMode::Trim | RwMode::RandTrim)
     }
 
     /// Percentage of reads for this mode given `rwmixread`.
     pub fn read_percent(self, rwmixread: u32) -> u32 {
         match self {
             RwMode::Read | RwMode::RandRead => 100,
-            RwMode::Write | RwMode::RandWrite => 0,
+            RwMode::Write | RwMode::RandWrite | RwMode::Trim | RwMode::RandTrim => 0,
             RwMode::Rw | RwMode::RandRw => rwmixread.min(100),
         }
     }

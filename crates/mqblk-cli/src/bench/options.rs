@@ -895,7 +895,7 @@ pub fn expected(key: &str) -> Option<&'static str> {
     Some(match key {
         "name" => "a job name of 1 to 256 printable characters",
         "rw" | "readwrite" => {
-            "one of read, write, randread, randwrite, rw (readwrite), randrw, optionally with \
+            "one of read, write, randread, randwrite, rw (readwrite), randrw, trim, randtrim, optionally with \
              :N for a hole of N bytes after each sequential I/O (negative: backwards)"
         }
         "bs" | "blocksize" => "a block size from 512 to 64M that is a multiple of 512, such as 4k",

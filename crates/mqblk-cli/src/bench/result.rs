@@ -26,6 +26,8 @@ pub struct JobResult {
     pub read: DirResult,
     /// Writes.
     pub write: DirResult,
+    /// Trims (discards: fio's `rw=trim`/`randtrim`).
+    pub trim: DirResult,
     /// Latency histograms (clat, ns) from the layer, per stat group.
     pub clat: Histograms,
     /// Whether clat was recorded (iostats on).
