@@ -205,3 +205,34 @@ fn trim_modes_discard_and_report_a_trim_direction() {
         assert_eq!(job["read"]["total_ios"], 0, "{rw}");
     }
 }
+
+#[test]
+fn stonewall_groups_run_in_turn_and_carry_their_groupid() {
+    let dir = tempdir().join("stonewall");
+    std::fs::create_dir_all(&dir).unwrap();
+    let job = dir.join("sw.fio");
+    std::fs::write(
+        &job,
+        "[global]\nbs=4k\nsize=1m\n[a]\nrw=write\n[b]\nrw=write\n[c]\nstonewall\nrw=read\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+        .args(["bench", "--device", "null,size=1G", "--output-format=json"])
+        .arg(&job)
+        .output()
+        .expect("run mqblk");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let groups: Vec<u64> = v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["groupid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(groups, [0, 0, 1]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

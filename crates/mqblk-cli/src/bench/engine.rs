@@ -260,13 +260,16 @@ pub fn run(
         groups.push((start, plan.split_off(start), verifiers.split_off(start)));
     }
     let mut total: Option<RunResult> = None;
-    for (base, plan, verifiers) in groups.into_iter().rev() {
+    for (group, (base, plan, verifiers)) in groups.into_iter().rev().enumerate() {
         // A signal ends the run after the group it stopped; the first
         // group always runs, so that there is a report.
         if stop.load(Relaxed) && total.is_some() {
             break;
         }
-        let r = run_group(base, plan, verifiers, alignment.clone(), status, stop)?;
+        let mut r = run_group(base, plan, verifiers, alignment.clone(), status, stop)?;
+        for j in &mut r.jobs {
+            j.group = group;
+        }
         total = Some(match total {
             None => r,
             Some(mut t) => {
@@ -899,6 +902,7 @@ fn job_thread<V: Hook>(
         JobResult {
             name: job.name.clone(),
             index: base + index,
+            group: 0,
             device: dev.name().to_string(),
             read: m.read,
             write: m.write,

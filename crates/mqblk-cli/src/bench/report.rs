@@ -356,7 +356,7 @@ pub fn json(specs: &[JobSpec], run: &RunResult) -> Value {
             let trim = dir_json(&job.trim, lat_of(job, StatGroup::Discard), job.runtime_ns);
             let mut v = json!({
                 "jobname": job.name,
-                "groupid": 0,
+                "groupid": job.group,
                 "error": job_error(job),
                 "eta": 0,
                 "elapsed": (job.runtime_ns + 500_000_000) / 1_000_000_000,
@@ -525,8 +525,8 @@ pub fn normal(specs: &[JobSpec], run: &RunResult) -> String {
             .unwrap_or_default();
         let _ = writeln!(
             out,
-            "{}: (groupid=0, jobs=1): err={err:2}{why}: pid={pid}: {date}",
-            job.name
+            "{}: (groupid={}, jobs=1): err={err:2}{why}: pid={pid}: {date}",
+            job.name, job.group
         );
         if job.read.ios > 0 {
             write_dir(
@@ -708,6 +708,7 @@ mod tests {
             clat.record(StatGroup::Write, ns * 2);
         }
         let job = |index: usize| JobResult {
+            group: 0,
             name: "job0".into(),
             index,
             device: "nullb0".into(),

@@ -20,6 +20,8 @@ pub struct JobResult {
     pub name: String,
     /// Index among all jobs of the run.
     pub index: usize,
+    /// Its stonewall group (fio's groupid), counting from 0.
+    pub group: usize,
     /// The device the job ran on.
     pub device: String,
     /// Reads.
