@@ -574,6 +574,23 @@ int mqblk_queue_do_io(struct mqblk_queue *q,
                       int max);
 
 /*
+ Like `mqblk_queue_do_io()`, but waits at most `timeout_ns` nanoseconds
+ for `min` completions (libblkio's `blkioq_do_io` timeout); a negative
+ `timeout_ns` waits as long as it takes. Returns how many completions
+ were written, fewer than `min` if the time ran out, or a negative error
+ code. It sleeps in poll(2) on the queue's completion fd.
+
+ # Safety
+
+ As for `mqblk_queue_do_io()`.
+ */
+int mqblk_queue_do_io_timeout(struct mqblk_queue *q,
+                              struct mqblk_completion *completions,
+                              int min,
+                              int max,
+                              int64_t timeout_ns);
+
+/*
  A file descriptor that becomes readable when `mqblk_queue_do_io()` would
  make progress, for an event loop (epoll, poll, select) that waits on
  I/O and sockets together. It lives as long as the queue; do not close

@@ -475,18 +475,67 @@ pub unsafe extern "C" fn mqblk_queue_do_io(
     min: c_int,
     max: c_int,
 ) -> c_int {
-    entry("mqblk_queue_do_io", || {
-        const F: &str = "mqblk_queue_do_io";
+    // SAFETY: the caller's promise, passed on.
+    unsafe { do_io("mqblk_queue_do_io", q, completions, min, max, None) }
+}
+
+/// Like `mqblk_queue_do_io()`, but waits at most `timeout_ns` nanoseconds
+/// for `min` completions (libblkio's `blkioq_do_io` timeout); a negative
+/// `timeout_ns` waits as long as it takes. Returns how many completions
+/// were written, fewer than `min` if the time ran out, or a negative error
+/// code. It sleeps in poll(2) on the queue's completion fd.
+///
+/// # Safety
+///
+/// As for `mqblk_queue_do_io()`.
+#[no_mangle]
+pub unsafe extern "C" fn mqblk_queue_do_io_timeout(
+    q: *mut MqblkQueue,
+    completions: *mut MqblkCompletion,
+    min: c_int,
+    max: c_int,
+    timeout_ns: i64,
+) -> c_int {
+    let timeout = u64::try_from(timeout_ns)
+        .ok()
+        .map(std::time::Duration::from_nanos);
+    // SAFETY: the caller's promise, passed on.
+    unsafe {
+        do_io(
+            "mqblk_queue_do_io_timeout",
+            q,
+            completions,
+            min,
+            max,
+            timeout,
+        )
+    }
+}
+
+/// The body of both do_io calls: `timeout` None waits as long as it takes.
+///
+/// # Safety
+///
+/// As for `mqblk_queue_do_io()`.
+unsafe fn do_io(
+    func: &'static str,
+    q: *mut MqblkQueue,
+    completions: *mut MqblkCompletion,
+    min: c_int,
+    max: c_int,
+    timeout: Option<std::time::Duration>,
+) -> c_int {
+    entry(func, || {
         // SAFETY: the caller's promise, passed on.
-        let q = unsafe { queue_mut(q, F) }?;
+        let q = unsafe { queue_mut(q, func) }?;
         if min < 0 || max < min {
             return Err(Failure::new(
                 MqblkError::Inval,
-                format!("{F}: want 0 <= min <= max, got min {min}, max {max}"),
+                format!("{func}: want 0 <= min <= max, got min {min}, max {max}"),
             ));
         }
         if max > 0 && completions.is_null() {
-            return Err(Failure::null(F, "completions"));
+            return Err(Failure::null(func, "completions"));
         }
         let (min, max) = (min as usize, max as usize);
         let MqblkQueue { ctx, ready } = q;
@@ -507,9 +556,41 @@ pub unsafe extern "C" fn mqblk_queue_do_io(
         if sink.room() > 0 || max == 0 {
             ctx.poll(|c| sink.push(c));
         }
-        if *sink.n < min {
-            let more = min - *sink.n;
-            ctx.poll_wait(more, |c| sink.push(c));
+        match timeout {
+            None => {
+                if *sink.n < min {
+                    let more = min - *sink.n;
+                    ctx.poll_wait(more, |c| sink.push(c));
+                }
+            }
+            Some(limit) => {
+                let deadline = std::time::Instant::now() + limit;
+                while *sink.n < min && ctx.in_flight() > 0 {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    let fd = ctx
+                        .completion_fd()
+                        .map_err(|e| Failure::new(MqblkError::Os, e.to_string()))?;
+                    let mut pfd = libc::pollfd {
+                        fd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    // Whole milliseconds, rounded up, so a short wait still sleeps.
+                    let ms = left.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as c_int;
+                    // SAFETY: `pfd` is one valid pollfd for the call.
+                    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+                    if rc < 0 {
+                        let e = std::io::Error::last_os_error();
+                        if e.kind() != std::io::ErrorKind::Interrupted {
+                            return Err(Failure::new(MqblkError::Os, format!("{func}: poll: {e}")));
+                        }
+                    }
+                    ctx.poll(|c| sink.push(c));
+                }
+            }
         }
         Ok(n as c_int)
     })

@@ -26,17 +26,38 @@ fn run(cmd: &mut Command) -> String {
     stdout + &stderr
 }
 
+const PREFIX_TAG: &str = "mqblk-capi-test-";
+
+/// A test binary cannot clean up after its last test, so each run removes
+/// the prefixes of earlier runs whose process is gone.
+fn remove_stale_prefixes() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix(PREFIX_TAG) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 /// The prefix libmqblk is installed into, once per test binary.
 fn prefix() -> &'static Path {
     static PREFIX: OnceLock<PathBuf> = OnceLock::new();
     PREFIX.get_or_init(|| {
         require_tool("cargo-cinstall");
         require_tool("pkg-config");
-        let dir = std::env::temp_dir().join(format!("mqblk-capi-test-{}", std::process::id()));
+        remove_stale_prefixes();
+        let dir = std::env::temp_dir().join(format!("{PREFIX_TAG}{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        // The dev profile reuses what `cargo test` built.
+        // The dev profile (--debug) reuses what `cargo test` built.
         run(Command::new(env!("CARGO"))
             .arg("cinstall")
+            .arg("--debug")
             .arg("--manifest-path")
             .arg(crate_dir().join("Cargo.toml"))
             .arg(format!("--prefix={}", dir.display()))
@@ -295,4 +316,23 @@ fn fio_filename_names_a_file_device_for_the_engine() {
     let v: serde_json::Value = serde_json::from_str(&out[out.find('{').unwrap()..]).unwrap();
     assert_eq!(v["jobs"][0]["error"], 0, "{out}");
     assert_eq!(v["jobs"][0]["write"]["io_bytes"], 8 << 20, "{out}");
+}
+
+#[test]
+fn submitting_through_the_c_api_allocates_nothing_and_copies_nothing_per_io() {
+    let exe = build(
+        &crate_dir().join("tests/c/alloc_test.c"),
+        "alloc_test",
+        &["-O1"],
+    );
+    for spec in ["ram,size=16M", "null"] {
+        let out = run(Command::new(&exe)
+            .args([spec, "100000"])
+            .env("LD_LIBRARY_PATH", prefix().join("lib")));
+        println!("{out}");
+        assert!(
+            out.contains("allocations per I/O: 0.000000, bytes copied: 0"),
+            "{out}"
+        );
+    }
 }

@@ -120,3 +120,119 @@ fn tempdir() -> PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+#[test]
+fn bw_iops_and_latency_logs_have_fio_s_format_for_fiologparser() {
+    require_tool("python3");
+    let tools = examples_dir().join("../tools");
+    let scratch = tempdir().join("logs");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let job = scratch.join("log.fio");
+    std::fs::write(
+        &job,
+        "[logged]\nrw=randrw\nbs=4k\nwrite_bw_log=run\nwrite_iops_log=run\nwrite_lat_log=run\n\
+         log_avg_msec=100\n\
+         time_based\nruntime=500ms\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+        .current_dir(&scratch)
+        .args(["bench", "--device", "null"])
+        .arg(&job)
+        .output()
+        .expect("run mqblk");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for log in [
+        "run_bw.1.log",
+        "run_iops.1.log",
+        "run_lat.1.log",
+        "run_clat.1.log",
+    ] {
+        let text = std::fs::read_to_string(scratch.join(log)).unwrap();
+        let first = text.lines().next().unwrap_or_default().to_string();
+        let fields: Vec<&str> = first.split(", ").collect();
+        assert_eq!(fields.len(), 4, "{log}: {first}");
+        let parsed = Command::new("python3")
+            .arg(tools.join("fiologparser.py"))
+            .arg("-A")
+            .arg("-f")
+            .arg(scratch.join(log))
+            .output()
+            .expect("run fiologparser.py");
+        let stdout = String::from_utf8_lossy(&parsed.stdout);
+        assert!(
+            parsed.status.success(),
+            "{log}: {}",
+            String::from_utf8_lossy(&parsed.stderr)
+        );
+        let value: f64 = stdout.trim().rsplit(", ").next().unwrap().parse().unwrap();
+        assert!(value > 0.0, "{log}: {stdout}");
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
+#[test]
+fn trim_modes_discard_and_report_a_trim_direction() {
+    for rw in ["trim", "randtrim"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+            .args([
+                "bench",
+                "--device",
+                "ram,size=64M",
+                "--bs=64k",
+                "--output-format=json",
+            ])
+            .arg(format!("--rw={rw}"))
+            .args(["--runtime=200ms", "--time_based"])
+            .output()
+            .expect("run mqblk");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let job = &v["jobs"][0];
+        assert!(
+            job["trim"]["total_ios"].as_u64().unwrap() > 0,
+            "{rw}: {job}"
+        );
+        assert_eq!(job["write"]["total_ios"], 0, "{rw}");
+        assert_eq!(job["read"]["total_ios"], 0, "{rw}");
+    }
+}
+
+#[test]
+fn stonewall_groups_run_in_turn_and_carry_their_groupid() {
+    let dir = tempdir().join("stonewall");
+    std::fs::create_dir_all(&dir).unwrap();
+    let job = dir.join("sw.fio");
+    std::fs::write(
+        &job,
+        "[global]\nbs=4k\nsize=1m\n[a]\nrw=write\n[b]\nrw=write\n[c]\nstonewall\nrw=read\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+        .args(["bench", "--device", "null,size=1G", "--output-format=json"])
+        .arg(&job)
+        .output()
+        .expect("run mqblk");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let groups: Vec<u64> = v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["groupid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(groups, [0, 0, 1]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

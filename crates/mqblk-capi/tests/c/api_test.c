@@ -246,12 +246,39 @@ static void test_queue_outlives_close(void)
 	mqblk_free_buf(buf);
 }
 
+/* A wait with a time limit: a request that takes 200 ms is not there
+ * after 10 ms, and is after at most 5 s. */
+static void test_timeout(void)
+{
+	struct mqblk *dev = NULL;
+	struct mqblk_queue *q = NULL;
+	struct mqblk_completion c;
+	unsigned char *buf;
+
+	CHECK(mqblk_open("null,completion=timer,completion_nsec=200000000", &dev) == 0);
+	if (!dev)
+		return;
+	CHECK(mqblk_queue_create(dev, &q) == 0);
+	buf = mqblk_alloc_buf(dev, BS);
+	/* Nothing in flight: returns at once. */
+	CHECK(mqblk_queue_do_io_timeout(q, &c, 1, 1, 1000000000) == 0);
+	CHECK(mqblk_queue_read(q, 0, buf, BS, (void *)7, 0) == 0);
+	CHECK(mqblk_queue_do_io_timeout(q, &c, 1, 1, 10000000) == 0);
+	CHECK(mqblk_queue_do_io_timeout(q, &c, 1, 1, 5000000000LL) == 1);
+	CHECK(c.user_data == (void *)7 && c.ret == 0);
+	CHECK(mqblk_queue_do_io_timeout(q, &c, 2, 1, 0) == MQBLK_ERROR_INVAL);
+	mqblk_queue_destroy(q);
+	mqblk_free_buf(buf);
+	mqblk_close(dev);
+}
+
 int main(void)
 {
 	test_errors();
 	test_read_only();
 	test_data();
 	test_queue_outlives_close();
+	test_timeout();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;
 }

@@ -7,7 +7,7 @@
 //! so the engine costs a few nanoseconds per I/O beside the layer it
 //! measures. Latency comes from the layer's own histograms.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -40,12 +40,19 @@ struct Shared {
     end: Barrier,
     /// I/Os done per job, for the status line (written once per batch).
     progress: Vec<CachePadded<super::status::Live>>,
+    /// Per job, per direction, for the bw and iops logs (written once per
+    /// batch, only by jobs that log).
+    counters: Vec<CachePadded<super::log::Counters>>,
+    /// Bumped at each log window: a job that logs latency then publishes
+    /// its histograms' totals.
+    log_generation: AtomicU64,
 }
 
 /// What a job thread measured, before formatting.
 struct Measured {
     read: DirResult,
     write: DirResult,
+    trim: DirResult,
     runtime_ns: u64,
     usr_ns: u64,
     sys_ns: u64,
@@ -253,11 +260,16 @@ pub fn run(
         groups.push((start, plan.split_off(start), verifiers.split_off(start)));
     }
     let mut total: Option<RunResult> = None;
-    for (base, plan, verifiers) in groups.into_iter().rev() {
-        if stop.load(Relaxed) {
+    for (group, (base, plan, verifiers)) in groups.into_iter().rev().enumerate() {
+        // A signal ends the run after the group it stopped; the first
+        // group always runs, so that there is a report.
+        if stop.load(Relaxed) && total.is_some() {
             break;
         }
-        let r = run_group(base, plan, verifiers, alignment.clone(), status, stop)?;
+        let mut r = run_group(base, plan, verifiers, alignment.clone(), status, stop)?;
+        for j in &mut r.jobs {
+            j.group = group;
+        }
         total = Some(match total {
             None => r,
             Some(mut t) => {
@@ -297,6 +309,10 @@ fn run_group(
         start: Barrier::new(n + 1),
         end: Barrier::new(n + 1),
         progress: super::status::Live::for_jobs(n),
+        counters: (0..n)
+            .map(|_| CachePadded::new(super::log::Counters::default()))
+            .collect(),
+        log_generation: AtomicU64::new(0),
     });
     let mut handles = Vec::with_capacity(n);
     for (index, (job, dev)) in plan.iter().cloned().enumerate() {
@@ -339,6 +355,10 @@ fn run_group(
     };
     let allocs_start = alloc_count::allocations();
     let t0 = Instant::now();
+    let mut logger = {
+        let jobs: Vec<&JobSpec> = plan.iter().map(|(j, _)| j).collect();
+        super::log::Logger::new(base, &jobs)
+    };
     let runtime = plan.iter().filter_map(|(j, _)| j.runtime).max();
     let jobs = plan
         .iter()
@@ -364,6 +384,13 @@ fn run_group(
         if let Some(sd) = &stats_dir {
             sd.write(false)?;
         }
+        if let Some(l) = &mut logger {
+            let counters: Vec<&super::log::Counters> =
+                shared.counters.iter().map(|c| &**c).collect();
+            if l.tick(t0.elapsed().as_millis() as u64, &counters) {
+                shared.log_generation.fetch_add(1, Relaxed);
+            }
+        }
         status.tick(&shared.progress)?;
     }
     if stop.load(Relaxed) {
@@ -384,6 +411,9 @@ fn run_group(
         std::thread::sleep(Duration::from_micros(200));
     }
     let allocs_end = alloc_count::allocations();
+    if let Some(l) = logger {
+        l.finish()?;
+    }
     status.finish();
     shared.end.wait();
 
@@ -400,7 +430,7 @@ fn run_group(
         let (r, stats) = h
             .join()
             .map_err(|_| anyhow::anyhow!("a job thread panicked"))??;
-        layer.ios += r.read.ios + r.write.ios;
+        layer.ios += r.read.ios + r.write.ios + r.trim.ios;
         layer.bytes_copied += stats.bytes_copied;
         layer.requests += stats.requests;
         layer.bios += stats.bios;
@@ -483,11 +513,34 @@ fn check_job(job: &JobSpec, dev: &Device, spec: &str) -> Result<()> {
             super::options::FIO_ENGINE_HINT
         );
     }
+    if job.rw.is_trim() {
+        if job.verify.is_some() {
+            bail!(
+                "job {}: rw={} with verify=: trims leave nothing to verify",
+                job.name,
+                job.rw.name()
+            );
+        }
+        if !dev.info().features.discard {
+            bail!(
+                "job {}: rw={} discards, and device {} ({spec}) does not support discard",
+                job.name,
+                job.rw.name(),
+                dev.name()
+            );
+        }
+    }
     let unit = super::pattern::unit_bytes(job);
-    for (what, n) in [
-        ("smallest block size or blockalign", unit),
-        ("largest block size", job.block_sizes.max(job.bs)),
-    ] {
+    // (A fixed bs= is checked below, with its own advice.)
+    let sizes = if variable || job.blockalign.is_some() {
+        vec![
+            ("smallest block size or blockalign", unit),
+            ("largest block size", job.block_sizes.max(job.bs)),
+        ]
+    } else {
+        Vec::new()
+    };
+    for (what, n) in sizes {
         if !n.is_multiple_of(lbs) {
             bail!(
                 "job {}: the {what}, {n}, is not a multiple of {}'s logical block size {lbs} ({spec})",
@@ -629,6 +682,7 @@ fn job_thread<V: Hook>(
     let thinktime = job.thinktime;
     let mut read = DirResult::default();
     let mut write = DirResult::default();
+    let mut trim = DirResult::default();
     let mut first_error: Option<mqblk::Status> = None;
     let paced = pace_ns.is_some();
     let variable = job.block_sizes != super::job::BlockSizes::Fixed;
@@ -640,6 +694,10 @@ fn job_thread<V: Hook>(
     let mut cpu_start = (0, 0);
     let mut stats_start = mqblk::DiskStats::default();
     let progress = &shared.progress[index];
+    let counters = &shared.counters[index];
+    let logs = job.write_bw_log.is_some() || job.write_iops_log.is_some();
+    let lat_log = job.write_lat_log.is_some();
+    let mut log_generation_seen = 0u64;
 
     loop {
         let phase = shared.phase.load(Relaxed);
@@ -651,6 +709,7 @@ fn job_thread<V: Hook>(
             measuring = true;
             read = DirResult::default();
             write = DirResult::default();
+            trim = DirResult::default();
             issued_bytes = 0;
             ctx.reset_histograms();
             stats_start = ctx.stats();
@@ -690,7 +749,11 @@ fn job_thread<V: Hook>(
             allowed -= 1;
             let Some(mut bio) = free.pop() else { break };
             let (op, sector, len) = offsets.next();
-            if variable {
+            if op == Op::Discard {
+                // A trim carries no data: a bio of its own (the slot's data
+                // bio, if any, is let go; its buffer is not needed).
+                bio = Bio::discard_at(sector * 512, len * 512);
+            } else if variable {
                 bio = resized(bio, op, sector * 512, len * 512);
             } else {
                 bio.set_op(op);
@@ -719,10 +782,10 @@ fn job_thread<V: Hook>(
                     flushes_due += 1;
                 }
             }
-            let dir = if c.bio().op() == Op::Read {
-                &mut read
-            } else {
-                &mut write
+            let dir = match c.bio().op() {
+                Op::Read => &mut read,
+                Op::Discard => &mut trim,
+                _ => &mut write,
             };
             dir.ios += 1;
             if c.status().is_ok() {
@@ -741,7 +804,9 @@ fn job_thread<V: Hook>(
             if (issued_bytes < bytes_limit || !measuring) && !hook.stopped() && !paced {
                 let (op, sector, len) = offsets.next();
                 let bio = c.bio_mut();
-                if variable {
+                if op == Op::Discard {
+                    *bio = Bio::discard_at(sector * 512, len * 512);
+                } else if variable {
                     let old = std::mem::replace(bio, Bio::at(Op::Read, 0));
                     *bio = resized(old, op, sector * 512, len * 512);
                 } else {
@@ -756,6 +821,30 @@ fn job_thread<V: Hook>(
             }
         });
         progress.publish(read.ios, write.ios, ctx.histograms());
+        if logs {
+            counters.publish([read.ios, write.ios], [read.bytes, write.bytes]);
+        }
+        if lat_log && measuring {
+            let g = shared.log_generation.load(Relaxed);
+            if g != log_generation_seen {
+                log_generation_seen = g;
+                let h = ctx.histograms();
+                let mut n = [0u64; 2];
+                let mut sum = [0u64; 2];
+                for (d, group) in [
+                    mqblk::stats::StatGroup::Read,
+                    mqblk::stats::StatGroup::Write,
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    let hist = h.group(group);
+                    n[d] = hist.len();
+                    sum[d] = (hist.mean() * hist.len() as f64) as u64;
+                }
+                counters.publish_latency(n, sum);
+            }
+        }
     }
     if !measuring {
         // Stopped during the ramp (size reached first): measure nothing.
@@ -801,6 +890,7 @@ fn job_thread<V: Hook>(
     let m = Measured {
         read,
         write,
+        trim,
         runtime_ns: t_end.saturating_sub(t_start),
         usr_ns: cpu_end.0.saturating_sub(cpu_start.0),
         sys_ns: cpu_end.1.saturating_sub(cpu_start.1),
@@ -812,9 +902,11 @@ fn job_thread<V: Hook>(
         JobResult {
             name: job.name.clone(),
             index: base + index,
+            group: 0,
             device: dev.name().to_string(),
             read: m.read,
             write: m.write,
+            trim: m.trim,
             clat: ctx.histograms().clone(),
             clat_valid: job.iostats,
             runtime_ns: m.runtime_ns,

@@ -18,6 +18,10 @@ pub enum RwMode {
     Rw,
     /// Random mixed (`randrw`).
     RandRw,
+    /// Sequential trims (discards, `trim`).
+    Trim,
+    /// Random trims (`randtrim`).
+    RandTrim,
 }
 
 impl RwMode {
@@ -30,6 +34,8 @@ impl RwMode {
             "randwrite" => RwMode::RandWrite,
             "rw" | "readwrite" => RwMode::Rw,
             "randrw" => RwMode::RandRw,
+            "trim" => RwMode::Trim,
+            "randtrim" => RwMode::RandTrim,
             _ => return None,
         })
     }
@@ -43,19 +49,29 @@ impl RwMode {
             RwMode::RandWrite => "randwrite",
             RwMode::Rw => "rw",
             RwMode::RandRw => "randrw",
+            RwMode::Trim => "trim",
+            RwMode::RandTrim => "randtrim",
         }
     }
 
     /// True for random offsets.
     pub fn is_random(self) -> bool {
-        matches!(self, RwMode::RandRead | RwMode::RandWrite | RwMode::RandRw)
+        matches!(
+            self,
+            RwMode::RandRead | RwMode::RandWrite | RwMode::RandRw | RwMode::RandTrim
+        )
+    }
+
+    /// True for trims (discards).
+    pub fn is_trim(self) -> bool {
+        matches!(self, RwMode::Trim | RwMode::RandTrim)
     }
 
     /// Percentage of reads for this mode given `rwmixread`.
     pub fn read_percent(self, rwmixread: u32) -> u32 {
         match self {
             RwMode::Read | RwMode::RandRead => 100,
-            RwMode::Write | RwMode::RandWrite => 0,
+            RwMode::Write | RwMode::RandWrite | RwMode::Trim | RwMode::RandTrim => 0,
             RwMode::Rw | RwMode::RandRw => rwmixread.min(100),
         }
     }
@@ -329,6 +345,17 @@ pub struct JobSpec {
     pub rate_bps: Option<u64>,
     /// `startdelay=`: start this long after the run does.
     pub startdelay: Duration,
+    /// `write_bw_log=PREFIX`: fio's bandwidth log.
+    pub write_bw_log: Option<String>,
+    /// `write_iops_log=PREFIX`: fio's IOPS log.
+    pub write_iops_log: Option<String>,
+    /// `write_lat_log=PREFIX`: fio's latency logs (mean per window).
+    pub write_lat_log: Option<String>,
+    /// `log_avg_msec=`: the logs' window (mqblk logs windows, never single
+    /// I/Os; default 500).
+    pub log_avg_msec: u32,
+    /// `per_job_logs=` (default 1): one file per job.
+    pub per_job_logs: bool,
     /// `bsrange=`/`bssplit=` (`bs` is then the largest size).
     pub block_sizes: BlockSizes,
     /// `blockalign=`: offsets are multiples of this (default: the
@@ -382,6 +409,11 @@ impl Default for JobSpec {
             stonewall: false,
             block_sizes: BlockSizes::Fixed,
             blockalign: None,
+            write_bw_log: None,
+            write_iops_log: None,
+            write_lat_log: None,
+            log_avg_msec: 500,
+            per_job_logs: true,
         }
     }
 }

@@ -19,6 +19,7 @@
 //! - [`status`]: the status line and `--status-interval` reports while
 //!   the jobs run.
 //! - [`result`]: what was measured.
+//! - [`log`]: fio's bandwidth and IOPS logs.
 //! - [`report`]: fio's text and JSON output, plus the layer's own figures.
 
 // Pipeline order; one group per stage so that rustfmt keeps the order.
@@ -37,5 +38,7 @@ pub mod engine;
 pub mod status;
 
 pub mod result;
+
+pub mod log;
 
 pub mod report;

@@ -71,6 +71,11 @@ pub const KEYS: &[&str] = &[
     "bsrange",
     "bssplit",
     "blockalign",
+    "write_bw_log",
+    "write_iops_log",
+    "write_lat_log",
+    "log_avg_msec",
+    "per_job_logs",
 ];
 
 /// fio keys that are accepted and do not change what mqblk runs, each with
@@ -98,14 +103,12 @@ pub const NOTED_KEYS: &[(&str, &str)] = &[
     ("disable_bw_measurement", "bandwidth is always reported"),
     ("kb_base", "reports use fio's default units"),
     ("unit_base", "reports use fio's default units"),
-    ("write_lat_log", "logs are not written by mqblk bench yet"),
-    ("write_bw_log", "logs are not written by mqblk bench yet"),
-    ("write_iops_log", "logs are not written by mqblk bench yet"),
-    ("write_hist_log", "logs are not written by mqblk bench yet"),
-    ("per_job_logs", "logs are not written by mqblk bench yet"),
-    ("log_avg_msec", "logs are not written by mqblk bench yet"),
-    ("log_offset", "logs are not written by mqblk bench yet"),
-    ("log_prio", "logs are not written by mqblk bench yet"),
+    (
+        "write_hist_log",
+        "histogram logs are not written by mqblk bench yet",
+    ),
+    ("log_offset", "mqblk logs windows, which have no offset"),
+    ("log_prio", "mqblk logs windows, which have no priority"),
     ("thread", "jobs are always threads"),
     ("threads", "jobs are always threads"),
     ("exitall", "jobs end on their own"),
@@ -361,6 +364,16 @@ pub struct JobOptions {
     pub block_sizes: Option<BlockSizes>,
     /// `blockalign=`.
     pub blockalign: Option<u64>,
+    /// `write_bw_log=`.
+    pub write_bw_log: Option<String>,
+    /// `write_iops_log=`.
+    pub write_iops_log: Option<String>,
+    /// `write_lat_log=`.
+    pub write_lat_log: Option<String>,
+    /// `log_avg_msec=`.
+    pub log_avg_msec: Option<u32>,
+    /// `per_job_logs=`.
+    pub per_job_logs: Option<bool>,
 }
 
 /// A file device's `engine=` for fio's `ioengine=NAME`: `Ok(Some)` for
@@ -629,6 +642,29 @@ impl JobOptions {
                 }
                 self.blockalign = Some(n);
             }
+            "write_bw_log" | "write_iops_log" | "write_lat_log" => {
+                // fio's bare key (or an empty value) logs as the job name;
+                // mqblk takes the prefix `mqblk`.
+                let prefix = if v.is_empty() {
+                    "mqblk".to_string()
+                } else {
+                    v.to_string()
+                };
+                if prefix.chars().any(char::is_control) {
+                    return Err(bad(raw, expected));
+                }
+                match key {
+                    "write_bw_log" => self.write_bw_log = Some(prefix),
+                    "write_iops_log" => self.write_iops_log = Some(prefix),
+                    _ => self.write_lat_log = Some(prefix),
+                }
+            }
+            "log_avg_msec" => {
+                self.log_avg_msec = Some(parse_u64_in(v, 0, 3_600_000, expected)? as u32)
+            }
+            "per_job_logs" => {
+                self.per_job_logs = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?)
+            }
             "wait_for" => {
                 // Every job before this one finishes first (a stonewall),
                 // which includes the one named.
@@ -760,6 +796,11 @@ impl JobOptions {
         over(&mut self.stonewall, &top.stonewall);
         over(&mut self.block_sizes, &top.block_sizes);
         over(&mut self.blockalign, &top.blockalign);
+        over(&mut self.write_bw_log, &top.write_bw_log);
+        over(&mut self.write_iops_log, &top.write_iops_log);
+        over(&mut self.write_lat_log, &top.write_lat_log);
+        over(&mut self.log_avg_msec, &top.log_avg_msec);
+        over(&mut self.per_job_logs, &top.per_job_logs);
     }
 
     /// The job these settings describe, on top of the defaults, named
@@ -834,6 +875,15 @@ impl JobOptions {
             stonewall: self.stonewall.unwrap_or(d.stonewall),
             block_sizes: self.block_sizes.clone().unwrap_or(d.block_sizes),
             blockalign: self.blockalign.or(d.blockalign),
+            write_bw_log: self.write_bw_log.clone().or(d.write_bw_log.clone()),
+            write_iops_log: self.write_iops_log.clone().or(d.write_iops_log.clone()),
+            write_lat_log: self.write_lat_log.clone().or(d.write_lat_log.clone()),
+            // 0 is fio's "every I/O"; mqblk logs windows, of 500 ms then.
+            log_avg_msec: match self.log_avg_msec {
+                Some(0) | None => d.log_avg_msec,
+                Some(ms) => ms,
+            },
+            per_job_logs: self.per_job_logs.unwrap_or(d.per_job_logs),
         };
         check(&job)?;
         Ok(job)
@@ -845,7 +895,7 @@ pub fn expected(key: &str) -> Option<&'static str> {
     Some(match key {
         "name" => "a job name of 1 to 256 printable characters",
         "rw" | "readwrite" => {
-            "one of read, write, randread, randwrite, rw (readwrite), randrw, optionally with \
+            "one of read, write, randread, randwrite, rw (readwrite), randrw, trim, randtrim, optionally with \
              :N for a hole of N bytes after each sequential I/O (negative: backwards)"
         }
         "bs" | "blocksize" => "a block size from 512 to 64M that is a multiple of 512, such as 4k",
@@ -875,6 +925,13 @@ pub fn expected(key: &str) -> Option<&'static str> {
             "SIZE/PERCENT:SIZE/PERCENT... such as 4k/10:64k/90, optionally ,WRITES the same way"
         }
         "blockalign" => "an offset alignment such as 4k (a multiple of 512)",
+        "write_bw_log" | "write_iops_log" | "write_lat_log" => {
+            "a file name prefix (PREFIX_bw.N.log, PREFIX_iops.N.log, PREFIX_lat.N.log)"
+        }
+        "log_avg_msec" => {
+            "the logs' window in milliseconds (0: 500, as mqblk never logs single I/Os)"
+        }
+        "per_job_logs" => "1 (a log file per job) or 0 (one file for all)",
         "time_based" => "no value, 1 or 0",
         "rwmixread" => "a percentage from 0 to 100",
         "randseed" => "an unsigned 64-bit integer",

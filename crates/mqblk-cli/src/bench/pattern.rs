@@ -106,6 +106,8 @@ pub struct Offsets {
     /// Sectors moved after each sequential I/O (`bs` plus the hole).
     step_sectors: i64,
     read_percent: u32,
+    /// `rw=trim`/`randtrim`: every I/O is a discard.
+    trim: bool,
     skew: Skew,
     rng: Rng,
 }
@@ -156,6 +158,7 @@ impl Offsets {
             next_sector,
             step_sectors: job.seq_stride / 512,
             read_percent: job.rw.read_percent(job.rwmixread),
+            trim: job.rw.is_trim(),
             skew,
             rng: Rng(seed | 1),
         }
@@ -240,6 +243,7 @@ impl Offsets {
     #[inline(always)]
     pub fn next(&mut self) -> (Op, u64, u64) {
         let op = match self.read_percent {
+            _ if self.trim => Op::Discard,
             100 => Op::Read,
             0 => Op::Write,
             p => {

@@ -219,7 +219,11 @@ fn lat_of(job: &JobResult, group: StatGroup) -> Option<Lat> {
 }
 
 fn job_error(job: &JobResult) -> i32 {
-    if job.first_error.is_some() || job.read.errors > 0 || job.write.errors > 0 {
+    if job.first_error.is_some()
+        || job.read.errors > 0
+        || job.write.errors > 0
+        || job.trim.errors > 0
+    {
         EIO
     } else if verify_errors(job) > 0 {
         // fio reports a verify failure as EILSEQ.
@@ -349,10 +353,10 @@ pub fn json(specs: &[JobSpec], run: &RunResult) -> Value {
         .iter()
         .map(|job| {
             let options = spec_of(specs, job).map_or_else(|| json!({}), job_options);
-            let trim = dir_json(&DirResult::default(), None, job.runtime_ns);
+            let trim = dir_json(&job.trim, lat_of(job, StatGroup::Discard), job.runtime_ns);
             let mut v = json!({
                 "jobname": job.name,
-                "groupid": 0,
+                "groupid": job.group,
                 "error": job_error(job),
                 "eta": 0,
                 "elapsed": (job.runtime_ns + 500_000_000) / 1_000_000_000,
@@ -521,8 +525,8 @@ pub fn normal(specs: &[JobSpec], run: &RunResult) -> String {
             .unwrap_or_default();
         let _ = writeln!(
             out,
-            "{}: (groupid=0, jobs=1): err={err:2}{why}: pid={pid}: {date}",
-            job.name
+            "{}: (groupid={}, jobs=1): err={err:2}{why}: pid={pid}: {date}",
+            job.name, job.group
         );
         if job.read.ios > 0 {
             write_dir(
@@ -542,6 +546,15 @@ pub fn normal(specs: &[JobSpec], run: &RunResult) -> String {
                 job.runtime_ns,
             );
         }
+        if job.trim.ios > 0 {
+            write_dir(
+                &mut out,
+                "trim",
+                &job.trim,
+                lat_of(job, StatGroup::Discard),
+                job.runtime_ns,
+            );
+        }
         let _ = writeln!(
             out,
             "  cpu          : usr={:.2}%, sys={:.2}%",
@@ -558,6 +571,9 @@ pub fn normal(specs: &[JobSpec], run: &RunResult) -> String {
     let _ = writeln!(out, "Run status group 0 (all jobs):");
     write_group(&mut out, "READ", run, |j| &j.read);
     write_group(&mut out, "WRITE", run, |j| &j.write);
+    if run.jobs.iter().any(|j| j.trim.ios > 0) {
+        write_group(&mut out, "TRIM", run, |j| &j.trim);
+    }
     write_layer(&mut out, run);
     out
 }
@@ -692,6 +708,7 @@ mod tests {
             clat.record(StatGroup::Write, ns * 2);
         }
         let job = |index: usize| JobResult {
+            group: 0,
             name: "job0".into(),
             index,
             device: "nullb0".into(),
@@ -705,6 +722,7 @@ mod tests {
                 bytes: 1_000_000 * 4096,
                 errors: 0,
             },
+            trim: DirResult::default(),
             clat: clat.clone(),
             clat_valid: true,
             runtime_ns: 3_000_000_000,

@@ -20,12 +20,16 @@ pub struct JobResult {
     pub name: String,
     /// Index among all jobs of the run.
     pub index: usize,
+    /// Its stonewall group (fio's groupid), counting from 0.
+    pub group: usize,
     /// The device the job ran on.
     pub device: String,
     /// Reads.
     pub read: DirResult,
     /// Writes.
     pub write: DirResult,
+    /// Trims (discards: fio's `rw=trim`/`randtrim`).
+    pub trim: DirResult,
     /// Latency histograms (clat, ns) from the layer, per stat group.
     pub clat: Histograms,
     /// Whether clat was recorded (iostats on).
