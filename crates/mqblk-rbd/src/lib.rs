@@ -29,8 +29,11 @@ pub mod spec;
 mod cluster;
 #[cfg(mqblk_librbd)]
 pub mod driver;
+/// Public only for `tests/ffi_header.rs`, which checks it against the
+/// headers.
 #[cfg(mqblk_librbd)]
-mod ffi;
+#[doc(hidden)]
+pub mod ffi;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
