@@ -85,7 +85,13 @@ fn ffi_checks() {
     let bin = dir.join("check");
     std::fs::write(&src, PROGRAM).unwrap();
     let o = Command::new("cc")
-        .args(["-std=gnu11", "-Wall", "-Werror", "-Wno-unused-variable", "-o"])
+        .args([
+            "-std=gnu11",
+            "-Wall",
+            "-Werror",
+            "-Wno-unused-variable",
+            "-o",
+        ])
         .arg(&bin)
         .arg(&src)
         .args(["-lrbd", "-lrados"])
@@ -103,14 +109,26 @@ fn ffi_checks() {
         ("EVENT_TYPE_EVENTFD", ffi::EVENT_TYPE_EVENTFD as usize),
         ("RBD_MAX_BLOCK_NAME_SIZE", ffi::RBD_MAX_BLOCK_NAME_SIZE),
         ("RBD_MAX_IMAGE_NAME_SIZE", ffi::RBD_MAX_IMAGE_NAME_SIZE),
-        ("sizeof(rbd_image_info_t)", size_of::<ffi::rbd_image_info_t>()),
-        ("offsetof(rbd_image_info_t,order)", offset_of!(ffi::rbd_image_info_t, order)),
+        (
+            "sizeof(rbd_image_info_t)",
+            size_of::<ffi::rbd_image_info_t>(),
+        ),
+        (
+            "offsetof(rbd_image_info_t,order)",
+            offset_of!(ffi::rbd_image_info_t, order),
+        ),
         (
             "offsetof(rbd_image_info_t,parent_pool)",
             offset_of!(ffi::rbd_image_info_t, parent_pool),
         ),
-        ("sizeof(rbd_config_option_t)", size_of::<ffi::rbd_config_option_t>()),
-        ("sizeof(rbd_config_source_t)", size_of::<ffi::rbd_config_source_t>()),
+        (
+            "sizeof(rbd_config_option_t)",
+            size_of::<ffi::rbd_config_option_t>(),
+        ),
+        (
+            "sizeof(rbd_config_source_t)",
+            size_of::<ffi::rbd_config_source_t>(),
+        ),
     ];
     for (k, v) in want {
         let line = format!("{k}={v}");
