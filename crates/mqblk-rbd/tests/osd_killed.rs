@@ -41,7 +41,7 @@ fn run_until_failure(c: &MicroCeph, dev: &Arc<Device>) -> Vec<(Duration, Status)
                 let mut i = 0u64;
                 loop {
                     let off = ((t as u64 * 7919 + i * 104_729) % 4096) * 4096;
-                    let r = if i % 2 == 0 {
+                    let r = if i.is_multiple_of(2) {
                         ctx.write_at(&buf, off)
                     } else {
                         ctx.read_at(&mut buf, off)
