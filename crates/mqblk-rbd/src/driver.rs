@@ -11,12 +11,12 @@
 //!   allocation on our side.
 //! - Completions come back through librbd's event queue: the image's
 //!   eventfd (`rbd_set_image_notification`) is signalled by librbd's
-//!   thread, and `poll` drains `rbd_poll_io_events` until it is empty. A
-//!   context that has its hardware queue to itself blocks in `poll(2)` on
-//!   that eventfd ([`Driver::wait`], as fio's rbd engine does); any other
-//!   sleeper is woken by the completion's callback, which only rings the
-//!   hardware queue's notifier. No thread is started per I/O, nor per
-//!   queue.
+//!   thread after it queues a completion, and `poll` drains
+//!   `rbd_poll_io_events` until it is empty. One thread per image handle
+//!   (the "interrupt line", [`Irq`]) sleeps on that eventfd and rings the
+//!   notifiers of the queues using the handle, so contexts sleep on the
+//!   core's futex and futures and completion fds work. No thread is
+//!   started per I/O.
 //! - Image handles: one per device, shared by every hardware queue
 //!   (`handles=shared`, the default), or one per hardware queue
 //!   (`handles=queue`). A shared handle has one event queue, so a queue's
@@ -42,7 +42,7 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use libc::{c_int, c_void, iovec};
 use mqblk_core::bio::Op;
@@ -68,11 +68,12 @@ const EVENT_BATCH: usize = 32;
 /// One image handle and what its completions are routed with.
 pub(crate) struct Handle {
     /// Declared first: closed (and librbd done with the eventfd) before
-    /// the eventfd is.
+    /// the interrupt thread stops and the eventfd is closed.
     image: Image,
-    efd: OwnedFd,
+    _irq: Irq,
+    _efd: Arc<OwnedFd>,
     /// One mailbox per hardware queue using this handle.
-    routes: Box<[Route]>,
+    routes: Arc<[Route]>,
 }
 
 impl std::fmt::Debug for Handle {
@@ -83,13 +84,79 @@ impl std::fmt::Debug for Handle {
     }
 }
 
-/// Completions of one hardware queue reaped by another (shared handle).
+/// One hardware queue's side of a handle: how it is woken, and the
+/// completions another queue reaped for it (shared handle).
 #[derive(Debug)]
 struct Route {
+    /// The queue's notifier, set when the queue is set up.
+    notifier: OnceLock<HwNotifier>,
     /// `list` has entries.
     pending: AtomicBool,
     /// (tag, librbd's return value), at most the queue's depth.
     list: Mutex<Vec<(u32, i64)>>,
+}
+
+/// The "interrupt line": a thread per image handle, blocked on the
+/// handle's eventfd, that rings the notifier of every queue using the
+/// handle when librbd signals completions. librbd calls a completion's
+/// callback *before* it queues the completion for `rbd_poll_io_events`,
+/// so a callback cannot be the wakeup (a context woken by it may find
+/// nothing yet and sleep again); the eventfd is written after the
+/// completion is queued.
+struct Irq {
+    stop: Arc<AtomicBool>,
+    efd: Arc<OwnedFd>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Irq {
+    fn start(efd: Arc<OwnedFd>, routes: Arc<[Route]>) -> std::io::Result<Irq> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s2, e2) = (stop.clone(), efd.clone());
+        let thread = std::thread::Builder::new()
+            .name("mqblk-rbd-irq".into())
+            .stack_size(64 << 10)
+            .spawn(move || loop {
+                let mut pfd = libc::pollfd {
+                    fd: e2.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: pfd is a live local; no timeout.
+                let r = unsafe { libc::poll(&mut pfd, 1, -1) };
+                if s2.load(Ordering::Acquire) {
+                    return;
+                }
+                if r > 0 {
+                    let mut v = 0u64;
+                    // SAFETY: read writes 8 bytes into v, a live local;
+                    // the eventfd is non-blocking.
+                    unsafe { libc::read(e2.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+                    for rt in routes.iter() {
+                        if let Some(n) = rt.notifier.get() {
+                            n.notify();
+                        }
+                    }
+                }
+            })?;
+        Ok(Irq {
+            stop,
+            efd,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Irq {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        let one = 1u64;
+        // SAFETY: write reads 8 bytes from `one`, a live local.
+        unsafe { libc::write(self.efd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl Handle {
@@ -103,7 +170,7 @@ impl Handle {
             });
         }
         // SAFETY: fd is a fresh descriptor nothing else owns.
-        let efd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let efd = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
         // SAFETY: image is open; the eventfd outlives it (field order).
         let r = unsafe {
             ffi::rbd_set_image_notification(image.ptr, efd.as_raw_fd(), ffi::EVENT_TYPE_EVENTFD)
@@ -114,15 +181,22 @@ impl Handle {
                 err: std::io::Error::from_raw_os_error(-r),
             });
         }
+        let routes: Arc<[Route]> = (0..routes)
+            .map(|_| Route {
+                notifier: OnceLock::new(),
+                pending: AtomicBool::new(false),
+                list: Mutex::new(Vec::new()),
+            })
+            .collect();
+        let irq = Irq::start(efd.clone(), routes.clone()).map_err(|err| OpenError::Call {
+            call: "starting the completion thread".into(),
+            err,
+        })?;
         Ok(Handle {
             image,
-            efd,
-            routes: (0..routes)
-                .map(|_| Route {
-                    pending: AtomicBool::new(false),
-                    list: Mutex::new(Vec::new()),
-                })
-                .collect(),
+            _irq: irq,
+            _efd: efd,
+            routes,
         })
     }
 }
@@ -132,18 +206,6 @@ impl Handle {
 struct Token {
     route: u16,
     tag: u32,
-    notifier: HwNotifier,
-}
-
-/// librbd's completion callback, on librbd's thread: the completion
-/// itself is collected from the event queue by `poll`; this only wakes
-/// sleepers.
-unsafe extern "C" fn on_complete(_c: ffi::rbd_completion_t, arg: *mut c_void) {
-    // SAFETY: arg is the Token this completion was created with; tokens
-    // live until every completion created with them has been reaped (the
-    // queue leaks them otherwise), and are only read.
-    let t = unsafe { &*(arg as *const Token) };
-    t.notifier.notify();
 }
 
 /// A heap array at a stable address, owned through a raw pointer (taken
@@ -262,7 +324,6 @@ pub struct RbdQueue {
     /// MAX_SEGMENTS iovecs per tag.
     iovecs: RawArray<iovec>,
     events: [ffi::rbd_completion_t; EVENT_BATCH],
-    can_wait: bool,
 }
 
 // SAFETY: the raw pointers (iovecs, tokens, event buffer) are owned by
@@ -345,7 +406,9 @@ impl RbdQueue {
         l.push((t.tag, ret));
         r.pending.store(true, Ordering::Release);
         drop(l);
-        t.notifier.notify();
+        if let Some(n) = r.notifier.get() {
+            n.notify();
+        }
     }
 
     #[cold]
@@ -472,18 +535,19 @@ impl Driver for RbdDriver {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .reserve_exact(depth);
+        if r.notifier.set(setup.notifier.clone()).is_err() {
+            return Err(self.setup_error(format!("hardware queue {} set up twice", setup.index)));
+        }
         let tokens = (0..depth)
             .map(|tag| Token {
                 route,
                 tag: tag as u32,
-                notifier: setup.notifier.clone(),
             })
             .collect();
         let iov0 = iovec {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
         };
-        let can_wait = handle.routes.len() == 1;
         Ok(RbdQueue {
             handle,
             route,
@@ -494,7 +558,6 @@ impl Driver for RbdDriver {
             tokens: RawArray::new(tokens),
             iovecs: RawArray::new(vec![iov0; depth * MAX_SEGMENTS]),
             events: [std::ptr::null_mut(); EVENT_BATCH],
-            can_wait,
         })
     }
 
@@ -546,10 +609,9 @@ impl Driver for RbdDriver {
         }
         let mut c: ffi::rbd_completion_t = std::ptr::null_mut();
         // SAFETY: the token lives until this completion is reaped (see
-        // RbdQueue's Drop); c is a live out-pointer.
-        let r = unsafe {
-            ffi::rbd_aio_create_completion(hq.tokens.at(tag).cast(), Some(on_complete), &mut c)
-        };
+        // RbdQueue's Drop); c is a live out-pointer. No callback: the
+        // completion comes back through the event queue.
+        let r = unsafe { ffi::rbd_aio_create_completion(hq.tokens.at(tag).cast(), None, &mut c) };
         if r < 0 {
             done.complete(rq, errno_status(-r));
             return QueueRq::Issued;
@@ -598,41 +660,6 @@ impl Driver for RbdDriver {
             n += hq.reap(done);
         }
         n
-    }
-
-    fn can_wait(&self) -> bool {
-        true
-    }
-
-    /// Sleep in poll(2) on the handle's eventfd: only for a handle no
-    /// other queue reaps (two queues sharing one eventfd could each take
-    /// the other's wakeup).
-    fn wait(&self, hq: &mut RbdQueue, timeout: std::time::Duration) -> bool {
-        if !hq.can_wait {
-            return false;
-        }
-        if hq.inflight.count == 0 {
-            return true;
-        }
-        let fd = hq.handle.efd.as_raw_fd();
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs() as libc::time_t,
-            tv_nsec: timeout.subsec_nanos() as libc::c_long,
-        };
-        // SAFETY: pfd and ts are live locals; no signal mask.
-        let r = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
-        if r > 0 {
-            let mut v = 0u64;
-            // SAFETY: read writes 8 bytes into v, a live local; the fd is
-            // non-blocking.
-            unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
-        }
-        true
     }
 
     /// The layer gave up on `tag`: it completes with `Timeout` when librbd
