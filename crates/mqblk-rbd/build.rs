@@ -2,7 +2,8 @@
 //! installed (Debian: librbd-dev, librados-dev; they ship no pkg-config
 //! file), link librbd and librados and set `cfg(mqblk_librbd)`. Where they
 //! are missing, say so with a cargo warning and build the driver out.
-//! The probe reruns when the headers appear (or go).
+//! The probe reruns when the headers appear (or go). `MQBLK_RBD=0` builds
+//! the driver out even where librbd is installed, to check that build.
 
 use std::path::Path;
 
@@ -11,6 +12,11 @@ const INCLUDE_DIRS: &[&str] = &["/usr/include", "/usr/local/include"];
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(mqblk_librbd)");
     println!("cargo::rerun-if-env-changed=MQBLK_RBD_INCLUDE_DIR");
+    println!("cargo::rerun-if-env-changed=MQBLK_RBD");
+    if std::env::var("MQBLK_RBD").is_ok_and(|v| v == "0") {
+        println!("cargo::warning=MQBLK_RBD=0: the rbd driver is built out");
+        return;
+    }
     let mut dirs: Vec<String> = INCLUDE_DIRS.iter().map(|d| d.to_string()).collect();
     if let Ok(d) = std::env::var("MQBLK_RBD_INCLUDE_DIR") {
         dirs.insert(0, d);
