@@ -316,6 +316,16 @@ impl Image {
         Ok(Image { ptr, _io: io })
     }
 
+    /// Flush librbd's cache (synchronous; control plane).
+    pub(crate) fn flush(&self) -> Result<(), OpenError> {
+        // SAFETY: ptr is an open image.
+        let r = unsafe { ffi::rbd_flush(self.ptr) };
+        if r < 0 {
+            return Err(call_error("rbd_flush", r));
+        }
+        Ok(())
+    }
+
     /// Size and object size in bytes.
     pub(crate) fn stat(&self) -> Result<(u64, u64), OpenError> {
         // SAFETY: rbd_image_info_t is plain data; all zeros is valid.

@@ -104,6 +104,7 @@ extern "C" {
         snap_name: *const c_char,
     ) -> c_int;
     pub fn rbd_close(image: rbd_image_t) -> c_int;
+    pub fn rbd_flush(image: rbd_image_t) -> c_int;
     pub fn rbd_stat(image: rbd_image_t, info: *mut rbd_image_info_t, infosize: size_t) -> c_int;
     pub fn rbd_config_image_list(
         image: rbd_image_t,

@@ -30,6 +30,7 @@ int (*p_rbd_create)(rados_ioctx_t, const char *, uint64_t, int *) = rbd_create;
 int (*p_rbd_open)(rados_ioctx_t, const char *, rbd_image_t *, const char *) = rbd_open;
 int (*p_rbd_open_read_only)(rados_ioctx_t, const char *, rbd_image_t *, const char *) = rbd_open_read_only;
 int (*p_rbd_close)(rbd_image_t) = rbd_close;
+int (*p_rbd_flush)(rbd_image_t) = rbd_flush;
 int (*p_rbd_stat)(rbd_image_t, rbd_image_info_t *, size_t) = rbd_stat;
 int (*p_rbd_config_image_list)(rbd_image_t, rbd_config_option_t *, int *) = rbd_config_image_list;
 void (*p_rbd_config_image_list_cleanup)(rbd_config_option_t *, int) = rbd_config_image_list_cleanup;
