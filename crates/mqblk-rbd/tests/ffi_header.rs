@@ -4,10 +4,9 @@
 //! compile error under -Werror), and prints the constants and struct
 //! sizes, which must equal the Rust side's.
 
-use std::process::Command;
+use mqblk_test_support::skip_unless_ci;
 
-use mqblk_test_support::{require_tool, skip_unless_ci};
-
+#[cfg(mqblk_librbd)]
 const PROGRAM: &str = r#"
 #include <stdio.h>
 #include <stddef.h>
@@ -78,7 +77,9 @@ fn ffi_checks() {}
 #[cfg(mqblk_librbd)]
 fn ffi_checks() {
     use mqblk_rbd::ffi;
+    use mqblk_test_support::require_tool;
     use std::mem::{offset_of, size_of};
+    use std::process::Command;
     require_tool("cc");
     let dir = std::env::temp_dir().join(format!("mqblk-rbd-ffi-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
