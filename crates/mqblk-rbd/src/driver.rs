@@ -17,9 +17,11 @@
 //!   notifiers of the queues using the handle, so contexts sleep on the
 //!   core's futex and futures and completion fds work. That thread is
 //!   woken by the eventfd's edges (epoll, EPOLLET) and never reads it: a
-//!   context alone on its queue sleeps in poll(2) on the eventfd itself
+//!   context alone on its queue sleeps on the eventfd itself
 //!   ([`Driver::wait`], as fio's rbd engine does) and is the only reader,
-//!   so neither takes the other's wakeup. No thread is started per I/O.
+//!   so neither takes the other's wakeup. Both watch it with
+//!   EPOLLEXCLUSIVE, the queues first, so the kernel wakes the interrupt
+//!   thread only when no context is waiting. No thread is started per I/O.
 //! - Image handles: one per device, shared by every hardware queue
 //!   (`handles=shared`, the default), or one per hardware queue
 //!   (`handles=queue`). A shared handle has one event queue, so a queue's
@@ -74,7 +76,7 @@ pub(crate) struct Handle {
     /// the interrupt thread stops and the eventfd is closed.
     image: Image,
     _irq: Irq,
-    efd: Arc<OwnedFd>,
+    _efd: Arc<OwnedFd>,
     /// One mailbox per hardware queue using this handle.
     routes: Arc<[Route]>,
 }
@@ -96,6 +98,9 @@ struct Route {
     /// Signalled when another queue hands this one a completion, for a
     /// context sleeping in [`Driver::wait`].
     wake: OwnedFd,
+    /// What [`Driver::wait`] sleeps on: the image's eventfd (exclusive,
+    /// registered before the interrupt thread's) and `wake`.
+    ep: OwnedFd,
     /// `list` has entries.
     pending: AtomicBool,
     /// (tag, librbd's return value), at most the queue's depth.
@@ -118,30 +123,14 @@ struct Irq {
 impl Irq {
     fn start(efd: Arc<OwnedFd>, routes: Arc<[Route]>) -> std::io::Result<Irq> {
         // Edge-triggered: woken once per signal without reading the
-        // eventfd, which stays for a context in `wait` to read.
-        // SAFETY: epoll_create1 takes no pointers.
-        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if ep < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: ep is a fresh descriptor nothing else owns.
-        let ep = unsafe { OwnedFd::from_raw_fd(ep) };
-        let mut ev = libc::epoll_event {
-            events: (libc::EPOLLIN | libc::EPOLLET) as u32,
-            u64: 0,
-        };
-        // SAFETY: both descriptors are open; ev is a live local.
-        if unsafe {
-            libc::epoll_ctl(
-                ep.as_raw_fd(),
-                libc::EPOLL_CTL_ADD,
-                efd.as_raw_fd(),
-                &mut ev,
-            )
-        } < 0
-        {
-            return Err(std::io::Error::last_os_error());
-        }
+        // eventfd, which stays for a context in `wait` to read. Exclusive,
+        // and registered after every queue's own exclusive entry: the
+        // kernel wakes a queue's waiting context if there is one, and this
+        // thread only when none waits (then it rings the notifiers).
+        let ep = epoll(&[(
+            efd.as_raw_fd(),
+            (libc::EPOLLIN | libc::EPOLLET | libc::EPOLLEXCLUSIVE) as u32,
+        )])?;
         let stop = Arc::new(AtomicBool::new(false));
         let s2 = stop.clone();
         let thread = std::thread::Builder::new()
@@ -185,6 +174,28 @@ fn drain(fd: libc::c_int) {
     unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
 }
 
+/// A fresh epoll instance watching `fds` (fd, events).
+fn epoll(fds: &[(libc::c_int, u32)]) -> std::io::Result<OwnedFd> {
+    // SAFETY: epoll_create1 takes no pointers.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if ep < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: ep is a fresh descriptor nothing else owns.
+    let ep = unsafe { OwnedFd::from_raw_fd(ep) };
+    for &(fd, events) in fds {
+        let mut ev = libc::epoll_event {
+            events,
+            u64: fd as u64,
+        };
+        // SAFETY: both descriptors are open; ev is a live local.
+        if unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(ep)
+}
+
 /// A fresh non-blocking eventfd.
 fn eventfd() -> std::io::Result<OwnedFd> {
     // SAFETY: eventfd takes no pointers.
@@ -225,9 +236,18 @@ impl Handle {
         }
         let routes: Arc<[Route]> = (0..routes)
             .map(|_| {
+                let wake = eventfd()?;
+                let ep = epoll(&[
+                    (
+                        efd.as_raw_fd(),
+                        (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32,
+                    ),
+                    (wake.as_raw_fd(), libc::EPOLLIN as u32),
+                ])?;
                 Ok(Route {
                     notifier: OnceLock::new(),
-                    wake: eventfd()?,
+                    wake,
+                    ep,
                     pending: AtomicBool::new(false),
                     list: Mutex::new(Vec::new()),
                 })
@@ -241,7 +261,7 @@ impl Handle {
         Ok(Handle {
             image,
             _irq: irq,
-            efd,
+            _efd: efd,
             routes,
         })
     }
@@ -725,41 +745,23 @@ impl Driver for RbdDriver {
         true
     }
 
-    /// Sleep in poll(2) on the handle's eventfd (and this queue's hand-over
-    /// eventfd), as fio's rbd engine does: one wakeup, not two. Only a
-    /// waiting context reads the eventfd (the interrupt thread is woken
-    /// by its edges without reading it), so no wakeup is taken from it;
-    /// whoever reads it then polls, and hands other queues' completions
-    /// over with their own eventfds signalled.
+    /// Sleep on the handle's eventfd (and this queue's hand-over eventfd),
+    /// as fio's rbd engine does: one wakeup, not two. Only a waiting
+    /// context reads the eventfd (the interrupt thread is woken by its
+    /// edges without reading it, and only when no context waits), so no
+    /// wakeup is taken from it; whoever reads it then polls, and hands
+    /// other queues' completions over with their own eventfds signalled.
     fn wait(&self, hq: &mut RbdQueue, timeout: std::time::Duration) -> bool {
         if hq.inflight.count == 0 {
             return true;
         }
         let route = &hq.handle.routes[hq.route as usize];
-        let mut pfd = [
-            libc::pollfd {
-                fd: hq.handle.efd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: route.wake.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs() as libc::time_t,
-            tv_nsec: timeout.subsec_nanos() as libc::c_long,
-        };
-        // SAFETY: pfd and ts are live locals; no signal mask.
-        let r = unsafe { libc::ppoll(pfd.as_mut_ptr(), 2, &ts, std::ptr::null()) };
-        if r > 0 {
-            for p in &pfd {
-                if p.revents != 0 {
-                    drain(p.fd);
-                }
-            }
+        let mut out = [libc::epoll_event { events: 0, u64: 0 }; 2];
+        let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as c_int;
+        // SAFETY: out has room for the 2 events asked for.
+        let r = unsafe { libc::epoll_wait(route.ep.as_raw_fd(), out.as_mut_ptr(), 2, ms) };
+        for e in &out[..r.max(0) as usize] {
+            drain(e.u64 as c_int);
         }
         true
     }
