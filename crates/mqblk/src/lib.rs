@@ -22,7 +22,8 @@ pub use mqblk_core::*;
 /// pread/pwrite: `file:/dev/loop0,direct=1`, see `mqblk_file`), and
 /// `nbd` (an NBD export, `nbd://host:port/export` or
 /// `nbd+unix:///export?socket=PATH`, with `conns=N` connections as
-/// hardware queues, see `mqblk_nbd`).
+/// hardware queues, see `mqblk_nbd`), and `rbd` (a Ceph RBD image,
+/// `rbd:POOL/IMAGE[@SNAP]`, with the `rbd` feature, see `mqblk_rbd`).
 /// Every kind also takes the common options `hw_queues`, `queue_depth`,
 /// `reserved_tags`, `shared_tags`, `queue_mode`, `plug`, `iostats`,
 /// `io_timeout_ms` and `ro`.
@@ -71,11 +72,34 @@ pub fn open_parsed(s: mqblk_core::spec::DeviceSpec) -> Result<Device> {
             };
             mqblk_nbd::open(url, s.options)
         }
+        "rbd" => open_rbd(s),
         other => Err(Error::spec(
             s.options.spec(),
-            format!("unknown device kind `{other}`; built in: null, ram, file, nbd"),
+            format!("unknown device kind `{other}`; built in: null, ram, file, nbd, rbd"),
         )),
     }
+}
+
+/// `rbd:POOL/IMAGE[@SNAP]`: a Ceph RBD image.
+#[cfg(feature = "rbd")]
+fn open_rbd(s: mqblk_core::spec::DeviceSpec) -> Result<Device> {
+    match &s.target {
+        Some(t) => mqblk_rbd::open(t, s.options),
+        None => Err(Error::spec(
+            s.options.spec(),
+            "the rbd device needs a pool and an image, as in rbd:rbd/img",
+        )),
+    }
+}
+
+/// Built without the `rbd` feature: say how to get it.
+#[cfg(not(feature = "rbd"))]
+fn open_rbd(s: mqblk_core::spec::DeviceSpec) -> Result<Device> {
+    Err(Error::spec(
+        s.options.spec(),
+        "this mqblk was built without the `rbd` cargo feature: build with `--features rbd` \
+         (the default of the mqblk command), with librbd-dev and librados-dev installed",
+    ))
 }
 
 /// What a device's driver says about its setup beyond limits and features,

@@ -1,0 +1,900 @@
+//! The rbd driver itself (Linux: drivers/block/rbd.c's `rbd_mq_ops`, with
+//! librbd where the kernel has its own RADOS client): the [`Driver`] at
+//! the end of the pipeline.
+//!
+//! - `queue_rq` makes one librbd call per request: `rbd_aio_readv` /
+//!   `rbd_aio_writev` with iovecs that point straight at the request's
+//!   buffers (no copy on our side), `rbd_aio_flush`, `rbd_aio_discard`,
+//!   `rbd_aio_write_zeroes` (never a discard: librbd ignores a discard
+//!   smaller than its granularity). The completion's argument is a per-tag
+//!   token, allocated with the queue, so completion needs no lookup and no
+//!   allocation on our side.
+//! - Completions come back through librbd's event queue: the image's
+//!   eventfd (`rbd_set_image_notification`) is signalled by librbd's
+//!   thread after it queues a completion, and `poll` drains
+//!   `rbd_poll_io_events` until it is empty. One thread per image handle
+//!   (the "interrupt line", [`Irq`]) sleeps on that eventfd and rings the
+//!   notifiers of the queues using the handle, so contexts sleep on the
+//!   core's futex and futures and completion fds work. That thread is
+//!   woken by the eventfd's edges (epoll, EPOLLET) and never reads it: a
+//!   context alone on its queue sleeps on the eventfd itself
+//!   ([`Driver::wait`], as fio's rbd engine does) and is the only reader,
+//!   so neither takes the other's wakeup. Both watch it with
+//!   EPOLLEXCLUSIVE, the queues first, so the kernel wakes the interrupt
+//!   thread only when no context is waiting. No thread is started per I/O.
+//! - Image handles: one per device, shared by every hardware queue
+//!   (`handles=shared`, the default), or one per hardware queue
+//!   (`handles=queue`). A shared handle has one event queue, so a queue's
+//!   poll may reap another queue's completion: it hands it over through
+//!   that queue's mailbox (a short list under a lock, touched only then)
+//!   and rings its notifier. With one hardware queue nothing is handed
+//!   over. Separate handles are separate librbd clients of one image, and
+//!   the image's exclusive lock moves between them on every write from
+//!   another handle: measured slower for writes (see the crate's doc).
+//!
+//! Timeouts: librbd has no cancel, and while it holds a request it holds
+//! the iovecs that point into the request's buffers (a read is copied into
+//! them when the OSD answers). A request the layer has timed out is
+//! therefore marked, and it completes, with [`Status::Timeout`], only
+//! when librbd gives it back: until then its buffers stay the request's.
+//! The device's `io_timeout_ms` is also handed to librados as
+//! `rados_osd_op_timeout` (see `cluster.rs`), so librbd does give it back,
+//! with ETIMEDOUT, about when the layer's timeout fires, even when the
+//! OSD is dead. A queue dropped with requests still in librbd (which the
+//! core's drain prevents) leaks its tokens, iovecs and image handle
+//! rather than free memory librbd may still use.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use libc::{c_int, c_void, iovec};
+use mqblk_core::bio::Op;
+use mqblk_core::driver::{
+    Completions, Driver, Extent, HwNotifier, HwQueueSetup, QueueRq, RqRef, TimeoutAction,
+};
+use mqblk_core::error::{Error, InvalidKind, Result, Status};
+use mqblk_core::limits::{Features, QueueLimits};
+
+use crate::cluster::{Image, IoCtx, OpenError};
+use crate::ffi;
+use crate::spec::{Handles, RbdTarget};
+
+/// Most segments in one request (iovecs per tag).
+pub const MAX_SEGMENTS: usize = 64;
+/// Largest read or write, in sectors (8 MiB: two default objects).
+pub const MAX_RW_SECTORS: u32 = 16384;
+/// Largest discard or write-zeroes, in sectors (1 GiB).
+pub const MAX_ZERO_SECTORS: u32 = 1 << 21;
+/// Completions taken from librbd per `rbd_poll_io_events` call.
+const EVENT_BATCH: usize = 32;
+
+/// One image handle and what its completions are routed with.
+pub(crate) struct Handle {
+    /// Declared first: closed (and librbd done with the eventfd) before
+    /// the interrupt thread stops and the eventfd is closed.
+    image: Image,
+    _irq: Irq,
+    _efd: Arc<OwnedFd>,
+    /// One mailbox per hardware queue using this handle.
+    routes: Arc<[Route]>,
+}
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handle")
+            .field("routes", &self.routes.len())
+            .finish()
+    }
+}
+
+/// One hardware queue's side of a handle: how it is woken, and the
+/// completions another queue reaped for it (shared handle).
+#[derive(Debug)]
+struct Route {
+    /// The queue's notifier, set when the queue is set up.
+    notifier: OnceLock<HwNotifier>,
+    /// Signalled when another queue hands this one a completion, for a
+    /// context sleeping in [`Driver::wait`].
+    wake: OwnedFd,
+    /// What [`Driver::wait`] sleeps on: the image's eventfd (exclusive,
+    /// registered before the interrupt thread's) and `wake`.
+    ep: OwnedFd,
+    /// `list` has entries.
+    pending: AtomicBool,
+    /// (tag, librbd's return value), at most the queue's depth.
+    list: Mutex<Vec<(u32, i64)>>,
+}
+
+/// The "interrupt line": a thread per image handle, blocked on the
+/// handle's eventfd, that rings the notifier of every queue using the
+/// handle when librbd signals completions. librbd calls a completion's
+/// callback *before* it queues the completion for `rbd_poll_io_events`,
+/// so a callback cannot be the wakeup (a context woken by it may find
+/// nothing yet and sleep again); the eventfd is written after the
+/// completion is queued.
+struct Irq {
+    stop: Arc<AtomicBool>,
+    efd: Arc<OwnedFd>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Irq {
+    fn start(efd: Arc<OwnedFd>, routes: Arc<[Route]>) -> std::io::Result<Irq> {
+        // Edge-triggered: woken once per signal without reading the
+        // eventfd, which stays for a context in `wait` to read. Exclusive,
+        // and registered after every queue's own exclusive entry: the
+        // kernel wakes a queue's waiting context if there is one, and this
+        // thread only when none waits (then it rings the notifiers).
+        let ep = epoll(&[(
+            efd.as_raw_fd(),
+            (libc::EPOLLIN | libc::EPOLLET | libc::EPOLLEXCLUSIVE) as u32,
+        )])?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let s2 = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("mqblk-rbd-irq".into())
+            .stack_size(64 << 10)
+            .spawn(move || loop {
+                let mut out = libc::epoll_event { events: 0, u64: 0 };
+                // SAFETY: out is a live local with room for one event.
+                let r = unsafe { libc::epoll_wait(ep.as_raw_fd(), &mut out, 1, -1) };
+                if s2.load(Ordering::Acquire) {
+                    return;
+                }
+                if r > 0 {
+                    for rt in routes.iter() {
+                        if let Some(n) = rt.notifier.get() {
+                            n.notify();
+                        }
+                    }
+                }
+            })?;
+        Ok(Irq {
+            stop,
+            efd,
+            thread: Some(thread),
+        })
+    }
+}
+
+/// Signal an eventfd.
+fn signal(fd: libc::c_int) {
+    let one = 1u64;
+    // SAFETY: write reads 8 bytes from `one`, a live local.
+    unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+}
+
+/// Reset an eventfd (non-blocking).
+fn drain(fd: libc::c_int) {
+    let mut v = 0u64;
+    // SAFETY: read writes 8 bytes into v, a live local; the fd is
+    // non-blocking.
+    unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+}
+
+/// A fresh epoll instance watching `fds` (fd, events).
+fn epoll(fds: &[(libc::c_int, u32)]) -> std::io::Result<OwnedFd> {
+    // SAFETY: epoll_create1 takes no pointers.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if ep < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: ep is a fresh descriptor nothing else owns.
+    let ep = unsafe { OwnedFd::from_raw_fd(ep) };
+    for &(fd, events) in fds {
+        let mut ev = libc::epoll_event {
+            events,
+            u64: fd as u64,
+        };
+        // SAFETY: both descriptors are open; ev is a live local.
+        if unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(ep)
+}
+
+/// A fresh non-blocking eventfd.
+fn eventfd() -> std::io::Result<OwnedFd> {
+    // SAFETY: eventfd takes no pointers.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+impl Drop for Irq {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        signal(self.efd.as_raw_fd());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Handle {
+    fn new(image: Image, routes: usize) -> std::result::Result<Handle, OpenError> {
+        let call = |call: &str, err| OpenError::Call {
+            call: call.into(),
+            err,
+        };
+        let efd = Arc::new(eventfd().map_err(|e| call("eventfd", e))?);
+        // SAFETY: image is open; the eventfd outlives it (field order).
+        let r = unsafe {
+            ffi::rbd_set_image_notification(image.ptr, efd.as_raw_fd(), ffi::EVENT_TYPE_EVENTFD)
+        };
+        if r < 0 {
+            return Err(OpenError::Call {
+                call: "rbd_set_image_notification".into(),
+                err: std::io::Error::from_raw_os_error(-r),
+            });
+        }
+        let routes: Arc<[Route]> = (0..routes)
+            .map(|_| {
+                let wake = eventfd()?;
+                let ep = epoll(&[
+                    (
+                        efd.as_raw_fd(),
+                        (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32,
+                    ),
+                    (wake.as_raw_fd(), libc::EPOLLIN as u32),
+                ])?;
+                Ok(Route {
+                    notifier: OnceLock::new(),
+                    wake,
+                    ep,
+                    pending: AtomicBool::new(false),
+                    list: Mutex::new(Vec::new()),
+                })
+            })
+            .collect::<std::io::Result<_>>()
+            .map_err(|e| call("eventfd", e))?;
+        let irq = Irq::start(efd.clone(), routes.clone()).map_err(|err| OpenError::Call {
+            call: "starting the completion thread".into(),
+            err,
+        })?;
+        Ok(Handle {
+            image,
+            _irq: irq,
+            _efd: efd,
+            routes,
+        })
+    }
+}
+
+/// What a completion's argument points at: which queue and tag it is.
+#[derive(Debug)]
+struct Token {
+    route: u16,
+    tag: u32,
+}
+
+/// A heap array at a stable address, owned through a raw pointer (taken
+/// once, so moving the queue never moves or retags it), freed in Drop
+/// unless leaked.
+struct RawArray<T> {
+    ptr: NonNull<T>,
+    len: usize,
+}
+
+impl<T> RawArray<T> {
+    fn new(v: Vec<T>) -> RawArray<T> {
+        let b: Box<[T]> = v.into_boxed_slice();
+        let len = b.len();
+        let ptr = NonNull::new(Box::into_raw(b).cast::<T>()).expect("Box is never null");
+        RawArray { ptr, len }
+    }
+
+    #[inline]
+    fn at(&self, i: usize) -> *mut T {
+        debug_assert!(i < self.len, "index {i} past {}", self.len);
+        // SAFETY: i is in bounds (checked above in debug builds; callers
+        // index by tag, below the depth the array was sized to).
+        unsafe { self.ptr.as_ptr().add(i) }
+    }
+
+    /// Never free: librbd may still hold pointers into it.
+    fn leak(&mut self) {
+        self.len = 0;
+        self.ptr = NonNull::dangling();
+    }
+}
+
+impl<T> Drop for RawArray<T> {
+    fn drop(&mut self) {
+        if self.len == 0 {
+            return;
+        }
+        let s = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len);
+        // SAFETY: ptr/len came from Box::into_raw of a boxed slice, freed
+        // once here.
+        drop(unsafe { Box::from_raw(s) });
+    }
+}
+
+/// One tag's request in librbd.
+#[derive(Debug, Default)]
+struct Slot {
+    rq: Option<RqRef>,
+    /// The layer timed it out: it ends with `Timeout` when librbd gives
+    /// it back.
+    timed_out: bool,
+}
+
+/// The in-flight state of one hardware queue.
+#[derive(Debug)]
+struct InFlight {
+    slots: Box<[Slot]>,
+    count: u32,
+}
+
+impl InFlight {
+    /// librbd gave back the request at `tag` with `ret`.
+    #[inline]
+    fn finish(&mut self, tag: u32, ret: i64, done: &mut Completions<'_>) -> usize {
+        let Some(slot) = self.slots.get_mut(tag as usize) else {
+            debug_assert!(false, "completion for unknown tag {tag}");
+            return 0;
+        };
+        let Some(rq) = slot.rq.take() else {
+            debug_assert!(false, "completion for idle tag {tag}");
+            return 0;
+        };
+        let status = if slot.timed_out {
+            Status::Timeout
+        } else {
+            status_of(rq.op(), rq.len_bytes(), ret)
+        };
+        slot.timed_out = false;
+        debug_assert!(self.count > 0);
+        self.count -= 1;
+        done.complete(rq, status);
+        1
+    }
+}
+
+/// librbd's return value as a status. A read returns its length.
+#[inline]
+fn status_of(op: Op, len_bytes: u64, ret: i64) -> Status {
+    if ret >= 0 {
+        if op == Op::Read && (ret as u64) < len_bytes {
+            // Never pass a short read off as success.
+            return Status::IoError;
+        }
+        return Status::Ok;
+    }
+    errno_status(-ret as i32)
+}
+
+/// A librbd errno as a status.
+fn errno_status(e: i32) -> Status {
+    match e {
+        libc::EROFS => Status::Invalid(InvalidKind::ReadOnly),
+        // Blocklisted or shut down: the handle is unusable.
+        libc::ESHUTDOWN => Status::Shutdown,
+        e => Status::from_errno(e),
+    }
+}
+
+/// One hardware queue.
+pub struct RbdQueue {
+    handle: Arc<Handle>,
+    route: u16,
+    inflight: InFlight,
+    tokens: RawArray<Token>,
+    /// MAX_SEGMENTS iovecs per tag.
+    iovecs: RawArray<iovec>,
+    events: [ffi::rbd_completion_t; EVENT_BATCH],
+}
+
+// SAFETY: the raw pointers (iovecs, tokens, event buffer) are owned by
+// this queue and move with it; the image handle is thread-safe; the core
+// reaches a hardware queue through &mut only.
+unsafe impl Send for RbdQueue {}
+
+impl std::fmt::Debug for RbdQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RbdQueue")
+            .field("route", &self.route)
+            .field("in_flight", &self.inflight.count)
+            .finish()
+    }
+}
+
+impl Drop for RbdQueue {
+    fn drop(&mut self) {
+        if self.inflight.count > 0 {
+            // The core drains before a device goes; if librbd still holds
+            // requests, never free what it points into, and never close
+            // the image under them (rbd_close would wait for them).
+            self.tokens.leak();
+            self.iovecs.leak();
+            std::mem::forget(self.handle.clone());
+        }
+    }
+}
+
+impl RbdQueue {
+    /// Take every completion librbd has for this handle; ours complete,
+    /// another queue's go to its mailbox.
+    #[inline]
+    fn reap(&mut self, done: &mut Completions<'_>) -> usize {
+        let mut n = 0;
+        loop {
+            // SAFETY: events has room for EVENT_BATCH completions.
+            let k = unsafe {
+                ffi::rbd_poll_io_events(
+                    self.handle.image.ptr,
+                    self.events.as_mut_ptr(),
+                    EVENT_BATCH as c_int,
+                )
+            };
+            if k <= 0 {
+                break;
+            }
+            let k = (k as usize).min(EVENT_BATCH);
+            for i in 0..k {
+                let c = self.events[i];
+                // SAFETY: c is a completion librbd handed back, finished;
+                // its argument is a Token (see queue_rq); it is released
+                // once, after its result is read.
+                let (t, ret) = unsafe {
+                    let t = &*(ffi::rbd_aio_get_arg(c) as *const Token);
+                    let ret = ffi::rbd_aio_get_return_value(c) as i64;
+                    ffi::rbd_aio_release(c);
+                    (t, ret)
+                };
+                if t.route == self.route {
+                    n += self.inflight.finish(t.tag, ret, done);
+                } else {
+                    self.hand_over(t, ret);
+                }
+            }
+            if k < EVENT_BATCH {
+                break;
+            }
+        }
+        n
+    }
+
+    #[cold]
+    fn hand_over(&self, t: &Token, ret: i64) {
+        let Some(r) = self.handle.routes.get(t.route as usize) else {
+            debug_assert!(false, "completion for unknown queue {}", t.route);
+            return;
+        };
+        let mut l = r.list.lock().unwrap_or_else(|e| e.into_inner());
+        l.push((t.tag, ret));
+        r.pending.store(true, Ordering::Release);
+        drop(l);
+        if let Some(n) = r.notifier.get() {
+            n.notify();
+        }
+        signal(r.wake.as_raw_fd());
+    }
+
+    #[cold]
+    fn take_mailbox(&mut self, done: &mut Completions<'_>) -> usize {
+        let r = &self.handle.routes[self.route as usize];
+        let mut l = r.list.lock().unwrap_or_else(|e| e.into_inner());
+        r.pending.store(false, Ordering::Relaxed);
+        let mut n = 0;
+        for (tag, ret) in l.drain(..) {
+            n += self.inflight.finish(tag, ret, done);
+        }
+        n
+    }
+}
+
+/// The rbd driver of one device.
+pub struct RbdDriver {
+    name: String,
+    target: RbdTarget,
+    io: Arc<IoCtx>,
+    /// The device's handle: every queue's (shared), or queue 0's.
+    handle: Arc<Handle>,
+    handles: Handles,
+    size_bytes: u64,
+    obj_size_bytes: u64,
+    read_only: bool,
+    write_cache: bool,
+}
+
+impl std::fmt::Debug for RbdDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RbdDriver")
+            .field("name", &self.name)
+            .field("target", &self.target)
+            .field("size_bytes", &self.size_bytes)
+            .field("obj_size_bytes", &self.obj_size_bytes)
+            .field("write_cache", &self.write_cache)
+            .finish()
+    }
+}
+
+impl RbdDriver {
+    /// Open the image for a device of `nr_hw_queues` queues.
+    pub(crate) fn new(
+        name: String,
+        io: Arc<IoCtx>,
+        target: RbdTarget,
+        handles: Handles,
+        read_only: bool,
+        nr_hw_queues: u16,
+    ) -> std::result::Result<RbdDriver, OpenError> {
+        let read_only = read_only || target.snap.is_some();
+        let image = Image::open(io.clone(), &target, read_only)?;
+        let (size_bytes, obj_size_bytes) = image.stat()?;
+        // A volatile write cache exactly when librbd acknowledges writes
+        // before the OSDs have them: rbd_cache on, in writeback or
+        // writearound mode (writethrough waits for the OSDs).
+        let cache_on = image.config("rbd_cache").as_deref() == Some("true");
+        let policy = image.config("rbd_cache_policy").unwrap_or_default();
+        let write_cache = cache_on && policy != "writethrough" && !read_only;
+        if write_cache {
+            // librbd's cache stays write-through until it sees a flush
+            // (`rbd_cache_writethrough_until_flush`, for guests that never
+            // flush). The device says it has a volatile cache, so its
+            // users flush: let the cache be one from the start.
+            image.flush()?;
+        }
+        let routes = match handles {
+            Handles::Shared => usize::from(nr_hw_queues.max(1)),
+            Handles::PerQueue => 1,
+        };
+        let handle = Arc::new(Handle::new(image, routes)?);
+        Ok(RbdDriver {
+            name,
+            target,
+            io,
+            handle,
+            handles,
+            size_bytes,
+            obj_size_bytes,
+            read_only,
+            write_cache,
+        })
+    }
+
+    /// Image size in bytes.
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    /// True if librbd's cache acknowledges writes before the OSDs have them.
+    pub fn write_cache(&self) -> bool {
+        self.write_cache
+    }
+
+    fn setup_error(&self, reason: String) -> Error {
+        Error::Setup {
+            device: self.name.as_str().into(),
+            reason,
+        }
+    }
+}
+
+impl Driver for RbdDriver {
+    type HwQueue = RbdQueue;
+
+    fn init_hw_queue(&self, setup: HwQueueSetup<'_>) -> Result<RbdQueue> {
+        let depth = (setup.queue_depth + setup.reserved_tags) as usize;
+        let (handle, route) = match self.handles {
+            Handles::Shared => (self.handle.clone(), setup.index),
+            Handles::PerQueue if setup.index == 0 => (self.handle.clone(), 0),
+            Handles::PerQueue => {
+                let image =
+                    Image::open(self.io.clone(), &self.target, self.read_only).map_err(|e| {
+                        self.setup_error(format!("hardware queue {}: {e}", setup.index))
+                    })?;
+                let h = Handle::new(image, 1).map_err(|e| {
+                    self.setup_error(format!("hardware queue {}: {e}", setup.index))
+                })?;
+                (Arc::new(h), 0)
+            }
+        };
+        let Some(r) = handle.routes.get(usize::from(route)) else {
+            return Err(self.setup_error(format!(
+                "hardware queue {} has no completion route (the device was opened for {})",
+                setup.index,
+                handle.routes.len()
+            )));
+        };
+        r.list
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .reserve_exact(depth);
+        if r.notifier.set(setup.notifier.clone()).is_err() {
+            return Err(self.setup_error(format!("hardware queue {} set up twice", setup.index)));
+        }
+        let tokens = (0..depth)
+            .map(|tag| Token {
+                route,
+                tag: tag as u32,
+            })
+            .collect();
+        let iov0 = iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        };
+        Ok(RbdQueue {
+            handle,
+            route,
+            inflight: InFlight {
+                slots: (0..depth).map(|_| Slot::default()).collect(),
+                count: 0,
+            },
+            tokens: RawArray::new(tokens),
+            iovecs: RawArray::new(vec![iov0; depth * MAX_SEGMENTS]),
+            events: [std::ptr::null_mut(); EVENT_BATCH],
+        })
+    }
+
+    #[inline]
+    fn queue_rq(
+        &self,
+        hq: &mut RbdQueue,
+        mut rq: RqRef,
+        last: bool,
+        done: &mut Completions<'_>,
+    ) -> QueueRq {
+        let tag = rq.tag() as usize;
+        if tag >= hq.inflight.slots.len() {
+            debug_assert!(false, "tag {tag} past the queue's depth");
+            done.complete(rq, Status::Invalid(InvalidKind::Driver));
+            return QueueRq::Issued;
+        }
+        debug_assert!(hq.inflight.slots[tag].rq.is_none(), "tag {tag} in use");
+        let img = hq.handle.image.ptr;
+        let (off, len) = (rq.offset_bytes(), rq.len_bytes());
+        let op = rq.op();
+        // The iovecs of this tag.
+        let iov = hq.iovecs.at(tag * MAX_SEGMENTS);
+        let mut n = 0usize;
+        let mut fill = |p: *mut u8, l: usize| {
+            if n < MAX_SEGMENTS {
+                // SAFETY: n < MAX_SEGMENTS, so iov + n is inside this
+                // tag's iovecs, which only this queue writes.
+                unsafe {
+                    iov.add(n).write(iovec {
+                        iov_base: p.cast(),
+                        iov_len: l,
+                    })
+                };
+            }
+            n += 1;
+        };
+        match op {
+            Op::Read => rq.read_bufs().for_each(|b| fill(b.as_mut_ptr(), b.len())),
+            Op::Write => rq
+                .write_bufs()
+                .for_each(|b| fill(b.as_ptr().cast_mut(), b.len())),
+            _ => {}
+        }
+        if n > MAX_SEGMENTS {
+            // The limits say MAX_SEGMENTS; the core enforces them.
+            done.complete(rq, Status::Invalid(InvalidKind::TooManySegments));
+            return QueueRq::Issued;
+        }
+        let mut c: ffi::rbd_completion_t = std::ptr::null_mut();
+        // SAFETY: the token lives until this completion is reaped (see
+        // RbdQueue's Drop); c is a live out-pointer. No callback: the
+        // completion comes back through the event queue.
+        let r = unsafe { ffi::rbd_aio_create_completion(hq.tokens.at(tag).cast(), None, &mut c) };
+        if r < 0 {
+            done.complete(rq, errno_status(-r));
+            return QueueRq::Issued;
+        }
+        // SAFETY: 1. img is an open image that outlives the request (the
+        // queue holds its handle, and leaks it if a request never comes
+        // back). 2. The iovecs point at the request's buffers: a read's
+        // are ours exclusively (read_bufs), a write's are only read. The
+        // request is parked in its slot below and is given back to the
+        // core only once librbd returns this completion (even after a
+        // timeout), so the buffers and iovecs outlive librbd's use.
+        let r = unsafe {
+            match op {
+                Op::Read => ffi::rbd_aio_readv(img, iov, n as c_int, off, c),
+                Op::Write => ffi::rbd_aio_writev(img, iov, n as c_int, off, c),
+                Op::Flush => ffi::rbd_aio_flush(img, c),
+                Op::Discard => ffi::rbd_aio_discard(img, off, len, c),
+                Op::WriteZeroes => ffi::rbd_aio_write_zeroes(img, off, len as usize, c, 0, 0),
+            }
+        };
+        if r < 0 {
+            // SAFETY: librbd refused it, so it holds no reference to c.
+            unsafe { ffi::rbd_aio_release(c) };
+            done.complete(rq, errno_status(-r));
+            return QueueRq::Issued;
+        }
+        hq.inflight.slots[tag].rq = Some(rq);
+        hq.inflight.count += 1;
+        if last {
+            // What librbd finished at once (its cache took a write) ends
+            // now, as fio finds it at its first look.
+            hq.reap(done);
+        }
+        QueueRq::Issued
+    }
+
+    /// librbd sends each request at once: there is no doorbell.
+    #[inline]
+    fn commit_rqs(&self, _hq: &mut RbdQueue) {}
+
+    #[inline]
+    fn poll(&self, hq: &mut RbdQueue, done: &mut Completions<'_>) -> usize {
+        let mut n = 0;
+        if hq.handle.routes[hq.route as usize]
+            .pending
+            .load(Ordering::Acquire)
+        {
+            n += hq.take_mailbox(done);
+        }
+        if hq.inflight.count > 0 {
+            n += hq.reap(done);
+        }
+        n
+    }
+
+    fn can_wait(&self) -> bool {
+        true
+    }
+
+    /// Sleep on the handle's eventfd (and this queue's hand-over eventfd),
+    /// as fio's rbd engine does: one wakeup, not two. Only a waiting
+    /// context reads the eventfd (the interrupt thread is woken by its
+    /// edges without reading it, and only when no context waits), so no
+    /// wakeup is taken from it; whoever reads it then polls, and hands
+    /// other queues' completions over with their own eventfds signalled.
+    fn wait(&self, hq: &mut RbdQueue, timeout: std::time::Duration) -> bool {
+        if hq.inflight.count == 0 {
+            return true;
+        }
+        let route = &hq.handle.routes[hq.route as usize];
+        let mut out = [libc::epoll_event { events: 0, u64: 0 }; 2];
+        let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as c_int;
+        // SAFETY: out has room for the 2 events asked for.
+        let r = unsafe { libc::epoll_wait(route.ep.as_raw_fd(), out.as_mut_ptr(), 2, ms) };
+        for e in &out[..r.max(0) as usize] {
+            drain(e.u64 as c_int);
+        }
+        true
+    }
+
+    /// The layer gave up on `tag`: it completes with `Timeout` when librbd
+    /// gives it back (see the module doc), which `rados_osd_op_timeout`
+    /// bounds.
+    fn timeout(&self, hq: &mut RbdQueue, tag: u32, _done: &mut Completions<'_>) -> TimeoutAction {
+        match hq.inflight.slots.get_mut(tag as usize) {
+            Some(s) if s.rq.is_some() => {
+                s.timed_out = true;
+                TimeoutAction::Done
+            }
+            // Finished and not yet reaped (or handed over): the next poll
+            // completes it.
+            _ => TimeoutAction::ResetTimer,
+        }
+    }
+
+    fn limits(&self) -> QueueLimits {
+        QueueLimits {
+            logical_block_size: 512,
+            physical_block_size: 512,
+            max_sectors: MAX_RW_SECTORS,
+            max_segments: MAX_SEGMENTS as u32,
+            max_segment_size: u32::MAX,
+            seg_boundary_mask: u64::MAX,
+            chunk_sectors: 0,
+            // librbd takes any address and length.
+            dma_alignment: 0,
+            max_discard_sectors: if self.read_only { 0 } else { MAX_ZERO_SECTORS },
+            max_write_zeroes_sectors: if self.read_only { 0 } else { MAX_ZERO_SECTORS },
+        }
+    }
+
+    fn features(&self) -> Features {
+        Features {
+            write_cache: self.write_cache,
+            fua: false,
+            discard: !self.read_only,
+            write_zeroes: !self.read_only,
+            read_only: self.read_only,
+            rotational: false,
+        }
+    }
+
+    fn completes_async(&self) -> bool {
+        true
+    }
+
+    /// Allocated and unallocated runs from `rbd_diff_iterate2` (whole
+    /// objects, from the object map when the image has one).
+    fn extents(&self, offset_bytes: u64, len_bytes: u64, out: &mut Vec<Extent>) -> Result<bool> {
+        let end = offset_bytes.saturating_add(len_bytes).min(self.size_bytes);
+        if offset_bytes >= end {
+            return Ok(true);
+        }
+        let mut acc = ExtentAcc {
+            out,
+            pos: offset_bytes,
+            end,
+        };
+        // SAFETY: the callback gets &mut acc back as its argument, only
+        // during this call.
+        let r = unsafe {
+            ffi::rbd_diff_iterate2(
+                self.handle.image.ptr,
+                std::ptr::null(),
+                offset_bytes,
+                end - offset_bytes,
+                1,
+                1,
+                Some(extent_cb),
+                (&mut acc as *mut ExtentAcc<'_>).cast(),
+            )
+        };
+        if r < 0 {
+            return Ok(false);
+        }
+        let pos = acc.pos;
+        acc.push(pos, end, true);
+        Ok(true)
+    }
+}
+
+/// Builds the extent list from diff callbacks.
+struct ExtentAcc<'a> {
+    out: &'a mut Vec<Extent>,
+    pos: u64,
+    end: u64,
+}
+
+impl ExtentAcc<'_> {
+    fn push(&mut self, from: u64, to: u64, hole: bool) {
+        let from = from.max(self.pos);
+        let to = to.min(self.end);
+        if from >= to {
+            return;
+        }
+        if from > self.pos {
+            let p = self.pos;
+            self.push_run(p, from, true);
+        }
+        self.push_run(from, to, hole);
+    }
+
+    fn push_run(&mut self, from: u64, to: u64, hole: bool) {
+        if let Some(last) = self.out.last_mut() {
+            if last.hole == hole && last.offset_bytes + last.len_bytes == from {
+                last.len_bytes += to - from;
+                self.pos = to;
+                return;
+            }
+        }
+        self.out.push(Extent {
+            offset_bytes: from,
+            len_bytes: to - from,
+            hole,
+            zero: hole,
+        });
+        self.pos = to;
+    }
+}
+
+unsafe extern "C" fn extent_cb(
+    off: u64,
+    len: libc::size_t,
+    exists: c_int,
+    arg: *mut c_void,
+) -> c_int {
+    // SAFETY: arg is the &mut ExtentAcc passed to rbd_diff_iterate2, which
+    // calls back only during that call, on its thread.
+    let acc = unsafe { &mut *(arg as *mut ExtentAcc<'_>) };
+    acc.push(off, off.saturating_add(len as u64), exists == 0);
+    0
+}
