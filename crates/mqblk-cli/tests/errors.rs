@@ -40,7 +40,7 @@ const TABLE: &[(&[&str], &str)] = &[
     ),
     (
         &["info", "nul"],
-        "mqblk: error: invalid device spec \"nul\": unknown device kind `nul`; built in: null, ram, file, nbd",
+        "mqblk: error: invalid device spec \"nul\": unknown device kind `nul`; built in: null, ram, file, nbd, rbd",
     ),
     // Files: what is wrong, and what to do.
     (
@@ -102,7 +102,7 @@ const TABLE: &[(&[&str], &str)] = &[
     ),
     (
         &["bench", "--device", "nul"],
-        "mqblk: error: invalid device spec \"nul\": unknown device kind `nul`; built in: null, ram, file, nbd",
+        "mqblk: error: invalid device spec \"nul\": unknown device kind `nul`; built in: null, ram, file, nbd, rbd",
     ),
     (
         &["bench", "--filename=d/missing.img"],
