@@ -174,10 +174,12 @@ impl Drop for Membership {
 #[derive(Debug)]
 pub(crate) struct Groups {
     table: Mutex<Vec<Arc<Group>>>,
+    /// The device's count of limited buckets (see `IoMax::attach`).
+    qos_active: Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl Groups {
-    pub(crate) fn new(device: &Arc<str>) -> Groups {
+    pub(crate) fn new(device: &Arc<str>, qos_active: Arc<std::sync::atomic::AtomicU32>) -> Groups {
         let default = Arc::new(Group {
             id: 0,
             name: DEFAULT_GROUP.into(),
@@ -187,8 +189,10 @@ impl Groups {
             io_max: IoMax::unshared(IoMaxLimits::default(), DEFAULT_BURST_MS),
             members: AtomicU32::new(0),
         });
+        default.io_max.attach(&qos_active);
         Groups {
             table: Mutex::new(vec![default]),
+            qos_active,
         }
     }
 
@@ -265,6 +269,7 @@ impl Groups {
             io_max: IoMax::unshared(cfg.limits, DEFAULT_BURST_MS),
             members: AtomicU32::new(0),
         });
+        g.io_max.attach(&self.qos_active);
         t.push(g.clone());
         Ok(g)
     }
@@ -307,7 +312,8 @@ impl Groups {
                 format!("{n} contexts are in it; drop them first"),
             ));
         }
-        t.remove(i);
+        // Its limits stop counting on the device.
+        t.remove(i).set_limits(IoMaxLimits::default());
         Ok(())
     }
 }

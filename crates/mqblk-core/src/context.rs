@@ -669,8 +669,7 @@ impl CtxState {
         }
         if op != Op::Flush
             && (self.throttle.is_some()
-                || dev.io_max.is_limited()
-                || self.group.0.io_max().is_limited())
+                || dev.qos_active.load(std::sync::atomic::Ordering::Relaxed) != 0)
         {
             let now = clock::now_ns();
             // SAFETY: as above: the slot is ours and in no request.
@@ -1154,10 +1153,10 @@ impl CtxState {
         rq.bio_tail = Some(node);
         rq.owner = Some(self.shared_ptr());
         rq.hwq = self.hwq;
-        if self.async_depth != 0 && rq.op.is_write() {
-            self.writes_in_flight += 1;
-        }
         if self.sched_on {
+            if self.async_depth != 0 && rq.op.is_write() {
+                self.writes_in_flight += 1;
+            }
             let g = &self.group.0;
             rq.ioprio = self.ioprio.unwrap_or_else(|| g.ioprio());
             rq.group = g.id();

@@ -451,6 +451,9 @@ pub(crate) struct DeviceInner {
     /// The device's own io.max (unlimited unless the spec or the control
     /// plane sets limits).
     pub(crate) io_max: Arc<IoMax>,
+    /// How many of the device's and its groups' io.max buckets have limits
+    /// (0: no bio is charged).
+    pub(crate) qos_active: Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl DeviceInner {
@@ -678,10 +681,12 @@ impl Device {
             QueueMode::DeviceLock => QueueLock::Device(SpinLock::new()),
             QueueMode::GlobalLock => QueueLock::Global,
         };
-        let groups = crate::blkcg::Groups::new(&name);
+        let qos_active = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let groups = crate::blkcg::Groups::new(&name, qos_active.clone());
         let io_max = cfg.io_max.clone().unwrap_or_else(|| {
             IoMax::new(IoMaxLimits::default(), crate::throttle::DEFAULT_BURST_MS)
         });
+        io_max.attach(&qos_active);
         Ok(Device {
             inner: Arc::new(DeviceInner {
                 info: QueueInfo {
@@ -719,6 +724,7 @@ impl Device {
                 next_ctx: std::sync::atomic::AtomicU32::new(0),
                 groups,
                 io_max,
+                qos_active,
             }),
         })
     }

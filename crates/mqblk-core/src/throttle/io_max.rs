@@ -3,8 +3,8 @@
 //! group) shares. A bio over the limit waits in its context, without a tag,
 //! until the bucket's time comes (see the module above).
 
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
 
 use crate::bio::Op;
 use crate::throttle::TokenBucket;
@@ -35,8 +35,12 @@ pub const DEFAULT_BURST_MS: u64 = 10;
 /// The buckets of one `io.max`, shared by the contexts it throttles.
 #[derive(Debug)]
 pub struct IoMax {
-    /// Any limit is set (one load tells an unlimited group to go).
+    /// Any limit is set.
     limited: AtomicBool,
+    /// The device's count of limited buckets, kept up to date here, so
+    /// that an unlimited device pays one load per bio for all of its
+    /// groups' limits and its own.
+    watch: OnceLock<Arc<AtomicU32>>,
     riops: TokenBucket,
     wiops: TokenBucket,
     rbps: TokenBucket,
@@ -54,6 +58,7 @@ impl IoMax {
         let w = burst_ms.saturating_mul(1_000_000);
         IoMax {
             limited: AtomicBool::new(limits.any()),
+            watch: OnceLock::new(),
             riops: TokenBucket::new(limits.riops, w),
             wiops: TokenBucket::new(limits.wiops, w),
             rbps: TokenBucket::new(limits.rbps, w),
@@ -78,7 +83,27 @@ impl IoMax {
         self.wiops.set_rate(l.wiops);
         self.rbps.set_rate(l.rbps);
         self.wbps.set_rate(l.wbps);
-        self.limited.store(l.any(), Relaxed);
+        let now = l.any();
+        if self.limited.swap(now, Relaxed) != now {
+            if let Some(c) = self.watch.get() {
+                if now {
+                    c.fetch_add(1, Relaxed);
+                } else {
+                    c.fetch_sub(1, Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Report to `counter` whether limits are set (once, when the device
+    /// takes these limits). Limits that already report to another device
+    /// count as always set on this one.
+    pub(crate) fn attach(&self, counter: &Arc<AtomicU32>) {
+        if self.watch.set(counter.clone()).is_err() {
+            counter.fetch_add(1, Relaxed);
+        } else if self.is_limited() {
+            counter.fetch_add(1, Relaxed);
+        }
     }
 
     /// True if any limit is set.
