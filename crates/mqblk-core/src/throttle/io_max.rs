@@ -99,9 +99,8 @@ impl IoMax {
     /// takes these limits). Limits that already report to another device
     /// count as always set on this one.
     pub(crate) fn attach(&self, counter: &Arc<AtomicU32>) {
-        if self.watch.set(counter.clone()).is_err() {
-            counter.fetch_add(1, Relaxed);
-        } else if self.is_limited() {
+        let attached = self.watch.set(counter.clone()).is_ok();
+        if !attached || self.is_limited() {
             counter.fetch_add(1, Relaxed);
         }
     }
