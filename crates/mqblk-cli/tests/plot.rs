@@ -8,23 +8,7 @@ use std::process::{Command, Output};
 use mqblk_test_support::require_tool;
 use serde_json::Value;
 
-/// A fresh temporary directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("mqblk-plot-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use mqblk_test_support::Scratch as TempDir;
 
 fn mqblk(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_mqblk"))
@@ -71,7 +55,7 @@ fn assert_figure(stem: &Path, titles: &[&str]) {
 
 #[test]
 fn bench_json_has_the_log_linear_buckets() {
-    let d = TempDir::new("bins");
+    let d = TempDir::new("plot-bins");
     let v: Value =
         serde_json::from_str(&std::fs::read_to_string(bench_json(&d.0)).unwrap()).unwrap();
     for job in v["jobs"].as_array().unwrap() {
@@ -91,7 +75,7 @@ fn bench_json_has_the_log_linear_buckets() {
 
 #[test]
 fn plots_bench_json() {
-    let d = TempDir::new("bench");
+    let d = TempDir::new("plot-bench");
     let input = bench_json(&d.0);
     let stem = d.0.join("chart");
     let out = ok(&[
@@ -123,7 +107,7 @@ fn plots_bench_json() {
 #[test]
 fn plots_fio_json_beside_bench_json() {
     require_tool("fio");
-    let d = TempDir::new("fio");
+    let d = TempDir::new("plot-fio");
     let mut fio_reports = Vec::new();
     for (format, name) in [("json", "fio.json"), ("json+", "fioplus.json")] {
         let o = Command::new("fio")
@@ -169,7 +153,7 @@ fn plots_fio_json_beside_bench_json() {
 
 #[test]
 fn plot_refuses_what_is_not_a_report() {
-    let d = TempDir::new("bad");
+    let d = TempDir::new("plot-bad");
     let path = d.0.join("x.json");
     std::fs::write(&path, "{\"hello\": 1}").unwrap();
     let o = mqblk(&["plot", path.to_str().unwrap()]);
@@ -240,7 +224,7 @@ fn info_and_stat_take_their_argument_either_way() {
         by_position.lines().find(|l| l.starts_with("capacity:")),
         by_option.lines().find(|l| l.starts_with("capacity:"))
     );
-    let d = TempDir::new("stat");
+    let d = TempDir::new("plot-stat");
     let dir = d.0.join("st");
     ok(&[
         "bench",

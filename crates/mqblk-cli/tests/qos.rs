@@ -3,7 +3,7 @@
 //! (nbdcopy) moves data through the changes, and bad requests get errors
 //! that name what is wrong. The server is stopped by its pid.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -11,7 +11,8 @@ fn mqblk() -> Command {
     Command::new(env!("CARGO_BIN_EXE_mqblk"))
 }
 
-struct Server(Child, PathBuf);
+/// The server this test started, stopped by its pid.
+struct Server(Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -19,7 +20,6 @@ impl Drop for Server {
             .args(["-TERM", &self.0.id().to_string()])
             .status();
         let _ = self.0.wait();
-        let _ = std::fs::remove_dir_all(&self.1);
     }
 }
 
@@ -47,9 +47,8 @@ fn qos(ctl: &Path, req: &[&str]) -> Output {
 #[test]
 fn a_serving_device_takes_limits_groups_and_schedulers_live() {
     mqblk_test_support::require_tool("nbdcopy");
-    let dir = std::env::temp_dir().join(format!("mqblk-qos-serve-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = mqblk_test_support::Scratch::new("qos-serve");
+    let dir = scratch.path();
     let sock = dir.join("nbd.sock");
     let ctl = dir.join("control");
     let child = mqblk()
@@ -61,7 +60,7 @@ fn a_serving_device_takes_limits_groups_and_schedulers_live() {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    let server = Server(child, dir.clone());
+    let server = Server(child);
     wait_for(&sock);
     wait_for(&ctl);
 

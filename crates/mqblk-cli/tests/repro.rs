@@ -7,23 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// A fresh temporary directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("mqblk-repro-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use mqblk_test_support::Scratch as TempDir;
 
 fn mqblk(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_mqblk"))
@@ -123,7 +107,7 @@ fn numbers(header: &[String], rows: &[Vec<String>], names: &[&str]) {
 
 #[test]
 fn readv() {
-    let d = TempDir::new("readv");
+    let d = TempDir::new("repro-readv");
     let (h, rows) = run("readv", &d.0);
     assert_monotone(&h, &rows, "device", "segments");
     numbers(&h, &rows, &["iops", "mib_per_s", "requests_per_bio"]);
@@ -140,7 +124,7 @@ fn readv() {
 
 #[test]
 fn submits() {
-    let d = TempDir::new("submits");
+    let d = TempDir::new("repro-submits");
     let (h, rows) = run("submits", &d.0);
     assert_monotone(&h, &rows, "way", "max_sectors");
     numbers(&h, &rows, &["requests_per_128k", "bios_per_128k"]);
@@ -149,7 +133,7 @@ fn submits() {
 
 #[test]
 fn iorl() {
-    let d = TempDir::new("iorl");
+    let d = TempDir::new("repro-iorl");
     let (h, rows) = run("iorl", &d.0);
     assert_monotone(&h, &rows, "queue_mode", "devices");
     numbers(&h, &rows, &["iops", "iops_min", "iops_max", "iops_per_job"]);
@@ -169,7 +153,7 @@ fn iorl() {
 
 #[test]
 fn mq_scaling() {
-    let d = TempDir::new("mq-scaling");
+    let d = TempDir::new("repro-mq-scaling");
     let (h, rows) = run("mq-scaling", &d.0);
     assert_monotone(&h, &rows, "queue_mode", "threads");
     numbers(
@@ -188,7 +172,7 @@ fn mq_scaling() {
 
 #[test]
 fn plug() {
-    let d = TempDir::new("plug");
+    let d = TempDir::new("repro-plug");
     let (h, rows) = run("plug", &d.0);
     numbers(&h, &rows, &["iops", "ns_per_io_cpu"]);
     for (p, c) in [("on", "on"), ("on", "off"), ("off", "on"), ("off", "off")] {
@@ -202,7 +186,7 @@ fn plug() {
 
 #[test]
 fn descriptor() {
-    let d = TempDir::new("descriptor");
+    let d = TempDir::new("repro-descriptor");
     let (h, rows) = run("descriptor", &d.0);
     assert_monotone(&h, &rows, "descriptor_bytes", "queue_depth");
     numbers(&h, &rows, &["heap_bytes", "descriptor_bytes"]);
@@ -218,7 +202,7 @@ fn descriptor() {
 
 #[test]
 fn part_cache_waits_for_partitions() {
-    let d = TempDir::new("part-cache");
+    let d = TempDir::new("repro-part-cache");
     let o = mqblk(&[
         "repro",
         "part-cache",

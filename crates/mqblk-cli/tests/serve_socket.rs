@@ -7,26 +7,11 @@
 
 use std::io::Read;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("mqblk-sock-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use mqblk_test_support::Scratch;
 
 /// A server this test started; killed (by its pid) if the test fails.
 struct Server(Option<Child>);
@@ -104,7 +89,7 @@ fn mqblk(args: &[&str], sock: &Path) -> Output {
 
 #[test]
 fn a_regular_file_at_the_socket_path_is_left_byte_identical() {
-    let s = Scratch::new("file");
+    let s = Scratch::new("sock-file");
     let p = s.0.join("data.img");
     let bytes: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
     std::fs::write(&p, &bytes).unwrap();
@@ -126,7 +111,7 @@ fn a_regular_file_at_the_socket_path_is_left_byte_identical() {
 
 #[test]
 fn a_second_server_is_refused_and_the_first_keeps_its_socket() {
-    let s = Scratch::new("two");
+    let s = Scratch::new("sock-two");
     let sock = s.0.join("nbd.sock");
     let first = Server::start(&sock, &[]);
     let o = mqblk(&["serve", "null"], &sock);
@@ -146,7 +131,7 @@ fn a_second_server_is_refused_and_the_first_keeps_its_socket() {
 
 #[test]
 fn another_programs_listener_is_not_taken_over() {
-    let s = Scratch::new("foreign");
+    let s = Scratch::new("sock-foreign");
     let sock = s.0.join("other.sock");
     let _listener = UnixListener::bind(&sock).unwrap();
     let o = mqblk(&["serve", "null"], &sock);
@@ -158,7 +143,7 @@ fn another_programs_listener_is_not_taken_over() {
 
 #[test]
 fn a_stale_socket_is_replaced() {
-    let s = Scratch::new("stale");
+    let s = Scratch::new("sock-stale");
     let sock = s.0.join("nbd.sock");
     drop(UnixListener::bind(&sock).unwrap());
     assert!(sock.exists(), "a stale socket: nothing listens");
