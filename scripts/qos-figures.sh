@@ -31,6 +31,39 @@ timer="null,completion=timer,completion_nsec=100000"
 sock=$tmp/control
 only() { [ -z "${QOS_ONLY:-}" ] || [[ " $QOS_ONLY " == *" $1 "* ]]; }
 
+# flood OUT.json SCHEDULER READER_QD: 4 writers at QD64 and one reader on
+# the timer device with queue_depth=8; prints the reader's p99 and the
+# writers' IOPS.
+flood() {
+  cat >"$tmp/flood.fio" <<EOF
+[global]
+device=$timer,queue_depth=8,scheduler=$2
+runtime=$secs
+time_based
+[writers]
+rw=randwrite
+iodepth=64
+numjobs=4
+[reader]
+rw=randread
+iodepth=$3
+EOF
+  bench "$tmp/flood.fio" >"$1"
+  field "$1" "'scheduler=$2: reader p99 %.0f us, writers %.0f IOPS' % (j['jobs'][4]['read']['clat_ns']['percentile']['99.000000']/1000, sum(x['write']['iops'] for x in j['jobs'][:4]))"
+}
+
+# compare_flood A.json B.json EXPR: EXPR over a and b, with p (the reader's
+# p99) and w (the writers' IOPS).
+compare_flood() {
+  py "
+import json,sys
+a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2]))
+p=lambda j: j['jobs'][4]['read']['clat_ns']['percentile']['99.000000']
+w=lambda j: sum(x['write']['iops'] for x in j['jobs'][:4])
+print($3)
+" "$1" "$2"
+}
+
 if only 1; then
 echo "== 1. io.max accuracy (1 job, QD32, ${secs}s, target: within 2%)"
 bench --device="$timer,riops=10000" --rw=randread --iodepth=32 --runtime="$secs" \
@@ -97,58 +130,20 @@ echo
 if only 3; then
 echo "== 3. mq-deadline: 1 reader at QD1 against 4 writers at QD64 (device queue_depth=8)"
 for s in "mq-deadline,read_expire=2" none; do
-  cat >"$tmp/dl.fio" <<EOF
-[global]
-device=$timer,queue_depth=8,scheduler=$s
-runtime=$secs
-time_based
-[writers]
-rw=randwrite
-iodepth=64
-numjobs=4
-[reader]
-rw=randread
-iodepth=1
-EOF
-  bench "$tmp/dl.fio" >"$tmp/dl-${s%%,*}.json"
-  field "$tmp/dl-${s%%,*}.json" "'scheduler=$s: reader p99 %.0f us, writers %.0f IOPS' % (j['jobs'][4]['read']['clat_ns']['percentile']['99.000000']/1000, sum(x['write']['iops'] for x in j['jobs'][:4]))"
+  flood "$tmp/dl-${s%%,*}.json" "$s" 1
 done
-py "
-import json,sys
-d=json.load(open(sys.argv[1])); n=json.load(open(sys.argv[2]))
-p=lambda j: j['jobs'][4]['read']['clat_ns']['percentile']['99.000000']
-w=lambda j: sum(x['write']['iops'] for x in j['jobs'][:4])
-print('  reader p99 deadline/none = %.3f (target <= 0.2); writers deadline/none = %.2f (target >= 0.8)' % (p(d)/p(n), w(d)/w(n)))
-" "$tmp/dl-mq-deadline.json" "$tmp/dl-none.json"
+compare_flood "$tmp/dl-mq-deadline.json" "$tmp/dl-none.json" \
+  "'  reader p99 deadline/none = %.3f (target <= 0.2); writers deadline/none = %.2f (target >= 0.8)' % (p(a)/p(b), w(a)/w(b))"
 fi
 
 echo
 if only 4; then
-echo "== 4. kyber: read target 1 ms under a writer flood (device queue_depth=8)"
+echo "== 4. kyber: read target 1 ms, 1 reader at QD4 against 4 writers at QD64 (device queue_depth=8)"
 for s in "kyber,read_lat_nsec=1000000" none; do
-  cat >"$tmp/ky.fio" <<EOF
-[global]
-device=$timer,queue_depth=8,scheduler=$s
-runtime=$secs
-time_based
-[writers]
-rw=randwrite
-iodepth=64
-numjobs=4
-[reader]
-rw=randread
-iodepth=4
-EOF
-  bench "$tmp/ky.fio" >"$tmp/ky-${s%%,*}.json"
-  field "$tmp/ky-${s%%,*}.json" "'scheduler=$s: reader p99 %.0f us, writers %.0f IOPS' % (j['jobs'][4]['read']['clat_ns']['percentile']['99.000000']/1000, sum(x['write']['iops'] for x in j['jobs'][:4]))"
+  flood "$tmp/ky-${s%%,*}.json" "$s" 4
 done
-py "
-import json,sys
-k=json.load(open(sys.argv[1])); n=json.load(open(sys.argv[2]))
-p=lambda j: j['jobs'][4]['read']['clat_ns']['percentile']['99.000000']
-w=lambda j: sum(x['write']['iops'] for x in j['jobs'][:4])
-print('  kyber reader p99 / 1 ms target = %.2f (target <= 1.5); writers kyber/none = %.2f (target >= 0.5)' % (p(k)/1e6, w(k)/w(n)))
-" "$tmp/ky-kyber.json" "$tmp/ky-none.json"
+compare_flood "$tmp/ky-kyber.json" "$tmp/ky-none.json" \
+  "'  kyber reader p99 / 1 ms target = %.2f (target <= 1.5); writers kyber/none = %.2f (target >= 0.5)' % (p(a)/1e6, w(a)/w(b))"
 fi
 
 echo
