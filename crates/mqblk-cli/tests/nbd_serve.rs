@@ -84,11 +84,7 @@ fn serve_drains_in_flight_requests_and_exits_zero_on_sigterm() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start mqblk serve");
-    let t = Instant::now();
-    while !sock.exists() {
-        assert!(t.elapsed() < Duration::from_secs(20), "no socket");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    mqblk_test_support::wait_for_path(&sock, "mqblk serve", None);
     let connect = || {
         let s = UnixStream::connect(&sock).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -201,14 +197,7 @@ impl Kit {
             .stdin(Stdio::null())
             .spawn()
             .expect("start nbdkit");
-        let t = Instant::now();
-        while !sock.exists() {
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "nbdkit did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        mqblk_test_support::wait_for_path(&sock, "nbdkit", None);
         Kit(child, dir)
     }
 
@@ -294,11 +283,7 @@ fn bench_verify_through_the_nbd_client_driver() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let t = Instant::now();
-    while !sock.exists() {
-        assert!(t.elapsed() < Duration::from_secs(20), "no socket");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    mqblk_test_support::wait_for_path(&sock, "mqblk serve", None);
     bench_ok(&format!("nbd+unix:///?socket={},conns=2", sock.display()));
     let _ = Command::new("kill")
         .args(["-TERM", &srv.id().to_string()])

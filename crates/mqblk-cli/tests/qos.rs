@@ -5,7 +5,6 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 fn mqblk() -> Command {
     Command::new(env!("CARGO_BIN_EXE_mqblk"))
@@ -20,18 +19,6 @@ impl Drop for Server {
             .args(["-TERM", &self.0.id().to_string()])
             .status();
         let _ = self.0.wait();
-    }
-}
-
-fn wait_for(p: &Path) {
-    let t = Instant::now();
-    while !p.exists() {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "{} never appeared",
-            p.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -61,8 +48,8 @@ fn a_serving_device_takes_limits_groups_and_schedulers_live() {
         .spawn()
         .unwrap();
     let server = Server(child);
-    wait_for(&sock);
-    wait_for(&ctl);
+    mqblk_test_support::wait_for_path(&sock, "mqblk serve", None);
+    mqblk_test_support::wait_for_path(&ctl, "the control socket", None);
 
     for req in [
         &["device", "riops=2000", "wbps=64m"][..],

@@ -55,12 +55,7 @@ fn serve_exports_an_rbd_image_to_real_clients() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start mqblk serve");
-    let t = Instant::now();
-    while !sock.exists() {
-        assert!(t.elapsed() < Duration::from_secs(30), "no socket");
-        assert!(child.try_wait().unwrap().is_none(), "mqblk serve exited");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    mqblk_test_support::wait_for_path(&sock, "mqblk serve", Some(&mut child));
     let url = format!("nbd+unix:///disk?socket={}", sock.display());
     assert_eq!(
         run("nbdinfo", &["--size", &url]).trim(),
@@ -86,30 +81,21 @@ fn serve_exports_an_rbd_image_to_real_clients() {
     // What librbd holds, read by Ceph's own tool, is what was written.
     let exported = c.dir.join("exported.img");
     c.rbd(&["export", "rbd/srv", exported.to_str().unwrap()]);
-    run(
-        "qemu-img",
-        &[
-            "compare",
-            "-f",
-            "raw",
-            "-F",
-            "raw",
-            exported.to_str().unwrap(),
-            &url,
-        ],
-    );
-    run(
-        "qemu-img",
-        &[
-            "compare",
-            "-f",
-            "raw",
-            "-F",
-            "raw",
-            exported.to_str().unwrap(),
-            src.to_str().unwrap(),
-        ],
-    );
+    // Against the export over NBD, and against the source file.
+    for other in [url.as_str(), src.to_str().unwrap()] {
+        run(
+            "qemu-img",
+            &[
+                "compare",
+                "-f",
+                "raw",
+                "-F",
+                "raw",
+                exported.to_str().unwrap(),
+                other,
+            ],
+        );
+    }
     let st = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

@@ -274,14 +274,7 @@ fn tcp_urls_and_qemu_nbd_holes() {
         .stdin(Stdio::null())
         .spawn()
         .expect("start qemu-nbd");
-    let t = Instant::now();
-    while !sock.exists() {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "qemu-nbd did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    mqblk_test_support::wait_for_path(&sock, "qemu-nbd", None);
     let dev = mqblk::open(&format!("nbd+unix:///?socket={}", sock.display())).unwrap();
     let mut ctx = dev.context().unwrap();
     let mut buf = vec![0xffu8; 1 << 20];
