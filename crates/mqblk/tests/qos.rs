@@ -264,3 +264,33 @@ fn a_group_limit_holds_its_contexts_and_changes_live() {
     }
     assert_eq!(dev.stats().snapshot().ios[0], 1100);
 }
+
+/// A limit set on a group after the device exists holds bios back: the
+/// device learns that one of its buckets is limited (one count per
+/// device), and the held bios count as in flight until they go.
+#[test]
+fn a_limit_set_later_on_a_group_holds_its_bios_back() {
+    let dev = mqblk::open("null,size=16M,completion=inline").expect("open");
+    let g = dev
+        .create_group("late", mqblk::GroupConfig::default())
+        .expect("create");
+    let mut ctx = dev.context_in(&g).expect("context");
+    g.set_limits(IoMaxLimits {
+        riops: 1,
+        ..Default::default()
+    });
+    g.set_burst_ms(0);
+    for i in 0..3u64 {
+        ctx.submit(mqblk::Bio::read_at(i * 4096, dev.alloc_buf(4096)))
+            .expect("submit");
+    }
+    ctx.unplug();
+    let mut done = ctx.poll(|c| c.result().expect("read"));
+    // One read a second: the first went, the other two wait 1 and 2 s.
+    assert!(done <= 1, "{done} reads went at once under riops=1");
+    assert_eq!(ctx.in_flight() as usize, 3 - done);
+    while done < 3 {
+        done += ctx.poll_wait(1, |c| c.result().expect("read"));
+    }
+    assert_eq!(ctx.in_flight(), 0);
+}
