@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use mqblk_core::driver::{
     Completions, Driver, Error, Features, HwNotifier, HwQueueSetup, Op, QueueLimits, QueueRq,
-    RqRef, Status,
+    Request, RqRef, Status,
 };
 use mqblk_core::{Bio, Context};
 
@@ -57,6 +57,7 @@ struct Child {
 }
 
 /// A child planned while a request is mapped, before any is sent.
+#[derive(Clone, Copy)]
 struct Plan {
     line: u32,
     leg: LegId,
@@ -306,8 +307,10 @@ fn end_child(
     };
     match action {
         EndAction::Done(s) => {
-            // The clone is dropped before its parent can be given back.
-            drop(c.into_bio());
+            // The clone stays in the lower context's slot, which drops it
+            // as soon as this returns; the parent is given back later, when
+            // the stacked driver's poll returns.
+            drop(c);
             free.push(slot);
             finish(parents, child.tag, s, done)
         }
@@ -408,17 +411,28 @@ impl Driver for Stacked {
             done.complete(rq, status);
         } else {
             let tag = rq.tag();
-            let plan = std::mem::take(&mut hq.plan);
-            let mut bios: smallvec::SmallVec<[(u32, Bio, u64); 4]> = smallvec::SmallVec::new();
-            for p in &plan {
-                // SAFETY: the parent is kept in `parents` until every child
-                // has ended and been dropped (`end_child` drops the clone
-                // before `finish` gives the parent back); the pieces of one
-                // request are disjoint, except a mirror's copies of a write,
-                // which only read the memory; zeros were filled in `map`,
-                // before any child is sent.
+            let req: *const Request = &*rq;
+            // One reference per child, plus this loop's own, so the parent
+            // cannot complete while its children are still being sent.
+            hq.parents[tag as usize] = Some(Parent {
+                rq,
+                pending: hq.plan.len() as u32 + 1,
+                status,
+            });
+            for k in 0..hq.plan.len() {
+                let p = hq.plan[k];
+                // SAFETY: `req` points at the request `parents[tag]` owns,
+                // which stays there (not given back) until its last
+                // reference is dropped, and this loop holds one. The clone
+                // ends before the parent is given back: `end_child` runs in
+                // a lower context's poll, which drops the clone right after
+                // the call, and `done.complete` hands the parent to the core
+                // only when this driver's `poll` or `queue_rq` returns. The
+                // pieces of one request are disjoint, except a mirror's
+                // copies of a write, which only read the memory; zeros were
+                // filled in `map`, before any child is sent.
                 let mut bio =
-                    unsafe { rq.clone_bio_range(p.rq_offset, p.io.len_bytes, p.leg_offset) };
+                    unsafe { (*req).clone_bio_range(p.rq_offset, p.io.len_bytes, p.leg_offset) };
                 let slot = Self::alloc_child(
                     hq,
                     Child {
@@ -429,22 +443,14 @@ impl Driver for Stacked {
                     },
                 );
                 bio.private = u64::from(slot);
-                bios.push((slot, bio, p.delay_ns));
-            }
-            hq.parents[tag as usize] = Some(Parent {
-                rq,
-                pending: plan.len() as u32,
-                status,
-            });
-            hq.plan = plan;
-            for (slot, bio, delay) in bios {
-                if delay == 0 {
+                if p.delay_ns == 0 {
                     self.send(hq, slot, bio, done);
                 } else {
-                    let due = mqblk_core::clock::now_ns() + delay;
+                    let due = mqblk_core::clock::now_ns() + p.delay_ns;
                     hq.delayed.push_back((due, slot, bio));
                 }
             }
+            finish(&mut hq.parents, tag, Status::Ok, done);
         }
         if last {
             self.unplug(hq);
