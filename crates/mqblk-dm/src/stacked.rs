@@ -310,7 +310,7 @@ fn end_child(
             // The clone stays in the lower context's slot, which drops it
             // as soon as this returns; the parent is given back later, when
             // the stacked driver's poll returns.
-            drop(c);
+            let _ = c;
             free.push(slot);
             finish(parents, child.tag, s, done)
         }
