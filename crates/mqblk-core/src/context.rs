@@ -126,6 +126,8 @@ struct CtxState {
     ioprio: Option<crate::ioprio::IoPrio>,
     /// The group this context is in.
     group: crate::blkcg::Membership,
+    /// The window, for a context opened on a remapped view.
+    window: Option<Arc<crate::remap::View>>,
 }
 
 impl Device {
@@ -168,7 +170,10 @@ impl Device {
             ended: VecDeque::with_capacity(bioset_size),
             resubmit: Vec::with_capacity(bioset_size),
             freed_tags: Vec::with_capacity(total),
-            stats: dev.stats.register(),
+            stats: match &self.view {
+                None => dev.stats.register(),
+                Some(v) => v.stats.register(),
+            },
             hist: Histograms::new(),
             iostats: dev.cfg.iostats,
             timeout_ms: dev.cfg.timeout_ms,
@@ -193,6 +198,7 @@ impl Device {
             throttled: VecDeque::with_capacity(bioset_size),
             ioprio: None,
             group: crate::blkcg::Membership::join(group),
+            window: self.view.clone(),
             tags,
         };
         dev.ctl().contexts.push(st.shared.clone());
@@ -211,6 +217,7 @@ impl Context {
     /// The device.
     pub fn device(&self) -> Device {
         Device {
+            view: self.st.window.clone(),
             inner: self.dev.clone(),
         }
     }
@@ -586,7 +593,7 @@ impl Context {
             .expect("waited slot holds its bio");
         let r = match bio.status() {
             Status::Ok => Ok(()),
-            s => Err(self.dev.info.error_for(&bio, s)),
+            s => Err(self.st.info(&self.dev).error_for(&bio, s)),
         };
         (bio, r)
     }
@@ -602,6 +609,66 @@ impl Context {
 }
 
 impl CtxState {
+    /// What this context's bios are checked against and errors name: the
+    /// device's, or its view's.
+    #[inline]
+    fn info<'a>(&'a self, dev: &'a DeviceInner) -> &'a crate::limits::QueueInfo {
+        match &self.window {
+            None => &dev.info,
+            Some(w) => &w.info,
+        }
+    }
+
+    /// Linux blk_partition_remap, for a context on a remapped view: a user
+    /// bio, once checked against the window, is aimed at the lower device
+    /// (`back == false`, at submit); `finish`, where every user bio ends,
+    /// failed or not, aims it back (`back == true`). Flushes have no
+    /// offset.
+    #[cold]
+    #[inline(never)]
+    fn shift(&mut self, idx: u32, back: bool) {
+        let Some(w) = &self.window else { return };
+        if let Some(b) = self.bioset.node_mut(idx).bio.as_mut() {
+            if b.op() != Op::Flush {
+                let off = if back {
+                    b.offset_bytes().wrapping_sub(w.start_bytes)
+                } else {
+                    b.offset_bytes().wrapping_add(w.start_bytes)
+                };
+                b.set_offset_bytes(off);
+            }
+        }
+    }
+
+    /// A user bio on a remapped view: check it against the window (the
+    /// device's own check, just made, saw a window offset), then aim it at
+    /// the lower device.
+    #[cold]
+    #[inline(never)]
+    fn remap(&mut self, idx: u32) -> Status {
+        let Some(w) = &self.window else {
+            return Status::Ok;
+        };
+        let bio = self
+            .bioset
+            .node(idx)
+            .bio
+            .as_ref()
+            .expect("slot holds a bio");
+        let status = w.info.validate(bio, self.bounce_on);
+        self.shift(idx, false);
+        status
+    }
+
+    /// The stats this context's busy time goes to.
+    #[inline]
+    fn dstats<'a>(&'a self, dev: &'a DeviceInner) -> &'a crate::stats::DeviceStats {
+        match &self.window {
+            None => &dev.stats,
+            Some(w) => &w.stats,
+        }
+    }
+
     /// Make the completion fd readable if polling would make progress.
     #[inline]
     fn kick_fd(&mut self, dev: &DeviceInner) {
@@ -667,7 +734,7 @@ impl CtxState {
         let idx = self.bioset.index_of(node);
         // SAFETY: the slot was just filled (or reused) and is owned by this
         // context; no request holds it yet.
-        let (op, flags, status) = unsafe {
+        let (op, flags, mut status) = unsafe {
             let bio = node.as_ref().bio.as_ref().expect("slot holds a bio");
             (
                 bio.op(),
@@ -675,6 +742,9 @@ impl CtxState {
                 dev.info.validate(bio, self.bounce_on),
             )
         };
+        if self.window.is_some() {
+            status = self.remap(idx);
+        }
         bump(&self.stats.bios, 1);
         if !status.is_ok() {
             bump(&self.stats.errors, 1);
@@ -1180,7 +1250,8 @@ impl CtxState {
         rq.set_driver_data(0);
         if self.iostats {
             rq.start_ns = self.batch_now();
-            dev.stats.update_io_ticks(rq.start_ns / 1_000_000, false);
+            self.dstats(dev)
+                .update_io_ticks(rq.start_ns / 1_000_000, false);
             bump(&self.stats.in_flight[rq.op.is_write() as usize], 1);
         }
         rq.transition(RqState::Idle, RqState::Queued);
@@ -1272,7 +1343,7 @@ impl CtxState {
         self.done = done;
         self.tags.put_batch(&mut self.freed_tags);
         if self.iostats {
-            dev.stats.update_io_ticks(now / 1_000_000, true);
+            self.dstats(dev).update_io_ticks(now / 1_000_000, true);
         }
     }
 
@@ -1356,8 +1427,11 @@ impl CtxState {
     }
 
     /// End a user bio for good: to its waiter, or queued for callbacks.
-    #[inline]
+    #[inline(always)]
     fn finish(&mut self, idx: u32, status: Status) {
+        if self.window.is_some() {
+            self.shift(idx, true);
+        }
         let final_status = match self.bioset.node(idx).bio.as_ref() {
             Some(b) if !b.status.is_ok() => b.status,
             _ => status,
@@ -1387,7 +1461,10 @@ impl CtxState {
             let c = Completion {
                 slot: &mut node.bio,
                 resubmit: &mut again,
-                info: &dev.info,
+                info: match &self.window {
+                    None => &dev.info,
+                    Some(w) => &w.info,
+                },
             };
             // A panicking callback frees its own slot (the bio ended: no
             // driver holds it) and leaves the rest queued for the next poll.
@@ -1581,7 +1658,10 @@ impl Drop for Context {
         for up in st.forwards.drain(..) {
             dev.hw_queues[st.hwq as usize].notify.unforward(&up);
         }
-        dev.stats.retire(&st.stats, &st.hist);
+        match &st.window {
+            None => dev.stats.retire(&st.stats, &st.hist),
+            Some(w) => w.stats.retire(&st.stats, &st.hist),
+        }
         dev.ctl().contexts.retain(|c| !Arc::ptr_eq(c, &st.shared));
         dev.hw_queues[st.hwq as usize]
             .nr_ctx

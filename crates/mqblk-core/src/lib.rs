@@ -46,6 +46,7 @@ mod completion;
 pub mod driver;
 mod hw_queue;
 mod plug;
+mod remap;
 mod request;
 // Public only to the loom models in tests/loom_sbitmap.rs.
 #[cfg(loom)]

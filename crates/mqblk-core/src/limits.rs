@@ -165,7 +165,7 @@ impl QueueMode {
 }
 
 /// The read-mostly facts about a device that the per-I/O path consults.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct QueueInfo {
     /// Device name.
     pub name: Arc<str>,

@@ -573,13 +573,15 @@ impl Drop for Frozen<'_> {
 #[derive(Clone)]
 pub struct Device {
     pub(crate) inner: Arc<DeviceInner>,
+    /// Set on a remapped view of `inner` ([`Device::remap`]).
+    pub(crate) view: Option<Arc<crate::remap::View>>,
 }
 
 impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Device")
-            .field("name", &self.inner.info.name)
-            .field("capacity_sectors", &self.inner.info.capacity_sectors)
+            .field("name", &self.info().name)
+            .field("capacity_sectors", &self.info().capacity_sectors)
             .field("mode", &self.inner.info.mode)
             .field("hw_queues", &self.inner.hw_queues.len())
             .finish()
@@ -688,6 +690,7 @@ impl Device {
         });
         io_max.attach(&qos_active);
         Ok(Device {
+            view: None,
             inner: Arc::new(DeviceInner {
                 info: QueueInfo {
                     name,
@@ -762,12 +765,20 @@ impl Device {
 
     /// The read-mostly facts: name, capacity, limits, features, mode.
     pub fn info(&self) -> &QueueInfo {
-        &self.inner.info
+        match &self.view {
+            None => &self.inner.info,
+            Some(v) => &v.info,
+        }
     }
 
     /// True if `other` is a handle to this same device.
     pub fn same(&self, other: &Device) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
+            && match (&self.view, &other.view) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
     }
 
     /// True if the driver completes requests without being polled (a thread
@@ -779,12 +790,12 @@ impl Device {
 
     /// Device name.
     pub fn name(&self) -> &str {
-        &self.inner.info.name
+        &self.info().name
     }
 
     /// Capacity in bytes.
     pub fn capacity_bytes(&self) -> u64 {
-        self.inner.info.capacity_sectors << SECTOR_SHIFT
+        self.info().capacity_sectors << SECTOR_SHIFT
     }
 
     /// Logical block size in bytes.
@@ -819,7 +830,49 @@ impl Device {
 
     /// The device's stats.
     pub fn stats(&self) -> &DeviceStats {
-        &self.inner.stats
+        match &self.view {
+            None => &self.inner.stats,
+            Some(v) => &v.stats,
+        }
+    }
+
+    /// A window of `len_bytes` from `offset_bytes` of this device, named
+    /// `name` (Linux `blk_partition_remap`): a partition, or a linear table
+    /// of one line. It shares this device's queues, tags, scheduler and
+    /// limits; its bios are checked against the window and shifted in the
+    /// submitting context, with no second pipeline. A bio past its end gets
+    /// [`Error::OutOfRange`] naming `name`. Its stats count its own I/O,
+    /// and this device's include them. `owner` is kept alive as long as the
+    /// view (a stacked table's handle). Control plane.
+    pub fn remap(
+        &self,
+        offset_bytes: u64,
+        len_bytes: u64,
+        name: &str,
+        owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    ) -> Result<Device> {
+        let base = self.view.as_ref().map_or(0, |v| v.start_bytes);
+        let view =
+            crate::remap::View::new(self.info(), base, offset_bytes, len_bytes, name, owner)?;
+        self.stats().add_view(&view.stats);
+        Ok(Device {
+            inner: self.inner.clone(),
+            view: Some(Arc::new(view)),
+        })
+    }
+
+    /// For a remapped view, the device it is a window of and where the
+    /// window starts, in bytes.
+    pub fn remapped_from(&self) -> Option<(Device, u64)> {
+        self.view.as_ref().map(|v| {
+            (
+                Device {
+                    inner: self.inner.clone(),
+                    view: None,
+                },
+                v.start_bytes,
+            )
+        })
     }
 
     pub(crate) fn ctl(&self) -> std::sync::MutexGuard<'_, Control> {
@@ -891,11 +944,16 @@ impl Device {
             return Ok(Vec::new());
         }
         let mut out = Vec::new();
-        if !self
+        let base = self.view.as_ref().map_or(0, |v| v.start_bytes);
+        if self
             .inner
             .ops
-            .extents(offset_bytes, end - offset_bytes, &mut out)?
+            .extents(base + offset_bytes, end - offset_bytes, &mut out)?
         {
+            for e in &mut out {
+                e.offset_bytes -= base;
+            }
+        } else {
             out.clear();
             out.push(Extent {
                 offset_bytes,

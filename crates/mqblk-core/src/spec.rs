@@ -165,6 +165,11 @@ impl SpecOptions {
         }
     }
 
+    /// True if no option is left to take.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
     /// Whether option `key` was given (and not yet taken).
     pub fn contains(&self, key: &str) -> bool {
         self.entries.iter().any(|(k, _)| k == key)

@@ -171,6 +171,26 @@ impl DiskStats {
         self.errors += s.errors.load(Relaxed);
     }
 
+    /// Add `o`'s counters to these (busy time included: callers that know
+    /// better fix it up).
+    pub fn add(&mut self, o: &DiskStats) {
+        for g in 0..NR_STAT_GROUPS {
+            self.ios[g] += o.ios[g];
+            self.merges[g] += o.merges[g];
+            self.sectors[g] += o.sectors[g];
+            self.nsecs[g] += o.nsecs[g];
+        }
+        self.in_flight = self.in_flight.wrapping_add(o.in_flight);
+        self.io_ticks_ms += o.io_ticks_ms;
+        self.requests += o.requests;
+        self.bios += o.bios;
+        self.splits += o.splits;
+        self.bytes_copied += o.bytes_copied;
+        self.requeues += o.requeues;
+        self.timeouts += o.timeouts;
+        self.errors += o.errors;
+    }
+
     /// The 17 diskstats fields after major, minor and name, in order.
     pub fn fields(&self) -> [u64; 17] {
         let ms = |g: usize| self.nsecs[g] / 1_000_000;
@@ -276,6 +296,10 @@ pub struct DeviceStats {
     /// `Drop`. Shards are reused, never removed, so a reader may walk it
     /// without the lock.
     all: AtomicPtr<CachePadded<StatShard>>,
+    /// Stats of remapped views of this device (partitions, linear
+    /// tables), summed into this device's at each snapshot, as Linux
+    /// counts a partition's I/O on its disk too.
+    views: Mutex<Vec<std::sync::Weak<DeviceStats>>>,
 }
 
 /// The registry behind the lock: shards of live contexts, and retired
@@ -313,7 +337,15 @@ impl DeviceStats {
             retired: Mutex::new((DiskStats::default(), Histograms::new())),
             io_ticks_ms: CachePadded::new((AtomicU64::new(0), AtomicU64::new(0))),
             all: AtomicPtr::new(ptr::null_mut()),
+            views: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Sum `view`'s counters into this device's from now on.
+    pub(crate) fn add_view(&self, view: &Arc<DeviceStats>) {
+        let mut v = self.views.lock().unwrap_or_else(|e| e.into_inner());
+        v.retain(|w| w.strong_count() > 0);
+        v.push(Arc::downgrade(view));
     }
 
     pub(crate) fn register(&self) -> Arc<CachePadded<StatShard>> {
@@ -403,6 +435,21 @@ impl DeviceStats {
             self.update_io_ticks(crate::clock::now_ns() / 1_000_000, true);
         }
         s.io_ticks_ms = self.io_ticks_ms.1.load(Relaxed);
+        let views: Vec<Arc<DeviceStats>> = self
+            .views
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect();
+        for v in views {
+            let vs = v.snapshot();
+            // Busy time is not additive: the device was busy at least as
+            // long as its busiest view.
+            let ticks = s.io_ticks_ms.max(vs.io_ticks_ms);
+            s.add(&vs);
+            s.io_ticks_ms = ticks;
+        }
         s
     }
 

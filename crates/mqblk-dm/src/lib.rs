@@ -114,6 +114,10 @@ fn open_text(spec: &str, text: &str, mut opts: SpecOptions, opener: Opener<'_>) 
         NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     );
     let mut cfg = DeviceConfig::new(name, table.sectors() << 9);
+    // A table of one linear line is a remapped window of its leg, unless
+    // the spec asks for a queue of its own (`bio_remap=0`, or any queue
+    // option).
+    let remap = opts.take_bool("bio_remap")?.unwrap_or(true) && opts.is_empty();
     cfg.take_common(&mut opts)?;
     opts.finish()?;
     let legs = Arc::new(Legs::default());
@@ -128,11 +132,53 @@ fn open_text(spec: &str, text: &str, mut opts: SpecOptions, opener: Opener<'_>) 
             target::build(&mut c).map_err(|e| table_error(spec, e))?,
         ));
     }
+    if remap {
+        if let Some(dev) = remap_linear(&table, &targets, &legs, &cfg.name)? {
+            return Ok(dev);
+        }
+    }
     create(spec, table, targets, legs, cfg)
 }
 
+/// A table of one `linear` line as a window of its leg
+/// ([`Device::remap`], Linux's partition remap): bios are shifted in the
+/// submitting context and go down the leg's own pipeline, so the layer
+/// costs a bounds check and an add. `None` for any other table.
+fn remap_linear(
+    table: &Table,
+    targets: &[Arc<dyn Target>],
+    legs: &Arc<Legs>,
+    name: &str,
+) -> Result<Option<Device>> {
+    let [line] = &table.lines[..] else {
+        return Ok(None);
+    };
+    let Some((leg, offset_bytes)) = targets[0].linear() else {
+        return Ok(None);
+    };
+    let Some(lower) = legs.get(leg) else {
+        return Ok(None);
+    };
+    let handle = Arc::new(Handle {
+        name: name.to_string(),
+        table: table.clone(),
+        legs: legs.clone(),
+        targets: targets.to_vec(),
+    });
+    let dev = lower.remap(offset_bytes, line.len << 9, name, Some(handle.clone()))?;
+    register(name, &handle);
+    Ok(Some(dev))
+}
+
+fn register(name: &str, handle: &Arc<Handle>) {
+    let mut r = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+    r.retain(|(_, w)| w.strong_count() > 0);
+    r.push((name.to_string(), Arc::downgrade(handle)));
+}
+
 /// A linear device of `len_bytes` over `lower` from `offset_bytes` (a
-/// partition), named `name`. I/O past its end is refused by the core with
+/// partition), named `name`: a remapped window of `lower`
+/// ([`Device::remap`]). I/O past its end is refused by the core with
 /// an error naming `name`, the offset and the end.
 pub fn linear(lower: Device, offset_bytes: u64, len_bytes: u64, name: &str) -> Result<Device> {
     let spec = format!("{name} (linear over {})", lower.name());
@@ -168,10 +214,7 @@ pub fn linear(lower: Device, offset_bytes: u64, len_bytes: u64, name: &str) -> R
         }],
     };
     let targets: Vec<Arc<dyn Target>> = vec![Arc::new(target::Linear::on(leg, offset_bytes))];
-    let mut cfg = DeviceConfig::new(name, len_bytes);
-    cfg.nr_hw_queues = lower.nr_hw_queues() as u16;
-    cfg.queue_depth = lower.config().queue_depth;
-    create(&spec, table, targets, legs, cfg)
+    Ok(remap_linear(&table, &targets, &legs, name)?.expect("one linear line over a present leg"))
 }
 
 /// Build the device from a checked table, its targets and legs.
@@ -236,9 +279,6 @@ fn create(
         _handle: handle.clone(),
     };
     let dev = Device::new(driver, cfg)?;
-    let mut r = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
-    r.retain(|(_, w)| w.strong_count() > 0);
-    r.push((name, Arc::downgrade(&handle)));
-    drop(r);
+    register(&name, &handle);
     Ok(dev)
 }

@@ -130,3 +130,61 @@ fn an_error_line_fails_only_what_touches_it() {
     assert!(ctx.read_at(&mut both, 0).is_err());
     ctx.read_at(&mut b, 0).unwrap();
 }
+
+#[test]
+fn a_one_line_linear_table_is_a_window_of_its_leg() {
+    let lower = opener("ram,size=64k").unwrap();
+    let dev = mqblk_dm::linear(lower.clone(), 16 << 10, 32 << 10, "ram0p1").unwrap();
+    assert_eq!(dev.capacity_bytes(), 32 << 10);
+    let (disk, start) = dev.remapped_from().unwrap();
+    assert!(disk.same(&lower));
+    assert_eq!(start, 16 << 10);
+    let mut ctx = dev.context().unwrap();
+    let data: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
+    ctx.write_at(&data, 4096).unwrap();
+    // The callback sees the bio at the offset it was submitted with.
+    let mut b = mqblk_core::Bio::read_at(4096, dev.alloc_buf(8192));
+    b.private = 7;
+    ctx.submit(b).unwrap();
+    let mut seen = None;
+    ctx.poll_wait(1, |c| seen = Some((c.bio().offset_bytes(), c.private(), c.status())));
+    assert_eq!(seen, Some((4096, 7, mqblk_core::Status::Ok)));
+    let mut back = vec![0u8; 8192];
+    lower.context().unwrap().read_at(&mut back, (16 << 10) + 4096).unwrap();
+    assert_eq!(back, data);
+    // Past the window: refused, named, with the window's offset; the
+    // neighbour is untouched.
+    let e = ctx.write_at(&data, (32 << 10) - 4096).unwrap_err();
+    match &e {
+        Error::OutOfRange {
+            device,
+            offset_bytes,
+            capacity_bytes,
+            ..
+        } => {
+            assert_eq!(&**device, "ram0p1");
+            assert_eq!(*offset_bytes, (32 << 10) - 4096);
+            assert_eq!(*capacity_bytes, 32 << 10);
+        }
+        other => panic!("{other}"),
+    }
+    let mut after = vec![1u8; 16 << 10];
+    lower.context().unwrap().read_at(&mut after, 48 << 10).unwrap();
+    assert!(after.iter().all(|&x| x == 0));
+    // A window of a window adds up; stats count on the view and the disk.
+    let inner = dev.remap(8192, 8192, "ram0p1a", None).unwrap();
+    let mut ictx = inner.context().unwrap();
+    let mut four = vec![0u8; 4096];
+    ictx.read_at(&mut four, 0).unwrap();
+    assert_eq!(four, data[4096..8192]);
+    drop((ctx, ictx));
+    let view = dev.stats().snapshot();
+    let disk = lower.stats().snapshot();
+    assert_eq!(view.ios[0], 2, "{view:?}");
+    assert!(disk.ios[0] >= 3 && disk.ios[1] >= 1, "{disk:?}");
+    ctx_flush(&dev);
+}
+
+fn ctx_flush(dev: &Device) {
+    dev.context().unwrap().flush().unwrap();
+}

@@ -40,4 +40,8 @@ impl Target for Linear {
     fn legs(&self) -> Vec<LegId> {
         vec![self.leg]
     }
+
+    fn linear(&self) -> Option<(LegId, u64)> {
+        Some((self.leg, self.offset_bytes))
+    }
 }

@@ -141,6 +141,12 @@ pub trait Target: Send + Sync + 'static {
 
     /// Limits this target adds on top of its legs' (a stripe's chunk).
     fn limits(&self, _lim: &mut QueueLimits) {}
+
+    /// For a plain linear mapping: its leg and the offset on it, in bytes
+    /// (a table of one such line is opened as a remapped window).
+    fn linear(&self) -> Option<(LegId, u64)> {
+        None
+    }
 }
 
 /// What a target constructor gets: its line, and the legs to open.
