@@ -220,11 +220,15 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         .map_err(|e| crate::open_error(e, spec))?;
         let kind = mqblk::spec::parse(spec).map(|s| s.kind).unwrap_or_default();
         opened.push(dev.clone());
-        let mut e = Export::new(name, dev);
+        let mut e = Export::new(name, dev.clone());
         e.read_only = args.read_only;
-        // A device over NBD may sit on a server without multi-conn; every
-        // local kind keeps its data in one place all contexts reach.
-        e.multi_conn = kind != "nbd";
+        // A device over NBD may sit on a server without multi-conn (so may
+        // a stacked device with an NBD leg); every local kind keeps its
+        // data in one place all contexts reach.
+        e.multi_conn = kind != "nbd"
+            && !mqblk::lower_devices(&dev)
+                .iter()
+                .any(|d| d.name().starts_with("nbd"));
         e.description = format!("mqblk {spec}");
         exports.push(e);
     }

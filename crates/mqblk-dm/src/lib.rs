@@ -262,6 +262,17 @@ fn create(
             target: t.clone(),
         })
         .collect();
+    // A delayed child is sent from `poll`: a device holding some back is
+    // polled, so that waiters do not sleep past a child's time.
+    let all_async = !devs.is_empty()
+        && devs.iter().all(Device::completes_async)
+        && !targets.iter().any(|t| t.delays());
+    let flush_lines = targets
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.maps_flush())
+        .map(|(i, _)| i as u32)
+        .collect();
     let name = cfg.name.clone();
     let handle = Arc::new(Handle {
         name: name.clone(),
@@ -275,7 +286,8 @@ fn create(
         legs,
         limits: lim,
         features,
-        all_async: !devs.is_empty() && devs.iter().all(Device::completes_async),
+        all_async,
+        flush_lines,
         _handle: handle.clone(),
     };
     let dev = Device::new(driver, cfg)?;

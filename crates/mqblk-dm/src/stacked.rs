@@ -36,6 +36,8 @@ pub(crate) struct Stacked {
     pub(crate) limits: QueueLimits,
     pub(crate) features: Features,
     pub(crate) all_async: bool,
+    /// Lines whose target has a say in flushes (`delay`, `flakey`).
+    pub(crate) flush_lines: Vec<u32>,
     /// Keeps the control handle alive while the device is.
     pub(crate) _handle: Arc<crate::Handle>,
 }
@@ -200,15 +202,33 @@ impl Stacked {
         }
     }
 
+    /// Send the delayed children that are due (the list is kept in order
+    /// of their time), and unplug what they went to.
     fn send_due(&self, hq: &mut StackedQueue, done: &mut Completions<'_>) {
         if hq.delayed.is_empty() {
             return;
         }
         let now = mqblk_core::clock::now_ns();
+        let mut sent = false;
         while hq.delayed.front().is_some_and(|d| d.0 <= now) {
             let (_, slot, bio) = hq.delayed.pop_front().expect("checked");
             self.send(hq, slot, bio, done);
+            sent = true;
         }
+        if sent {
+            self.unplug(hq);
+        }
+    }
+
+    /// Hold `bio` back until `due_ns`. Children of different delays (a
+    /// `delay` line's reads and writes) interleave: the list stays sorted.
+    fn hold(hq: &mut StackedQueue, due_ns: u64, slot: u32, bio: Bio) {
+        let i = if hq.delayed.back().is_none_or(|d| d.0 <= due_ns) {
+            hq.delayed.len()
+        } else {
+            hq.delayed.partition_point(|d| d.0 <= due_ns)
+        };
+        hq.delayed.insert(i, (due_ns, slot, bio));
     }
 
     fn unplug(&self, hq: &mut StackedQueue) {
@@ -385,25 +405,46 @@ impl Driver for Stacked {
         }
         hq.plan.clear();
         let status = if rq.op() == Op::Flush {
-            // A flush goes to every leg that is there.
-            for (leg, c) in hq.ctxs.iter().enumerate() {
-                if c.is_some() {
-                    hq.plan.push(Plan {
-                        line: 0,
-                        leg: leg as LegId,
-                        leg_offset: 0,
-                        rq_offset: 0,
-                        io: Io {
-                            op: Op::Flush,
-                            flags: rq.flags(),
-                            offset_bytes: 0,
-                            len_bytes: 0,
-                        },
-                        delay_ns: 0,
-                    });
+            // A flush goes to every leg that is there, unless a target
+            // fails it (`flakey` while down); a target may hold back its
+            // child to a leg (`delay`).
+            hq.route.clear();
+            for &l in &self.flush_lines {
+                self.lines[l as usize]
+                    .target
+                    .map_flush(hq.index, &mut hq.route);
+            }
+            match hq.route.fail {
+                Some(s) => s,
+                None => {
+                    for (leg, c) in hq.ctxs.iter().enumerate() {
+                        if c.is_some() {
+                            let delay_ns = hq
+                                .route
+                                .sends
+                                .iter()
+                                .filter(|s| usize::from(s.leg) == leg)
+                                .map(|s| s.delay_ns)
+                                .max()
+                                .unwrap_or(0);
+                            hq.plan.push(Plan {
+                                line: 0,
+                                leg: leg as LegId,
+                                leg_offset: 0,
+                                rq_offset: 0,
+                                io: Io {
+                                    op: Op::Flush,
+                                    flags: rq.flags(),
+                                    offset_bytes: 0,
+                                    len_bytes: 0,
+                                },
+                                delay_ns,
+                            });
+                        }
+                    }
+                    Status::Ok
                 }
             }
-            Status::Ok
         } else {
             self.map(hq, &mut rq)
         };
@@ -419,6 +460,7 @@ impl Driver for Stacked {
                 pending: hq.plan.len() as u32 + 1,
                 status,
             });
+            let mut now = 0;
             for k in 0..hq.plan.len() {
                 let p = hq.plan[k];
                 // SAFETY: `req` points at the request `parents[tag]` owns,
@@ -446,8 +488,10 @@ impl Driver for Stacked {
                 if p.delay_ns == 0 {
                     self.send(hq, slot, bio, done);
                 } else {
-                    let due = mqblk_core::clock::now_ns() + p.delay_ns;
-                    hq.delayed.push_back((due, slot, bio));
+                    if now == 0 {
+                        now = mqblk_core::clock::now_ns();
+                    }
+                    Self::hold(hq, now + p.delay_ns, slot, bio);
                 }
             }
             finish(&mut hq.parents, tag, Status::Ok, done);

@@ -147,10 +147,16 @@ fn a_one_line_linear_table_is_a_window_of_its_leg() {
     b.private = 7;
     ctx.submit(b).unwrap();
     let mut seen = None;
-    ctx.poll_wait(1, |c| seen = Some((c.bio().offset_bytes(), c.private(), c.status())));
+    ctx.poll_wait(1, |c| {
+        seen = Some((c.bio().offset_bytes(), c.private(), c.status()))
+    });
     assert_eq!(seen, Some((4096, 7, mqblk_core::Status::Ok)));
     let mut back = vec![0u8; 8192];
-    lower.context().unwrap().read_at(&mut back, (16 << 10) + 4096).unwrap();
+    lower
+        .context()
+        .unwrap()
+        .read_at(&mut back, (16 << 10) + 4096)
+        .unwrap();
     assert_eq!(back, data);
     // Past the window: refused, named, with the window's offset; the
     // neighbour is untouched.
@@ -169,7 +175,11 @@ fn a_one_line_linear_table_is_a_window_of_its_leg() {
         other => panic!("{other}"),
     }
     let mut after = vec![1u8; 16 << 10];
-    lower.context().unwrap().read_at(&mut after, 48 << 10).unwrap();
+    lower
+        .context()
+        .unwrap()
+        .read_at(&mut after, 48 << 10)
+        .unwrap();
     assert!(after.iter().all(|&x| x == 0));
     // A window of a window adds up; stats count on the view and the disk.
     let inner = dev.remap(8192, 8192, "ram0p1a", None).unwrap();

@@ -120,6 +120,9 @@ fn open_rbd(s: mqblk_core::spec::DeviceSpec) -> Result<Device> {
 /// in use, its ring flags, and every fallback it took (`note`). Empty for
 /// drivers with nothing to add.
 pub fn driver_info(dev: &Device) -> Vec<(String, String)> {
+    if let Some(h) = mqblk_dm::find(dev.name()) {
+        return dm_info(&h);
+    }
     let Some(i) = mqblk_file::info(dev.name()) else {
         return Vec::new();
     };
@@ -129,5 +132,42 @@ pub fn driver_info(dev: &Device) -> Vec<(String, String)> {
         ("alignment from".to_string(), i.align_source.to_string()),
     ];
     out.extend(i.notes.into_iter().map(|n| ("note".to_string(), n)));
+    out
+}
+
+/// A stacked device's table, as `dmsetup status` prints it, and its legs.
+fn dm_info(h: &mqblk_dm::Handle) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = h
+        .status()
+        .into_iter()
+        .map(|l| ("table".to_string(), l))
+        .collect();
+    for (i, (dev, spec)) in h.legs().all().iter().zip(h.legs().specs()).enumerate() {
+        let v = match dev {
+            Some(d) => format!("{} ({spec})", d.name()),
+            None => format!("out ({spec})"),
+        };
+        out.push((format!("leg {i}"), v));
+    }
+    out
+}
+
+/// The lower devices of `dev` if it is a stacked device, and theirs in
+/// turn (each once); empty for any other device. Their stats
+/// are their own: `bench --stats-dir` writes a line for each.
+pub fn lower_devices(dev: &Device) -> Vec<Device> {
+    let mut out: Vec<Device> = Vec::new();
+    let mut todo = vec![dev.clone()];
+    while let Some(d) = todo.pop() {
+        let Some(h) = mqblk_dm::find(d.name()) else {
+            continue;
+        };
+        for leg in h.legs().all().into_iter().flatten() {
+            if !out.iter().any(|o| o.same(&leg)) {
+                out.push(leg.clone());
+                todo.push(leg);
+            }
+        }
+    }
     out
 }

@@ -114,6 +114,46 @@ fn bad_tables_name_the_line_and_the_field() {
         ),
         ("dm-table:0 8 linear ram,size=1M", "field 5 (offset)"),
         ("dm-table:0 8 zero extra", "field 4"),
+        (
+            "dm-table:0 8 delay ram,size=1M 0",
+            "line 1, field 6 (delay)",
+        ),
+        (
+            "dm-table:0 8 delay ram,size=1M 0 x",
+            "line 1, field 6 (delay)",
+        ),
+        (
+            "dm-table:0 8 delay ram,size=1M 0 1 ram,size=1M",
+            "line 1, field 8 (offset)",
+        ),
+        (
+            "dm-table:0 8 delay ram,size=1M 0 9999999",
+            "field 6 (delay): 9999999 ms",
+        ),
+        (
+            "dm-table:0 8 zero;8 8 delay ram,size=1M 0 1 bogus 0 1",
+            "line 2, field 7 (device)",
+        ),
+        (
+            "dm-table:0 8 flakey ram,size=1M 0 1",
+            "field 7 (down interval)",
+        ),
+        (
+            "dm-table:0 8 flakey ram,size=1M 0 0 0",
+            "field 7 (down interval)",
+        ),
+        (
+            "dm-table:0 8 flakey ram,size=1M 0 x 1",
+            "field 6 (up interval)",
+        ),
+        (
+            "dm-table:0 8 flakey ram,size=1M 0 1 1 1 drop_writes",
+            "field 8 (argument)",
+        ),
+        (
+            "dm-table:0 4096 flakey ram,size=1M 0 1 1",
+            "line 1, field 5 (offset)",
+        ),
     ];
     for (spec, want) in cases {
         let e = mqblk::open(spec).unwrap_err();
@@ -132,4 +172,129 @@ fn linear_over_a_device_remaps_and_bounds() {
     let e = ctx.write_at(&data, (1 << 20) - 4096).unwrap_err();
     assert!(e.to_string().contains("ram9p1"), "{e}");
     assert_eq!(read(&lower, 2 << 20, 4096), vec![0u8; 4096]);
+}
+
+#[test]
+fn delay_holds_reads_and_writes_back_and_data_lands() {
+    // Reads from the first leg after 60 ms; writes and flushes to the
+    // second (with a write cache, so that flushes reach it) after 25 ms.
+    let dev = mqblk::open(
+        "dm-table:0 2048 delay ram,size=1M 0 60 null,size=2M,memory_backed=1,cache_size=64K 8 25",
+    )
+    .unwrap();
+    let h = mqblk_dm::find(dev.name()).unwrap();
+    let legs: Vec<Device> = h.legs().all().into_iter().flatten().collect();
+    assert_eq!(
+        h.status(),
+        ["0 2048 delay read delay 60 ms, write delay 25 ms"]
+    );
+    let mut ctx = dev.context().unwrap();
+    let data = pattern(5, 16 << 10);
+    let t = std::time::Instant::now();
+    ctx.write_at(&data, 4096).unwrap();
+    let w = t.elapsed();
+    assert!(w.as_millis() >= 25, "the write took {w:?}");
+    // It landed on the write leg, from its offset, and not on the read leg.
+    assert_eq!(read(&legs[1], 8 * 512 + 4096, data.len()), data);
+    assert_eq!(read(&legs[0], 4096, data.len()), vec![0u8; data.len()]);
+    let t = std::time::Instant::now();
+    ctx.flush().unwrap();
+    let f = t.elapsed();
+    assert!(f.as_millis() >= 25, "the flush took {f:?}");
+    // Reads come from the read leg.
+    let mut w0 = legs[0].context().unwrap();
+    w0.write_at(&data, 4096).unwrap();
+    let mut back = vec![0u8; data.len()];
+    let t = std::time::Instant::now();
+    ctx.read_at(&mut back, 4096).unwrap();
+    let r = t.elapsed();
+    assert!(r.as_millis() >= 60, "the read took {r:?}");
+    assert_eq!(back, data);
+}
+
+#[test]
+fn delayed_children_of_many_requests_all_come_back() {
+    // Reads (5 ms) submitted before writes (2 ms), all in flight at once:
+    // the writes fall due first, so the delayed list is kept in order of
+    // time, not of arrival. Every request completes with its data.
+    let dev =
+        mqblk::open("dm-table:0 8192 delay ram,size=4M 0 5 ram,size=4M,hw_queues=1 0 2").unwrap();
+    let h = mqblk_dm::find(dev.name()).unwrap();
+    let legs: Vec<Device> = h.legs().all().into_iter().flatten().collect();
+    let data: Vec<Vec<u8>> = (0..16).map(|i| pattern(i, 4096)).collect();
+    let mut l0 = legs[0].context().unwrap();
+    for (i, d) in data.iter().enumerate() {
+        l0.write_at(d, i as u64 * 4096).unwrap();
+    }
+    let mut ctx = dev.context().unwrap();
+    for i in 0..16u64 {
+        let mut bio = mqblk::Bio::read_at(i * 4096, dev.alloc_buf(4096));
+        bio.private = i;
+        ctx.submit(bio).unwrap();
+    }
+    for i in 0..16u64 {
+        let mut buf = dev.alloc_buf(4096);
+        buf.as_mut_slice().copy_from_slice(&data[i as usize]);
+        let mut bio = mqblk::Bio::write_at((16 + i) * 4096, buf);
+        bio.private = 16 + i;
+        ctx.submit(bio).unwrap();
+    }
+    ctx.unplug();
+    let mut got = 0;
+    while got < 32 {
+        ctx.poll_wait(1, |c| {
+            assert!(c.result().is_ok(), "{:?}", c.result());
+            let i = c.private() as usize;
+            if i < 16 {
+                assert_eq!(c.bio().segments()[0].as_slice(), &data[i][..]);
+            }
+            got += 1;
+        });
+    }
+    // The writes landed on the write leg.
+    assert_eq!(read(&legs[1], 16 * 4096, 16 * 4096), data.concat());
+}
+
+/// Poll `dev`'s flakey status until it says `state` (after having said
+/// the other): just past a change, a whole interval is left.
+fn wait_flakey(dev: &Device, state: &str) {
+    let h = mqblk_dm::find(dev.name()).unwrap();
+    let other = if state == "down" {
+        "now up"
+    } else {
+        "now down"
+    };
+    let mut seen_other = false;
+    let t = std::time::Instant::now();
+    loop {
+        let s = h.status().join("");
+        if s.ends_with(other) {
+            seen_other = true;
+        } else if seen_other && s.ends_with(&format!("now {state}")) {
+            return;
+        }
+        assert!(t.elapsed().as_secs() < 10, "flakey never went {state}: {s}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn flakey_fails_while_down_and_works_while_up() {
+    // A leg with a write cache, so that flushes reach it.
+    let dev =
+        mqblk::open("dm-table:0 2048 flakey null,size=1M,memory_backed=1,cache_size=64K 0 1 1")
+            .unwrap();
+    let mut ctx = dev.context().unwrap();
+    let data = pattern(1, 8192);
+    let mut back = vec![0u8; data.len()];
+    wait_flakey(&dev, "down");
+    let e = ctx.write_at(&data, 0).unwrap_err();
+    assert!(matches!(e, Error::Io { .. }), "{e}");
+    assert!(ctx.read_at(&mut back, 0).is_err());
+    assert!(ctx.flush().is_err());
+    wait_flakey(&dev, "up");
+    ctx.write_at(&data, 0).unwrap();
+    ctx.flush().unwrap();
+    ctx.read_at(&mut back, 0).unwrap();
+    assert_eq!(back, data);
 }

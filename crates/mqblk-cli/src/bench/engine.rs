@@ -345,8 +345,12 @@ fn run_group(
         Some(dir) => {
             let mut devs: Vec<Device> = Vec::new();
             for (_, d) in &plan {
-                if !devs.iter().any(|x| x.name() == d.name()) {
-                    devs.push(d.clone());
+                // A stacked device's legs are devices of their own: a
+                // line each, after the device.
+                for d in std::iter::once(d.clone()).chain(mqblk::lower_devices(d)) {
+                    if !devs.iter().any(|x| x.name() == d.name()) {
+                        devs.push(d);
+                    }
                 }
             }
             Some(crate::stat::StatsDir::new(dir, devs)?)

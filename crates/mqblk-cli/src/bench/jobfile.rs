@@ -325,9 +325,11 @@ fn strip_comment(line: &str) -> &str {
     if trimmed.starts_with(';') || trimmed.starts_with('#') {
         return "";
     }
+    // In an inline device-mapper table, `;` separates the table's lines.
+    let table = line.find("dm-table:").unwrap_or(usize::MAX);
     let mut prev_space = false;
     for (i, c) in line.char_indices() {
-        if prev_space && (c == ';' || c == '#') {
+        if prev_space && (c == '#' || (c == ';' && i < table)) {
             return &line[..i];
         }
         prev_space = c.is_whitespace();
@@ -596,6 +598,14 @@ mod tests {
     fn hash_inside_a_value_is_kept() {
         assert_eq!(strip_comment("device=a#b ; c"), "device=a#b ");
         assert_eq!(strip_comment("  # all"), "");
+        assert_eq!(
+            strip_comment("device=dm-table:0 8 zero ; 8 8 error ; c"),
+            "device=dm-table:0 8 zero ; 8 8 error ; c"
+        );
+        assert_eq!(
+            strip_comment("device=dm-table:0 8 zero # c"),
+            "device=dm-table:0 8 zero "
+        );
     }
 
     fn ini_line() -> impl Strategy<Value = String> {

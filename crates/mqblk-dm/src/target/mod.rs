@@ -8,12 +8,16 @@
 //! child sent to a leg ends, the target decides in [`Target::end_io`]
 //! whether that is the piece's end or whether to try another leg.
 
+mod delay;
 mod error;
+mod flakey;
 mod linear;
 mod striped;
 mod zero;
 
+pub use delay::Delay;
 pub use error::Error as ErrorTarget;
+pub use flakey::Flakey;
 pub use linear::Linear;
 pub use striped::Striped;
 pub use zero::Zero;
@@ -147,6 +151,24 @@ pub trait Target: Send + Sync + 'static {
     fn linear(&self) -> Option<(LegId, u64)> {
         None
     }
+
+    /// True if it holds children back in time ([`Route::to_leg_after`]):
+    /// the device is then polled rather than slept on, so that a delayed
+    /// child is sent when it is due.
+    fn delays(&self) -> bool {
+        false
+    }
+
+    /// True if it has a say in flushes ([`Target::map_flush`]).
+    fn maps_flush(&self) -> bool {
+        false
+    }
+
+    /// A flush of the device, which goes to every leg: fail it
+    /// ([`Route::fail`]) or hold back its child to a leg
+    /// ([`Route::to_leg_after`]; the offset is ignored). Called only if
+    /// [`Target::maps_flush`].
+    fn map_flush(&self, _hwq: u16, _route: &mut Route) {}
 }
 
 /// What a target constructor gets: its line, and the legs to open.
@@ -225,7 +247,7 @@ impl Ctor<'_, '_> {
 }
 
 /// The targets a table may name.
-pub const TARGETS: &[&str] = &["linear", "striped", "zero", "error"];
+pub const TARGETS: &[&str] = &["linear", "striped", "zero", "error", "delay", "flakey"];
 
 /// The argument syntax of `target`, for errors.
 pub fn usage(target: &str) -> &'static str {
@@ -233,6 +255,8 @@ pub fn usage(target: &str) -> &'static str {
         "linear" => "`DEV OFFSET`",
         "striped" => "`NR_STRIPES CHUNK_SECTORS (DEV OFFSET)...`",
         "zero" | "error" => "no arguments",
+        "delay" => "`DEV OFFSET MS [DEV OFFSET MS [DEV OFFSET MS]]` (reads; writes; flushes)",
+        "flakey" => "`DEV OFFSET UP_SECONDS DOWN_SECONDS`",
         _ => "arguments this build does not know",
     }
 }
@@ -244,6 +268,8 @@ pub fn build(c: &mut Ctor<'_, '_>) -> Result<Box<dyn Target>, TableError> {
         "striped" => Box::new(Striped::new(c)?),
         "zero" => Box::new(Zero::new(c)?),
         "error" => Box::new(ErrorTarget::new(c)?),
+        "delay" => Box::new(Delay::new(c)?),
+        "flakey" => Box::new(Flakey::new(c)?),
         other => {
             let near = mqblk_core::spec::nearest(other, TARGETS.iter().copied())
                 .map(|n| format!(" (did you mean `{n}`?)"))
