@@ -843,17 +843,20 @@ impl Device {
     /// submitting context, with no second pipeline. A bio past its end gets
     /// [`Error::OutOfRange`] naming `name`. Its stats count its own I/O,
     /// and this device's include them. `owner` is kept alive as long as the
-    /// view (a stacked table's handle). Control plane.
+    /// view (a stacked table's handle). A `read_only` view refuses writes
+    /// (a view of a read-only device is read-only anyway). Control plane.
     pub fn remap(
         &self,
         offset_bytes: u64,
         len_bytes: u64,
         name: &str,
+        read_only: bool,
         owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
     ) -> Result<Device> {
         let base = self.view.as_ref().map_or(0, |v| v.start_bytes);
-        let view =
+        let mut view =
             crate::remap::View::new(self.info(), base, offset_bytes, len_bytes, name, owner)?;
+        view.info.features.read_only |= read_only;
         self.stats().add_view(&view.stats);
         Ok(Device {
             inner: self.inner.clone(),

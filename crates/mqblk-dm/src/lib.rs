@@ -116,8 +116,11 @@ fn open_text(spec: &str, text: &str, mut opts: SpecOptions, opener: Opener<'_>) 
     let mut cfg = DeviceConfig::new(name, table.sectors() << 9);
     // A table of one linear line is a remapped window of its leg, unless
     // the spec asks for a queue of its own (`bio_remap=0`, or any queue
-    // option).
-    let remap = opts.take_bool("bio_remap")?.unwrap_or(true) && opts.is_empty();
+    // option but `ro`, which a window honours).
+    let mut probe = opts.clone();
+    probe.take_bool("ro")?;
+    probe.take_bool("bio_remap")?;
+    let remap = opts.take_bool("bio_remap")?.unwrap_or(true) && probe.is_empty();
     cfg.take_common(&mut opts)?;
     opts.finish()?;
     let legs = Arc::new(Legs::default());
@@ -133,7 +136,7 @@ fn open_text(spec: &str, text: &str, mut opts: SpecOptions, opener: Opener<'_>) 
         ));
     }
     if remap {
-        if let Some(dev) = remap_linear(&table, &targets, &legs, &cfg.name)? {
+        if let Some(dev) = remap_linear(&table, &targets, &legs, &cfg.name, cfg.read_only)? {
             return Ok(dev);
         }
     }
@@ -149,6 +152,7 @@ fn remap_linear(
     targets: &[Arc<dyn Target>],
     legs: &Arc<Legs>,
     name: &str,
+    read_only: bool,
 ) -> Result<Option<Device>> {
     let [line] = &table.lines[..] else {
         return Ok(None);
@@ -165,7 +169,13 @@ fn remap_linear(
         legs: legs.clone(),
         targets: targets.to_vec(),
     });
-    let dev = lower.remap(offset_bytes, line.len << 9, name, Some(handle.clone()))?;
+    let dev = lower.remap(
+        offset_bytes,
+        line.len << 9,
+        name,
+        read_only,
+        Some(handle.clone()),
+    )?;
     register(name, &handle);
     Ok(Some(dev))
 }
@@ -214,7 +224,8 @@ pub fn linear(lower: Device, offset_bytes: u64, len_bytes: u64, name: &str) -> R
         }],
     };
     let targets: Vec<Arc<dyn Target>> = vec![Arc::new(target::Linear::on(leg, offset_bytes))];
-    Ok(remap_linear(&table, &targets, &legs, name)?.expect("one linear line over a present leg"))
+    Ok(remap_linear(&table, &targets, &legs, name, false)?
+        .expect("one linear line over a present leg"))
 }
 
 /// Build the device from a checked table, its targets and legs.

@@ -182,7 +182,7 @@ fn a_one_line_linear_table_is_a_window_of_its_leg() {
         .unwrap();
     assert!(after.iter().all(|&x| x == 0));
     // A window of a window adds up; stats count on the view and the disk.
-    let inner = dev.remap(8192, 8192, "ram0p1a", None).unwrap();
+    let inner = dev.remap(8192, 8192, "ram0p1a", false, None).unwrap();
     let mut ictx = inner.context().unwrap();
     let mut four = vec![0u8; 4096];
     ictx.read_at(&mut four, 0).unwrap();
