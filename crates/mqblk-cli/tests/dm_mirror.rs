@@ -233,8 +233,87 @@ fn sigkill_mid_run_then_reopen_resyncs_only_dirty_regions() {
     assert_eq!(resynced, dirty * 65536);
     assert!(resynced < size, "{resynced} of {size}");
     let st = mqblk_dm::find(dev.name()).unwrap().status();
-    assert!(st[0].ends_with(&format!("resync {resynced}/{size}")), "{st:?}");
+    assert!(
+        st[0].ends_with(&format!("resync {resynced}/{size}")),
+        "{st:?}"
+    );
     drop(dev);
-    let same = Command::new("cmp").arg(&a).arg(&b).status().expect("run cmp");
+    let same = Command::new("cmp")
+        .arg(&a)
+        .arg(&b)
+        .status()
+        .expect("run cmp");
     assert!(same.success(), "the legs differ after the resync");
+}
+
+#[test]
+fn dm_replace_rebuilds_a_leg_of_a_running_bench_under_load() {
+    let s = Scratch::new("replace");
+    let size = 16u64 << 20;
+    let (a, b, c) = (
+        s.file("a.img", size),
+        s.file("b.img", size),
+        s.file("c.img", size),
+    );
+    let sock = s.0.join("control.sock");
+    let spec = format!(
+        "dm-table:0 {} mirror core 2 128 nosync 2 file:{} 0 file:{} 0",
+        size >> 9,
+        a.display(),
+        b.display()
+    );
+    let mut bench = Proc(Some(
+        Command::new(env!("CARGO_BIN_EXE_mqblk"))
+            .arg("bench")
+            .arg(format!("--device={spec}"))
+            .arg(format!("--control={}", sock.display()))
+            .args([
+                "--rw=randrw",
+                "--bs=4k",
+                "--iodepth=16",
+                "--runtime=4s",
+                "--time_based",
+                "--verify=crc32c",
+                "--output-format=json",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start mqblk bench"),
+    ));
+    mqblk_test_support::wait_for_path(&sock, "mqblk bench", bench.0.as_mut());
+    let mqblk = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_mqblk"))
+            .args(args)
+            .output()
+            .expect("run mqblk")
+    };
+    let control = format!("--control={}", sock.display());
+    let o = mqblk(&["qos", &control, "show"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let show: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let name = show["devices"][0]["device"].as_str().unwrap().to_string();
+    let newspec = format!("file:{}", c.display());
+    let o = mqblk(&["dm", "replace", &control, &name, "1", &newspec]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("256/256 regions"), "progress shown: {err}");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("leg 1 rebuilt"), "{out}");
+    // The bench runs to its end with nothing lost.
+    let child = bench.0.take().unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for job in v["jobs"].as_array().unwrap() {
+        assert_eq!(job["verify_errors"], 0, "{job:#}");
+        assert_eq!(job["error"], 0, "{job:#}");
+    }
+    let same = Command::new("cmp")
+        .arg(&a)
+        .arg(&c)
+        .status()
+        .expect("run cmp");
+    assert!(same.success(), "leg 0 and the rebuilt leg differ");
 }
