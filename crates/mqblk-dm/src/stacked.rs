@@ -117,7 +117,10 @@ impl Stacked {
                 continue;
             }
             if let Some(mut old) = hq.ctxs[i].take() {
-                while old.in_flight() > 0 {
+                // Children still plugged, in flight, or ended and not yet
+                // polled (a leg that completes inline): all end here.
+                old.unplug();
+                loop {
                     let q = &mut *hq;
                     old.poll_wait(1, |c| {
                         end_child(
@@ -130,6 +133,9 @@ impl Stacked {
                             c,
                         );
                     });
+                    if old.in_flight() == 0 && old.ready() == 0 {
+                        break;
+                    }
                 }
             }
             hq.ctxs[i] = match self.open_ctx(i, &hq.notifier) {
