@@ -74,6 +74,10 @@ enum Command {
     /// --control=SOCKET): `group NAME riops=5000 weight=300`, `create NAME
     /// weight=300`, `device rbps=50m`, or `show`.
     Qos(QosArgs),
+    /// Stacked devices of a running serve or bench (started with
+    /// --control=SOCKET): `replace DEVICE LEG NEWSPEC` rebuilds a mirror
+    /// leg onto a new device online, showing its progress.
+    Dm(DmArgs),
     /// Rerun one of the seeds' experiments: raw JSON of every point, a CSV,
     /// a markdown table with the seed's figure beside ours, and the plot
     /// (SVG and PNG). `mqblk repro list` names them.
@@ -92,6 +96,29 @@ struct QosArgs {
     /// device KEY=VALUE..., or show.
     #[arg(required = true, value_name = "REQUEST")]
     request: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+struct DmArgs {
+    #[command(subcommand)]
+    command: DmCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum DmCommand {
+    /// Rebuild leg LEG (from 0) of the mirror in DEVICE onto NEWSPEC,
+    /// under load; prints each region's progress.
+    Replace {
+        /// The control socket of the running serve or bench.
+        #[arg(long, value_name = "SOCKET")]
+        control: PathBuf,
+        /// The stacked device's name (as `mqblk qos show` lists it).
+        device: String,
+        /// The mirror leg, from 0 in table order.
+        leg: String,
+        /// The new leg's device spec.
+        newspec: String,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -418,6 +445,17 @@ fn main() -> std::process::ExitCode {
         Command::Stat(args) => stat_command(&args),
         Command::Serve(args) => serve::serve_command(&args),
         Command::Qos(args) => qos::client(&args.control, &args.request),
+        Command::Dm(args) => match args.command {
+            DmCommand::Replace {
+                control,
+                device,
+                leg,
+                newspec,
+            } => qos::client(
+                &control,
+                &["dm".into(), "replace".into(), device, leg, newspec],
+            ),
+        },
         Command::Repro(args) => repro::repro_command(&args),
         Command::Plot(args) => plot::plot_command(&args),
     };

@@ -14,6 +14,9 @@
 //!                            tunables): a freeze drains the queues first,
 //!                            so no request is lost or doubled
 //! show                       the groups and limits, as JSON
+//! dm replace DEVICE LEG SPEC rebuild mirror leg LEG of stacked device
+//!                            DEVICE onto a new device SPEC, online; the
+//!                            answer is preceded by `progress ...` lines
 //! ```
 //!
 //! The answer is `ok ...` or `error: ...`. A change is a few atomic stores:
@@ -96,11 +99,53 @@ fn serve_one(c: UnixStream, devices: &[Device]) {
     if r.read_line(&mut line).is_err() {
         return;
     }
+    let words: Vec<&str> = line.split_whitespace().collect();
+    if let ["dm", "replace", dev, leg, spec] = words.as_slice() {
+        let answer = match dm_replace(devices, dev, leg, spec, &mut |p| {
+            let _ = writeln!(
+                &c,
+                "progress {}/{} regions, {}/{} bytes",
+                p.regions_done, p.regions_total, p.bytes_done, p.bytes_total
+            );
+        }) {
+            Ok(s) => format!("ok {s}\n"),
+            Err(e) => format!("error: {e:#}\n"),
+        };
+        let _ = (&c).write_all(answer.as_bytes());
+        return;
+    }
     let answer = match apply(devices, line.trim()) {
         Ok(s) => format!("ok {s}\n"),
         Err(e) => format!("error: {e:#}\n"),
     };
     let _ = (&c).write_all(answer.as_bytes());
+}
+
+/// `dm replace DEVICE LEG SPEC`: rebuild a mirror leg onto a new device,
+/// under load (`mqblk_dm::mirror::replace`), reporting each region copied.
+fn dm_replace(
+    devices: &[Device],
+    name: &str,
+    leg: &str,
+    spec: &str,
+    progress: &mut dyn FnMut(&mqblk_dm::mirror::Progress),
+) -> Result<String> {
+    let dev = devices.iter().find(|d| d.name() == name).with_context(|| {
+        let names: Vec<&str> = devices.iter().map(Device::name).collect();
+        format!(
+            "no device `{name}` here; the devices are {}",
+            names.join(", ")
+        )
+    })?;
+    let leg: usize = leg
+        .parse()
+        .with_context(|| format!("leg `{leg}`: expected the leg's index, from 0"))?;
+    let new = mqblk::open(spec)?;
+    let p = mqblk_dm::mirror::replace(dev, leg, new, spec, progress)?;
+    Ok(format!(
+        "{name}: leg {leg} rebuilt on {spec}: {} bytes in {} regions copied",
+        p.bytes_done, p.regions_done
+    ))
 }
 
 /// A group's or device's settings from `KEY=VALUE` words.
@@ -309,8 +354,21 @@ pub fn client(socket: &Path, words: &[String]) -> Result<()> {
     })?;
     c.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
     writeln!(c, "{}", words.join(" "))?;
+    let mut r = BufReader::new(&c);
     let mut answer = String::new();
-    BufReader::new(&c).read_line(&mut answer)?;
+    loop {
+        answer.clear();
+        if r.read_line(&mut answer)? == 0 {
+            bail!(
+                "control socket {}: closed without an answer",
+                socket.display()
+            );
+        }
+        match answer.trim_end().strip_prefix("progress ") {
+            Some(p) => eprintln!("{p}"),
+            None => break,
+        }
+    }
     let answer = answer.trim_end();
     match answer.strip_prefix("error: ") {
         Some(e) => bail!("{e}"),

@@ -107,6 +107,12 @@ impl<'a> LegSet<'a> {
         Ok((self.legs.push(dev.clone(), spec), dev))
     }
 
+    /// Open `spec` without making it a leg: a target's metadata device (a
+    /// mirror's log), which gets no data I/O, flushes or stacked limits.
+    pub fn open_unlisted(&mut self, spec: &str) -> Result<Device> {
+        (self.opener)(spec)
+    }
+
     /// A device opened by the caller (not from a spec), as a new leg.
     pub fn add(&mut self, dev: Device) -> LegId {
         let name = dev.name().to_string();

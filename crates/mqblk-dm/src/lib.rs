@@ -25,6 +25,7 @@ use mqblk_core::{Device, DeviceConfig, Error, Result};
 
 pub use legs::{LegId, LegSet, Legs, Opener};
 pub use table::{Table, TableError, TableLine};
+pub use target::mirror;
 pub use target::Target;
 
 use stacked::{Line, Stacked};

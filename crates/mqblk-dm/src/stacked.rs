@@ -120,7 +120,10 @@ impl Stacked {
                 continue;
             }
             if let Some(mut old) = hq.ctxs[i].take() {
-                while old.in_flight() > 0 {
+                // Children still plugged, in flight, or ended and not yet
+                // polled (a leg that completes inline): all end here.
+                old.unplug();
+                loop {
                     let q = &mut *hq;
                     old.poll_wait(1, |c| {
                         end_child(
@@ -133,6 +136,9 @@ impl Stacked {
                             c,
                         );
                     });
+                    if old.in_flight() == 0 && old.ready() == 0 {
+                        break;
+                    }
                 }
             }
             hq.ctxs[i] = match self.open_ctx(i, &hq.notifier) {
@@ -150,11 +156,12 @@ impl Stacked {
     }
 
     /// Send `bio` (child slot `slot`) to its leg; a child that cannot be
-    /// sent ends with an error.
+    /// sent ends with an error, which its target hears of (a mirror tries
+    /// another leg).
     fn send(&self, hq: &mut StackedQueue, slot: u32, bio: Bio, done: &mut Completions<'_>) {
         let leg = hq.children[slot as usize].leg as usize;
         let Some(ctx) = hq.ctxs.get_mut(leg).and_then(Option::as_mut) else {
-            self.child_failed(hq, slot, done);
+            self.child_failed(hq, slot, bio, done);
             return;
         };
         let bio = match ctx.submit(bio) {
@@ -170,14 +177,33 @@ impl Stacked {
         let ctx = hq.ctxs[leg].as_mut().expect("checked above");
         match ctx.submit(bio) {
             Ok(()) => hq.touched[leg] = true,
-            Err(_) => self.child_failed(hq, slot, done),
+            Err(e) => self.child_failed(hq, slot, e.into_bio(), done),
         }
     }
 
-    fn child_failed(&self, hq: &mut StackedQueue, slot: u32, done: &mut Completions<'_>) {
+    /// A child that could not be sent: its target decides, as for a child
+    /// that ended with an I/O error.
+    fn child_failed(
+        &self,
+        hq: &mut StackedQueue,
+        slot: u32,
+        mut bio: Bio,
+        done: &mut Completions<'_>,
+    ) {
         let c = hq.children[slot as usize];
-        hq.free.push(slot);
-        finish(&mut hq.parents, c.tag, Status::IoError, done);
+        let action = end_action(&self.lines, &c, Status::IoError);
+        match action {
+            EndAction::Done(s) => {
+                drop(bio);
+                hq.free.push(slot);
+                finish(&mut hq.parents, c.tag, s, done);
+            }
+            EndAction::Retry { leg, offset_bytes } => {
+                bio.set_offset_bytes(offset_bytes);
+                hq.children[slot as usize].leg = leg;
+                hq.retry.push((slot, bio));
+            }
+        }
     }
 
     fn reap_leg(&self, hq: &mut StackedQueue, leg: usize, done: &mut Completions<'_>) -> usize {
@@ -243,8 +269,10 @@ impl Stacked {
 
     /// Cut `rq` into pieces and map each; fills `hq.plan`. Zeros are filled
     /// here, before any child is sent (a child may be writing into the same
-    /// buffer once it is). Returns the status of pieces that failed.
-    fn map(&self, hq: &mut StackedQueue, rq: &mut RqRef) -> Status {
+    /// buffer once it is). Returns the status of pieces that failed, or
+    /// `None` if a target asked for the request to be requeued (then
+    /// nothing is planned).
+    fn map(&self, hq: &mut StackedQueue, rq: &mut RqRef) -> Option<Status> {
         let mut status = Status::Ok;
         let (op, flags) = (rq.op(), rq.flags());
         let mut off = rq.offset_bytes();
@@ -263,6 +291,10 @@ impl Stacked {
             };
             hq.route.clear();
             line.target.map(&io, hq.index, &mut hq.route);
+            if hq.route.requeue {
+                self.unmap_plan(hq);
+                return None;
+            }
             if let Some(s) = hq.route.fail {
                 if status.is_ok() {
                     status = s;
@@ -287,7 +319,15 @@ impl Stacked {
                 i += 1;
             }
         }
-        status
+        Some(status)
+    }
+
+    /// Drop the children planned so far, telling their targets.
+    #[cold]
+    fn unmap_plan(&self, hq: &mut StackedQueue) {
+        for p in hq.plan.drain(..) {
+            self.lines[p.line as usize].target.unmap(&p.io, p.leg);
+        }
     }
 
     fn alloc_child(hq: &mut StackedQueue, c: Child) -> u32 {
@@ -317,14 +357,7 @@ fn end_child(
 ) -> usize {
     let slot = c.private() as u32;
     let child = children[slot as usize];
-    let status = c.status();
-    let action = if child.io.op == Op::Flush {
-        EndAction::Done(status)
-    } else {
-        lines[child.line as usize]
-            .target
-            .end_io(&child.io, child.leg, status)
-    };
+    let action = end_action(lines, &child, c.status());
     match action {
         EndAction::Done(s) => {
             // The clone stays in the lower context's slot, which drops it
@@ -342,6 +375,33 @@ fn end_child(
             0
         }
     }
+}
+
+/// What the target says of a child that ended with `status`. A failed
+/// flush is asked of every target on its leg (a mirror absorbs the flush
+/// error of a leg it drops).
+#[inline]
+fn end_action(lines: &[Line], child: &Child, status: Status) -> EndAction {
+    if child.io.op != Op::Flush {
+        return lines[child.line as usize]
+            .target
+            .end_io(&child.io, child.leg, status);
+    }
+    if status.is_ok() {
+        return EndAction::Done(status);
+    }
+    let mut s = Status::Ok;
+    let mut asked = false;
+    for l in lines {
+        if l.target.legs().contains(&child.leg) {
+            asked = true;
+            let t = l.target.end_flush(child.leg, status);
+            if !t.is_ok() {
+                s = t;
+            }
+        }
+    }
+    EndAction::Done(if asked { s } else { status })
 }
 
 /// One child of parent `tag` ended with `status`.
@@ -446,7 +506,10 @@ impl Driver for Stacked {
                 }
             }
         } else {
-            self.map(hq, &mut rq)
+            match self.map(hq, &mut rq) {
+                Some(s) => s,
+                None => return QueueRq::Busy(rq),
+            }
         };
         if hq.plan.is_empty() {
             done.complete(rq, status);

@@ -12,6 +12,7 @@ mod delay;
 mod error;
 mod flakey;
 mod linear;
+pub mod mirror;
 mod striped;
 mod zero;
 
@@ -19,6 +20,7 @@ pub use delay::Delay;
 pub use error::Error as ErrorTarget;
 pub use flakey::Flakey;
 pub use linear::Linear;
+pub use mirror::Mirror;
 pub use striped::Striped;
 pub use zero::Zero;
 
@@ -47,6 +49,7 @@ pub struct Route {
     pub(crate) sends: smallvec::SmallVec<[Sent; 4]>,
     pub(crate) zero: bool,
     pub(crate) fail: Option<Status>,
+    pub(crate) requeue: bool,
 }
 
 /// One child: the piece, remapped onto a leg.
@@ -91,10 +94,19 @@ impl Route {
         self.fail = Some(status);
     }
 
+    /// Not now: the whole request goes back to the hardware queue and is
+    /// mapped again later (Linux `DM_MAPIO_REQUEUE`; a mirror region being
+    /// copied). Pieces of the same request already routed are handed to
+    /// their target's [`Target::unmap`].
+    pub fn requeue(&mut self) {
+        self.requeue = true;
+    }
+
     pub(crate) fn clear(&mut self) {
         self.sends.clear();
         self.zero = false;
         self.fail = None;
+        self.requeue = false;
     }
 }
 
@@ -133,6 +145,25 @@ pub trait Target: Send + Sync + 'static {
     #[inline]
     fn end_io(&self, _io: &Io, _leg: LegId, status: Status) -> EndAction {
         EndAction::Done(status)
+    }
+
+    /// A child routed by [`Target::map`] to `leg` is dropped unsent,
+    /// because another piece of its request asked for a requeue. Called
+    /// once per such child, in place of [`Target::end_io`]. Default:
+    /// nothing.
+    fn unmap(&self, _io: &Io, _leg: LegId) {}
+
+    /// A flush sent to `leg` (one of [`Target::legs`]) failed with
+    /// `status`; return what the request should see. Default: the error.
+    /// Called only on failure.
+    fn end_flush(&self, _leg: LegId, status: Status) -> Status {
+        status
+    }
+
+    /// This target as `Any`, for control-plane calls specific to one
+    /// target type (`mirror::replace`). Default: none.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
     }
 
     /// The legs this target sends to (flushes go to each).
@@ -247,7 +278,9 @@ impl Ctor<'_, '_> {
 }
 
 /// The targets a table may name.
-pub const TARGETS: &[&str] = &["linear", "striped", "zero", "error", "delay", "flakey"];
+pub const TARGETS: &[&str] = &[
+    "linear", "striped", "zero", "error", "delay", "flakey", "mirror",
+];
 
 /// The argument syntax of `target`, for errors.
 pub fn usage(target: &str) -> &'static str {
@@ -257,6 +290,7 @@ pub fn usage(target: &str) -> &'static str {
         "zero" | "error" => "no arguments",
         "delay" => "`DEV OFFSET MS [DEV OFFSET MS [DEV OFFSET MS]]` (reads; writes; flushes)",
         "flakey" => "`DEV OFFSET UP_SECONDS DOWN_SECONDS`",
+        "mirror" => "`LOG_TYPE #LOG_ARGS LOG_ARGS... #DEVS (DEV OFFSET)... [#FEATURES FEATURES...]`, e.g. `core 1 1024 2 ram,size=1G 0 ram,size=1G 0` or `disk 2 file:/var/mirror.log 1024 2 DEV 0 DEV 0`",
         _ => "arguments this build does not know",
     }
 }
@@ -270,6 +304,7 @@ pub fn build(c: &mut Ctor<'_, '_>) -> Result<Box<dyn Target>, TableError> {
         "error" => Box::new(ErrorTarget::new(c)?),
         "delay" => Box::new(Delay::new(c)?),
         "flakey" => Box::new(Flakey::new(c)?),
+        "mirror" => Box::new(Mirror::new(c)?),
         other => {
             let near = mqblk_core::spec::nearest(other, TARGETS.iter().copied())
                 .map(|n| format!(" (did you mean `{n}`?)"))

@@ -1,0 +1,866 @@
+//! `mirror LOG_TYPE #LOG_ARGS LOG_ARGS... #DEVS (DEV OFFSET)... [#FEATURES
+//! FEATURES...]`: RAID 1 over 2 to 4 legs (Linux dm-raid1), with a
+//! dirty-region log.
+//!
+//! - Log types: `core REGION_SIZE [sync|nosync]` (in memory) and
+//!   `disk LOGDEV REGION_SIZE [sync|nosync]` (a bitmap on `LOGDEV`, any
+//!   mqblk spec). `REGION_SIZE` is in sectors, a power of two. Regions the
+//!   log has no record of (a core log; a new disk log) are copied from the
+//!   first leg to the others at open, unless `nosync` says the legs are
+//!   already the same. The one feature is `handle_errors`, which is always
+//!   on.
+//! - Reads go to one live leg, round robin per hardware queue; a read that
+//!   fails is retried on another leg, and the leg is marked failed.
+//! - Writes (and discards, write-zeroes) go to every live leg and complete
+//!   when all have; a leg that fails one is marked failed and the write
+//!   succeeds if a live leg remains. Flushes reach every leg (the stacked
+//!   driver sends them), and a failed leg's flush error is absorbed.
+//! - Before the first write to a clean region is sent, the region's bit is
+//!   set and written to a `disk` log (one blocking write and flush, under
+//!   the log's lock: the rare path). A write to a dirty region costs a bit
+//!   test and a count of its children in flight. A cleaner thread clears
+//!   the bits of regions idle for a period and writes them out.
+//! - Recovery (resync after an unclean stop, or [`replace`]) copies the
+//!   regions marked out of sync from a live leg to the legs being rebuilt
+//!   in a thread of its own, region by region: a region being copied is
+//!   locked (writes to it are requeued until it is done), and writes to
+//!   regions not copied yet skip the legs being rebuilt.
+
+mod log;
+mod recovery;
+mod region;
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use mqblk_core::driver::{Op, Status};
+use mqblk_core::{Device, Error, Result};
+
+use super::{Ctor, EndAction, Io, Route, Target};
+use crate::legs::{LegId, Legs};
+use crate::table::TableError;
+use log::{Found, Geometry, Log};
+use region::{Bits, Pending};
+
+pub use recovery::Progress;
+
+/// Most legs a mirror takes.
+pub const MAX_LEGS: usize = 4;
+/// Most regions (the region size must grow with the device past this).
+pub const MAX_REGIONS: u64 = 1 << 24;
+/// How often the cleaner clears the bits of idle regions.
+pub const CLEAN_PERIOD: Duration = Duration::from_millis(250);
+
+// The state word: which legs are live (read and written), which are being
+// rebuilt (written where already copied), and whether a recovery runs.
+const LIVE: u32 = 0xf;
+const REBUILD_SHIFT: u32 = 4;
+const REBUILD: u32 = 0xf << REBUILD_SHIFT;
+const RECOVERING: u32 = 1 << 8;
+
+/// Read round-robin counters, one cache line per hardware queue.
+#[repr(align(64))]
+#[derive(Debug, Default)]
+struct Turn(AtomicU32);
+const TURNS: usize = 64;
+
+/// One leg of the mirror.
+#[derive(Clone, Copy, Debug)]
+struct Leg {
+    id: LegId,
+    offset_bytes: u64,
+}
+
+/// The state shared by the target, its cleaner and its recovery thread.
+pub(crate) struct Inner {
+    line: usize,
+    len_bytes: u64,
+    region_shift: u32,
+    nr_regions: u64,
+    legs: Vec<Leg>,
+    all: Arc<Legs>,
+    state: AtomicU32,
+    /// Set on the log (durably, for a disk log) before a write is sent.
+    dirty: Bits,
+    /// Not yet copied to the legs being rebuilt.
+    nosync: Bits,
+    /// Being copied: writes are requeued.
+    locked: Bits,
+    /// Written since the cleaner last looked.
+    recent: Bits,
+    pending: Pending,
+    turns: Box<[Turn]>,
+    log: Log,
+    stop: AtomicBool,
+    /// Held by whoever runs a recovery.
+    recovery: Mutex<()>,
+    /// Bytes copied by recoveries so far, and the current one's goal.
+    copied_bytes: AtomicU64,
+    goal_bytes: AtomicU64,
+    done_bytes: AtomicU64,
+}
+
+/// The mirror target.
+pub struct Mirror {
+    inner: Arc<Inner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Mirror {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mirror")
+            .field("line", &self.inner.line)
+            .field("legs", &self.inner.legs)
+            .finish()
+    }
+}
+
+/// How each leg stands (`dmsetup status`'s health letters).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LegState {
+    /// In sync, read and written (`A`).
+    Live,
+    /// Being rebuilt: written where already copied, never read (`A`, with
+    /// fewer regions in sync).
+    Rebuilding,
+    /// Failed: no I/O goes to it (`D`).
+    Failed,
+}
+
+impl Mirror {
+    /// Build from the table line's arguments.
+    pub fn new(c: &mut Ctor<'_, '_>) -> std::result::Result<Mirror, TableError> {
+        let len_bytes = c.line.len << 9;
+        let kind = c.arg(0, "log type")?.to_string();
+        let nargs = c.num(1, "number of log arguments")? as usize;
+        let (min, max) = match kind.as_str() {
+            "core" => (1, 2),
+            "disk" => (2, 3),
+            other => {
+                return Err(c.err(
+                    0,
+                    "log type",
+                    format!("`{other}`; expected `core` or `disk`"),
+                ))
+            }
+        };
+        if nargs < min || nargs > max {
+            return Err(c.err(
+                1,
+                "number of log arguments",
+                format!("{nargs}; a `{kind}` log takes {min} to {max}"),
+            ));
+        }
+        let region_at = if kind == "disk" { 3 } else { 2 };
+        let region_sectors = c.num(region_at, "region size")?;
+        if !region_sectors.is_power_of_two() || !(8..=1 << 21).contains(&region_sectors) {
+            return Err(c.err(
+                region_at,
+                "region size",
+                format!("{region_sectors} sectors; expected a power of two from 8 to 2097152"),
+            ));
+        }
+        let region_bytes = region_sectors << 9;
+        let nr_regions = len_bytes.div_ceil(region_bytes);
+        if nr_regions > MAX_REGIONS {
+            return Err(c.err(
+                region_at,
+                "region size",
+                format!(
+                    "{region_sectors} sectors makes {nr_regions} regions, over {MAX_REGIONS}; use a larger region"
+                ),
+            ));
+        }
+        let mut assume_sync = false;
+        if nargs == max {
+            let at = 2 + nargs - 1;
+            match c.arg(at, "sync mode")? {
+                "sync" => {}
+                "nosync" => assume_sync = true,
+                other => {
+                    return Err(c.err(
+                        at,
+                        "sync mode",
+                        format!("`{other}`; expected `sync` or `nosync`"),
+                    ))
+                }
+            }
+        }
+        let devs_at = 2 + nargs;
+        let ndevs = c.num(devs_at, "number of devices")? as usize;
+        if !(2..=MAX_LEGS).contains(&ndevs) {
+            return Err(c.err(
+                devs_at,
+                "number of devices",
+                format!("{ndevs}; a mirror has 2 to {MAX_LEGS} legs"),
+            ));
+        }
+        let mut legs: Vec<Leg> = Vec::with_capacity(ndevs);
+        for i in 0..ndevs {
+            let at = devs_at + 1 + 2 * i;
+            let offset = c.num(at + 1, "offset")?;
+            let id = c.leg(at, offset, c.line.len)?;
+            if let Some(j) = legs.iter().position(|l| l.id == id) {
+                return Err(c.err(
+                    at,
+                    "device",
+                    format!("leg {i} is the same device as leg {j}; a mirror's legs must differ"),
+                ));
+            }
+            legs.push(Leg {
+                id,
+                offset_bytes: offset << 9,
+            });
+        }
+        let feat_at = devs_at + 1 + 2 * ndevs;
+        if c.line.args.len() > feat_at {
+            let nfeat = c.num(feat_at, "number of features")? as usize;
+            for f in 0..nfeat {
+                match c.arg(feat_at + 1 + f, "feature")? {
+                    "handle_errors" => {}
+                    other => {
+                        return Err(c.err(
+                            feat_at + 1 + f,
+                            "feature",
+                            format!("`{other}`; the one feature is `handle_errors` (always on)"),
+                        ))
+                    }
+                }
+            }
+            c.no_more(feat_at + 1 + nfeat)?;
+        }
+        let g = Geometry {
+            region_bytes,
+            nr_regions,
+            len_bytes,
+        };
+        let (log, found) = if kind == "disk" {
+            let spec = c.arg(2, "log device")?.to_string();
+            let dev = c
+                .legs
+                .open_unlisted(&spec)
+                .map_err(|e| c.err(2, "log device", format!("`{spec}` does not open: {e}")))?;
+            Log::open_disk(dev, &spec, g).map_err(|e| c.err(2, "log device", e))?
+        } else {
+            (Log::Core, Found::Fresh)
+        };
+        let inner = Inner {
+            line: c.line.line,
+            len_bytes,
+            region_shift: region_bytes.trailing_zeros(),
+            nr_regions,
+            all: c.legs.legs().clone(),
+            state: AtomicU32::new((1u32 << ndevs) - 1),
+            dirty: Bits::new(nr_regions),
+            nosync: Bits::new(nr_regions),
+            locked: Bits::new(nr_regions),
+            recent: Bits::new(nr_regions),
+            pending: Pending::new(nr_regions),
+            turns: (0..TURNS).map(|_| Turn::default()).collect(),
+            legs,
+            log,
+            stop: AtomicBool::new(false),
+            recovery: Mutex::new(()),
+            copied_bytes: AtomicU64::new(0),
+            goal_bytes: AtomicU64::new(0),
+            done_bytes: AtomicU64::new(0),
+        };
+        // What must be copied: the dirty bits of a log that was not closed
+        // cleanly, or everything the log has no record of.
+        match found {
+            Found::Formatted(words) => {
+                for (n, w) in words.into_iter().enumerate() {
+                    let w = w & inner.dirty.mask(n);
+                    inner.dirty.word(n).store(w, Ordering::Relaxed);
+                    inner.nosync.word(n).store(w, Ordering::Relaxed);
+                }
+            }
+            Found::Fresh if !assume_sync => {
+                inner.nosync.set_all();
+                if !inner.log.is_core() {
+                    // Until copied, a crash must copy them again.
+                    inner.dirty.set_all();
+                    let mut g = inner.log.lock();
+                    let last = inner.dirty.nr_words() - 1;
+                    inner
+                        .log
+                        .write_out(&mut g, &inner.dirty, 0, last)
+                        .map_err(|e| c.err(2, "log device", e))?;
+                }
+            }
+            Found::Fresh => {}
+        }
+        let inner = Arc::new(inner);
+        let mut threads = Vec::new();
+        if !inner.log.is_core() {
+            let i = inner.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("mqblk-mirror-log".into())
+                    .spawn(move || i.clean_loop())
+                    .map_err(|e| {
+                        c.err(
+                            2,
+                            "log device",
+                            format!("cannot start the log cleaner: {e}"),
+                        )
+                    })?,
+            );
+        }
+        if inner.nosync.count() > 0 {
+            // Legs other than the first are rebuilt from it.
+            let others = (((1u32 << ndevs) - 1) & !1) << REBUILD_SHIFT;
+            inner.state.store(1 | others | RECOVERING, Ordering::SeqCst);
+            let i = inner.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("mqblk-mirror-resync".into())
+                    .spawn(move || i.resync_at_open())
+                    .map_err(|e| c.err(0, "log type", format!("cannot start the resync: {e}")))?,
+            );
+        }
+        Ok(Mirror {
+            inner,
+            threads: Mutex::new(threads),
+        })
+    }
+
+    /// Each leg's state.
+    pub fn leg_states(&self) -> Vec<LegState> {
+        self.inner.leg_states()
+    }
+
+    /// True while a leg is failed.
+    pub fn degraded(&self) -> bool {
+        self.inner.leg_states().contains(&LegState::Failed)
+    }
+
+    /// Regions in sync on every leg that is not failed, and all regions.
+    pub fn regions_in_sync(&self) -> (u64, u64) {
+        (
+            self.inner.nr_regions - self.inner.nosync.count(),
+            self.inner.nr_regions,
+        )
+    }
+
+    /// Bytes copied by recoveries (resync and replace) since open.
+    pub fn resynced_bytes(&self) -> u64 {
+        self.inner.copied_bytes.load(Ordering::Relaxed)
+    }
+
+    /// The mirror's length in bytes.
+    pub fn len_bytes(&self) -> u64 {
+        self.inner.len_bytes
+    }
+
+    /// True while a recovery (resync or rebuild) runs.
+    pub fn recovering(&self) -> bool {
+        self.inner.state.load(Ordering::SeqCst) & RECOVERING != 0
+    }
+
+    /// Wait up to `max` for a running recovery to end; true if none runs.
+    pub fn wait_recovery(&self, max: Duration) -> bool {
+        let end = std::time::Instant::now() + max;
+        while self.recovering() {
+            if std::time::Instant::now() >= end {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        true
+    }
+}
+
+impl Inner {
+    #[inline]
+    fn region(&self, offset_bytes: u64) -> u64 {
+        offset_bytes >> self.region_shift
+    }
+
+    fn region_len(&self, r: u64) -> u64 {
+        let start = r << self.region_shift;
+        (self.len_bytes - start).min(1 << self.region_shift)
+    }
+
+    fn index_of(&self, leg: LegId) -> Option<usize> {
+        self.legs.iter().position(|l| l.id == leg)
+    }
+
+    fn leg_states(&self) -> Vec<LegState> {
+        let s = self.state.load(Ordering::SeqCst);
+        (0..self.legs.len())
+            .map(|i| {
+                if s & (1 << i) != 0 {
+                    LegState::Live
+                } else if s & (1 << (i as u32 + REBUILD_SHIFT)) != 0 {
+                    LegState::Rebuilding
+                } else {
+                    LegState::Failed
+                }
+            })
+            .collect()
+    }
+
+    fn spec_of(&self, i: usize) -> String {
+        self.all
+            .specs()
+            .get(self.legs[i].id as usize)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Take leg `i` out of service; say so the first time.
+    #[cold]
+    fn fail_leg(&self, i: usize, what: &str, status: Status) {
+        let bits = (1u32 << i) | (1u32 << (i as u32 + REBUILD_SHIFT));
+        let old = self.state.fetch_and(!bits, Ordering::SeqCst);
+        if old & bits != 0 {
+            eprintln!(
+                "mqblk: mirror (table line {}): leg {i} ({}) failed a {what} ({status:?}); it is out, and the mirror is degraded",
+                self.line,
+                self.spec_of(i)
+            );
+        }
+    }
+
+    /// The `n`th set bit of `mask` (n < popcount).
+    #[inline]
+    fn nth_leg(mask: u32, n: u32) -> usize {
+        let mut m = mask;
+        for _ in 0..n {
+            m &= m - 1;
+        }
+        m.trailing_zeros() as usize
+    }
+
+    #[inline]
+    fn map_read(&self, io: &Io, hwq: u16, route: &mut Route) {
+        let live = self.state.load(Ordering::Relaxed) & LIVE;
+        if live == 0 {
+            route.fail(Status::IoError);
+            return;
+        }
+        let t = &self.turns[hwq as usize % TURNS].0;
+        let k = t.load(Ordering::Relaxed);
+        t.store(k.wrapping_add(1), Ordering::Relaxed);
+        let i = Inner::nth_leg(live, k % live.count_ones());
+        let l = self.legs[i];
+        route.to_leg(l.id, l.offset_bytes + io.offset_bytes);
+    }
+
+    #[inline]
+    fn map_write(&self, io: &Io, route: &mut Route) {
+        let r = self.region(io.offset_bytes);
+        let n = self.legs.len() as u32;
+        // Count the children first, then look at the region: the copier
+        // and the cleaner set their bit, then look at the count.
+        self.pending.add(r, n);
+        let s = self.state.load(Ordering::SeqCst);
+        if s & RECOVERING != 0 && self.locked.test(r) {
+            self.pending.sub(r, n);
+            route.requeue();
+            return;
+        }
+        if !self.log.is_core() {
+            if !self.dirty.test(r) {
+                if let Err(e) = self.mark_dirty(r) {
+                    eprintln!(
+                        "mqblk: mirror (table line {}): region {r} cannot be marked dirty, so the write fails: {e}",
+                        self.line
+                    );
+                    self.pending.sub(r, n);
+                    route.fail(Status::IoError);
+                    return;
+                }
+            }
+            if !self.recent.test(r) {
+                self.recent.set(r);
+            }
+        }
+        let rebuild = (s & REBUILD) >> REBUILD_SHIFT;
+        let to = if rebuild != 0 && !self.nosync.test(r) {
+            (s & LIVE) | rebuild
+        } else {
+            s & LIVE
+        };
+        let mut sent = 0;
+        for (i, l) in self.legs.iter().enumerate() {
+            if to & (1 << i) != 0 {
+                route.to_leg(l.id, l.offset_bytes + io.offset_bytes);
+                sent += 1;
+            }
+        }
+        if sent < n {
+            self.pending.sub(r, n - sent);
+        }
+        if sent == 0 {
+            route.fail(Status::IoError);
+        }
+    }
+
+    /// The rare path: make region `r`'s bit durable before its first write.
+    #[cold]
+    #[inline(never)]
+    fn mark_dirty(&self, r: u64) -> std::result::Result<(), String> {
+        let mut g = self.log.lock();
+        if !self.dirty.set(r) {
+            // Set by another queue, which wrote it out under this lock; or
+            // set back by the cleaner, never having been written clear.
+            return Ok(());
+        }
+        let w = (r >> 6) as usize;
+        self.log.write_out(&mut g, &self.dirty, w, w)
+    }
+
+    /// The cleaner: every period, clear the bits of regions with no write
+    /// in flight, none since the last look and nothing left to copy, and
+    /// write them out. Nothing is cleared while a leg is failed: the
+    /// regions written meanwhile must be copied when it comes back.
+    fn clean_loop(&self) {
+        let tick = Duration::from_millis(10);
+        let mut waited = Duration::ZERO;
+        while !self.stop.load(Ordering::Relaxed) {
+            std::thread::sleep(tick);
+            waited += tick;
+            if waited < CLEAN_PERIOD {
+                continue;
+            }
+            waited = Duration::ZERO;
+            if let Err(e) = self.clean(false) {
+                eprintln!("mqblk: mirror (table line {}): log cleaner: {e}", self.line);
+            }
+        }
+    }
+
+    /// One pass of the cleaner (`all`: at close, recent writes too).
+    fn clean(&self, all: bool) -> std::result::Result<(), String> {
+        let s = self.state.load(Ordering::SeqCst);
+        let n = self.legs.len() as u32;
+        if (s & LIVE) | ((s & REBUILD) >> REBUILD_SHIFT) != (1 << n) - 1 {
+            return Ok(());
+        }
+        let mut changed: Option<(usize, usize)> = None;
+        for w in 0..self.dirty.nr_words() {
+            let d = self.dirty.word(w).load(Ordering::SeqCst);
+            let recent = self.recent.word(w).swap(0, Ordering::SeqCst);
+            if d == 0 {
+                continue;
+            }
+            let ns = self.nosync.word(w).load(Ordering::SeqCst);
+            let mut cand = d & !ns & if all { u64::MAX } else { !recent };
+            let busy = |b: u32| self.pending.get(((w as u64) << 6) + u64::from(b)) != 0;
+            let mut m = cand;
+            while m != 0 {
+                let b = m.trailing_zeros();
+                m &= m - 1;
+                if busy(b) {
+                    cand &= !(1 << b);
+                }
+            }
+            if cand == 0 {
+                continue;
+            }
+            self.dirty.word(w).fetch_and(!cand, Ordering::SeqCst);
+            // A write that counted itself before the clear saw the bit set
+            // and is on its way: give it its bit back.
+            let mut m = cand;
+            while m != 0 {
+                let b = m.trailing_zeros();
+                m &= m - 1;
+                if busy(b) || self.nosync.test(((w as u64) << 6) + u64::from(b)) {
+                    self.dirty.word(w).fetch_or(1 << b, Ordering::SeqCst);
+                    cand &= !(1 << b);
+                }
+            }
+            if cand != 0 {
+                changed = Some(changed.map_or((w, w), |(a, _)| (a, w)));
+            }
+        }
+        if let Some((a, b)) = changed {
+            let mut g = self.log.lock();
+            self.log.write_out(&mut g, &self.dirty, a, b)?;
+        }
+        Ok(())
+    }
+
+    fn resync_at_open(self: Arc<Self>) {
+        let _running = self.recovery.lock().unwrap_or_else(|e| e.into_inner());
+        let regions = self.nosync.count();
+        let res = recovery::run(&self, &mut |_| {});
+        let state_after = self.finish_recovery();
+        match res {
+            Ok(p) => eprintln!(
+                "mqblk: mirror (table line {}): resync copied {} of {} bytes ({} of {} regions) from leg 0; legs: {}",
+                self.line,
+                p.bytes_done,
+                self.len_bytes,
+                regions,
+                self.nr_regions,
+                state_after
+            ),
+            Err(e) => eprintln!(
+                "mqblk: mirror (table line {}): resync stopped: {e}; legs: {state_after}",
+                self.line
+            ),
+        }
+    }
+
+    /// A recovery ended: legs rebuilt and still there go live if every
+    /// region was copied.
+    fn finish_recovery(&self) -> String {
+        let all_copied = self.nosync.count() == 0;
+        let _ = self
+            .state
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| {
+                let rebuilt = (s & REBUILD) >> REBUILD_SHIFT;
+                Some(if all_copied {
+                    (s & LIVE) | rebuilt
+                } else {
+                    s & !RECOVERING
+                })
+            });
+        self.health()
+    }
+
+    fn health(&self) -> String {
+        self.leg_states()
+            .iter()
+            .map(|s| match s {
+                LegState::Live | LegState::Rebuilding => 'A',
+                LegState::Failed => 'D',
+            })
+            .collect()
+    }
+}
+
+impl Drop for Mirror {
+    fn drop(&mut self) {
+        self.inner.stop.store(true, Ordering::SeqCst);
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in threads {
+            let _ = t.join();
+        }
+        // Closed with nothing in flight: every region copied and written
+        // on every leg is clean.
+        if !self.inner.log.is_core() {
+            if let Err(e) = self.inner.clean(true) {
+                eprintln!(
+                    "mqblk: mirror (table line {}): closing the log: {e}",
+                    self.inner.line
+                );
+            }
+        }
+    }
+}
+
+impl Target for Mirror {
+    fn name(&self) -> &'static str {
+        "mirror"
+    }
+
+    #[inline]
+    fn max_io_len(&self, offset_bytes: u64) -> u64 {
+        let region = 1u64 << self.inner.region_shift;
+        region - (offset_bytes & (region - 1))
+    }
+
+    #[inline]
+    fn map(&self, io: &Io, hwq: u16, route: &mut Route) {
+        match io.op {
+            Op::Read => self.inner.map_read(io, hwq, route),
+            _ => self.inner.map_write(io, route),
+        }
+    }
+
+    fn end_io(&self, io: &Io, leg: LegId, status: Status) -> EndAction {
+        let m = &self.inner;
+        let Some(i) = m.index_of(leg) else {
+            return EndAction::Done(status);
+        };
+        if io.op != Op::Read {
+            m.pending.sub(m.region(io.offset_bytes), 1);
+            if status.is_ok() {
+                return EndAction::Done(status);
+            }
+            m.fail_leg(i, "write", status);
+            // The write stands if a live leg took it (or will say it did
+            // not, with its own error).
+            return EndAction::Done(if m.state.load(Ordering::SeqCst) & LIVE != 0 {
+                Status::Ok
+            } else {
+                status
+            });
+        }
+        if status.is_ok() {
+            return EndAction::Done(status);
+        }
+        m.fail_leg(i, "read", status);
+        let live = m.state.load(Ordering::SeqCst) & LIVE & !(1 << i);
+        if live == 0 {
+            return EndAction::Done(status);
+        }
+        let l = m.legs[live.trailing_zeros() as usize];
+        EndAction::Retry {
+            leg: l.id,
+            offset_bytes: l.offset_bytes + io.offset_bytes,
+        }
+    }
+
+    fn unmap(&self, io: &Io, _leg: LegId) {
+        if io.op != Op::Read {
+            self.inner
+                .pending
+                .sub(self.inner.region(io.offset_bytes), 1);
+        }
+    }
+
+    fn end_flush(&self, leg: LegId, status: Status) -> Status {
+        let m = &self.inner;
+        let Some(i) = m.index_of(leg) else {
+            return status;
+        };
+        m.fail_leg(i, "flush", status);
+        if m.state.load(Ordering::SeqCst) & LIVE != 0 {
+            Status::Ok
+        } else {
+            status
+        }
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
+    fn legs(&self) -> Vec<LegId> {
+        self.inner.legs.iter().map(|l| l.id).collect()
+    }
+
+    /// dmsetup's shape: `#DEVS DEV... IN_SYNC/REGIONS 1 HEALTH #LOG_ARGS
+    /// LOG...`, then `resync COPIED/LENGTH` (bytes).
+    fn status(&self) -> String {
+        let m = &self.inner;
+        let specs = self.inner.all.specs();
+        let devs: Vec<&str> = m
+            .legs
+            .iter()
+            .map(|l| specs.get(l.id as usize).map_or("-", String::as_str))
+            .collect();
+        let (sync, total) = self.regions_in_sync();
+        let log = m.log.describe();
+        format!(
+            "{} {} {sync}/{total} 1 {} {} {log} resync {}/{}",
+            m.legs.len(),
+            devs.join(" "),
+            m.health(),
+            log.split(' ').count(),
+            self.resynced_bytes(),
+            m.len_bytes
+        )
+    }
+}
+
+/// Rebuild leg `leg` (0-based, in table order) of the mirror in stacked
+/// device `dev` onto `new` (opened from `new_spec`), online: the new device
+/// is put in with [`Legs::replace`], every region is marked out of sync,
+/// and the regions are copied from a live leg while I/O goes on. Blocks the
+/// calling thread until the copy is done, calling `progress` after each
+/// region. The device's first mirror line is the one rebuilt.
+pub fn replace(
+    dev: &Device,
+    leg: usize,
+    new: Device,
+    new_spec: &str,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<Progress> {
+    let name = dev.name().to_string();
+    let bad = |why: String| Error::spec(format!("{name} (mirror replace)"), why);
+    let handle = crate::find(&name).ok_or_else(|| bad("not an open stacked device".into()))?;
+    let (ti, mirror) = handle
+        .targets()
+        .iter()
+        .enumerate()
+        .find_map(|(i, t)| {
+            t.as_any()
+                .and_then(|a| a.downcast_ref::<Mirror>())
+                .map(|m| (i, m))
+        })
+        .ok_or_else(|| bad("the table has no mirror line".into()))?;
+    let m = &mirror.inner;
+    if leg >= m.legs.len() {
+        return Err(bad(format!(
+            "leg {leg}: the mirror has legs 0 to {}",
+            m.legs.len() - 1
+        )));
+    }
+    let l = m.legs[leg];
+    let shared = handle
+        .targets()
+        .iter()
+        .enumerate()
+        .any(|(i, t)| i != ti && t.legs().contains(&l.id));
+    if shared {
+        return Err(bad(format!(
+            "leg {leg} ({}) is also used by another line of the table",
+            m.spec_of(leg)
+        )));
+    }
+    if new.capacity_bytes() < l.offset_bytes + m.len_bytes {
+        return Err(bad(format!(
+            "`{new_spec}` has {} bytes; the leg needs {} from offset {}",
+            new.capacity_bytes(),
+            m.len_bytes,
+            l.offset_bytes
+        )));
+    }
+    let _running = m.recovery.lock().unwrap_or_else(|e| e.into_inner());
+    let others = m.state.load(Ordering::SeqCst) & LIVE & !(1 << leg);
+    if others == 0 {
+        return Err(bad(format!(
+            "no other leg is live to copy from (health {})",
+            m.health()
+        )));
+    }
+    // 1. The old device gets no new I/O, and what it has drains.
+    m.state.fetch_and(
+        !((1 << leg) | (1 << (leg as u32 + REBUILD_SHIFT))),
+        Ordering::SeqCst,
+    );
+    let freeze = Duration::from_secs(60);
+    drop(dev.freeze(freeze)?);
+    // 2. Every region is out of sync on the new leg (and dirty on a disk
+    //    log, so that a crash copies again); then it goes in.
+    m.nosync.set_all();
+    if !m.log.is_core() {
+        m.dirty.set_all();
+        let mut g = m.log.lock();
+        m.log
+            .write_out(&mut g, &m.dirty, 0, m.dirty.nr_words() - 1)
+            .map_err(bad)?;
+    }
+    m.all.replace(l.id, Some(new), new_spec);
+    m.state.fetch_or(
+        (1 << (leg as u32 + REBUILD_SHIFT)) | RECOVERING,
+        Ordering::SeqCst,
+    );
+    // 3. Every queue has picked up the new device before any region is
+    //    copied (a queue maps only after it looks at the legs' generation).
+    drop(dev.freeze(freeze)?);
+    eprintln!(
+        "mqblk: {name}: mirror leg {leg} replaced by {new_spec}; copying {} bytes",
+        m.len_bytes
+    );
+    let res = recovery::run(m, progress);
+    let health = m.finish_recovery();
+    match res {
+        Ok(p) => {
+            eprintln!(
+                "mqblk: {name}: mirror leg {leg} rebuilt: {} bytes copied; legs: {health}",
+                p.bytes_done
+            );
+            Ok(p)
+        }
+        Err(e) => Err(bad(format!("rebuild stopped: {e}; legs: {health}"))),
+    }
+}
