@@ -158,9 +158,9 @@ pub enum Error {
         /// The device.
         device: String,
         /// What is wrong with the primary.
-        primary: GptProblem,
+        primary: Box<GptProblem>,
         /// What is wrong with the backup.
-        backup: GptProblem,
+        backup: Box<GptProblem>,
         /// Where the backup was looked for.
         backup_lba: u64,
     },

@@ -238,8 +238,8 @@ pub(crate) fn parse(disk: &Disk, read: &mut Read<'_>) -> Result<PartitionTable> 
                 Err(backup) => {
                     return Err(Error::GptBothBad {
                         device: disk.name.to_string(),
-                        primary,
-                        backup,
+                        primary: Box::new(primary),
+                        backup: Box::new(backup),
                         backup_lba,
                     })
                 }
