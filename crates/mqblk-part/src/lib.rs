@@ -21,7 +21,7 @@ pub mod mbr;
 pub mod table;
 
 pub use error::{Error, GptProblem, Result, Warning};
-pub use table::{Disk, Guid, Label, PartType, Partition, PartitionTable};
+pub use table::{partition_name, Disk, Guid, Label, PartType, Partition, PartitionTable};
 
 /// Reads `buf.len()` bytes (whole sectors) from logical sector `lba`.
 pub type Read<'a> = dyn FnMut(u64, &mut [u8]) -> std::io::Result<()> + 'a;

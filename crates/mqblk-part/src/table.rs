@@ -221,3 +221,13 @@ pub(crate) fn check_inside(disk: &Disk, p: &Partition) -> Result<()> {
         }),
     }
 }
+
+/// The name Linux (and sfdisk) gives partition `number` of `disk`: `sda1`,
+/// but `nvme0n1p1` and `loop0p1` when the disk's name ends in a digit.
+pub fn partition_name(disk: &str, number: u32) -> String {
+    if disk.ends_with(|c: char| c.is_ascii_digit()) {
+        format!("{disk}p{number}")
+    } else {
+        format!("{disk}{number}")
+    }
+}

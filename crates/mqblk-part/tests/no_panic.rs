@@ -10,13 +10,6 @@ use common::*;
 use mqblk_part::parse_image;
 use proptest::prelude::*;
 
-fn config() -> ProptestConfig {
-    ProptestConfig {
-        cases: if cfg!(miri) { 4 } else { 256 },
-        ..ProptestConfig::default()
-    }
-}
-
 fn check(ss: u32, img: &[u8]) {
     match parse_image("fuzz", ss, img) {
         Ok(Some(t)) => {
@@ -37,8 +30,6 @@ fn check(ss: u32, img: &[u8]) {
 }
 
 proptest! {
-    #![proptest_config(config())]
-
     #[test]
     fn random_bytes(mut img in proptest::collection::vec(any::<u8>(), 0..8192), mbr in any::<bool>(), ss in prop_oneof![Just(512u32), Just(4096)]) {
         if mbr && img.len() >= 512 {

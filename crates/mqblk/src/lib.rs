@@ -13,6 +13,8 @@
 #![forbid(unsafe_code)]
 
 pub use mqblk_core::*;
+/// Partition tables (GPT, MBR): parsing, and reading a device's table.
+pub use mqblk_part as part;
 
 /// Open a device from a spec string such as `null,size=1T,completion=inline`.
 ///

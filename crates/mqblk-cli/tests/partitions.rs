@@ -1,0 +1,197 @@
+//! Partitions made by the real `sfdisk` (scripts/test installs fdisk):
+//! `mqblk info --json` lists them exactly as `sfdisk --json` does, and
+//! the text listing shows the same figures.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use mqblk_test_support::{require_tool, Scratch};
+use serde_json::Value;
+
+fn mqblk() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_mqblk"))
+}
+
+/// A sparse image of `mib` MiB partitioned by sfdisk from `script`.
+pub fn sfdisk_image(path: &Path, mib: u64, script: &str) {
+    require_tool("sfdisk");
+    let f = std::fs::File::create(path).unwrap();
+    f.set_len(mib << 20).unwrap();
+    drop(f);
+    let mut c = Command::new("sfdisk")
+        .arg("-q")
+        .arg(path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    c.stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    let o = c.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "sfdisk: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn sfdisk_json(path: &Path) -> Value {
+    let o = Command::new("sfdisk")
+        .arg("--json")
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["partitiontable"].clone()
+}
+
+fn mqblk_json(path: &Path) -> Value {
+    let o = mqblk()
+        .args(["info", "--json"])
+        .arg(format!("file:{}", path.display()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["partitiontable"].clone()
+}
+
+/// Every field of sfdisk's object, one by one (so a difference names its
+/// field), then the whole object.
+fn same_as_sfdisk(path: &Path) -> Value {
+    let want = sfdisk_json(path);
+    let got = mqblk_json(path);
+    let keys = [
+        "label",
+        "id",
+        "device",
+        "unit",
+        "firstlba",
+        "lastlba",
+        "sectorsize",
+    ];
+    for k in keys {
+        assert_eq!(got[k], want[k], "field {k}");
+    }
+    let (w, g) = (
+        want["partitions"].as_array().unwrap(),
+        got["partitions"].as_array().unwrap(),
+    );
+    assert_eq!(g.len(), w.len(), "partitions: {got:#}");
+    for (wp, gp) in w.iter().zip(g) {
+        for k in ["node", "start", "size", "type", "uuid", "name", "bootable"] {
+            assert_eq!(gp[k], wp[k], "{} field {k}", wp["node"]);
+        }
+    }
+    assert_eq!(got, want);
+    got
+}
+
+#[test]
+fn gpt_with_four_named_partitions_lists_as_sfdisk_does() {
+    let d = Scratch::new("part-gpt");
+    let img = d.path().join("gpt.img");
+    sfdisk_image(
+        &img,
+        64,
+        "label: gpt\n\
+         size=8MiB, type=linux, name=\"root fs\"\n\
+         size=4MiB, type=swap, name=swap\n\
+         size=16MiB, name=\"données\"\n\
+         type=uefi, name=efi\n",
+    );
+    let t = same_as_sfdisk(&img);
+    assert_eq!(t["partitions"].as_array().unwrap().len(), 4);
+    assert_eq!(t["partitions"][2]["name"], "données");
+    // The text listing has the same figures.
+    let o = mqblk()
+        .arg("info")
+        .arg(format!("file:{}", img.display()))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    for p in t["partitions"].as_array().unwrap() {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(p["node"].as_str().unwrap()))
+            .unwrap_or_else(|| panic!("no line for {}: {text}", p["node"]));
+        for k in ["start", "size"] {
+            assert!(line.contains(&p[k].to_string()), "{line}");
+        }
+        assert!(line.contains(p["type"].as_str().unwrap()), "{line}");
+        assert!(line.contains(p["name"].as_str().unwrap()), "{line}");
+    }
+}
+
+#[test]
+fn dos_with_an_extended_partition_lists_as_sfdisk_does() {
+    let d = Scratch::new("part-dos");
+    let img = d.path().join("dos.img");
+    sfdisk_image(
+        &img,
+        64,
+        "label: dos\n\
+         size=8MiB, type=83, bootable\n\
+         type=5\n\
+         size=4MiB, type=83\n\
+         size=6MiB, type=82\n\
+         size=5MiB, type=7\n",
+    );
+    let t = same_as_sfdisk(&img);
+    let numbers: Vec<String> = t["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            p["node"]
+                .as_str()
+                .unwrap()
+                .trim_start_matches(&*img.to_string_lossy())
+                .to_string()
+        })
+        .collect();
+    assert_eq!(numbers, ["1", "2", "5", "6", "7"], "{t:#}");
+    assert_eq!(t["partitions"][1]["type"], "5");
+}
+
+#[test]
+fn a_corrupt_primary_gpt_header_is_read_from_the_backup_with_a_warning() {
+    let d = Scratch::new("part-gpt-bad");
+    let img = d.path().join("gpt.img");
+    sfdisk_image(&img, 16, "label: gpt\nsize=4MiB, name=a\nname=b\n");
+    let want = sfdisk_json(&img);
+    // Flip a byte of the primary header (its disk GUID).
+    let mut bytes = std::fs::read(&img).unwrap();
+    bytes[512 + 60] ^= 0xff;
+    std::fs::write(&img, &bytes).unwrap();
+    assert_eq!(mqblk_json(&img)["partitions"], want["partitions"]);
+    let o = mqblk()
+        .arg("info")
+        .arg(format!("file:{}", img.display()))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("warning: the primary GPT header at LBA 1 is bad (header CRC32"),
+        "{text}"
+    );
+    // Both copies bad: the error names both.
+    let last = bytes.len() - 512;
+    bytes[last + 60] ^= 0xff;
+    std::fs::write(&img, &bytes).unwrap();
+    let o = mqblk()
+        .args(["info", "--json"])
+        .arg(format!("file:{}", img.display()))
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let e = v["partitiontable_error"].as_str().unwrap();
+    assert!(e.contains("both GPT headers are bad"), "{e}");
+    assert!(e.contains("LBA 32767"), "{e}");
+}
