@@ -124,6 +124,9 @@ struct CtxState {
     ioprio: Option<crate::ioprio::IoPrio>,
     /// The group this context is in.
     group: crate::blkcg::Membership,
+    /// The device's partitions, with this context's shards and last hit
+    /// (`None`: the device has none).
+    parts: Option<crate::partition::CtxParts>,
 }
 
 impl Device {
@@ -190,6 +193,8 @@ impl Device {
             throttled: VecDeque::with_capacity(bioset_size),
             ioprio: None,
             group: crate::blkcg::Membership::join(group),
+            // Filled in at the gate, which every context passes first.
+            parts: None,
             tags,
         };
         dev.ctl().contexts.push(st.shared.clone());
@@ -770,6 +775,20 @@ impl CtxState {
         self.nomerges = ctl.nomerges;
         self.sched_on = ctl.elevator;
         self.async_depth = ctl.async_depth;
+        let same = match (&self.parts, &ctl.partitions) {
+            (Some(p), Some(t)) => p.is_of(t),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            if let Some(p) = self.parts.take() {
+                p.retire();
+            }
+            self.parts = ctl
+                .partitions
+                .clone()
+                .map(|t| crate::partition::CtxParts::new(t, dev.cfg.part_cache));
+        }
     }
 
     /// Send the data of bio `idx` on: merge it, make it a request, or split
@@ -834,6 +853,9 @@ impl CtxState {
         };
         merge::attach(rq, node, sector, bytes, segs, side);
         bump(&self.stats.merges[group as usize], 1);
+        if let Some(p) = &self.parts {
+            p.merged(rq.part, group);
+        }
         true
     }
 
@@ -1168,6 +1190,10 @@ impl CtxState {
             rq.start_ns = self.batch_now();
             dev.stats.update_io_ticks(rq.start_ns / 1_000_000, false);
             bump(&self.stats.in_flight[rq.op.is_write() as usize], 1);
+            rq.part = match self.parts.as_mut() {
+                None => crate::partition::NO_PART,
+                Some(p) => p.start(rq.sector, rq.op.is_write(), rq.start_ns / 1_000_000),
+            };
         }
         rq.transition(RqState::Idle, RqState::Queued);
         bump(&self.stats.requests, 1);
@@ -1275,6 +1301,12 @@ impl CtxState {
             bump(&sh.nsecs[g as usize], lat);
             drop_by(&sh.in_flight[rq.op.is_write() as usize], 1);
             self.hist.record(g, lat);
+            if rq.part != crate::partition::NO_PART {
+                if let Some(p) = &self.parts {
+                    let sectors = rq.size_bytes >> SECTOR_SHIFT;
+                    p.end(rq.part, g, sectors, lat, rq.op.is_write(), now_ns);
+                }
+            }
         }
         if !status.is_ok() {
             bump(&self.stats.errors, 1);
@@ -1565,6 +1597,9 @@ impl Drop for Context {
             dev.hw_queues[st.hwq as usize].notify.unsubscribe_fd(&fd);
         }
         dev.stats.retire(&st.stats, &st.hist);
+        if let Some(p) = st.parts.take() {
+            p.retire();
+        }
         dev.ctl().contexts.retain(|c| !Arc::ptr_eq(c, &st.shared));
         dev.hw_queues[st.hwq as usize]
             .nr_ctx
