@@ -117,6 +117,8 @@ struct CtxState {
     bounced_once: bool,
     /// This context's bio throttle, if the device has one.
     throttle: Option<Box<dyn Throttle>>,
+    /// Hardware queues of stacked devices told of this queue's notifies.
+    forwards: Vec<crate::sync::Arc<crate::sync::Notify>>,
     /// Bios the throttle holds back, with the time each may go, in order.
     throttled: VecDeque<(u64, u32)>,
     /// The priority this context's requests carry, if set on the context
@@ -190,6 +192,7 @@ impl Device {
             fd_signalled: false,
             bounced_once: false,
             throttle: dev.cfg.throttle.as_ref().map(|t| t.for_context(id)),
+            forwards: Vec::new(),
             throttled: VecDeque::with_capacity(bioset_size),
             ioprio: None,
             group: crate::blkcg::Membership::join(group),
@@ -365,6 +368,17 @@ impl Context {
         self.st.fd_timer = Some(timer);
         self.st.kick_fd(&self.dev);
         Ok(raw)
+    }
+
+    /// Tell `up` (a stacked device's hardware queue, from its driver's
+    /// [`crate::driver::HwQueueSetup::notifier`]) whenever this context's
+    /// hardware queue is notified: a lower driver's thread finished a
+    /// request, so the stacked driver's `poll` will find its child done.
+    /// Control plane; lasts as long as this context.
+    pub fn forward_completions(&mut self, up: &crate::driver::HwNotifier) {
+        let hq = &self.dev.hw_queues[self.st.hwq as usize];
+        hq.notify.forward_to(up.0.clone());
+        self.st.forwards.push(up.0.clone());
     }
 
     /// Like [`Context::poll`], but waits until at least `min` completions
@@ -1595,6 +1609,9 @@ impl Drop for Context {
         st.tags.drain_cache(&mut st.tag_cache);
         if let Some(fd) = st.efd.take() {
             dev.hw_queues[st.hwq as usize].notify.unsubscribe_fd(&fd);
+        }
+        for up in st.forwards.drain(..) {
+            dev.hw_queues[st.hwq as usize].notify.unforward(&up);
         }
         dev.stats.retire(&st.stats, &st.hist);
         if let Some(p) = st.parts.take() {

@@ -775,6 +775,18 @@ impl Device {
         &self.inner.info
     }
 
+    /// True if `other` is a handle to this same device.
+    pub fn same(&self, other: &Device) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// True if the driver completes requests without being polled (a thread
+    /// or the kernel does, and wakes the hardware queue): a stacked device
+    /// over such legs can sleep until woken.
+    pub fn completes_async(&self) -> bool {
+        self.inner.completes_async
+    }
+
     /// Device name.
     pub fn name(&self) -> &str {
         &self.inner.info.name

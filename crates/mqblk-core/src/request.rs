@@ -320,6 +320,89 @@ impl Request {
         bio
     }
 
+    /// A bio for `len_bytes` of this request starting `rq_offset_bytes` into
+    /// it, aimed at `offset_bytes` of another device (Linux `bio_split` of a
+    /// clone): a stacked driver whose target maps pieces of one request to
+    /// different lower devices (a stripe, a mirror leg, a table boundary)
+    /// sends one such clone per piece. Data operations view the request's
+    /// memory for that range; nothing is copied. A flush ignores the range.
+    ///
+    /// # Panics
+    ///
+    /// If the range runs past the request (a driver bug, not bad input).
+    ///
+    /// # Safety
+    ///
+    /// As for [`Request::clone_bio`]: the request must not be given back
+    /// before every clone's completion has been reaped and the clone
+    /// dropped, and clones of one request must cover disjoint ranges while
+    /// any of them is in flight (unless every one is a write, which only
+    /// reads the memory). While a clone is in flight, the request's buffers
+    /// must not be reached through [`Request::read_bufs`] or
+    /// [`Request::zero_range`]: fill zeros first, then send clones.
+    pub unsafe fn clone_bio_range(
+        &self,
+        rq_offset_bytes: u64,
+        len_bytes: u64,
+        offset_bytes: u64,
+    ) -> Bio {
+        assert!(
+            rq_offset_bytes + len_bytes <= self.size_bytes,
+            "clone range {rq_offset_bytes}+{len_bytes} past a request of {} bytes",
+            self.size_bytes
+        );
+        let mut bio = match self.op {
+            Op::Read | Op::Write => Bio::at(self.op, offset_bytes),
+            Op::Flush => Bio::flush(),
+            Op::Discard => Bio::discard_at(offset_bytes, len_bytes),
+            Op::WriteZeroes => Bio::write_zeroes_at(offset_bytes, len_bytes),
+        };
+        bio.set_flags(self.flags);
+        if self.op.has_data() {
+            let (start, end) = (rq_offset_bytes, rq_offset_bytes + len_bytes);
+            let mut at = 0u64;
+            self.for_each_segment(|s| {
+                let (s_start, s_end) = (at, at + u64::from(s.len()));
+                at = s_end;
+                let (lo, hi) = (start.max(s_start), end.min(s_end));
+                if lo >= hi {
+                    return;
+                }
+                let skip = (lo - s_start) as usize;
+                let n = (hi - lo) as usize;
+                // SAFETY: [skip, skip + n) lies inside the segment, which
+                // lies inside its buffer; the request owns that buffer until
+                // it is given back, and the caller promised every clone ends
+                // first and that in-flight clones do not overlap.
+                let view = unsafe { s.buf().view(s.offset() as usize + skip, n) };
+                bio.push_segment(view, 0, n as u32);
+            });
+        }
+        bio
+    }
+
+    /// Fill `len_bytes` of a read's buffers, starting `rq_offset_bytes` into
+    /// the request, with zeros (a hole, a `zero` target). Does nothing for
+    /// other operations. Returns the bytes filled.
+    pub fn zero_range(&mut self, rq_offset_bytes: u64, len_bytes: u64) -> u64 {
+        let (start, end) = (rq_offset_bytes, rq_offset_bytes.saturating_add(len_bytes));
+        let mut at = 0u64;
+        let mut filled = 0u64;
+        for buf in self.read_bufs() {
+            let (b_start, b_end) = (at, at + buf.len() as u64);
+            at = b_end;
+            let (lo, hi) = (start.max(b_start), end.min(b_end));
+            if lo < hi {
+                buf[(lo - b_start) as usize..(hi - b_start) as usize].fill(0);
+                filled += hi - lo;
+            }
+            if at >= end {
+                break;
+            }
+        }
+        filled
+    }
+
     /// Number of data segments across all bios.
     pub fn nr_segments(&self) -> usize {
         let mut n = 0;

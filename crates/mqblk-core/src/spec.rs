@@ -50,6 +50,18 @@ pub fn parse(spec: &str) -> Result<DeviceSpec> {
             "a bare path; a file or block device is named `file:{spec_t}`"
         )));
     }
+    // An inline device-mapper table holds lower specs, commas and all: the
+    // whole rest is its target, and it takes no options of its own.
+    if let Some(table) = spec_t.strip_prefix("dm-table:") {
+        if table.trim().is_empty() {
+            return Err(bad("empty table after `dm-table:`; expected lines such as `0 2048 linear ram,size=1M 0`, separated by `;`"));
+        }
+        return Ok(DeviceSpec {
+            kind: "dm-table".to_string(),
+            target: Some(table.to_string()),
+            options: SpecOptions::parse(spec, None)?,
+        });
+    }
     // URL-shaped specs (nbd://, nbd+unix://) keep their query for the driver.
     if let Some((scheme, _)) = spec_t.split_once("://") {
         if scheme.is_empty()

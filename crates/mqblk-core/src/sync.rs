@@ -94,6 +94,8 @@ struct Subscribers {
     fds: Vec<std::sync::Arc<EventFd>>,
     /// Wakers of pending futures (woken once, then dropped).
     wakers: Vec<std::task::Waker>,
+    /// Hardware queues of stacked devices above (notified at every notify).
+    forward: Vec<Arc<Notify>>,
 }
 
 impl Notify {
@@ -102,7 +104,7 @@ impl Notify {
     }
 
     fn update_has_subs(&self, subs: &Subscribers) {
-        let any = !subs.fds.is_empty() || !subs.wakers.is_empty();
+        let any = !subs.fds.is_empty() || !subs.wakers.is_empty() || !subs.forward.is_empty();
         self.has_subs
             .store(any, std::sync::atomic::Ordering::SeqCst);
     }
@@ -117,6 +119,20 @@ impl Notify {
     pub(crate) fn unsubscribe_fd(&self, fd: &std::sync::Arc<EventFd>) {
         let mut subs = self.subs();
         subs.fds.retain(|f| !std::sync::Arc::ptr_eq(f, fd));
+        self.update_has_subs(&subs);
+    }
+
+    /// Notify `up` at every notify, until unforwarded: the hardware queue
+    /// of a stacked device whose driver polls a context of this queue.
+    pub(crate) fn forward_to(&self, up: Arc<Notify>) {
+        let mut subs = self.subs();
+        subs.forward.push(up);
+        self.update_has_subs(&subs);
+    }
+
+    pub(crate) fn unforward(&self, up: &Arc<Notify>) {
+        let mut subs = self.subs();
+        subs.forward.retain(|f| !Arc::ptr_eq(f, up));
         self.update_has_subs(&subs);
     }
 
@@ -138,9 +154,14 @@ impl Notify {
         }
         let wakers = std::mem::take(&mut subs.wakers);
         self.update_has_subs(&subs);
+        // Forwarded queues are notified outside this lock: theirs is another.
+        let up: smallvec::SmallVec<[Arc<Notify>; 4]> = subs.forward.iter().cloned().collect();
         drop(subs);
         for w in wakers {
             w.wake();
+        }
+        for u in up {
+            u.notify();
         }
     }
 }

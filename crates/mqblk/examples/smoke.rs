@@ -1,7 +1,8 @@
 //! A single-threaded loop through the layer on the null device, for
 //! instruction counting (`valgrind --tool=callgrind`) and quick checks:
 //! `cargo run --release -p mqblk --example smoke -- IOS SEGMENTS BS`.
-//! QD32 random reads, completions resubmitted in place.
+//! QD32 random reads, completions resubmitted in place. `SMOKE_SPEC` in the
+//! environment names another device (a stacked one, to cost a layer).
 
 fn main() {
     let mut args = std::env::args()
@@ -10,7 +11,8 @@ fn main() {
     let ios = args.next().unwrap_or(10_000_000);
     let segments = args.next().unwrap_or(1) as u32;
     let bs = args.next().unwrap_or(4096);
-    let dev = mqblk::open("null,size=64G,hw_queues=1").unwrap();
+    let spec = std::env::var("SMOKE_SPEC").unwrap_or_else(|_| "null,size=64G,hw_queues=1".into());
+    let dev = mqblk::open(&spec).unwrap();
     let mut ctx = dev.context().unwrap();
     let piece = (bs / u64::from(segments)) as u32;
     let blocks = dev.capacity_bytes() / bs;

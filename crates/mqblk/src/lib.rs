@@ -25,7 +25,9 @@ pub use mqblk_part as part;
 /// `nbd` (an NBD export, `nbd://host:port/export` or
 /// `nbd+unix:///export?socket=PATH`, with `conns=N` connections as
 /// hardware queues, see `mqblk_nbd`), and `rbd` (a Ceph RBD image,
-/// `rbd:POOL/IMAGE[@SNAP]`, with the `rbd` feature, see `mqblk_rbd`).
+/// `rbd:POOL/IMAGE[@SNAP]`, with the `rbd` feature, see `mqblk_rbd`), and
+/// stacked devices (`dm:TABLE_FILE` or `dm-table:LINE;LINE...`, a
+/// device-mapper table over other specs, see `mqblk_dm`).
 /// Every kind also takes the common options `hw_queues`, `queue_depth`,
 /// `reserved_tags`, `shared_tags`, `queue_mode`, `plug`, `iostats`,
 /// `io_timeout_ms` and `ro`.
@@ -75,6 +77,17 @@ pub fn open_parsed(s: mqblk_core::spec::DeviceSpec) -> Result<Device> {
             mqblk_nbd::open(url, s.options)
         }
         "rbd" => open_rbd(s),
+        "dm" => match s.target {
+            Some(t) => mqblk_dm::open_path(&t, s.options, &open),
+            None => Err(Error::spec(
+                s.options.spec(),
+                "the dm device needs a table file, as in dm:/etc/mqblk/stripe.table",
+            )),
+        },
+        "dm-table" => {
+            let t = s.target.unwrap_or_default();
+            mqblk_dm::open_inline(&t, s.options, &open)
+        }
         other => Err(Error::spec(
             s.options.spec(),
             format!("unknown device kind `{other}`; built in: null, ram, file, nbd, rbd"),

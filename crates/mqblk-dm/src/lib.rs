@@ -1,0 +1,244 @@
+//! Stacked devices (Linux device-mapper): a device described by a table
+//! whose lines map ranges of it onto lower mqblk devices.
+//!
+//! - `dm:PATH` reads the table from a file in dmsetup's format, one target
+//!   per line: `START LENGTH TARGET ARGS...`, in 512-byte sectors.
+//! - `dm-table:LINE;LINE;...` gives it inline.
+//!
+//! Each lower device (a leg) is named by its own mqblk spec and opened
+//! through the caller's opener (`mqblk::open`), so any device kind stacks,
+//! stacked devices included. The pipeline is the table ([`table`]), the
+//! targets ([`target`]), the legs ([`legs`]), the limits stacked from the
+//! legs' ([`limits`]), and the driver that sends child bios and completes
+//! their parent (`stacked`).
+
+pub mod legs;
+pub mod limits;
+mod stacked;
+pub mod table;
+pub mod target;
+
+use std::sync::{Arc, Mutex, Weak};
+
+use mqblk_core::spec::SpecOptions;
+use mqblk_core::{Device, DeviceConfig, Error, Result};
+
+pub use legs::{LegId, LegSet, Legs, Opener};
+pub use table::{Table, TableError, TableLine};
+pub use target::Target;
+
+use stacked::{Line, Stacked};
+
+/// A stacked device's control handle: its table, legs and targets, for
+/// `mqblk dm status` and run-time changes. Found by device name with
+/// [`find`].
+pub struct Handle {
+    name: String,
+    table: Table,
+    legs: Arc<Legs>,
+    targets: Vec<Arc<dyn Target>>,
+}
+
+impl Handle {
+    /// The device's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The table it was built from.
+    pub fn table(&self) -> &Table {
+        &self.table
+    }
+
+    /// Its legs.
+    pub fn legs(&self) -> &Arc<Legs> {
+        &self.legs
+    }
+
+    /// The target of each line, in order.
+    pub fn targets(&self) -> &[Arc<dyn Target>] {
+        &self.targets
+    }
+
+    /// One line per table line, as `dmsetup status` prints:
+    /// `START LENGTH TARGET STATUS`.
+    pub fn status(&self) -> Vec<String> {
+        self.table
+            .lines
+            .iter()
+            .zip(&self.targets)
+            .map(|(l, t)| {
+                format!("{} {} {} {}", l.start, l.len, l.target, t.status())
+                    .trim_end()
+                    .to_string()
+            })
+            .collect()
+    }
+}
+
+static REGISTRY: Mutex<Vec<(String, Weak<Handle>)>> = Mutex::new(Vec::new());
+static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// The handle of the stacked device named `name`, while it is open.
+pub fn find(name: &str) -> Option<Arc<Handle>> {
+    let mut r = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+    r.retain(|(_, w)| w.strong_count() > 0);
+    r.iter()
+        .find(|(n, _)| n == name)
+        .and_then(|(_, w)| w.upgrade())
+}
+
+fn table_error(spec: &str, e: TableError) -> Error {
+    Error::spec(spec, format!("dm table {e}"))
+}
+
+/// Open `dm:PATH` (the table in a file). `opts` are the common device
+/// options (`hw_queues`, `queue_depth`, ...).
+pub fn open_path(path: &str, opts: SpecOptions, opener: Opener<'_>) -> Result<Device> {
+    let spec = format!("dm:{path}");
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::spec(&spec, format!("cannot read the table file {path}: {e}")))?;
+    open_text(&spec, &text, opts, opener)
+}
+
+/// Open `dm-table:TABLE` (the table inline, `;` between lines).
+pub fn open_inline(table: &str, opts: SpecOptions, opener: Opener<'_>) -> Result<Device> {
+    let spec = format!("dm-table:{table}");
+    open_text(&spec, table, opts, opener)
+}
+
+fn open_text(spec: &str, text: &str, mut opts: SpecOptions, opener: Opener<'_>) -> Result<Device> {
+    let table = table::parse(text).map_err(|e| table_error(spec, e))?;
+    let name = format!(
+        "dm-{}",
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let mut cfg = DeviceConfig::new(name, table.sectors() << 9);
+    cfg.take_common(&mut opts)?;
+    opts.finish()?;
+    let legs = Arc::new(Legs::default());
+    let mut set = LegSet::new(opener, legs.clone());
+    let mut targets = Vec::with_capacity(table.lines.len());
+    for line in &table.lines {
+        let mut c = target::Ctor {
+            line,
+            legs: &mut set,
+        };
+        targets.push(Arc::from(
+            target::build(&mut c).map_err(|e| table_error(spec, e))?,
+        ));
+    }
+    create(spec, table, targets, legs, cfg)
+}
+
+/// A linear device of `len_bytes` over `lower` from `offset_bytes` (a
+/// partition), named `name`. I/O past its end is refused by the core with
+/// an error naming `name`, the offset and the end.
+pub fn linear(lower: Device, offset_bytes: u64, len_bytes: u64, name: &str) -> Result<Device> {
+    let spec = format!("{name} (linear over {})", lower.name());
+    if !offset_bytes.is_multiple_of(512) || !len_bytes.is_multiple_of(512) || len_bytes == 0 {
+        return Err(Error::spec(
+            spec,
+            "offset and length must be whole 512-byte sectors, the length above 0",
+        ));
+    }
+    if offset_bytes
+        .checked_add(len_bytes)
+        .is_none_or(|e| e > lower.capacity_bytes())
+    {
+        return Err(Error::spec(
+            spec,
+            format!(
+                "bytes {offset_bytes}..{} run past {}, which has {} bytes",
+                offset_bytes.saturating_add(len_bytes),
+                lower.name(),
+                lower.capacity_bytes()
+            ),
+        ));
+    }
+    let legs = Arc::new(Legs::default());
+    let leg = legs.push(lower.clone(), lower.name());
+    let table = Table {
+        lines: vec![TableLine {
+            line: 1,
+            start: 0,
+            len: len_bytes >> 9,
+            target: "linear".into(),
+            args: vec![lower.name().to_string(), (offset_bytes >> 9).to_string()],
+        }],
+    };
+    let targets: Vec<Arc<dyn Target>> = vec![Arc::new(target::Linear::on(leg, offset_bytes))];
+    let mut cfg = DeviceConfig::new(name, len_bytes);
+    cfg.nr_hw_queues = lower.nr_hw_queues() as u16;
+    cfg.queue_depth = lower.config().queue_depth;
+    create(&spec, table, targets, legs, cfg)
+}
+
+/// Build the device from a checked table, its targets and legs.
+fn create(
+    spec: &str,
+    table: Table,
+    targets: Vec<Arc<dyn Target>>,
+    legs: Arc<Legs>,
+    cfg: DeviceConfig,
+) -> Result<Device> {
+    let devs: Vec<Device> = legs.all().into_iter().flatten().collect();
+    let below: Vec<_> = devs
+        .iter()
+        .map(|d| (d.limits(), d.info().features))
+        .collect();
+    let (mut lim, features) = limits::stack(&below);
+    for t in &targets {
+        t.limits(&mut lim);
+    }
+    let lbs = u64::from(lim.logical_block_size);
+    for l in &table.lines {
+        if (l.start << 9) % lbs != 0 || (l.len << 9) % lbs != 0 {
+            return Err(table_error(
+                spec,
+                TableError::new(
+                    l.line,
+                    if (l.start << 9) % lbs != 0 { 1 } else { 2 },
+                    if (l.start << 9) % lbs != 0 {
+                        "start"
+                    } else {
+                        "length"
+                    },
+                    format!("is not a multiple of the legs' logical block size of {lbs} bytes"),
+                ),
+            ));
+        }
+    }
+    let lines = table
+        .lines
+        .iter()
+        .zip(&targets)
+        .map(|(l, t)| Line {
+            start: l.start << 9,
+            end: (l.start + l.len) << 9,
+            target: t.clone(),
+        })
+        .collect();
+    let name = cfg.name.clone();
+    let handle = Arc::new(Handle {
+        name: name.clone(),
+        table,
+        legs: legs.clone(),
+        targets,
+    });
+    let driver = Stacked {
+        name: name.clone(),
+        lines,
+        legs,
+        limits: lim,
+        features,
+        all_async: !devs.is_empty() && devs.iter().all(Device::completes_async),
+        _handle: handle.clone(),
+    };
+    let dev = Device::new(driver, cfg)?;
+    let mut r = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+    r.retain(|(_, w)| w.strong_count() > 0);
+    r.push((name, Arc::downgrade(&handle)));
+    drop(r);
+    Ok(dev)
+}

@@ -1,0 +1,495 @@
+//! The stacked driver (Linux dm core, request-based): each request is cut
+//! at target boundaries, each piece is mapped by its target, and the pieces
+//! go to the legs as clone bios that view the request's memory. Children
+//! are submitted to this hardware queue's own context on each leg, without
+//! blocking; their completions are reaped in `poll` and the parent request
+//! completes when its last child has ended.
+//!
+//! State per hardware queue, reached only through `&mut`: a context per
+//! leg, the parents by tag, and a slot per child in flight. No lock is
+//! shared between hardware queues; nothing is allocated once warm.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use mqblk_core::driver::{
+    Completions, Driver, Error, Features, HwNotifier, HwQueueSetup, Op, QueueLimits, QueueRq,
+    Request, RqRef, Status,
+};
+use mqblk_core::{Bio, Context};
+
+use crate::legs::{LegId, Legs};
+use crate::target::{EndAction, Io, Route, Target};
+
+/// One line of the table, built.
+pub(crate) struct Line {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    pub(crate) target: Arc<dyn Target>,
+}
+
+/// The driver of a stacked device.
+pub(crate) struct Stacked {
+    pub(crate) name: String,
+    pub(crate) lines: Vec<Line>,
+    pub(crate) legs: Arc<Legs>,
+    pub(crate) limits: QueueLimits,
+    pub(crate) features: Features,
+    pub(crate) all_async: bool,
+    /// Keeps the control handle alive while the device is.
+    pub(crate) _handle: Arc<crate::Handle>,
+}
+
+/// A request waiting for its children.
+struct Parent {
+    rq: RqRef,
+    pending: u32,
+    status: Status,
+}
+
+/// A child in flight.
+#[derive(Clone, Copy)]
+struct Child {
+    tag: u32,
+    line: u32,
+    leg: LegId,
+    io: Io,
+}
+
+/// A child planned while a request is mapped, before any is sent.
+#[derive(Clone, Copy)]
+struct Plan {
+    line: u32,
+    leg: LegId,
+    leg_offset: u64,
+    rq_offset: u64,
+    io: Io,
+    delay_ns: u64,
+}
+
+pub(crate) struct StackedQueue {
+    index: u16,
+    notifier: HwNotifier,
+    generation: u64,
+    /// A context on each leg (`None`: the leg is out).
+    ctxs: Vec<Option<Context>>,
+    /// Legs sent to since the last unplug.
+    touched: Vec<bool>,
+    parents: Vec<Option<Parent>>,
+    children: Vec<Child>,
+    free: Vec<u32>,
+    route: Route,
+    plan: Vec<Plan>,
+    /// Children to send again, to another leg.
+    retry: Vec<(u32, Bio)>,
+    /// Children held back until their time (the `delay` target).
+    delayed: VecDeque<(u64, u32, Bio)>,
+}
+
+impl Stacked {
+    fn open_ctx(&self, leg: usize, notifier: &HwNotifier) -> Result<Option<Context>, Error> {
+        match self.legs.get(leg as LegId) {
+            Some(dev) => {
+                let mut ctx = dev.context()?;
+                ctx.forward_completions(notifier);
+                Ok(Some(ctx))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Pick up legs added, replaced or taken out since this queue last
+    /// looked. An old context is drained first, so no child is lost.
+    #[cold]
+    fn refresh(&self, hq: &mut StackedQueue, done: &mut Completions<'_>) {
+        hq.generation = self.legs.generation();
+        let now = self.legs.all();
+        for (i, dev) in now.iter().enumerate() {
+            if i >= hq.ctxs.len() {
+                hq.ctxs.push(None);
+                hq.touched.push(false);
+            }
+            let same = match (&hq.ctxs[i], dev) {
+                (Some(c), Some(d)) => c.device().same(d),
+                (None, None) => true,
+                _ => false,
+            };
+            if same {
+                continue;
+            }
+            if let Some(mut old) = hq.ctxs[i].take() {
+                while old.in_flight() > 0 {
+                    let q = &mut *hq;
+                    old.poll_wait(1, |c| {
+                        end_child(
+                            &self.lines,
+                            &mut q.children,
+                            &mut q.free,
+                            &mut q.parents,
+                            &mut q.retry,
+                            done,
+                            c,
+                        );
+                    });
+                }
+            }
+            hq.ctxs[i] = match self.open_ctx(i, &hq.notifier) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!(
+                        "mqblk: {}: leg {i} on hardware queue {}: {e}",
+                        self.name, hq.index
+                    );
+                    None
+                }
+            };
+        }
+        self.send_retries(hq, done);
+    }
+
+    /// Send `bio` (child slot `slot`) to its leg; a child that cannot be
+    /// sent ends with an error.
+    fn send(&self, hq: &mut StackedQueue, slot: u32, bio: Bio, done: &mut Completions<'_>) {
+        let leg = hq.children[slot as usize].leg as usize;
+        let Some(ctx) = hq.ctxs.get_mut(leg).and_then(Option::as_mut) else {
+            self.child_failed(hq, slot, done);
+            return;
+        };
+        let bio = match ctx.submit(bio) {
+            Ok(()) => {
+                hq.touched[leg] = true;
+                return;
+            }
+            Err(e) => e.into_bio(),
+        };
+        // The leg's context is full of completions nobody polled: reap them
+        // here and try once more.
+        self.reap_leg(hq, leg, done);
+        let ctx = hq.ctxs[leg].as_mut().expect("checked above");
+        match ctx.submit(bio) {
+            Ok(()) => hq.touched[leg] = true,
+            Err(_) => self.child_failed(hq, slot, done),
+        }
+    }
+
+    fn child_failed(&self, hq: &mut StackedQueue, slot: u32, done: &mut Completions<'_>) {
+        let c = hq.children[slot as usize];
+        hq.free.push(slot);
+        finish(&mut hq.parents, c.tag, Status::IoError, done);
+    }
+
+    fn reap_leg(&self, hq: &mut StackedQueue, leg: usize, done: &mut Completions<'_>) -> usize {
+        let StackedQueue {
+            ctxs,
+            children,
+            free,
+            parents,
+            retry,
+            ..
+        } = hq;
+        let mut n = 0;
+        if let Some(ctx) = ctxs[leg].as_mut() {
+            ctx.poll(|c| n += end_child(&self.lines, children, free, parents, retry, done, c));
+        }
+        n
+    }
+
+    fn send_retries(&self, hq: &mut StackedQueue, done: &mut Completions<'_>) {
+        while let Some((slot, bio)) = hq.retry.pop() {
+            self.send(hq, slot, bio, done);
+        }
+    }
+
+    fn send_due(&self, hq: &mut StackedQueue, done: &mut Completions<'_>) {
+        if hq.delayed.is_empty() {
+            return;
+        }
+        let now = mqblk_core::clock::now_ns();
+        while hq.delayed.front().is_some_and(|d| d.0 <= now) {
+            let (_, slot, bio) = hq.delayed.pop_front().expect("checked");
+            self.send(hq, slot, bio, done);
+        }
+    }
+
+    fn unplug(&self, hq: &mut StackedQueue) {
+        for (ctx, t) in hq.ctxs.iter_mut().zip(hq.touched.iter_mut()) {
+            if std::mem::take(t) {
+                if let Some(c) = ctx.as_mut() {
+                    c.unplug();
+                }
+            }
+        }
+    }
+
+    /// Cut `rq` into pieces and map each; fills `hq.plan`. Zeros are filled
+    /// here, before any child is sent (a child may be writing into the same
+    /// buffer once it is). Returns the status of pieces that failed.
+    fn map(&self, hq: &mut StackedQueue, rq: &mut RqRef) -> Status {
+        let mut status = Status::Ok;
+        let (op, flags) = (rq.op(), rq.flags());
+        let mut off = rq.offset_bytes();
+        let end = off + rq.len_bytes();
+        let mut rq_off = 0u64;
+        let mut i = self.lines.partition_point(|l| l.end <= off);
+        while off < end && i < self.lines.len() {
+            let line = &self.lines[i];
+            let t_off = off - line.start;
+            let n = (end.min(line.end) - off).min(line.target.max_io_len(t_off));
+            let io = Io {
+                op,
+                flags,
+                offset_bytes: t_off,
+                len_bytes: n,
+            };
+            hq.route.clear();
+            line.target.map(&io, hq.index, &mut hq.route);
+            if let Some(s) = hq.route.fail {
+                if status.is_ok() {
+                    status = s;
+                }
+            } else if hq.route.zero {
+                rq.zero_range(rq_off, n);
+            } else {
+                for s in &hq.route.sends {
+                    hq.plan.push(Plan {
+                        line: i as u32,
+                        leg: s.leg,
+                        leg_offset: s.offset_bytes,
+                        rq_offset: rq_off,
+                        io,
+                        delay_ns: s.delay_ns,
+                    });
+                }
+            }
+            off += n;
+            rq_off += n;
+            if off >= line.end {
+                i += 1;
+            }
+        }
+        status
+    }
+
+    fn alloc_child(hq: &mut StackedQueue, c: Child) -> u32 {
+        match hq.free.pop() {
+            Some(s) => {
+                hq.children[s as usize] = c;
+                s
+            }
+            None => {
+                hq.children.push(c);
+                (hq.children.len() - 1) as u32
+            }
+        }
+    }
+}
+
+/// A child's completion: ask its target, then end the child or queue it
+/// for another leg. Returns 1 if it completed its parent.
+fn end_child(
+    lines: &[Line],
+    children: &mut [Child],
+    free: &mut Vec<u32>,
+    parents: &mut [Option<Parent>],
+    retry: &mut Vec<(u32, Bio)>,
+    done: &mut Completions<'_>,
+    c: mqblk_core::Completion<'_>,
+) -> usize {
+    let slot = c.private() as u32;
+    let child = children[slot as usize];
+    let status = c.status();
+    let action = if child.io.op == Op::Flush {
+        EndAction::Done(status)
+    } else {
+        lines[child.line as usize]
+            .target
+            .end_io(&child.io, child.leg, status)
+    };
+    match action {
+        EndAction::Done(s) => {
+            // The clone stays in the lower context's slot, which drops it
+            // as soon as this returns; the parent is given back later, when
+            // the stacked driver's poll returns.
+            let _ = c;
+            free.push(slot);
+            finish(parents, child.tag, s, done)
+        }
+        EndAction::Retry { leg, offset_bytes } => {
+            let mut bio = c.into_bio();
+            bio.set_offset_bytes(offset_bytes);
+            children[slot as usize].leg = leg;
+            retry.push((slot, bio));
+            0
+        }
+    }
+}
+
+/// One child of parent `tag` ended with `status`.
+fn finish(
+    parents: &mut [Option<Parent>],
+    tag: u32,
+    status: Status,
+    done: &mut Completions<'_>,
+) -> usize {
+    let p = parents[tag as usize]
+        .as_mut()
+        .expect("a child's parent waits for it");
+    if !status.is_ok() && p.status.is_ok() {
+        p.status = status;
+    }
+    p.pending -= 1;
+    if p.pending > 0 {
+        return 0;
+    }
+    let p = parents[tag as usize].take().expect("checked above");
+    done.complete(p.rq, p.status);
+    1
+}
+
+impl Driver for Stacked {
+    type HwQueue = StackedQueue;
+
+    fn init_hw_queue(&self, setup: HwQueueSetup<'_>) -> Result<StackedQueue, Error> {
+        let n = self.legs.len();
+        let depth = (setup.queue_depth + setup.reserved_tags) as usize;
+        let mut hq = StackedQueue {
+            index: setup.index,
+            notifier: setup.notifier,
+            generation: self.legs.generation(),
+            ctxs: Vec::with_capacity(n),
+            touched: vec![false; n],
+            parents: (0..depth).map(|_| None).collect(),
+            children: Vec::with_capacity(depth * 2),
+            free: Vec::with_capacity(depth * 2),
+            route: Route::default(),
+            plan: Vec::with_capacity(8),
+            retry: Vec::with_capacity(depth),
+            delayed: VecDeque::new(),
+        };
+        for i in 0..n {
+            let c = self.open_ctx(i, &hq.notifier)?;
+            hq.ctxs.push(c);
+        }
+        Ok(hq)
+    }
+
+    fn queue_rq(
+        &self,
+        hq: &mut StackedQueue,
+        mut rq: RqRef,
+        last: bool,
+        done: &mut Completions<'_>,
+    ) -> QueueRq {
+        if self.legs.generation() != hq.generation {
+            self.refresh(hq, done);
+        }
+        hq.plan.clear();
+        let status = if rq.op() == Op::Flush {
+            // A flush goes to every leg that is there.
+            for (leg, c) in hq.ctxs.iter().enumerate() {
+                if c.is_some() {
+                    hq.plan.push(Plan {
+                        line: 0,
+                        leg: leg as LegId,
+                        leg_offset: 0,
+                        rq_offset: 0,
+                        io: Io {
+                            op: Op::Flush,
+                            flags: rq.flags(),
+                            offset_bytes: 0,
+                            len_bytes: 0,
+                        },
+                        delay_ns: 0,
+                    });
+                }
+            }
+            Status::Ok
+        } else {
+            self.map(hq, &mut rq)
+        };
+        if hq.plan.is_empty() {
+            done.complete(rq, status);
+        } else {
+            let tag = rq.tag();
+            let req: *const Request = &*rq;
+            // One reference per child, plus this loop's own, so the parent
+            // cannot complete while its children are still being sent.
+            hq.parents[tag as usize] = Some(Parent {
+                rq,
+                pending: hq.plan.len() as u32 + 1,
+                status,
+            });
+            for k in 0..hq.plan.len() {
+                let p = hq.plan[k];
+                // SAFETY: `req` points at the request `parents[tag]` owns,
+                // which stays there (not given back) until its last
+                // reference is dropped, and this loop holds one. The clone
+                // ends before the parent is given back: `end_child` runs in
+                // a lower context's poll, which drops the clone right after
+                // the call, and `done.complete` hands the parent to the core
+                // only when this driver's `poll` or `queue_rq` returns. The
+                // pieces of one request are disjoint, except a mirror's
+                // copies of a write, which only read the memory; zeros were
+                // filled in `map`, before any child is sent.
+                let mut bio =
+                    unsafe { (*req).clone_bio_range(p.rq_offset, p.io.len_bytes, p.leg_offset) };
+                let slot = Self::alloc_child(
+                    hq,
+                    Child {
+                        tag,
+                        line: p.line,
+                        leg: p.leg,
+                        io: p.io,
+                    },
+                );
+                bio.private = u64::from(slot);
+                if p.delay_ns == 0 {
+                    self.send(hq, slot, bio, done);
+                } else {
+                    let due = mqblk_core::clock::now_ns() + p.delay_ns;
+                    hq.delayed.push_back((due, slot, bio));
+                }
+            }
+            finish(&mut hq.parents, tag, Status::Ok, done);
+        }
+        if last {
+            self.unplug(hq);
+            if !self.all_async {
+                self.poll(hq, done);
+            }
+        }
+        QueueRq::Issued
+    }
+
+    fn commit_rqs(&self, hq: &mut StackedQueue) {
+        self.unplug(hq);
+    }
+
+    fn poll(&self, hq: &mut StackedQueue, done: &mut Completions<'_>) -> usize {
+        if self.legs.generation() != hq.generation {
+            self.refresh(hq, done);
+        }
+        self.send_due(hq, done);
+        let mut n = 0;
+        for leg in 0..hq.ctxs.len() {
+            n += self.reap_leg(hq, leg, done);
+        }
+        if !hq.retry.is_empty() {
+            self.send_retries(hq, done);
+            self.unplug(hq);
+        }
+        n
+    }
+
+    fn limits(&self) -> QueueLimits {
+        self.limits
+    }
+
+    fn features(&self) -> Features {
+        self.features
+    }
+
+    fn completes_async(&self) -> bool {
+        self.all_async
+    }
+}

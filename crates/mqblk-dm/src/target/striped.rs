@@ -1,0 +1,115 @@
+//! `striped NR_STRIPES CHUNK_SECTORS (DEV OFFSET)...`: chunks dealt round
+//! robin over the legs (Linux dm-stripe, RAID 0).
+
+use mqblk_core::QueueLimits;
+
+use super::{Ctor, Io, Route, Target};
+use crate::legs::LegId;
+use crate::table::TableError;
+
+/// Chunks of `chunk_bytes` dealt over the stripes in turn.
+#[derive(Debug)]
+pub struct Striped {
+    chunk_bytes: u64,
+    chunk_sectors: u32,
+    stripes: Vec<(LegId, u64)>,
+}
+
+impl Striped {
+    /// Build from `N CHUNK (DEV OFFSET){N}`.
+    pub fn new(c: &mut Ctor<'_, '_>) -> Result<Striped, TableError> {
+        let n = c.num(0, "number of stripes")?;
+        if n == 0 || n > 256 {
+            return Err(c.err(0, "number of stripes", format!("{n}; expected 1 to 256")));
+        }
+        let chunk = c.num(1, "chunk size")?;
+        if chunk == 0 || chunk > u64::from(u32::MAX >> 1) {
+            return Err(c.err(
+                1,
+                "chunk size",
+                format!("{chunk} sectors; expected 1 to 2^30"),
+            ));
+        }
+        let len = c.line.len;
+        if !len.is_multiple_of(n) {
+            return Err(TableError::new(
+                c.line.line,
+                2,
+                "length",
+                format!("{len} sectors is not divisible by the {n} stripes"),
+            ));
+        }
+        let width = len / n;
+        if !width.is_multiple_of(chunk) {
+            return Err(TableError::new(
+                c.line.line,
+                2,
+                "length",
+                format!(
+                    "{len} sectors over {n} stripes is {width} per stripe, not a multiple of the chunk size {chunk}"
+                ),
+            ));
+        }
+        let mut stripes = Vec::with_capacity(n as usize);
+        for s in 0..n as usize {
+            let offset = c.num(2 + 2 * s + 1, "offset")?;
+            let leg = c.leg(2 + 2 * s, offset, width)?;
+            stripes.push((leg, offset << 9));
+        }
+        c.no_more(2 + 2 * n as usize)?;
+        Ok(Striped {
+            chunk_bytes: chunk << 9,
+            chunk_sectors: chunk as u32,
+            stripes,
+        })
+    }
+}
+
+impl Target for Striped {
+    fn name(&self) -> &'static str {
+        "striped"
+    }
+
+    #[inline]
+    fn max_io_len(&self, offset_bytes: u64) -> u64 {
+        self.chunk_bytes - offset_bytes % self.chunk_bytes
+    }
+
+    #[inline]
+    fn map(&self, io: &Io, _hwq: u16, route: &mut Route) {
+        let chunk = io.offset_bytes / self.chunk_bytes;
+        let n = self.stripes.len() as u64;
+        let (leg, base) = self.stripes[(chunk % n) as usize];
+        let at = base + (chunk / n) * self.chunk_bytes + io.offset_bytes % self.chunk_bytes;
+        route.to_leg(leg, at);
+    }
+
+    fn legs(&self) -> Vec<LegId> {
+        self.stripes.iter().map(|s| s.0).collect()
+    }
+
+    fn status(&self) -> String {
+        format!(
+            "{} stripes of {} sectors",
+            self.stripes.len(),
+            self.chunk_sectors
+        )
+    }
+
+    fn limits(&self, lim: &mut QueueLimits) {
+        // Requests that never cross a chunk go to one leg each.
+        lim.chunk_sectors = if lim.chunk_sectors == 0 {
+            self.chunk_sectors
+        } else {
+            gcd(lim.chunk_sectors, self.chunk_sectors)
+        };
+    }
+}
+
+fn gcd(a: u32, b: u32) -> u32 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
