@@ -195,3 +195,155 @@ fn a_corrupt_primary_gpt_header_is_read_from_the_backup_with_a_warning() {
     assert!(e.contains("both GPT headers are bad"), "{e}");
     assert!(e.contains("LBA 32767"), "{e}");
 }
+
+/// The bytes `[off, off + len)` of `img`, read by the real `dd`.
+fn dd(img: &Path, off_sectors: u64, sectors: u64) -> Vec<u8> {
+    require_tool("dd");
+    let o = Command::new("dd")
+        .arg(format!("if={}", img.display()))
+        .args([
+            "bs=512",
+            &format!("skip={off_sectors}"),
+            &format!("count={sectors}"),
+            "status=none",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    o.stdout
+}
+
+/// Write through `SPEC,part=N`: the bytes land at the partition's start
+/// plus the offset (read back with dd); a write past the partition's end
+/// is refused with an error naming the partition, the offset and the end;
+/// nothing else in the image changes.
+fn write_through_partition(img: &Path, number: u32) {
+    let table = sfdisk_json(img);
+    let node = format!("{}{number}", img.display());
+    let p = table["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["node"] == node.as_str())
+        .unwrap_or_else(|| panic!("no {node}: {table:#}"))
+        .clone();
+    let (start, size) = (p["start"].as_u64().unwrap(), p["size"].as_u64().unwrap());
+    let before = std::fs::read(img).unwrap();
+    let dev = mqblk::open(&format!("file:{},part={number}", img.display())).unwrap();
+    assert!(
+        dev.name().ends_with(&format!("p{number}")),
+        "{}",
+        dev.name()
+    );
+    assert_eq!(dev.capacity_bytes(), size * 512);
+    let mut ctx = dev.context().unwrap();
+    let mut buf = dev.alloc_buf(4096);
+    for (i, b) in buf.as_mut_slice().iter_mut().enumerate() {
+        *b = (i % 251) as u8 + 1;
+    }
+    let off = 8192u64;
+    ctx.write_at(buf.as_slice(), off).unwrap();
+    // The last block of the partition is writable; one past it is not.
+    let end = size * 512;
+    ctx.write_at(buf.as_slice(), end - 4096).unwrap();
+    for bad in [end, end - 2048, end + (1 << 20)] {
+        let e = ctx.write_at(buf.as_slice(), bad).unwrap_err();
+        match &e {
+            mqblk::Error::OutOfRange {
+                offset_bytes,
+                capacity_bytes,
+                ..
+            } => assert_eq!((*offset_bytes, *capacity_bytes), (bad, end)),
+            e => panic!("{e:?}"),
+        }
+        let msg = e.to_string();
+        assert!(msg.starts_with(dev.name()), "names the partition: {msg}");
+        assert!(
+            msg.contains(&bad.to_string()) && msg.contains(&end.to_string()),
+            "{msg}"
+        );
+    }
+    ctx.flush().unwrap();
+    drop(ctx);
+    drop(dev);
+    let got = dd(img, start + off / 512, 8);
+    assert_eq!(
+        &got[..],
+        buf.as_slice(),
+        "the write is at the partition's start + {off}"
+    );
+    let got = dd(img, start + size - 8, 8);
+    assert_eq!(
+        &got[..],
+        buf.as_slice(),
+        "and the last block is the partition's"
+    );
+    // Nothing else changed: the neighbours are untouched.
+    let after = std::fs::read(img).unwrap();
+    let changed: Vec<usize> = before
+        .iter()
+        .zip(&after)
+        .enumerate()
+        .filter(|(_, (a, b))| a != b)
+        .map(|(i, _)| i)
+        .collect();
+    let a = (
+        (start * 512 + off) as usize,
+        (start * 512 + off + 4096) as usize,
+    );
+    let b = (
+        ((start + size) * 512 - 4096) as usize,
+        ((start + size) * 512) as usize,
+    );
+    assert!(
+        changed
+            .iter()
+            .all(|&i| (a.0..a.1).contains(&i) || (b.0..b.1).contains(&i)),
+        "bytes outside the two writes changed, first at {:?}",
+        changed
+            .iter()
+            .find(|&&i| !(a.0..a.1).contains(&i) && !(b.0..b.1).contains(&i))
+    );
+}
+
+#[test]
+fn a_write_through_part_3_lands_in_partition_3_and_stops_at_its_end() {
+    let d = Scratch::new("part-write-gpt");
+    let img = d.path().join("gpt.img");
+    sfdisk_image(
+        &img,
+        32,
+        "label: gpt\nsize=4MiB, name=one\nsize=4MiB, name=two\nsize=3MiB, name=three\nname=four\n",
+    );
+    write_through_partition(&img, 3);
+}
+
+#[test]
+fn a_write_through_a_logical_partition_lands_in_it() {
+    let d = Scratch::new("part-write-dos");
+    let img = d.path().join("dos.img");
+    sfdisk_image(
+        &img,
+        32,
+        "label: dos\nsize=4MiB, type=83\ntype=5\nsize=4MiB, type=83\nsize=3MiB, type=83\nsize=4MiB, type=83\n",
+    );
+    write_through_partition(&img, 6);
+}
+
+#[test]
+fn part_errors_name_the_device_and_what_it_has() {
+    let d = Scratch::new("part-errors");
+    let img = d.path().join("gpt.img");
+    sfdisk_image(&img, 16, "label: gpt\nsize=4MiB\nsize=4MiB\n");
+    let e = mqblk::open(&format!("file:{},part=3", img.display()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("has no partition 3") && e.contains("has 1, 2"),
+        "{e}"
+    );
+    let e = mqblk::open("null,part=1").unwrap_err().to_string();
+    assert!(e.contains("has no partition table"), "{e}");
+    let e = mqblk::open("null,part=0").unwrap_err().to_string();
+    assert!(e.contains("part=\"0\""), "{e}");
+}

@@ -56,6 +56,11 @@ pub fn parse(disk: &Disk, read: &mut Read<'_>) -> Result<Option<PartitionTable>>
     {
         return gpt::parse(disk, read).map(Some);
     }
+    // A FAT or NTFS boot sector carries 0x55AA too: its "entries" have
+    // boot bytes other than 0 and 0x80 (Linux's msdos check).
+    if mbr::entries(&mbr).iter().any(|e| e.boot & 0x7f != 0) {
+        return Ok(None);
+    }
     mbr::parse(disk, read, &mbr).map(Some)
 }
 

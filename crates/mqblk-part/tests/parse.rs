@@ -331,6 +331,10 @@ fn dos_entries_past_the_device_and_overlaps_are_refused() {
 fn no_signature_is_no_table_and_odd_sector_sizes_are_refused() {
     assert!(parse_image("d", 512, &[0u8; 4096]).unwrap().is_none());
     assert!(parse_image("d", 512, &[]).unwrap().is_none());
+    // A boot sector (boot bytes other than 0 and 0x80) is no table.
+    let mut img = dos_image(512, 1024, 1);
+    img[446 + 16] = 0x12;
+    assert!(parse_image("d", 512, &img).unwrap().is_none());
     assert!(matches!(
         parse_image("d", 520, &[0u8; 4096]),
         Err(Error::SectorSize {

@@ -108,7 +108,16 @@ fn open_devices(jobs: &[JobSpec]) -> Result<Vec<Vec<Device>>> {
             if !writes && !parsed.options.contains("ro") {
                 parsed.options.set("ro", "1");
             }
+            let whole_disk = !parsed.options.contains("part");
             let dev = mqblk::open_parsed(parsed).map_err(|e| crate::open_error(e, spec))?;
+            // A disk's partitions are counted (and written to the stats
+            // dir) as Linux counts them; a table that cannot be read is
+            // said, and the disk is measured all the same.
+            if whole_disk {
+                if let Err(e) = mqblk::register_partitions(&dev) {
+                    eprintln!("mqblk: note: {e}");
+                }
+            }
             // Fallbacks a driver took (io_uring refused, no IOPOLL) are said;
             // the arena fitted to RLIMIT_MEMLOCK is left to `mqblk info`.
             for (k, v) in mqblk::driver_info(&dev) {
