@@ -347,3 +347,101 @@ fn part_errors_name_the_device_and_what_it_has() {
     let e = mqblk::open("null,part=0").unwrap_err().to_string();
     assert!(e.contains("part=\"0\""), "{e}");
 }
+
+/// iostat's last report line for `dev` as (header, fields).
+fn iostat_line(out: &str, dev: &str) -> Option<Vec<(String, String)>> {
+    let mut header: Vec<String> = Vec::new();
+    let mut last = None;
+    for l in out.lines() {
+        let f: Vec<String> = l.split_whitespace().map(str::to_string).collect();
+        if f.first().map(String::as_str) == Some("Device") {
+            header = f;
+        } else if f.first().map(String::as_str) == Some(dev) {
+            last = Some(header.iter().cloned().zip(f).collect());
+        }
+    }
+    last
+}
+
+#[test]
+fn iostat_shows_the_partition_that_took_the_io() {
+    require_tool("iostat");
+    let d = Scratch::new("part-iostat");
+    let img = d.path().join("gpt.img");
+    // Partition 3 is bytes 9 MiB to 12 MiB.
+    sfdisk_image(
+        &img,
+        32,
+        "label: gpt\nsize=4MiB, name=one\nsize=4MiB, name=two\nsize=3MiB, name=three\nname=four\n",
+    );
+    let stats = d.path().join("stats");
+    // Random writes over partition 3 only (fio's offset and size).
+    let job = d.path().join("p3.fio");
+    std::fs::write(
+        &job,
+        format!(
+            "[p3]\nfilename={}\nrw=randwrite\nbs=4k\noffset=9M\nsize=3M\niodepth=8\n\
+             runtime=4\ntime_based\n",
+            img.display()
+        ),
+    )
+    .unwrap();
+    let bench = mqblk()
+        .arg("bench")
+        .arg(&job)
+        .args(["--eta=never", "--output-format=json", "--stats-dir"])
+        .arg(&stats)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let iostat = Command::new("iostat")
+        .args(["-x", "-p", "ALL", "-f"])
+        .arg(&stats)
+        .args(["2", "2"])
+        .output()
+        .unwrap();
+    let out = bench.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        iostat.status.success(),
+        "{}",
+        String::from_utf8_lossy(&iostat.stderr)
+    );
+    let text = String::from_utf8_lossy(&iostat.stdout);
+    let wps = |dev: &str| -> f64 {
+        let l = iostat_line(&text, dev).unwrap_or_else(|| panic!("no line for {dev}:\n{text}"));
+        l.iter()
+            .find(|(h, _)| h == "w/s")
+            .unwrap()
+            .1
+            .parse()
+            .unwrap()
+    };
+    assert!(wps("file0") > 0.0, "{text}");
+    assert!(wps("file0p3") > 0.0, "{text}");
+    for quiet in ["file0p1", "file0p2", "file0p4"] {
+        assert_eq!(wps(quiet), 0.0, "{quiet}: {text}");
+    }
+    // The finished file: the disk's line, then a line per partition; every
+    // write the disk took, partition 3 took.
+    let disk = std::fs::read_to_string(stats.join("diskstats")).unwrap();
+    let lines: Vec<Vec<&str>> = disk
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let names: Vec<&str> = lines.iter().map(|l| l[2]).collect();
+    assert_eq!(names, ["file0", "file0p1", "file0p2", "file0p3", "file0p4"]);
+    let writes = |i: usize| -> u64 { lines[i][3 + 4].parse().unwrap() };
+    assert!(writes(0) > 0, "{disk}");
+    assert_eq!(writes(3), writes(0), "{disk}");
+    assert_eq!((writes(1), writes(2), writes(4)), (0, 0, 0), "{disk}");
+    for l in &lines {
+        assert_eq!(l.len(), 3 + 17, "{disk}");
+    }
+}
