@@ -108,11 +108,15 @@ fn open_devices(jobs: &[JobSpec]) -> Result<Vec<Vec<Device>>> {
             if !writes && !parsed.options.contains("ro") {
                 parsed.options.set("ro", "1");
             }
-            let whole_disk = !parsed.options.contains("part");
+            // A null or ram device starts all zeros: it has no table to
+            // read (and reading one would add a bio to its counts).
+            let whole_disk = !parsed.options.contains("part")
+                && !matches!(parsed.kind.as_str(), "null" | "nullb" | "ram");
             let dev = mqblk::open_parsed(parsed).map_err(|e| crate::open_error(e, spec))?;
             // A disk's partitions are counted (and written to the stats
-            // dir) as Linux counts them; a table that cannot be read is
-            // said, and the disk is measured all the same.
+            // dir) as Linux counts them, its table read once as Linux's
+            // partition scan does; a table that cannot be read is said, and
+            // the disk is measured all the same.
             if whole_disk {
                 if let Err(e) = mqblk::register_partitions(&dev) {
                     eprintln!("mqblk: note: {e}");
