@@ -40,6 +40,7 @@ proptest! {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "slow under Miri (each case CRCs a 32-256 KiB image); tests/parse.rs runs these paths under Miri")]
     fn changed_gpt(changes in proptest::collection::vec((0usize..64 * 512, any::<u8>()), 1..16), reseal in any::<bool>()) {
         let f = 2 + array_sectors(512);
         let mut img = gpt_image(512, 64, &[entry(1, f, f + 3, "a"), entry(2, f + 4, f + 7, "b")]);
@@ -53,6 +54,7 @@ proptest! {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "slow under Miri (each case CRCs a 32-256 KiB image); tests/parse.rs runs these paths under Miri")]
     fn changed_gpt_entries(slot in 0usize..4, first in any::<u64>(), last in any::<u64>(), ss in prop_oneof![Just(512u64), Just(4096)]) {
         let nr = 64;
         let f = 2 + array_sectors(ss);
@@ -66,6 +68,7 @@ proptest! {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "slow under Miri (each case CRCs a 32-256 KiB image); tests/parse.rs runs these paths under Miri")]
     fn changed_dos_chain(changes in proptest::collection::vec((0usize..8, 0usize..2, any::<u8>(), any::<u32>(), any::<u32>()), 1..6)) {
         let mut img = dos_image(512, 1024, 6);
         for (rec, slot, t, start, size) in changes {
