@@ -20,6 +20,7 @@
 
 mod alloc_count;
 mod bench;
+mod partitions;
 mod plot;
 mod qos;
 mod repro;
@@ -364,6 +365,10 @@ struct InfoArgs {
     /// The same, as an option.
     #[arg(long = "device", value_name = "SPEC")]
     device: Option<String>,
+    /// Print JSON: the device, and its partition table shaped like
+    /// `sfdisk --json`'s `partitiontable` object.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Parse the command line; an unknown option is answered with the nearest
@@ -680,6 +685,30 @@ fn info_command(args: &InfoArgs) -> Result<()> {
     };
     let spec = &device_spec(given);
     let dev = open_read_only(spec).map_err(|e| open_error(e, spec))?;
+    // Partitions are named after the disk as Linux names them: after the
+    // file's path for a file device (as sfdisk does), else the device.
+    let disk = mqblk::driver_info(&dev)
+        .into_iter()
+        .find(|(k, _)| k == "path")
+        .map_or_else(|| dev.name().to_string(), |(_, v)| v);
+    let table = mqblk::part::read_table(&dev);
+    if args.json {
+        let mut v = serde_json::json!({
+            "name": dev.name(),
+            "spec": spec,
+            "capacity_bytes": dev.capacity_bytes(),
+            "logical_block_size": dev.logical_block_size(),
+        });
+        match &table {
+            Ok(Some(t)) => v["partitiontable"] = partitions::sfdisk_json(t, &disk),
+            Ok(None) => {}
+            Err(e) => v["partitiontable_error"] = serde_json::json!(e.to_string()),
+        }
+        let mut out = std::io::stdout().lock();
+        serde_json::to_writer_pretty(&mut out, &v)?;
+        writeln!(out)?;
+        return Ok(());
+    }
     let info = dev.info();
     let cfg = dev.config();
     let l = &info.limits;
@@ -778,6 +807,16 @@ fn info_command(args: &InfoArgs) -> Result<()> {
         for (k, v) in driver {
             line(&format!("  {k}:"), v);
         }
+    }
+    match &table {
+        Ok(Some(t)) => {
+            line("partitions:", String::new());
+            for l in partitions::text(t, &disk) {
+                line(&format!("  {l}"), String::new());
+            }
+        }
+        Ok(None) => line("partitions:", "none (no partition table)".into()),
+        Err(e) => line("partitions:", format!("unreadable table: {e}")),
     }
     let mut out = std::io::stdout().lock();
     out.write_all(s.as_bytes())?;

@@ -40,10 +40,19 @@ impl StatsDir {
     pub fn write(&self, done: bool) -> Result<()> {
         let mut diskstats = String::new();
         let mut devs = Vec::new();
-        for (minor, d) in self.devices.iter().enumerate() {
+        // Each disk's line, then its partitions' lines (Linux numbers a
+        // disk's partitions after it).
+        let mut minor = 0u32;
+        for d in self.devices.iter() {
             let s = d.stats().snapshot();
-            diskstats.push_str(&s.diskstats_line(MAJOR, minor as u32, d.name()));
+            diskstats.push_str(&s.diskstats_line(MAJOR, minor, d.name()));
             diskstats.push('\n');
+            minor += 1;
+            for (p, ps) in d.partition_stats() {
+                diskstats.push_str(&ps.diskstats_line(MAJOR, minor, &p.name));
+                diskstats.push('\n');
+                minor += 1;
+            }
             devs.push(json!({
                 "name": d.name(),
                 "queue_mode": d.queue_mode().name(),

@@ -128,6 +128,9 @@ struct CtxState {
     group: crate::blkcg::Membership,
     /// The window, for a context opened on a remapped view.
     window: Option<Arc<crate::remap::View>>,
+    /// The device's partitions, with this context's shards and last hit
+    /// (`None`: the device has none).
+    parts: Option<crate::partition::CtxParts>,
 }
 
 impl Device {
@@ -199,6 +202,8 @@ impl Device {
             ioprio: None,
             group: crate::blkcg::Membership::join(group),
             window: self.view.clone(),
+            // Filled in at the gate, which every context passes first.
+            parts: None,
             tags,
         };
         dev.ctl().contexts.push(st.shared.clone());
@@ -854,6 +859,20 @@ impl CtxState {
         self.nomerges = ctl.nomerges;
         self.sched_on = ctl.elevator;
         self.async_depth = ctl.async_depth;
+        let same = match (&self.parts, &ctl.partitions) {
+            (Some(p), Some(t)) => p.is_of(t),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            if let Some(p) = self.parts.take() {
+                p.retire();
+            }
+            self.parts = ctl
+                .partitions
+                .clone()
+                .map(|t| crate::partition::CtxParts::new(t, dev.cfg.part_cache));
+        }
     }
 
     /// Send the data of bio `idx` on: merge it, make it a request, or split
@@ -918,6 +937,9 @@ impl CtxState {
         };
         merge::attach(rq, node, sector, bytes, segs, side);
         bump(&self.stats.merges[group as usize], 1);
+        if let Some(p) = &self.parts {
+            p.merged(rq.part, group);
+        }
         true
     }
 
@@ -1253,6 +1275,10 @@ impl CtxState {
             self.dstats(dev)
                 .update_io_ticks(rq.start_ns / 1_000_000, false);
             bump(&self.stats.in_flight[rq.op.is_write() as usize], 1);
+            rq.part = match self.parts.as_mut() {
+                None => crate::partition::NO_PART,
+                Some(p) => p.start(rq.sector, rq.op.is_write(), rq.start_ns / 1_000_000),
+            };
         }
         rq.transition(RqState::Idle, RqState::Queued);
         bump(&self.stats.requests, 1);
@@ -1360,6 +1386,12 @@ impl CtxState {
             bump(&sh.nsecs[g as usize], lat);
             drop_by(&sh.in_flight[rq.op.is_write() as usize], 1);
             self.hist.record(g, lat);
+            if rq.part != crate::partition::NO_PART {
+                if let Some(p) = &self.parts {
+                    let sectors = rq.size_bytes >> SECTOR_SHIFT;
+                    p.end(rq.part, g, sectors, lat, rq.op.is_write(), now_ns);
+                }
+            }
         }
         if !status.is_ok() {
             bump(&self.stats.errors, 1);
@@ -1661,6 +1693,9 @@ impl Drop for Context {
         match &st.window {
             None => dev.stats.retire(&st.stats, &st.hist),
             Some(w) => w.stats.retire(&st.stats, &st.hist),
+        }
+        if let Some(p) = st.parts.take() {
+            p.retire();
         }
         dev.ctl().contexts.retain(|c| !Arc::ptr_eq(c, &st.shared));
         dev.hw_queues[st.hwq as usize]

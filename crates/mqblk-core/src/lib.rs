@@ -58,6 +58,7 @@ mod sw_queue;
 mod tag;
 
 // Accounting and the control plane.
+pub mod partition;
 pub mod queue;
 pub mod stats;
 
@@ -71,6 +72,7 @@ pub use error::{Error, Result, Status, SubmitError};
 pub use future::{block_on, join_all, AsyncContext};
 pub use ioprio::{IoPrio, IoPrioClass};
 pub use limits::{Features, QueueInfo, QueueLimits};
+pub use partition::PartitionRange;
 pub use queue::{Device, DeviceConfig, Frozen, LimitOverrides, QueueMode, Quiesced};
 pub use stats::{DiskStats, Histograms};
 

@@ -52,6 +52,9 @@ pub struct DeviceConfig {
     pub iostats: bool,
     /// Request timeout in milliseconds; 0 disables timeout handling.
     pub timeout_ms: u32,
+    /// Partition accounting remembers each context's last partition hit
+    /// (`part_cache=1`, seed 003's one-hit cache), or scans every time.
+    pub part_cache: bool,
     /// Read-only device, whatever the driver says.
     pub read_only: bool,
     /// Merging: 0 all, 1 only with the most recent request, 2 none (Linux
@@ -124,6 +127,7 @@ impl DeviceConfig {
             plug_max: 32,
             iostats: true,
             timeout_ms: 30_000,
+            part_cache: true,
             read_only: false,
             nomerges: 0,
             bounce: true,
@@ -137,7 +141,7 @@ impl DeviceConfig {
 
     /// Take the options every device kind accepts: `hw_queues`,
     /// `queue_depth`, `reserved_tags`, `shared_tags`, `queue_mode`, `plug`,
-    /// `iostats`, `io_timeout_ms`, `ro`, `nomerges`, `bounce`, `bioset_size`,
+    /// `iostats`, `io_timeout_ms`, `ro`, `part_cache`, `nomerges`, `bounce`, `bioset_size`,
     /// and the limit
     /// overrides `max_sectors`, `max_segments`, `max_segment_size`,
     /// `chunk_sectors`.
@@ -185,6 +189,9 @@ impl DeviceConfig {
         }
         if let Some(b) = o.take_bool("ro")? {
             self.read_only = b;
+        }
+        if let Some(b) = o.take_bool("part_cache")? {
+            self.part_cache = b;
         }
         if let Some(n) = o.take_u64("nomerges")? {
             if n > 2 {
@@ -422,6 +429,8 @@ pub(crate) struct Control {
     /// Scheduler tags writes may hold per hardware queue (0: no limit).
     pub(crate) async_depth: u32,
     pub(crate) contexts: Vec<Arc<crate::request::RqOwner>>,
+    /// The registered partitions (`None`: none).
+    pub(crate) partitions: Option<Arc<crate::partition::PartTable>>,
 }
 
 /// The gate word: bit 0 set while frozen, the rest a generation bumped at
@@ -712,6 +721,7 @@ impl Device {
                         .and_then(|e| e.async_depth(sched_depth))
                         .unwrap_or(0),
                     contexts: Vec::new(),
+                    partitions: None,
                 }),
                 cfg,
                 hw_queues: hw_queues.into_boxed_slice(),
@@ -924,6 +934,40 @@ impl Device {
             std::thread::sleep(std::time::Duration::from_micros(100));
         }
         Ok(Frozen { dev: self, ctl })
+    }
+
+    /// Register the disk's partitions for accounting (Linux
+    /// `add_partition`), replacing any registered before; an empty list
+    /// removes them. The queue is frozen meanwhile (up to `timeout`), so
+    /// every request is counted in the table it started under. Each range
+    /// is in 512-byte sectors; ranges must be inside the device and must
+    /// not overlap.
+    pub fn set_partitions(
+        &self,
+        ranges: &[crate::partition::PartitionRange],
+        timeout: std::time::Duration,
+    ) -> Result<()> {
+        let table = if ranges.is_empty() {
+            None
+        } else {
+            Some(Arc::new(crate::partition::PartTable::new(
+                &self.inner.info.name,
+                self.inner.info.capacity_sectors,
+                ranges,
+            )?))
+        };
+        let mut frozen = self.freeze(timeout)?;
+        frozen.ctl.partitions = table;
+        Ok(())
+    }
+
+    /// Each registered partition with its counters (the 17 diskstats
+    /// fields), in the order registered.
+    pub fn partition_stats(
+        &self,
+    ) -> Vec<(crate::partition::PartitionRange, crate::stats::DiskStats)> {
+        let table = self.ctl().partitions.clone();
+        table.map_or_else(Vec::new, |t| t.snapshot())
     }
 
     /// Stop dispatching to the driver (Linux `blk_mq_quiesce_queue`):

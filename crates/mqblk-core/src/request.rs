@@ -76,6 +76,9 @@ pub struct Request {
     /// The submitting context's group, and its weight when submitted.
     pub(crate) group: u16,
     pub(crate) weight: u16,
+    /// The partition the request is counted in (`partition::NO_PART`:
+    /// none).
+    pub(crate) part: u16,
     pub(crate) tag: u32,
     pub(crate) sector: u64,
     pub(crate) size_bytes: u64,
@@ -100,6 +103,7 @@ impl Request {
             ioprio: crate::ioprio::IoPrio::default(),
             group: 0,
             weight: crate::blkcg::DEFAULT_WEIGHT as u16,
+            part: crate::partition::NO_PART,
             tag,
             sector: 0,
             size_bytes: 0,

@@ -13,6 +13,11 @@
 #![forbid(unsafe_code)]
 
 pub use mqblk_core::*;
+/// Partition tables (GPT, MBR): parsing, and reading a device's table.
+pub use mqblk_part as part;
+
+mod part_open;
+pub use part_open::register_partitions;
 
 /// Open a device from a spec string such as `null,size=1T,completion=inline`.
 ///
@@ -28,14 +33,23 @@ pub use mqblk_core::*;
 /// device-mapper table over other specs, see `mqblk_dm`).
 /// Every kind also takes the common options `hw_queues`, `queue_depth`,
 /// `reserved_tags`, `shared_tags`, `queue_mode`, `plug`, `iostats`,
-/// `io_timeout_ms` and `ro`.
+/// `io_timeout_ms` and `ro`, and `part=N`: partition N of the device (GPT
+/// or MBR), as a device of its own whose I/O is bounded by the partition.
 pub fn open(spec: &str) -> Result<Device> {
     let s = mqblk_core::spec::parse(spec)?;
     open_parsed(s)
 }
 
 /// Open an already parsed spec (the bench adds its overrides to it first).
-pub fn open_parsed(s: mqblk_core::spec::DeviceSpec) -> Result<Device> {
+pub fn open_parsed(mut s: mqblk_core::spec::DeviceSpec) -> Result<Device> {
+    match s.options.take_str("part") {
+        Some(n) => part_open::open_partition(s, &n),
+        None => open_kind(s),
+    }
+}
+
+/// Open the device of the spec's kind.
+fn open_kind(s: mqblk_core::spec::DeviceSpec) -> Result<Device> {
     match s.kind.as_str() {
         "null" | "nullb" => {
             if let Some(t) = &s.target {

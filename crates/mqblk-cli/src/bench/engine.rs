@@ -108,7 +108,23 @@ fn open_devices(jobs: &[JobSpec]) -> Result<Vec<Vec<Device>>> {
             if !writes && !parsed.options.contains("ro") {
                 parsed.options.set("ro", "1");
             }
+            // With a stats dir, a disk's partitions are counted and written
+            // there as Linux counts them (its table read once, as Linux's
+            // partition scan does). Without one the table is not read:
+            // nothing would show the counts, and a device slow to answer
+            // would hold the start. A fresh null or ram device is all zeros,
+            // with no table to read (and reading would add to its counts).
+            let whole_disk = job.stats_dir.is_some()
+                && !parsed.options.contains("part")
+                && !matches!(parsed.kind.as_str(), "null" | "nullb" | "ram");
             let dev = mqblk::open_parsed(parsed).map_err(|e| crate::open_error(e, spec))?;
+            // A table that cannot be read is said, and the disk is
+            // measured all the same.
+            if whole_disk {
+                if let Err(e) = mqblk::register_partitions(&dev) {
+                    eprintln!("mqblk: note: {e}");
+                }
+            }
             // Fallbacks a driver took (io_uring refused, no IOPOLL) are said;
             // the arena fitted to RLIMIT_MEMLOCK is left to `mqblk info`.
             for (k, v) in mqblk::driver_info(&dev) {
