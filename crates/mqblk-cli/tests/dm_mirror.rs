@@ -5,7 +5,7 @@
 //! then the legs are identical. Every process stopped is one this test
 //! started, by its pid.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -34,28 +34,7 @@ impl Drop for Proc {
     }
 }
 
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("mqblk-mirror-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-
-    fn file(&self, name: &str, len: u64) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::File::create(&p).unwrap().set_len(len).unwrap();
-        p
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use mqblk_test_support::Scratch;
 
 fn with_mirror<T>(dev: &mqblk::Device, f: impl FnOnce(&Mirror) -> T) -> T {
     let h = mqblk_dm::find(dev.name()).expect("an open stacked device");
@@ -78,7 +57,7 @@ fn pattern(seed: u64, out: &mut [u8]) {
 
 #[test]
 fn a_leg_whose_server_is_killed_leaves_the_mirror_degraded_without_errors() {
-    let s = Scratch::new("nbd");
+    let s = Scratch::new("mirror-nbd");
     let sock = s.0.join("leg.sock");
     let mut server = Proc(Some(
         Command::new(env!("CARGO_BIN_EXE_mqblk"))
@@ -168,7 +147,7 @@ fn dirty_bits(log: &Path) -> u32 {
 
 #[test]
 fn sigkill_mid_run_then_reopen_resyncs_only_dirty_regions() {
-    let s = Scratch::new("kill");
+    let s = Scratch::new("mirror-kill");
     let size = 32u64 << 20;
     let (a, b, log) = (
         s.file("a.img", size),
@@ -248,7 +227,7 @@ fn sigkill_mid_run_then_reopen_resyncs_only_dirty_regions() {
 
 #[test]
 fn dm_replace_rebuilds_a_leg_of_a_running_bench_under_load() {
-    let s = Scratch::new("replace");
+    let s = Scratch::new("mirror-replace");
     let size = 16u64 << 20;
     let (a, b, c) = (
         s.file("a.img", size),

@@ -4,7 +4,7 @@
 //! `--verify_fatal=1` stops at the first mismatch, and a device that keeps
 //! no data is refused. No assertion depends on timing.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 fn mqblk(args: &[&str]) -> Output {
@@ -29,29 +29,7 @@ fn ok_json(args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).expect("JSON output")
 }
 
-/// A scratch directory on the root file system (O_DIRECT works there).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("mqblk-verify-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-
-    fn file(&self, name: &str, len: u64) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::File::create(&p).unwrap().set_len(len).unwrap();
-        p
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use mqblk_test_support::Scratch;
 
 fn verify_of(v: &serde_json::Value) -> &serde_json::Value {
     &v["jobs"][0]["verify"]
@@ -139,7 +117,7 @@ fn randrw_checks_reads_against_the_last_write_on_ram() {
 
 #[test]
 fn verify_passes_on_a_regular_file_with_both_engines() {
-    let s = Scratch::new("file");
+    let s = Scratch::new("verify-file");
     let p = s.file("disk.img", 8 << 20);
     for engine in ["uring", "psync"] {
         write_then_read(&format!("file:{},engine={engine}", p.display()), "8M");
@@ -160,7 +138,7 @@ fn verify_passes_on_a_regular_file_with_both_engines() {
 
 #[test]
 fn verify_passes_on_a_loop_device() {
-    let s = Scratch::new("loop");
+    let s = Scratch::new("verify-loop");
     let p = s.file("backing.img", 16 << 20);
     mqblk_test_support::require_tool("losetup");
     let out = Command::new("losetup")
@@ -197,7 +175,7 @@ fn corrupt(path: &Path, offset: u64) {
 
 #[test]
 fn a_corrupted_block_fails_verify_naming_its_offset() {
-    let s = Scratch::new("corrupt");
+    let s = Scratch::new("verify-corrupt");
     let p = s.file("disk.img", 1 << 20);
     let spec = format!("--device=file:{}", p.display());
     let write = [
@@ -273,7 +251,7 @@ fn a_corrupted_block_fails_verify_naming_its_offset() {
 fn stale_data_is_caught_by_the_verify_phase() {
     // Overwrite a block behind the device's back with an older, valid
     // block of the same offset: the header is fine, but not the last write.
-    let s = Scratch::new("stale");
+    let s = Scratch::new("verify-stale");
     let p = s.file("disk.img", 1 << 20);
     let spec = format!("--device=file:{}", p.display());
     let args = [
@@ -351,7 +329,7 @@ fn bad_verify_values_name_the_option() {
 
 #[test]
 fn job_files_take_the_verify_keys() {
-    let s = Scratch::new("jobfile");
+    let s = Scratch::new("verify-jobfile");
     let jf = s.0.join("v.fio");
     std::fs::write(
         &jf,

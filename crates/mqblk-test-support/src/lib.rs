@@ -115,6 +115,15 @@ impl Scratch {
     pub fn path(&self) -> &std::path::Path {
         &self.0
     }
+
+    /// A sparse file `name` of `len` bytes in it.
+    pub fn file(&self, name: &str, len: u64) -> std::path::PathBuf {
+        let p = self.0.join(name);
+        std::fs::File::create(&p)
+            .and_then(|f| f.set_len(len))
+            .expect("create a scratch file");
+        p
+    }
 }
 
 impl Drop for Scratch {
