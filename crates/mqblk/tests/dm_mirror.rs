@@ -7,22 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mqblk::Device;
+
+mod common;
+use common::pattern;
 use mqblk_dm::mirror::{LegState, Mirror};
 
 const REGION_SECTORS: u64 = 128; // 64 KiB
 const BLOCK: usize = 4096;
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn mirror_of(dev: &Device) -> Arc<mqblk_dm::Handle> {
     mqblk_dm::find(dev.name()).expect("an open stacked device")
