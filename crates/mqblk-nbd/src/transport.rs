@@ -262,6 +262,18 @@ impl Write for ClientTx {
             }
         }
     }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            ClientTx::Plain(s) => s.write_vectored(bufs),
+            ClientTx::Tls { .. } => {
+                let buf = bufs
+                    .iter()
+                    .find(|b| !b.is_empty())
+                    .map_or(&[][..], |b| &**b);
+                self.write(buf)
+            }
+        }
+    }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }

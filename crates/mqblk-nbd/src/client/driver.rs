@@ -45,12 +45,12 @@ use mqblk_nbd_proto::consts::{
     cmd, cmd_flags, reply_type, transmission_flags as tf, DEFAULT_MAX_PAYLOAD,
 };
 use mqblk_nbd_proto::transmission::{
-    decode_block_status, decode_offset_hole, reply_header_len, ErrorPayload, ReplyHeader,
-    CHUNK_HEADER_LEN,
+    decode_block_status, reply_header_len, ErrorPayload, ReplyHeader, CHUNK_HEADER_LEN,
 };
 use mqblk_nbd_proto::{NbdErrno, Request};
 
 use super::handshake::Negotiated;
+use super::send::TxBatch;
 use super::url::NbdUrl;
 use crate::transport::{ClientRx, ClientTx};
 
@@ -77,7 +77,7 @@ impl std::fmt::Debug for NbdDriver {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -158,24 +158,24 @@ impl NbdDriver {
 
 /// A timed-out request whose reply is still due: the reply is drained.
 #[derive(Clone, Copy, Debug)]
-struct Zombie {
-    cookie: u64,
+pub(super) struct Zombie {
+    pub(super) cookie: u64,
     /// Data bytes a simple reply to it carries (a read's length).
-    read_len: u64,
+    pub(super) read_len: u64,
 }
 
 /// One tag's place on the connection.
 #[derive(Default)]
-struct Slot {
+pub(super) struct Slot {
     /// The request waiting for its reply.
-    rq: Option<RqRef>,
+    pub(super) rq: Option<RqRef>,
     /// The cookie `rq` was sent with.
-    cookie: u64,
+    pub(super) cookie: u64,
     /// Submissions on this tag so far (the cookie's high half).
     gen: u32,
     /// The first error chunk of a structured reply to `rq`.
-    err: Option<Status>,
-    zombie: Option<Zombie>,
+    pub(super) err: Option<Status>,
+    pub(super) zombie: Option<Zombie>,
 }
 
 /// The cookie of the `gen`-th submission on `tag`.
@@ -185,19 +185,19 @@ fn cookie_of(tag: usize, gen: u32) -> u64 {
 }
 
 /// What a connection's submit side and receive thread share.
-struct ConnShared {
+pub(super) struct ConnShared {
     /// Requests in flight, by tag.
-    slots: Box<[Mutex<Slot>]>,
+    pub(super) slots: Box<[Mutex<Slot>]>,
     /// Timeouts that found the receive thread inside a tag's reply.
-    stalls: Box<[AtomicU8]>,
+    pub(super) stalls: Box<[AtomicU8]>,
     /// Zombies not yet answered.
-    zombies: AtomicU32,
+    pub(super) zombies: AtomicU32,
     /// Finished requests, for `poll`.
-    done: Mutex<Vec<(RqRef, Status)>>,
+    pub(super) done: Mutex<Vec<(RqRef, Status)>>,
     /// The connection is gone: fail everything.
-    dead: AtomicBool,
-    notifier: HwNotifier,
-    structured: bool,
+    pub(super) dead: AtomicBool,
+    pub(super) notifier: HwNotifier,
+    pub(super) structured: bool,
 }
 
 /// One hardware queue: one NBD connection.
@@ -205,6 +205,8 @@ pub struct NbdQueue {
     sock: ClientTx,
     shared: Arc<ConnShared>,
     recv: Option<JoinHandle<()>>,
+    /// Requests queued since the last doorbell.
+    tx: TxBatch,
 }
 
 impl std::fmt::Debug for NbdQueue {
@@ -236,6 +238,21 @@ impl Drop for NbdQueue {
     }
 }
 
+/// Send the queued batch; if that fails, the connection is gone (the
+/// receive thread then fails every parked request, these among them).
+fn send(hq: &mut NbdQueue) {
+    if hq.tx.is_empty() {
+        return;
+    }
+    if hq.shared.dead.load(Ordering::Acquire) {
+        hq.tx.clear();
+        return;
+    }
+    if hq.tx.send(&mut hq.sock, &hq.shared.slots).is_err() {
+        kill(&hq.shared, &hq.sock);
+    }
+}
+
 /// Kill the connection: mark it dead, wake the receive thread (which then
 /// fails every parked request).
 fn kill(shared: &ConnShared, sock: &ClientTx) {
@@ -243,7 +260,7 @@ fn kill(shared: &ConnShared, sock: &ClientTx) {
     sock.shutdown();
 }
 
-fn status_of(e: NbdErrno) -> Status {
+pub(super) fn status_of(e: NbdErrno) -> Status {
     match e {
         NbdErrno::Perm => Status::Invalid(InvalidKind::ReadOnly),
         NbdErrno::NoSpc => Status::NoSpace,
@@ -282,7 +299,7 @@ impl Driver for NbdDriver {
         let sh = shared.clone();
         let recv = std::thread::Builder::new()
             .name(format!("{}-recv{}", self.name, setup.index))
-            .spawn(move || receive(rsock, &sh))
+            .spawn(move || super::receive::receive(rsock, &sh))
             .map_err(|e| Error::Setup {
                 device: self.name.as_str().into(),
                 reason: format!("cannot start the receive thread: {e}"),
@@ -291,6 +308,7 @@ impl Driver for NbdDriver {
             sock,
             shared,
             recv: Some(recv),
+            tx: TxBatch::new(nr_slots),
         })
     }
 
@@ -298,7 +316,7 @@ impl Driver for NbdDriver {
         &self,
         hq: &mut NbdQueue,
         rq: RqRef,
-        _last: bool,
+        last: bool,
         done: &mut Completions<'_>,
     ) -> QueueRq {
         let len = rq.len_bytes();
@@ -352,29 +370,26 @@ impl Driver for NbdDriver {
             },
             len: if command == cmd::FLUSH { 0 } else { len as u32 },
         };
-        let rq = g.rq.insert(rq);
-        // The reply cannot come before the server has the whole request,
-        // so the receive thread does not wait on this slot while we write.
-        let mut failed = hq.sock.write_all(&req.encode()).is_err();
-        if command == cmd::WRITE && !failed {
-            let sock = &mut hq.sock;
-            for data in rq.write_bufs() {
-                if !failed && sock.write_all(data).is_err() {
-                    failed = true;
-                }
-            }
-        }
+        g.rq = Some(rq);
         drop(g);
-        if failed {
-            // The receive thread fails this request with the others.
-            kill(&hq.shared, &hq.sock);
+        // The header (and a write's payload, gathered from the slot) goes
+        // out with the rest of the batch.
+        let payload = (command == cmd::WRITE).then_some(tag as u32);
+        hq.tx.push(&req, payload);
+        if last {
+            send(hq);
         }
         QueueRq::Issued
     }
 
-    fn commit_rqs(&self, _hq: &mut NbdQueue) {}
+    fn commit_rqs(&self, hq: &mut NbdQueue) {
+        send(hq);
+    }
 
     fn poll(&self, hq: &mut NbdQueue, done: &mut Completions<'_>) -> usize {
+        // The core rings the doorbell before it polls; this is for safety
+        // only: a request must never wait unsent.
+        send(hq);
         let mut list = lock(&hq.shared.done);
         let n = list.len();
         for (rq, status) in list.drain(..) {
@@ -386,6 +401,7 @@ impl Driver for NbdDriver {
     /// See the module's doc: the request leaves its slot and completes
     /// with `Timeout`; its late reply is drained.
     fn timeout(&self, hq: &mut NbdQueue, tag: u32, done: &mut Completions<'_>) -> TimeoutAction {
+        send(hq);
         let sh = &*hq.shared;
         let Some(slot) = sh.slots.get(tag as usize) else {
             return TimeoutAction::ResetTimer;
@@ -577,206 +593,8 @@ fn block_status_on(
 }
 
 /// Largest error or unknown-chunk payload the client reads.
-const MAX_CHUNK_META: u32 = 64 * 1024;
+pub(super) const MAX_CHUNK_META: u32 = 64 * 1024;
 
-/// The receive thread of one connection.
-fn receive(mut sock: ClientRx, sh: &ConnShared) {
-    let _ = receive_loop(&mut sock, sh);
-    // Gone: fail everything parked, and everything that comes later.
-    sh.dead.store(true, Ordering::Release);
-    match &sock {
-        ClientRx::Plain(s) | ClientRx::Tls { sock: s, .. } => s.shutdown(),
-    }
-    let mut failed = Vec::new();
-    for (slot, stalls) in sh.slots.iter().zip(sh.stalls.iter()) {
-        if let Some(rq) = lock(slot).rq.take() {
-            // A request whose reply stalled past its deadline timed out.
-            let status = if stalls.load(Ordering::Acquire) > 0 {
-                Status::Timeout
-            } else {
-                Status::IoError
-            };
-            failed.push((rq, status));
-        }
-    }
-    if !failed.is_empty() {
-        lock(&sh.done).extend(failed);
-    }
-    sh.notifier.notify();
-}
-
-fn finish(sh: &ConnShared, rq: RqRef, status: Status) {
-    lock(&sh.done).push((rq, status));
-    sh.notifier.notify();
-}
-
-/// Read `len` bytes from the socket into the request's segments, starting
-/// `rel` bytes into the request.
-fn read_into(sock: &mut ClientRx, rq: &mut RqRef, rel: u64, len: u64) -> std::io::Result<()> {
-    let mut pos = 0u64;
-    let (start, end) = (rel, rel + len);
-    for buf in rq.read_bufs() {
-        let seg_len = buf.len() as u64;
-        let (a, b) = (start.max(pos), end.min(pos + seg_len));
-        if a < b {
-            sock.read_exact(&mut buf[(a - pos) as usize..(b - pos) as usize])?;
-        }
-        pos += seg_len;
-    }
-    Ok(())
-}
-
-fn zero_into(rq: &mut RqRef, rel: u64, len: u64) {
-    let mut pos = 0u64;
-    for buf in rq.read_bufs() {
-        let seg_len = buf.len() as u64;
-        let (a, b) = (rel.max(pos), (rel + len).min(pos + seg_len));
-        if a < b {
-            buf[(a - pos) as usize..(b - pos) as usize].fill(0);
-        }
-        pos += seg_len;
-    }
-}
-
-fn protocol(why: &str) -> std::io::Error {
+pub(super) fn protocol(why: &str) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string())
-}
-
-fn slot_of(sh: &ConnShared, cookie: u64) -> std::io::Result<&Mutex<Slot>> {
-    usize::try_from(cookie & 0xffff_ffff)
-        .ok()
-        .and_then(|i| sh.slots.get(i))
-        .ok_or_else(|| protocol("reply to an unknown cookie"))
-}
-
-/// Read and throw away `len` bytes (a late reply's payload).
-fn discard(sock: &mut ClientRx, scratch: &mut [u8], mut len: u64) -> std::io::Result<()> {
-    while len > 0 {
-        let n = len.min(scratch.len() as u64) as usize;
-        sock.read_exact(&mut scratch[..n])?;
-        len -= n as u64;
-    }
-    Ok(())
-}
-
-/// Bytes of the buffer late replies are drained through (error chunks
-/// are read into it too).
-const DRAIN_BYTES: usize = 64 * 1024;
-const _: () = assert!(MAX_CHUNK_META as usize <= DRAIN_BYTES);
-
-fn receive_loop(sock: &mut ClientRx, sh: &ConnShared) -> std::io::Result<()> {
-    let mut hdr = [0u8; CHUNK_HEADER_LEN];
-    let mut scratch = vec![0u8; DRAIN_BYTES];
-    loop {
-        sock.read_exact(&mut hdr[..4])?;
-        let magic = u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
-        let hlen = reply_header_len(magic).map_err(|e| protocol(&e.to_string()))?;
-        sock.read_exact(&mut hdr[4..hlen])?;
-        match ReplyHeader::decode(&hdr[..hlen]).map_err(|e| protocol(&e.to_string()))? {
-            ReplyHeader::Simple { error, cookie } => {
-                let slot = slot_of(sh, cookie)?;
-                let mut g = lock(slot);
-                if g.rq.is_some() && g.cookie == cookie {
-                    let rq = g.rq.as_mut().expect("checked above");
-                    if error == 0 && rq.op() == Op::Read {
-                        // On an error the request stays parked, and is
-                        // failed with the others when this thread ends.
-                        let len = rq.len_bytes();
-                        read_into(sock, rq, 0, len)?;
-                    }
-                    let rq = g.rq.take().expect("checked above");
-                    drop(g);
-                    let status = if error == 0 {
-                        Status::Ok
-                    } else {
-                        status_of(NbdErrno::from_code(error))
-                    };
-                    finish(sh, rq, status);
-                } else if g.zombie.is_some_and(|z| z.cookie == cookie) {
-                    let z = g.zombie.take().expect("checked above");
-                    drop(g);
-                    if error == 0 {
-                        discard(sock, &mut scratch, z.read_len)?;
-                    }
-                    sh.zombies.fetch_sub(1, Ordering::AcqRel);
-                } else {
-                    return Err(protocol("reply to a request not in flight"));
-                }
-            }
-            ReplyHeader::Chunk(h) => {
-                if !sh.structured {
-                    return Err(protocol("structured reply without negotiation"));
-                }
-                let slot = slot_of(sh, h.cookie)?;
-                let mut g = lock(slot);
-                if g.zombie.is_some_and(|z| z.cookie == h.cookie)
-                    && !(g.rq.is_some() && g.cookie == h.cookie)
-                {
-                    drop(g);
-                    discard(sock, &mut scratch, u64::from(h.len))?;
-                    if h.done() {
-                        lock(slot).zombie = None;
-                        sh.zombies.fetch_sub(1, Ordering::AcqRel);
-                    }
-                    continue;
-                }
-                if g.rq.is_none() || g.cookie != h.cookie {
-                    return Err(protocol("chunk for a request not in flight"));
-                }
-                let Slot { rq, err, .. } = &mut *g;
-                let rq = rq.as_mut().expect("checked above");
-                let rq_len = rq.len_bytes();
-                let rq_off = rq.offset_bytes();
-                match h.typ {
-                    reply_type::NONE => {
-                        if h.len != 0 {
-                            return Err(protocol("NONE chunk with a payload"));
-                        }
-                    }
-                    reply_type::OFFSET_DATA => {
-                        if h.len < 9 || rq.op() != Op::Read {
-                            return Err(protocol("bad OFFSET_DATA chunk"));
-                        }
-                        let mut o = [0u8; 8];
-                        sock.read_exact(&mut o)?;
-                        let off = u64::from_be_bytes(o);
-                        let dlen = u64::from(h.len - 8);
-                        if off < rq_off || off + dlen > rq_off + rq_len {
-                            return Err(protocol("OFFSET_DATA outside the request"));
-                        }
-                        read_into(sock, rq, off - rq_off, dlen)?;
-                    }
-                    reply_type::OFFSET_HOLE => {
-                        if h.len != 12 || rq.op() != Op::Read {
-                            return Err(protocol("bad OFFSET_HOLE chunk"));
-                        }
-                        let mut p = [0u8; 12];
-                        sock.read_exact(&mut p)?;
-                        let (off, hl) =
-                            decode_offset_hole(&p).map_err(|e| protocol(&e.to_string()))?;
-                        if off < rq_off || off + u64::from(hl) > rq_off + rq_len {
-                            return Err(protocol("OFFSET_HOLE outside the request"));
-                        }
-                        zero_into(rq, off - rq_off, hl.into());
-                    }
-                    t if t & reply_type::FLAG_ERROR != 0 => {
-                        if h.len > MAX_CHUNK_META {
-                            return Err(protocol("error chunk too long"));
-                        }
-                        let p = &mut scratch[..h.len as usize];
-                        sock.read_exact(p)?;
-                        let e = ErrorPayload::decode(t, p).map_err(|e| protocol(&e.to_string()))?;
-                        err.get_or_insert(status_of(e.errno));
-                    }
-                    _ => return Err(protocol("unexpected chunk type")),
-                }
-                if h.done() {
-                    let rq = g.rq.take().expect("checked above");
-                    let status = g.err.take().unwrap_or(Status::Ok);
-                    drop(g);
-                    finish(sh, rq, status);
-                }
-            }
-        }
-    }
 }

@@ -9,6 +9,8 @@
 
 mod driver;
 mod handshake;
+mod receive;
+mod send;
 pub mod url;
 
 use std::net::TcpStream;
