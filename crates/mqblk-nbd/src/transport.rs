@@ -279,6 +279,15 @@ impl Write for ClientTx {
     }
 }
 
+impl ClientRx {
+    /// Shut the socket down.
+    pub fn shutdown(&self) {
+        match self {
+            ClientRx::Plain(s) | ClientRx::Tls { sock: s, .. } => s.shutdown(),
+        }
+    }
+}
+
 impl Read for ClientRx {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let (sock, conn, raw, start, end) = match self {

@@ -50,6 +50,7 @@ use mqblk_nbd_proto::transmission::{
 use mqblk_nbd_proto::{NbdErrno, Request};
 
 use super::handshake::Negotiated;
+use super::reconnect::Reconnect;
 use super::send::TxBatch;
 use super::url::NbdUrl;
 use crate::transport::{ClientRx, ClientTx};
@@ -66,6 +67,8 @@ pub struct NbdDriver {
     /// request/reply off the hardware queues' sockets.
     control_at: Option<NbdUrl>,
     control: Mutex<Option<(ClientTx, ClientRx)>>,
+    /// Reconnect dropped connections (`reconnect_ms`).
+    reconnect: Option<Arc<Reconnect>>,
 }
 
 impl std::fmt::Debug for NbdDriver {
@@ -90,7 +93,28 @@ impl NbdDriver {
             pending: Mutex::new(conns.into_iter().map(Some).collect()),
             control_at: None,
             control: Mutex::new(None),
+            reconnect: None,
         }
+    }
+
+    /// Reconnect a dropped connection to `url` for up to `window`, and
+    /// send the requests that were in flight on it again; only after that
+    /// do they fail. A new connection's sends time out after
+    /// `send_timeout`, as the first one's do.
+    pub fn with_reconnect(
+        mut self,
+        url: NbdUrl,
+        window: std::time::Duration,
+        send_timeout: std::time::Duration,
+    ) -> NbdDriver {
+        self.reconnect = Some(Arc::new(Reconnect {
+            url,
+            window,
+            send_timeout,
+            size: self.neg.size,
+            flags: self.neg.flags,
+        }));
+        self
     }
 
     /// Answer [`Driver::extents`] through a control connection to `url`,
@@ -175,6 +199,10 @@ pub(super) struct Slot {
     gen: u32,
     /// The first error chunk of a structured reply to `rq`.
     pub(super) err: Option<Status>,
+    /// `rq`'s NBD command and command flags, to send it again after a
+    /// reconnect.
+    cmd: u16,
+    flags: u16,
     pub(super) zombie: Option<Zombie>,
 }
 
@@ -198,6 +226,17 @@ pub(super) struct ConnShared {
     pub(super) dead: AtomicBool,
     pub(super) notifier: HwNotifier,
     pub(super) structured: bool,
+    /// How to get the connection back when it drops (`reconnect_ms`).
+    pub(super) reconnect: Option<Arc<Reconnect>>,
+    /// The connection dropped and is being reconnected: requests stay
+    /// parked, unsent. Set by whoever sees the loss; cleared by the submit
+    /// side when it takes the new connection.
+    pub(super) down: AtomicBool,
+    /// A new connection's sending half, for the submit side to take.
+    pub(super) fresh: Mutex<Option<ClientTx>>,
+    /// `fresh` holds a connection: take it and send every parked request
+    /// again.
+    pub(super) resend: AtomicBool,
 }
 
 /// One hardware queue: one NBD connection.
@@ -232,6 +271,9 @@ impl Drop for NbdQueue {
         }
         self.shared.dead.store(true, Ordering::Release);
         self.sock.shutdown();
+        if let Some(fresh) = lock(&self.shared.fresh).take() {
+            fresh.shutdown();
+        }
         if let Some(h) = self.recv.take() {
             let _ = h.join();
         }
@@ -241,15 +283,20 @@ impl Drop for NbdQueue {
 /// Send the queued batch; if that fails, the connection is gone (the
 /// receive thread then fails every parked request, these among them).
 fn send(hq: &mut NbdQueue) {
+    if hq.shared.resend.load(Ordering::Acquire) {
+        adopt(hq);
+    }
     if hq.tx.is_empty() {
         return;
     }
-    if hq.shared.dead.load(Ordering::Acquire) {
+    if hq.shared.dead.load(Ordering::Acquire) || hq.shared.down.load(Ordering::Acquire) {
+        // Parked: failed with the rest, or sent again on the next
+        // connection.
         hq.tx.clear();
         return;
     }
     if hq.tx.send(&mut hq.sock, &hq.shared.slots).is_err() {
-        kill(&hq.shared, &hq.sock);
+        lose(&hq.shared, &hq.sock);
     }
 }
 
@@ -258,6 +305,55 @@ fn send(hq: &mut NbdQueue) {
 fn kill(shared: &ConnShared, sock: &ClientTx) {
     shared.dead.store(true, Ordering::Release);
     sock.shutdown();
+}
+
+/// The connection can no longer be used. With `reconnect_ms`, requests
+/// stay parked and the receive thread reconnects; without, everything
+/// fails.
+fn lose(shared: &ConnShared, sock: &ClientTx) {
+    if shared.reconnect.is_some() {
+        shared.down.store(true, Ordering::Release);
+        sock.shutdown();
+    } else {
+        kill(shared, sock);
+    }
+}
+
+/// The request that sends `g`'s parked request again, on its next cookie.
+fn next_submission(tag: usize, g: &mut Slot) -> Option<Request> {
+    let rq = g.rq.as_ref()?;
+    g.gen = g.gen.wrapping_add(1);
+    g.cookie = cookie_of(tag, g.gen);
+    g.err = None;
+    let flush = g.cmd == cmd::FLUSH;
+    Some(Request {
+        flags: g.flags,
+        cmd: g.cmd,
+        cookie: g.cookie,
+        offset: if flush { 0 } else { rq.offset_bytes() },
+        len: if flush { 0 } else { rq.len_bytes() as u32 },
+    })
+}
+
+/// Take the new connection the receive thread made, and send every
+/// parked request on it again (what was queued for the old one is among
+/// them).
+fn adopt(hq: &mut NbdQueue) {
+    let Some(tx) = lock(&hq.shared.fresh).take() else {
+        return;
+    };
+    hq.shared.resend.store(false, Ordering::Release);
+    hq.sock = tx;
+    hq.tx.clear();
+    for (tag, slot) in hq.shared.slots.iter().enumerate() {
+        let mut g = lock(slot);
+        if let Some(req) = next_submission(tag, &mut g) {
+            hq.shared.stalls[tag].store(0, Ordering::Relaxed);
+            hq.tx
+                .push(&req, (req.cmd == cmd::WRITE).then_some(tag as u32));
+        }
+    }
+    hq.shared.down.store(false, Ordering::Release);
 }
 
 pub(super) fn status_of(e: NbdErrno) -> Status {
@@ -291,6 +387,10 @@ impl Driver for NbdDriver {
             dead: AtomicBool::new(false),
             notifier: setup.notifier,
             structured: self.neg.structured,
+            reconnect: self.reconnect.clone(),
+            down: AtomicBool::new(false),
+            fresh: Mutex::new(None),
+            resend: AtomicBool::new(false),
         });
         let rsock = sock.receiver().map_err(|e| Error::Setup {
             device: self.name.as_str().into(),
@@ -358,6 +458,8 @@ impl Driver for NbdDriver {
         g.gen = g.gen.wrapping_add(1);
         g.cookie = cookie_of(tag, g.gen);
         g.err = None;
+        g.cmd = command;
+        g.flags = flags;
         hq.shared.stalls[tag].store(0, Ordering::Relaxed);
         let req = Request {
             flags,
@@ -415,7 +517,7 @@ impl Driver for NbdDriver {
                 // stuck mid-reply, and only closing the socket gets the
                 // buffers back (the receive thread then fails the request).
                 if sh.stalls[tag as usize].fetch_add(1, Ordering::AcqRel) >= 1 {
-                    kill(sh, &hq.sock);
+                    lose(sh, &hq.sock);
                 }
                 return TimeoutAction::ResetTimer;
             }
@@ -425,7 +527,9 @@ impl Driver for NbdDriver {
             return TimeoutAction::ResetTimer;
         };
         let unanswered = g.zombie.is_some();
-        if !unanswered {
+        // While the connection is down the request was never sent (or its
+        // connection is gone): no reply will come to drain.
+        if !unanswered && !sh.down.load(Ordering::Acquire) {
             let read_len = if rq.op() == Op::Read {
                 rq.len_bytes()
             } else {
@@ -442,7 +546,7 @@ impl Driver for NbdDriver {
         if unanswered {
             // The last timed-out request of this tag was never answered
             // either: the server answers nothing; close the connection.
-            kill(sh, &hq.sock);
+            lose(sh, &hq.sock);
         }
         TimeoutAction::Done
     }

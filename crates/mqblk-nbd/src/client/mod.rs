@@ -1,6 +1,7 @@
 //! The NBD client device kind: `nbd://host:port/export` and
 //! `nbd+unix:///export?socket=PATH`, with `conns=N` connections used as N
-//! hardware queues.
+//! hardware queues, and `reconnect_ms=N` to get a dropped connection back
+//! (see `reconnect.rs`).
 //!
 //! [`open`] connects and negotiates every connection first (control
 //! plane), then builds the device: the size, the queue limits (from
@@ -10,6 +11,7 @@
 mod driver;
 mod handshake;
 mod receive;
+mod reconnect;
 mod send;
 pub mod url;
 
@@ -47,7 +49,7 @@ pub fn connect(addr: &Address) -> std::io::Result<Socket> {
 }
 
 /// Open an NBD export as a device. `url` is the spec's target; `opts`
-/// takes `conns` and the common options (`hw_queues` is the same as
+/// takes `conns`, `reconnect_ms` and the common options (`hw_queues` is the same as
 /// `conns`).
 pub fn open(url: &str, mut opts: SpecOptions) -> Result<Device> {
     let u = url::parse(url).map_err(|why| Error::spec(opts.spec(), why))?;
@@ -64,6 +66,9 @@ pub fn open(url: &str, mut opts: SpecOptions) -> Result<Device> {
     if !(1..=u64::from(MAX_CONNS)).contains(&conns) {
         return Err(opts.error("conns", &conns.to_string(), "1 to 64"));
     }
+    // How long to try to get a dropped connection back, sending its
+    // requests again (0, the default: fail them at once).
+    let reconnect_ms = opts.take_u64("reconnect_ms")?.unwrap_or(0);
     let name = format!("nbd{}", NEXT.fetch_add(1, Ordering::Relaxed));
     let setup = |reason: String| Error::Setup {
         device: name.as_str().into(),
@@ -110,6 +115,14 @@ pub fn open(url: &str, mut opts: SpecOptions) -> Result<Device> {
             .map_err(|e| setup(format!("{url}: {e}")))?;
     }
     cfg.nr_hw_queues = conns as u16;
-    let driver = NbdDriver::new(name, neg, socks).with_control(u);
+    let mut driver = NbdDriver::new(name, neg, socks);
+    if reconnect_ms > 0 {
+        driver = driver.with_reconnect(
+            u.clone(),
+            std::time::Duration::from_millis(reconnect_ms),
+            send_timeout,
+        );
+    }
+    let driver = driver.with_control(u);
     Device::new(driver, cfg)
 }

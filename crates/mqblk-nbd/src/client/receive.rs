@@ -128,13 +128,26 @@ pub(super) fn receive(sock: ClientRx, sh: &ConnShared) {
         sh,
         finished: Vec::with_capacity(sh.slots.len()),
     };
-    let _ = receive_loop(&mut rx);
-    rx.hand_over();
+    loop {
+        let Err(e) = receive_loop(&mut rx);
+        rx.hand_over();
+        rx.sock.shutdown();
+        // The stream cannot be followed after a protocol error: that is
+        // the server's fault, and a new connection would not mend it.
+        if e.kind() == io::ErrorKind::InvalidData {
+            break;
+        }
+        match super::reconnect::reconnect(sh, &e) {
+            Some(sock) => {
+                rx.sock = sock;
+                rx.start = 0;
+                rx.end = 0;
+            }
+            None => break,
+        }
+    }
     // Gone: fail everything parked, and everything that comes later.
     sh.dead.store(true, Ordering::Release);
-    match &rx.sock {
-        ClientRx::Plain(s) | ClientRx::Tls { sock: s, .. } => s.shutdown(),
-    }
     let mut failed = Vec::new();
     for (slot, stalls) in sh.slots.iter().zip(sh.stalls.iter()) {
         if let Some(rq) = lock(slot).rq.take() {
@@ -188,7 +201,7 @@ fn slot_of(sh: &ConnShared, cookie: u64) -> io::Result<&Mutex<Slot>> {
         .ok_or_else(|| protocol("reply to an unknown cookie"))
 }
 
-fn receive_loop(rx: &mut Rx<'_>) -> io::Result<()> {
+fn receive_loop(rx: &mut Rx<'_>) -> io::Result<std::convert::Infallible> {
     let sh = rx.sh;
     let mut hdr = [0u8; CHUNK_HEADER_LEN];
     let mut scratch = vec![0u8; DRAIN_BYTES];

@@ -17,6 +17,15 @@ pub enum Address {
     Unix(PathBuf),
 }
 
+impl std::fmt::Display for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Address::Tcp(hp) => write!(f, "{hp}"),
+            Address::Unix(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
 /// A parsed NBD URI.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NbdUrl {

@@ -345,6 +345,28 @@ impl Nbdkit {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// Kill this nbdkit (if it still runs) and start another on the same
+    /// socket with `args`.
+    pub fn restart(&mut self, args: &[&str]) {
+        self.kill();
+        let _ = std::fs::remove_file(&self.sock);
+        self.child = Command::new("nbdkit")
+            .args(["-f", "-U"])
+            .arg(&self.sock)
+            .args(args)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start nbdkit");
+        let t = Instant::now();
+        while UnixStream::connect(&self.sock).is_err() {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "nbdkit did not listen on its socket"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 impl Drop for Nbdkit {
