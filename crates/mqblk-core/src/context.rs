@@ -113,6 +113,9 @@ struct CtxState {
     fd_timer: Option<crate::sync::FdTimer>,
     /// This context made the eventfd readable and has not polled since.
     fd_signalled: bool,
+    /// The completion fd also watches the hardware queue's interrupt line:
+    /// requests in flight on a polled driver need not keep it readable.
+    irq_in_fd: bool,
     /// This context has bounced a segment already (it is said once).
     bounced_once: bool,
     /// This context's bio throttle, if the device has one.
@@ -195,6 +198,7 @@ impl Device {
             efd: None,
             fd_timer: None,
             fd_signalled: false,
+            irq_in_fd: false,
             bounced_once: false,
             throttle: dev.cfg.throttle.as_ref().map(|t| t.for_context(id)),
             forwards: Vec::new(),
@@ -367,9 +371,14 @@ impl Context {
         };
         let fd = crate::sync::EventFd::new().map(Arc::new).map_err(setup)?;
         let timer = crate::sync::FdTimer::new(&fd).map_err(setup)?;
-        self.dev.hw_queues[self.st.hwq as usize]
-            .notify
-            .subscribe_fd(fd.clone());
+        let hq = &self.dev.hw_queues[self.st.hwq as usize];
+        if let Some(irq) = hq.irq_fd {
+            // The hardware queue (and so the driver's fd) outlives every
+            // context on it.
+            timer.add_readable(irq).map_err(setup)?;
+            self.st.irq_in_fd = true;
+        }
+        hq.notify.subscribe_fd(fd.clone());
         let raw = timer.raw();
         self.st.efd = Some(fd);
         self.st.fd_timer = Some(timer);
@@ -691,7 +700,7 @@ impl CtxState {
             || !self.plug.is_empty()
             || !self.sw.is_empty()
             || self.flush.has_work()
-            || (self.in_flight > 0 && !dev.completes_async)
+            || (self.in_flight > 0 && !dev.completes_async && !self.irq_in_fd)
         {
             fd.signal();
             self.fd_signalled = true;

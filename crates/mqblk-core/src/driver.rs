@@ -119,6 +119,17 @@ pub trait Driver: Send + Sync + 'static {
         false
     }
 
+    /// The interrupt line of `hq`: a file descriptor that is readable while
+    /// `poll` on it would find a completion (a socket, an eventfd that a
+    /// library signals). The core adds it to the completion fd of every
+    /// context on the queue, so that an event loop sleeps until it fires
+    /// instead of being kept awake while requests are in flight on a
+    /// driver that completes only when polled. It must stay open, and the
+    /// same, for the hardware queue's life. Default: none.
+    fn irq_fd(&self, _hq: &Self::HwQueue) -> Option<std::os::fd::RawFd> {
+        None
+    }
+
     /// Request `tag` of this queue has been in flight past the timeout. The
     /// default keeps waiting.
     fn timeout(
@@ -202,6 +213,7 @@ pub(crate) trait HwQueueOps: Send {
     fn poll(&mut self, done: &mut Completions<'_>) -> usize;
     fn timeout(&mut self, tag: u32, done: &mut Completions<'_>) -> TimeoutAction;
     fn wait(&mut self, timeout: std::time::Duration) -> bool;
+    fn irq_fd(&self) -> Option<std::os::fd::RawFd>;
 }
 
 pub(crate) struct Bound<D: Driver> {
@@ -227,5 +239,8 @@ impl<D: Driver> HwQueueOps for Bound<D> {
     }
     fn wait(&mut self, timeout: std::time::Duration) -> bool {
         self.driver.wait(&mut self.hq, timeout)
+    }
+    fn irq_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.driver.irq_fd(&self.hq)
     }
 }

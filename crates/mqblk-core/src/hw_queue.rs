@@ -29,6 +29,8 @@ pub(crate) struct HwQueue {
     pub(crate) nr_ctx: std::sync::atomic::AtomicU32,
     pub(crate) notify: crate::sync::Arc<Notify>,
     pub(crate) tags: Arc<Tags>,
+    /// The driver's interrupt line ([`crate::driver::Driver::irq_fd`]).
+    pub(crate) irq_fd: Option<std::os::fd::RawFd>,
     inner: CachePadded<Mutex<HwInner>>,
 }
 
@@ -72,6 +74,7 @@ impl HwQueue {
         HwQueue {
             nr_ctx: std::sync::atomic::AtomicU32::new(0),
             notify,
+            irq_fd: ops.irq_fd(),
             inner: CachePadded::new(Mutex::new(HwInner {
                 index,
                 ops,

@@ -396,6 +396,24 @@ impl FdTimer {
         })
     }
 
+    /// Make the fd readable also while `fd` is (a driver's interrupt
+    /// line). `fd` must stay open as long as this timer.
+    pub(crate) fn add_readable(&self, fd: std::os::fd::RawFd) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: fd as u64,
+        };
+        // SAFETY: ev is a live epoll_event; the epoll fd is ours, and the
+        // caller keeps `fd` open for as long as the epoll set.
+        let rc =
+            unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        if rc < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// The fd handed to the caller.
     pub(crate) fn raw(&self) -> std::os::fd::RawFd {
         use std::os::fd::AsRawFd;

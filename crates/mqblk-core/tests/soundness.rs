@@ -7,7 +7,7 @@
 mod common;
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{mem_device, Order};
@@ -323,5 +323,105 @@ fn a_throttled_bio_wakes_the_completion_fd_when_its_time_comes() {
         );
         got += ctx.poll(|c| c.result().unwrap());
     }
+    assert_eq!(ctx.in_flight(), 0);
+}
+
+/// A driver that completes only when polled, and only after its interrupt
+/// line (one end of a socket pair) has a byte on it.
+struct Wired {
+    line: Mutex<Option<std::os::unix::net::UnixStream>>,
+}
+
+struct WiredQueue {
+    line: std::os::unix::net::UnixStream,
+    held: Vec<mqblk_core::driver::RqRef>,
+}
+
+impl mqblk_core::driver::Driver for Wired {
+    type HwQueue = WiredQueue;
+
+    fn init_hw_queue(&self, _s: mqblk_core::driver::HwQueueSetup<'_>) -> Result<WiredQueue, Error> {
+        let line = self
+            .line
+            .lock()
+            .unwrap()
+            .take()
+            .expect("one hardware queue");
+        line.set_nonblocking(true).unwrap();
+        Ok(WiredQueue {
+            line,
+            held: Vec::new(),
+        })
+    }
+
+    fn queue_rq(
+        &self,
+        hq: &mut WiredQueue,
+        rq: mqblk_core::driver::RqRef,
+        _last: bool,
+        _done: &mut mqblk_core::driver::Completions<'_>,
+    ) -> mqblk_core::driver::QueueRq {
+        hq.held.push(rq);
+        mqblk_core::driver::QueueRq::Issued
+    }
+
+    fn commit_rqs(&self, _hq: &mut WiredQueue) {}
+
+    fn poll(&self, hq: &mut WiredQueue, done: &mut mqblk_core::driver::Completions<'_>) -> usize {
+        let mut b = [0u8; 64];
+        if !matches!(std::io::Read::read(&mut &hq.line, &mut b), Ok(n) if n > 0) {
+            return 0;
+        }
+        let n = hq.held.len();
+        for rq in hq.held.drain(..) {
+            done.complete(rq, Status::Ok);
+        }
+        n
+    }
+
+    fn irq_fd(&self, hq: &WiredQueue) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        Some(hq.line.as_raw_fd())
+    }
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "poll on a socket pair")]
+fn a_polled_driver_s_interrupt_line_wakes_the_completion_fd_and_nothing_else_does() {
+    use std::io::Write;
+    let (mut wire, line) = std::os::unix::net::UnixStream::pair().unwrap();
+    let drv = Wired {
+        line: Mutex::new(Some(line)),
+    };
+    let dev = mqblk_core::Device::new(drv, common::config("wired", 1 << 20)).unwrap();
+    assert!(!dev.completes_async());
+    let mut ctx = dev.context().unwrap();
+    let cfd = ctx.completion_fd().unwrap();
+    let readable = |ms: i32| {
+        let mut pfd = libc::pollfd {
+            fd: cfd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one live pollfd.
+        unsafe { libc::poll(&mut pfd, 1, ms) == 1 }
+    };
+    ctx.submit(Bio::read_at(0, IoBuf::page_aligned(4096)))
+        .unwrap();
+    ctx.unplug();
+    assert_eq!(ctx.poll(|_| {}), 0);
+    // In flight on a driver that completes only when polled, but with an
+    // interrupt line: the fd is quiet until the line fires, so an event
+    // loop sleeps instead of spinning.
+    assert!(
+        !readable(100),
+        "the completion fd is readable with the line quiet"
+    );
+    wire.write_all(b"!").unwrap();
+    assert!(
+        readable(5000),
+        "the line fired and the completion fd stayed quiet"
+    );
+    assert_eq!(ctx.poll(|c| c.result().unwrap()), 1);
     assert_eq!(ctx.in_flight(), 0);
 }
