@@ -362,28 +362,10 @@ impl Context {
     /// first call makes the eventfd; with no fd asked for, the hot path pays
     /// one branch.
     pub fn completion_fd(&mut self) -> Result<std::os::fd::RawFd> {
-        if let Some(t) = &self.st.fd_timer {
-            return Ok(t.raw());
-        }
-        let setup = |e: std::io::Error| Error::Setup {
+        self.st.completion_fd(&self.dev).map_err(|e| Error::Setup {
             device: self.dev.info.name.clone(),
             reason: format!("cannot make a completion fd: {e}"),
-        };
-        let fd = crate::sync::EventFd::new().map(Arc::new).map_err(setup)?;
-        let timer = crate::sync::FdTimer::new(&fd).map_err(setup)?;
-        let hq = &self.dev.hw_queues[self.st.hwq as usize];
-        if let Some(irq) = hq.irq_fd {
-            // The hardware queue (and so the driver's fd) outlives every
-            // context on it.
-            timer.add_readable(irq).map_err(setup)?;
-            self.st.irq_in_fd = true;
-        }
-        hq.notify.subscribe_fd(fd.clone());
-        let raw = timer.raw();
-        self.st.efd = Some(fd);
-        self.st.fd_timer = Some(timer);
-        self.st.kick_fd(&self.dev);
-        Ok(raw)
+        })
     }
 
     /// Tell `up` (a stacked device's hardware queue, from its driver's
@@ -685,6 +667,28 @@ impl CtxState {
 
     /// Make the completion fd readable if polling would make progress.
     #[inline]
+    /// See [`Context::completion_fd`].
+    fn completion_fd(&mut self, dev: &DeviceInner) -> std::io::Result<std::os::fd::RawFd> {
+        if let Some(t) = &self.fd_timer {
+            return Ok(t.raw());
+        }
+        let fd = Arc::new(crate::sync::EventFd::new()?);
+        let timer = crate::sync::FdTimer::new(&fd)?;
+        let hq = &dev.hw_queues[self.hwq as usize];
+        if let Some(irq) = hq.irq_fd {
+            // The hardware queue (and so the driver's fd) outlives every
+            // context on it.
+            timer.add_readable(irq)?;
+            self.irq_in_fd = true;
+        }
+        hq.notify.subscribe_fd(fd.clone());
+        let raw = timer.raw();
+        self.efd = Some(fd);
+        self.fd_timer = Some(timer);
+        self.kick_fd(dev);
+        Ok(raw)
+    }
+
     fn kick_fd(&mut self, dev: &DeviceInner) {
         // A throttled bio's time is the fd's timer.
         if let (Some(t), Some(&(at, _))) = (self.fd_timer.as_mut(), self.throttled.front()) {
@@ -1561,6 +1565,21 @@ impl CtxState {
             && hq.lock().driver_wait(DRIVER_WAIT)
         {
             return;
+        }
+        if self.in_flight > 0 && !dev.completes_async && hq.irq_fd.is_some() {
+            // A polled driver with an interrupt line, on a queue shared
+            // with other contexts: sleep on this context's completion fd,
+            // which the line wakes, and so does another context that
+            // routes a completion here. No spinning: each spin would be a
+            // poll of the driver.
+            if let Ok(fd) = self.completion_fd(dev) {
+                let mut t = NOTIFY_SLEEP;
+                if let Some(until) = self.throttle_wait() {
+                    t = t.min(until);
+                }
+                crate::sync::wait_readable(fd, t);
+                return;
+            }
         }
         *spins += 1;
         if *spins < SPIN_POLLS {

@@ -166,6 +166,24 @@ impl Notify {
     }
 }
 
+/// Sleep until `fd` is readable or `timeout` passes.
+#[cfg(not(loom))]
+pub(crate) fn wait_readable(fd: std::os::fd::RawFd, timeout: Duration) {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
+    // SAFETY: one live pollfd, for the length of the call.
+    unsafe { libc::poll(&mut pfd, 1, ms) };
+}
+
+#[cfg(loom)]
+pub(crate) fn wait_readable(_fd: std::os::fd::RawFd, _timeout: Duration) {
+    loom::thread::yield_now();
+}
+
 /// An eventfd: a context's completion fd (libblkio's
 /// `blkioq_get_completion_fd`). Readable while calling `poll` on the
 /// context would make progress.

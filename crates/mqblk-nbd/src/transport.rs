@@ -279,6 +279,18 @@ impl Write for ClientTx {
     }
 }
 
+/// `recv` that does not wait (`MSG_DONTWAIT`): the socket itself stays
+/// blocking for the sending half, which shares its file description.
+fn recv_now(sock: &Socket, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        match rustix::net::recv(sock.fd(), &mut *buf, rustix::net::RecvFlags::DONTWAIT) {
+            Ok((n, _)) => return Ok(n),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 impl ClientRx {
     /// Shut the socket down.
     pub fn shutdown(&self) {
@@ -286,11 +298,23 @@ impl ClientRx {
             ClientRx::Plain(s) | ClientRx::Tls { sock: s, .. } => s.shutdown(),
         }
     }
-}
 
-impl Read for ClientRx {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+    /// The socket underneath.
+    pub fn socket(&self) -> &Socket {
+        match self {
+            ClientRx::Plain(s) | ClientRx::Tls { sock: s, .. } => s,
+        }
+    }
+
+    /// Read what has arrived, without waiting: `WouldBlock` if nothing
+    /// has, `Ok(0)` at the end of the stream.
+    pub fn read_now(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_inner(buf, true)
+    }
+
+    fn read_inner(&mut self, buf: &mut [u8], now: bool) -> io::Result<usize> {
         let (sock, conn, raw, start, end) = match self {
+            ClientRx::Plain(s) if now => return recv_now(s, buf),
             ClientRx::Plain(s) => return s.read(buf),
             ClientRx::Tls {
                 sock,
@@ -322,12 +346,22 @@ impl Read for ClientRx {
             }
             // Nothing decrypted and nothing pending: wait for the socket,
             // without the lock (the sending half may need it meanwhile).
-            let n = sock.read(raw)?;
+            let n = if now {
+                recv_now(sock, raw)?
+            } else {
+                sock.read(raw)?
+            };
             if n == 0 {
                 return Ok(0);
             }
             *start = 0;
             *end = n;
         }
+    }
+}
+
+impl Read for ClientRx {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_inner(buf, false)
     }
 }

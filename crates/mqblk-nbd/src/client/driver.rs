@@ -1,42 +1,48 @@
 //! The NBD client driver: one NBD connection per hardware queue (Linux
-//! drivers/block/nbd.c, where each socket is one blk-mq hardware queue).
+//! drivers/block/nbd.c, where each socket is one blk-mq hardware queue),
+//! driven by the contexts themselves, with no thread of its own.
 //!
-//! `queue_rq` writes the request (and a write's payload) on the queue's
-//! socket and parks the request in the slot of its tag. The NBD cookie is
-//! the tag in the low 32 bits and the slot's generation in the high 32, so
-//! a reply always names one submission, never a later reuse of the tag. A
-//! receive thread per connection reads replies, fills read data straight
-//! into the request's segments (holding the slot's lock while it does),
-//! and moves finished requests to a completed list, then rings the
-//! hardware queue's notifier; `poll` hands the completed list to the core.
-//! If the connection drops, the receive thread fails every parked request,
+//! `queue_rq` parks the request in the slot of its tag and encodes its
+//! header into the queue's send batch; the batch goes out in one `writev`
+//! at the doorbell (`last`, or `commit_rqs`), a write's payload gathered
+//! from its request without a copy. The NBD cookie is the tag in the low
+//! 32 bits and the slot's generation in the high 32, so a reply always
+//! names one submission, never a later reuse of the tag. `poll` reads what
+//! the socket holds without waiting, parses the replies that are whole
+//! (`receive.rs`), fills read data into the requests' segments, and
+//! completes them into the core's batch. A context alone on its queue
+//! sleeps in [`Driver::wait`], on the queue's interrupt line (`irq.rs`:
+//! the socket, in an epoll set that outlives a reconnect), which is also
+//! part of every context's completion fd, so an event loop sleeps until a
+//! reply arrives. If the connection drops, every parked request fails (or,
+//! with `reconnect_ms`, is sent again on a new connection: `reconnect.rs`),
 //! and later requests fail at once: nothing waits for a reply that cannot
 //! come.
 //!
 //! Timeouts. NBD has no cancel: a request the server has is the server's
 //! until it answers. Linux's nbd tears the connection down on a timeout
 //! (`nbd_xmit_timeout`) and waits for user space to reconnect. Here the
-//! connection is kept: the timed-out request is taken out of its slot
-//! under the slot's lock (so the receive thread can no longer reach its
-//! buffers) and completed with [`Status::Timeout`]; its cookie is kept as
-//! a *zombie*, and when the late reply comes its payload is read and
-//! thrown away. A server that is slow, not dead, so costs one request, not
-//! the connection. The connection is closed (and every request on it
-//! fails) only where the stream can no longer be followed: a second
-//! timeout on a tag whose zombie is still unanswered (the server answers
-//! nothing), or a reply that stays stuck half-read past two timeouts (the
-//! receive thread is inside that request's buffers; shutting the socket
-//! down is the only way to get them back). A timed-out write may still be
-//! carried out by the server later: `Timeout` means the outcome is
-//! unknown, as it does for a local disk.
+//! connection is kept: the timed-out request is taken out of its slot and
+//! completed with [`Status::Timeout`]; its cookie is kept as a *zombie*,
+//! and when the late reply comes its payload is read and thrown away. A
+//! server that is slow, not dead, so costs one request, not the
+//! connection. The connection is closed (and every request on it fails)
+//! only where the stream can no longer be followed: a second timeout on a
+//! tag whose zombie is still unanswered (the server answers nothing), or a
+//! reply that stays stuck half-read past two timeouts (the parser is
+//! inside that request's buffers; closing the connection is the only way
+//! to get them back). A timed-out write may still be carried out by the
+//! server later: `Timeout` means the outcome is unknown, as it does for a
+//! local disk.
 
 use std::io::{Read, Write};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use mqblk_core::bio::{BioFlags, Op};
-use mqblk_core::driver::{Completions, HwNotifier};
+use mqblk_core::driver::Completions;
 use mqblk_core::driver::{Driver, HwQueueSetup, QueueRq, TimeoutAction};
 use mqblk_core::driver::{Extent, RqRef};
 use mqblk_core::error::{Error, InvalidKind, Result, Status};
@@ -50,7 +56,9 @@ use mqblk_nbd_proto::transmission::{
 use mqblk_nbd_proto::{NbdErrno, Request};
 
 use super::handshake::Negotiated;
-use super::reconnect::Reconnect;
+use super::irq::Irq;
+use super::receive::Receiver;
+use super::reconnect::{Link, Reconnect, GAVE_UP, UP};
 use super::send::TxBatch;
 use super::url::NbdUrl;
 use crate::transport::{ClientRx, ClientTx};
@@ -197,13 +205,15 @@ pub(super) struct Slot {
     pub(super) cookie: u64,
     /// Submissions on this tag so far (the cookie's high half).
     gen: u32,
-    /// The first error chunk of a structured reply to `rq`.
+    /// The first error of `rq`'s reply.
     pub(super) err: Option<Status>,
+    pub(super) zombie: Option<Zombie>,
     /// `rq`'s NBD command and command flags, to send it again after a
     /// reconnect.
     cmd: u16,
     flags: u16,
-    pub(super) zombie: Option<Zombie>,
+    /// Timeouts that found the parser inside this request's data.
+    stalls: u8,
 }
 
 /// The cookie of the `gen`-th submission on `tag`.
@@ -212,55 +222,66 @@ fn cookie_of(tag: usize, gen: u32) -> u64 {
     (u64::from(gen) << 32) | tag as u64
 }
 
-/// What a connection's submit side and receive thread share.
-pub(super) struct ConnShared {
-    /// Requests in flight, by tag.
-    pub(super) slots: Box<[Mutex<Slot>]>,
-    /// Timeouts that found the receive thread inside a tag's reply.
-    pub(super) stalls: Box<[AtomicU8]>,
+/// The requests of one connection, by tag.
+pub(super) struct InFlight {
+    pub(super) slots: Box<[Slot]>,
     /// Zombies not yet answered.
-    pub(super) zombies: AtomicU32,
-    /// Finished requests, for `poll`.
-    pub(super) done: Mutex<Vec<(RqRef, Status)>>,
-    /// The connection is gone: fail everything.
-    pub(super) dead: AtomicBool,
-    pub(super) notifier: HwNotifier,
+    pub(super) zombies: u32,
+    /// Structured replies were negotiated.
     pub(super) structured: bool,
-    /// How to get the connection back when it drops (`reconnect_ms`).
-    pub(super) reconnect: Option<Arc<Reconnect>>,
-    /// The connection dropped and is being reconnected: requests stay
-    /// parked, unsent. Set by whoever sees the loss; cleared by the submit
-    /// side when it takes the new connection.
-    pub(super) down: AtomicBool,
-    /// A new connection's sending half, for the submit side to take.
-    pub(super) fresh: Mutex<Option<ClientTx>>,
-    /// `fresh` holds a connection: take it and send every parked request
-    /// again.
-    pub(super) resend: AtomicBool,
+}
+
+impl InFlight {
+    /// The tag a reply's cookie names.
+    pub(super) fn tag_of(&self, cookie: u64) -> std::io::Result<u32> {
+        let tag = (cookie & 0xffff_ffff) as u32;
+        if (tag as usize) < self.slots.len() {
+            Ok(tag)
+        } else {
+            Err(protocol("reply to an unknown cookie"))
+        }
+    }
+
+    /// The reply to `tag`'s request is whole: complete it.
+    pub(super) fn finish(&mut self, tag: u32, done: &mut Completions<'_>) -> usize {
+        let slot = &mut self.slots[tag as usize];
+        let Some(rq) = slot.rq.take() else { return 0 };
+        let status = slot.err.take().unwrap_or(Status::Ok);
+        done.complete(rq, status);
+        1
+    }
 }
 
 /// One hardware queue: one NBD connection.
 pub struct NbdQueue {
     sock: ClientTx,
-    shared: Arc<ConnShared>,
-    recv: Option<JoinHandle<()>>,
+    rx: Receiver,
+    fl: InFlight,
     /// Requests queued since the last doorbell.
     tx: TxBatch,
+    irq: Irq,
+    /// The connection is gone for good: everything fails.
+    dead: bool,
+    /// The connection dropped and a new one is being made: requests stay
+    /// parked, unsent.
+    down: bool,
+    reconnect: Option<Arc<Reconnect>>,
+    link: Arc<Link>,
+    reconnector: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for NbdQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NbdQueue")
-            .field("dead", &self.shared.dead.load(Ordering::Relaxed))
+            .field("dead", &self.dead)
+            .field("down", &self.down)
             .finish()
     }
 }
 
 impl Drop for NbdQueue {
     fn drop(&mut self) {
-        if !self.shared.dead.load(Ordering::Acquire)
-            && self.shared.zombies.load(Ordering::Acquire) == 0
-        {
+        if !self.dead && !self.down && self.fl.zombies == 0 {
             // Soft disconnect: nothing is in flight when a device goes
             // (with a zombie still at the server, the close is hard).
             let disc = Request {
@@ -269,91 +290,155 @@ impl Drop for NbdQueue {
             };
             let _ = self.sock.write_all(&disc.encode());
         }
-        self.shared.dead.store(true, Ordering::Release);
         self.sock.shutdown();
-        if let Some(fresh) = lock(&self.shared.fresh).take() {
-            fresh.shutdown();
-        }
-        if let Some(h) = self.recv.take() {
+        self.link.closing.store(true, Ordering::Release);
+        if let Some(h) = self.reconnector.take() {
             let _ = h.join();
+        }
+        if let Some(fresh) = lock(&self.link.fresh).take() {
+            fresh.shutdown();
         }
     }
 }
 
-/// Send the queued batch; if that fails, the connection is gone (the
-/// receive thread then fails every parked request, these among them).
+/// Send the queued batch. A failed send shuts the socket down; the next
+/// `poll` then finds the connection lost.
 fn send(hq: &mut NbdQueue) {
-    if hq.shared.resend.load(Ordering::Acquire) {
-        adopt(hq);
+    if hq.down {
+        take_link(hq, None);
     }
     if hq.tx.is_empty() {
         return;
     }
-    if hq.shared.dead.load(Ordering::Acquire) || hq.shared.down.load(Ordering::Acquire) {
+    if hq.dead || hq.down {
         // Parked: failed with the rest, or sent again on the next
         // connection.
         hq.tx.clear();
         return;
     }
-    if hq.tx.send(&mut hq.sock, &hq.shared.slots).is_err() {
-        lose(&hq.shared, &hq.sock);
+    if hq.tx.send(&mut hq.sock, &hq.fl.slots).is_err() {
+        hq.tx.clear();
+        hq.sock.shutdown();
     }
 }
 
-/// Kill the connection: mark it dead, wake the receive thread (which then
-/// fails every parked request).
-fn kill(shared: &ConnShared, sock: &ClientTx) {
-    shared.dead.store(true, Ordering::Release);
-    sock.shutdown();
-}
-
-/// The connection can no longer be used. With `reconnect_ms`, requests
-/// stay parked and the receive thread reconnects; without, everything
-/// fails.
-fn lose(shared: &ConnShared, sock: &ClientTx) {
-    if shared.reconnect.is_some() {
-        shared.down.store(true, Ordering::Release);
-        sock.shutdown();
-    } else {
-        kill(shared, sock);
-    }
-}
-
-/// The request that sends `g`'s parked request again, on its next cookie.
-fn next_submission(tag: usize, g: &mut Slot) -> Option<Request> {
-    let rq = g.rq.as_ref()?;
-    g.gen = g.gen.wrapping_add(1);
-    g.cookie = cookie_of(tag, g.gen);
-    g.err = None;
-    let flush = g.cmd == cmd::FLUSH;
+/// The request that sends `slot`'s parked request again, on its next
+/// cookie.
+fn next_submission(tag: usize, slot: &mut Slot) -> Option<Request> {
+    let rq = slot.rq.as_ref()?;
+    slot.gen = slot.gen.wrapping_add(1);
+    slot.cookie = cookie_of(tag, slot.gen);
+    slot.err = None;
+    slot.stalls = 0;
+    let flush = slot.cmd == cmd::FLUSH;
     Some(Request {
-        flags: g.flags,
-        cmd: g.cmd,
-        cookie: g.cookie,
+        flags: slot.flags,
+        cmd: slot.cmd,
+        cookie: slot.cookie,
         offset: if flush { 0 } else { rq.offset_bytes() },
         len: if flush { 0 } else { rq.len_bytes() as u32 },
     })
 }
 
-/// Take the new connection the receive thread made, and send every
-/// parked request on it again (what was queued for the old one is among
-/// them).
-fn adopt(hq: &mut NbdQueue) {
-    let Some(tx) = lock(&hq.shared.fresh).take() else {
-        return;
-    };
-    hq.shared.resend.store(false, Ordering::Release);
-    hq.sock = tx;
+/// While the connection is down: take what the reconnect thread has to
+/// say. A new connection is taken, and every parked request is sent on it
+/// again; if the thread gave up, the requests fail (in `poll`, which has
+/// `done`).
+fn take_link(hq: &mut NbdQueue, done: Option<&mut Completions<'_>>) {
+    match hq.link.outcome.load(Ordering::Acquire) {
+        UP => {
+            hq.irq.clear_kick();
+            if let Some(h) = hq.reconnector.take() {
+                let _ = h.join();
+            }
+            let Some(tx) = lock(&hq.link.fresh).take() else {
+                return;
+            };
+            let rx = match tx.receiver() {
+                Ok(rx) => rx,
+                Err(_) => {
+                    tx.shutdown();
+                    hq.down = false;
+                    hq.dead = true;
+                    return;
+                }
+            };
+            if hq.irq.watch(rx.socket().fd()).is_err() {
+                tx.shutdown();
+                hq.down = false;
+                hq.dead = true;
+                return;
+            }
+            hq.sock = tx;
+            hq.rx.reset(rx);
+            hq.tx.clear();
+            for (tag, slot) in hq.fl.slots.iter_mut().enumerate() {
+                if let Some(req) = next_submission(tag, slot) {
+                    hq.tx
+                        .push(&req, (req.cmd == cmd::WRITE).then_some(tag as u32));
+                }
+            }
+            hq.down = false;
+        }
+        GAVE_UP => {
+            if let Some(done) = done {
+                hq.irq.clear_kick();
+                if let Some(h) = hq.reconnector.take() {
+                    let _ = h.join();
+                }
+                hq.down = false;
+                fail_all(hq, done);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The connection is gone for good: fail every parked request, and every
+/// later one.
+fn fail_all(hq: &mut NbdQueue, done: &mut Completions<'_>) -> usize {
+    hq.dead = true;
     hq.tx.clear();
-    for (tag, slot) in hq.shared.slots.iter().enumerate() {
-        let mut g = lock(slot);
-        if let Some(req) = next_submission(tag, &mut g) {
-            hq.shared.stalls[tag].store(0, Ordering::Relaxed);
-            hq.tx
-                .push(&req, (req.cmd == cmd::WRITE).then_some(tag as u32));
+    let mut n = 0;
+    for slot in hq.fl.slots.iter_mut() {
+        if let Some(rq) = slot.rq.take() {
+            // A request whose reply stalled past its deadline timed out.
+            let status = if slot.stalls > 0 {
+                Status::Timeout
+            } else {
+                Status::IoError
+            };
+            done.complete(rq, status);
+            n += 1;
         }
     }
-    hq.shared.down.store(false, Ordering::Release);
+    n
+}
+
+/// The connection broke (`why`). With `reconnect_ms` (and a server that
+/// did not break the protocol), requests stay parked while a new
+/// connection is made; otherwise everything fails.
+fn lost(hq: &mut NbdQueue, why: &std::io::Error, done: &mut Completions<'_>) -> usize {
+    hq.irq.unwatch(hq.rx.socket().fd());
+    hq.sock.shutdown();
+    hq.tx.clear();
+    for slot in hq.fl.slots.iter_mut() {
+        slot.zombie = None;
+    }
+    hq.fl.zombies = 0;
+    if let Some(rc) = &hq.reconnect {
+        if why.kind() != std::io::ErrorKind::InvalidData {
+            let started = hq.irq.kicker().and_then(|kick| {
+                super::reconnect::start(rc.clone(), hq.link.clone(), kick, why.to_string())
+            });
+            if let Ok(h) = started {
+                hq.reconnector = Some(h);
+                hq.down = true;
+                return 0;
+            }
+        }
+    }
+    fail_all(hq, done)
 }
 
 pub(super) fn status_of(e: NbdErrno) -> Status {
@@ -371,44 +456,38 @@ impl Driver for NbdDriver {
     type HwQueue = NbdQueue;
 
     fn init_hw_queue(&self, setup: HwQueueSetup<'_>) -> Result<NbdQueue> {
+        let setup_err = |reason: String| Error::Setup {
+            device: self.name.as_str().into(),
+            reason,
+        };
         let sock = lock(&self.pending)
             .get_mut(setup.index as usize)
             .and_then(Option::take)
-            .ok_or_else(|| Error::Setup {
-                device: self.name.as_str().into(),
-                reason: format!("no connection for hardware queue {}", setup.index),
+            .ok_or_else(|| {
+                setup_err(format!("no connection for hardware queue {}", setup.index))
             })?;
         let nr_slots = (setup.queue_depth + setup.reserved_tags) as usize;
-        let shared = Arc::new(ConnShared {
-            slots: (0..nr_slots).map(|_| Mutex::new(Slot::default())).collect(),
-            stalls: (0..nr_slots).map(|_| AtomicU8::new(0)).collect(),
-            zombies: AtomicU32::new(0),
-            done: Mutex::new(Vec::with_capacity(nr_slots)),
-            dead: AtomicBool::new(false),
-            notifier: setup.notifier,
-            structured: self.neg.structured,
-            reconnect: self.reconnect.clone(),
-            down: AtomicBool::new(false),
-            fresh: Mutex::new(None),
-            resend: AtomicBool::new(false),
-        });
-        let rsock = sock.receiver().map_err(|e| Error::Setup {
-            device: self.name.as_str().into(),
-            reason: format!("cannot clone the connection's socket: {e}"),
-        })?;
-        let sh = shared.clone();
-        let recv = std::thread::Builder::new()
-            .name(format!("{}-recv{}", self.name, setup.index))
-            .spawn(move || super::receive::receive(rsock, &sh))
-            .map_err(|e| Error::Setup {
-                device: self.name.as_str().into(),
-                reason: format!("cannot start the receive thread: {e}"),
-            })?;
+        let rx = sock
+            .receiver()
+            .map_err(|e| setup_err(format!("cannot clone the connection's socket: {e}")))?;
+        let irq = Irq::new()
+            .and_then(|irq| irq.watch(rx.socket().fd()).map(|()| irq))
+            .map_err(|e| setup_err(format!("cannot make the interrupt line: {e}")))?;
         Ok(NbdQueue {
             sock,
-            shared,
-            recv: Some(recv),
+            rx: Receiver::new(rx),
+            fl: InFlight {
+                slots: (0..nr_slots).map(|_| Slot::default()).collect(),
+                zombies: 0,
+                structured: self.neg.structured,
+            },
             tx: TxBatch::new(nr_slots),
+            irq,
+            dead: false,
+            down: false,
+            reconnect: self.reconnect.clone(),
+            link: Arc::new(Link::default()),
+            reconnector: None,
         })
     }
 
@@ -438,33 +517,28 @@ impl Driver for NbdDriver {
         } else {
             len > u64::from(u32::MAX)
         };
-        if too_long {
-            done.complete(rq, Status::Invalid(InvalidKind::Driver));
-            return QueueRq::Issued;
-        }
         let tag = rq.tag() as usize;
-        debug_assert!(tag < hq.shared.slots.len());
-        let Some(slot) = hq.shared.slots.get(tag) else {
-            done.complete(rq, Status::IoError);
-            return QueueRq::Issued;
-        };
-        let mut g = lock(slot);
-        if hq.shared.dead.load(Ordering::Acquire) {
-            drop(g);
-            done.complete(rq, Status::IoError);
+        if too_long || hq.dead || tag >= hq.fl.slots.len() {
+            let status = if too_long {
+                Status::Invalid(InvalidKind::Driver)
+            } else {
+                Status::IoError
+            };
+            done.complete(rq, status);
             return QueueRq::Issued;
         }
-        debug_assert!(g.rq.is_none(), "tag {tag} already in flight");
-        g.gen = g.gen.wrapping_add(1);
-        g.cookie = cookie_of(tag, g.gen);
-        g.err = None;
-        g.cmd = command;
-        g.flags = flags;
-        hq.shared.stalls[tag].store(0, Ordering::Relaxed);
+        let slot = &mut hq.fl.slots[tag];
+        debug_assert!(slot.rq.is_none(), "tag {tag} already in flight");
+        slot.gen = slot.gen.wrapping_add(1);
+        slot.cookie = cookie_of(tag, slot.gen);
+        slot.err = None;
+        slot.cmd = command;
+        slot.flags = flags;
+        slot.stalls = 0;
         let req = Request {
             flags,
             cmd: command,
-            cookie: g.cookie,
+            cookie: slot.cookie,
             offset: if command == cmd::FLUSH {
                 0
             } else {
@@ -472,12 +546,11 @@ impl Driver for NbdDriver {
             },
             len: if command == cmd::FLUSH { 0 } else { len as u32 },
         };
-        g.rq = Some(rq);
-        drop(g);
+        slot.rq = Some(rq);
         // The header (and a write's payload, gathered from the slot) goes
         // out with the rest of the batch.
-        let payload = (command == cmd::WRITE).then_some(tag as u32);
-        hq.tx.push(&req, payload);
+        hq.tx
+            .push(&req, (command == cmd::WRITE).then_some(tag as u32));
         if last {
             send(hq);
         }
@@ -489,64 +562,81 @@ impl Driver for NbdDriver {
     }
 
     fn poll(&self, hq: &mut NbdQueue, done: &mut Completions<'_>) -> usize {
-        // The core rings the doorbell before it polls; this is for safety
-        // only: a request must never wait unsent.
-        send(hq);
-        let mut list = lock(&hq.shared.done);
-        let n = list.len();
-        for (rq, status) in list.drain(..) {
-            done.complete(rq, status);
+        if hq.down {
+            take_link(hq, Some(done));
         }
-        n
+        // The core rings the doorbell before it polls; this also sends
+        // what a reconnect left to send again.
+        send(hq);
+        if hq.dead || hq.down {
+            return 0;
+        }
+        match hq.rx.pump(&mut hq.fl, done) {
+            Ok(n) => n,
+            Err(e) => {
+                let n = done.len();
+                lost(hq, &e, done);
+                done.len() - n
+            }
+        }
+    }
+
+    fn wait(&self, hq: &mut NbdQueue, timeout: std::time::Duration) -> bool {
+        hq.irq.wait(timeout);
+        true
+    }
+
+    fn can_wait(&self) -> bool {
+        true
+    }
+
+    fn irq_fd(&self, hq: &NbdQueue) -> Option<RawFd> {
+        Some(hq.irq.raw())
     }
 
     /// See the module's doc: the request leaves its slot and completes
     /// with `Timeout`; its late reply is drained.
     fn timeout(&self, hq: &mut NbdQueue, tag: u32, done: &mut Completions<'_>) -> TimeoutAction {
         send(hq);
-        let sh = &*hq.shared;
-        let Some(slot) = sh.slots.get(tag as usize) else {
+        let stalled = hq.rx.inside() == Some(tag);
+        let down = hq.down;
+        let Some(slot) = hq.fl.slots.get_mut(tag as usize) else {
             return TimeoutAction::ResetTimer;
         };
-        let mut g = match slot.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => {
-                // The receive thread is reading this request's reply into
-                // its buffers. Give it one more period; then the stream is
-                // stuck mid-reply, and only closing the socket gets the
-                // buffers back (the receive thread then fails the request).
-                if sh.stalls[tag as usize].fetch_add(1, Ordering::AcqRel) >= 1 {
-                    lose(sh, &hq.sock);
-                }
-                return TimeoutAction::ResetTimer;
+        if stalled {
+            // The parser is filling this request's buffers. Give it one
+            // more period; then the stream is stuck mid-reply, and only
+            // closing the connection gets the buffers back (the next poll
+            // then finds it lost).
+            slot.stalls = slot.stalls.saturating_add(1);
+            if slot.stalls >= 2 {
+                hq.sock.shutdown();
             }
-        };
-        // Not parked: answered, and on the completed list for `poll`.
-        let Some(rq) = g.rq.take() else {
+            return TimeoutAction::ResetTimer;
+        }
+        let Some(rq) = slot.rq.take() else {
             return TimeoutAction::ResetTimer;
         };
-        let unanswered = g.zombie.is_some();
-        // While the connection is down the request was never sent (or its
-        // connection is gone): no reply will come to drain.
-        if !unanswered && !sh.down.load(Ordering::Acquire) {
+        let unanswered = slot.zombie.is_some();
+        // While the connection is down the request is not at the server
+        // (or its connection is gone): no reply will come to drain.
+        if !unanswered && !down {
             let read_len = if rq.op() == Op::Read {
                 rq.len_bytes()
             } else {
                 0
             };
-            g.zombie = Some(Zombie {
-                cookie: g.cookie,
+            slot.zombie = Some(Zombie {
+                cookie: slot.cookie,
                 read_len,
             });
-            sh.zombies.fetch_add(1, Ordering::AcqRel);
+            hq.fl.zombies += 1;
         }
-        drop(g);
         done.complete(rq, Status::Timeout);
         if unanswered {
             // The last timed-out request of this tag was never answered
             // either: the server answers nothing; close the connection.
-            lose(sh, &hq.sock);
+            hq.sock.shutdown();
         }
         TimeoutAction::Done
     }
@@ -588,7 +678,8 @@ impl Driver for NbdDriver {
     }
 
     fn completes_async(&self) -> bool {
-        true
+        // Completions come from `poll`; the interrupt line wakes waiters.
+        false
     }
 
     /// From `BLOCK_STATUS` with `base:allocation`, on a control

@@ -10,6 +10,7 @@
 
 mod driver;
 mod handshake;
+mod irq;
 mod receive;
 mod reconnect;
 mod send;

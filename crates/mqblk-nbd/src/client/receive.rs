@@ -1,185 +1,381 @@
-//! The receive side of one NBD client connection: a thread that reads
-//! replies, fills read data into the requests' buffers, and hands finished
-//! requests to the hardware queue's `poll`.
+//! The receive side of one NBD client connection, run inside the hardware
+//! queue's `poll`: no thread. It reads what the socket holds, without
+//! waiting, and parses replies as far as they have arrived; a reply that
+//! is cut short by the end of what arrived is taken up again at the next
+//! `poll` (the parser is a small state machine).
 //!
 //! Replies are read through a receive buffer, as a NIC's ring is: one
-//! `read` takes in as many replies as the socket holds, and the thread
-//! parses them from memory. Small read payloads are copied once from the
-//! buffer into the request; a payload of [`DIRECT_BYTES`] or more that has
-//! not arrived yet is read straight into the request's segments. Finished
-//! requests are gathered and handed over, with one wake-up, only when the
-//! thread is about to read from the socket again (and so might sleep):
-//! one lock and one notify per batch of replies, not per reply.
+//! `recv` takes in as many replies as the socket holds. Read data is
+//! copied from the buffer into the request's segments; when a payload of
+//! [`DIRECT_BYTES`] or more is still to come and the buffer is empty, it
+//! is received straight into the request's segments instead.
 
-use std::io::{self, Read};
-use std::sync::atomic::Ordering;
-use std::sync::Mutex;
+use std::io;
 
 use mqblk_core::bio::Op;
-use mqblk_core::driver::RqRef;
-use mqblk_core::error::Status;
+use mqblk_core::driver::{Completions, RqRef};
 use mqblk_nbd_proto::consts::reply_type;
 use mqblk_nbd_proto::transmission::{
-    decode_offset_hole, reply_header_len, ErrorPayload, ReplyHeader, CHUNK_HEADER_LEN,
+    decode_offset_hole, reply_header_len, ErrorPayload, ReplyHeader,
 };
 use mqblk_nbd_proto::NbdErrno;
 
-use super::driver::{lock, protocol, status_of, ConnShared, Slot, MAX_CHUNK_META};
+use super::driver::{protocol, status_of, InFlight, MAX_CHUNK_META};
 use crate::transport::ClientRx;
 
 /// Bytes of the receive buffer.
 const RX_BYTES: usize = 256 * 1024;
-/// A payload with at least this many bytes still to come is read straight
-/// into the request's buffers instead of through the receive buffer.
-pub(super) const DIRECT_BYTES: usize = 32 * 1024;
-const _: () = assert!(DIRECT_BYTES < RX_BYTES);
-/// Bytes of the buffer late replies' payloads are drained through (error
-/// chunks are read into it too).
-const DRAIN_BYTES: usize = 64 * 1024;
-const _: () = assert!(MAX_CHUNK_META as usize <= DRAIN_BYTES);
+/// A payload with at least this many bytes still to come, when nothing is
+/// buffered, is received straight into the request's buffers.
+const DIRECT_BYTES: u64 = 32 * 1024;
+const _: () = assert!(MAX_CHUNK_META as usize + 64 <= RX_BYTES);
 
-/// The receiving half of a connection, buffered, with the requests that
-/// finished since the last hand-over.
-struct Rx<'a> {
+/// Where the parser is in the stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// At the start of a reply or chunk.
+    Header,
+    /// `left` bytes of read data for the request of `tag` are still to
+    /// come, to go `rel` bytes into it; `ends` if its reply ends with them.
+    Data {
+        tag: u32,
+        rel: u64,
+        left: u64,
+        ends: bool,
+    },
+    /// `left` bytes to throw away (a timed-out request's late data).
+    Skip { left: u64 },
+}
+
+/// The receiving half of a connection, with its buffer and parser.
+pub(super) struct Receiver {
     sock: ClientRx,
     buf: Box<[u8]>,
     /// `buf[start..end]` is received and not yet parsed.
     start: usize,
     end: usize,
-    sh: &'a ConnShared,
-    finished: Vec<(RqRef, Status)>,
+    state: State,
 }
 
-impl Rx<'_> {
-    /// Hand the finished requests to `poll` and wake the queue's waiters.
-    fn hand_over(&mut self) {
-        if self.finished.is_empty() {
-            return;
+impl Receiver {
+    pub(super) fn new(sock: ClientRx) -> Receiver {
+        Receiver {
+            sock,
+            buf: vec![0u8; RX_BYTES].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            state: State::Header,
         }
-        lock(&self.sh.done).append(&mut self.finished);
-        self.sh.notifier.notify();
     }
 
-    fn finish(&mut self, rq: RqRef, status: Status) {
-        self.finished.push((rq, status));
+    pub(super) fn socket(&self) -> &crate::transport::Socket {
+        self.sock.socket()
     }
 
-    /// Read from the socket into the (empty) buffer. Whatever finished is
-    /// handed over first: the read may sleep.
-    fn fill(&mut self) -> io::Result<()> {
-        debug_assert_eq!(self.start, self.end, "fill only an empty buffer");
-        self.hand_over();
+    /// Start over on a new connection.
+    pub(super) fn reset(&mut self, sock: ClientRx) {
+        self.sock = sock;
         self.start = 0;
         self.end = 0;
+        self.state = State::Header;
+    }
+
+    /// The tag whose buffers the parser is filling, if it is inside a
+    /// reply's data.
+    pub(super) fn inside(&self) -> Option<u32> {
+        match self.state {
+            State::Data { tag, .. } => Some(tag),
+            _ => None,
+        }
+    }
+
+    /// Take in whatever has arrived and complete the requests whose
+    /// replies are whole. Returns how many completed; an error means the
+    /// connection is unusable (`InvalidData`: the server broke the
+    /// protocol).
+    pub(super) fn pump(
+        &mut self,
+        fl: &mut InFlight,
+        done: &mut Completions<'_>,
+    ) -> io::Result<usize> {
+        let mut n = 0;
         loop {
-            match self.sock.read(&mut self.buf) {
-                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-                Ok(n) => {
-                    self.end = n;
-                    return Ok(());
+            n += self.parse(fl, done)?;
+            let got = match self.state {
+                State::Data {
+                    tag,
+                    rel,
+                    left,
+                    ends,
+                } if self.start == self.end && left >= DIRECT_BYTES => {
+                    let rq = fl.slots[tag as usize]
+                        .rq
+                        .as_mut()
+                        .ok_or_else(|| protocol("data for a request not in flight"))?;
+                    match recv_into(&mut self.sock, rq, rel, left) {
+                        Ok(k) => {
+                            self.state = State::Data {
+                                tag,
+                                rel: rel + k as u64,
+                                left: left - k as u64,
+                                ends,
+                            };
+                            Ok(k)
+                        }
+                        Err(e) => Err(e),
+                    }
                 }
+                _ => {
+                    if self.start == self.end {
+                        self.start = 0;
+                        self.end = 0;
+                    } else if self.start > 0 {
+                        self.buf.copy_within(self.start..self.end, 0);
+                        self.end -= self.start;
+                        self.start = 0;
+                    }
+                    match self.sock.read_now(&mut self.buf[self.end..]) {
+                        Ok(k) => {
+                            self.end += k;
+                            Ok(k)
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+            };
+            match got {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
         }
     }
 
-    /// Fill `dst` from the buffer, and then from the socket.
-    fn read_exact(&mut self, dst: &mut [u8]) -> io::Result<()> {
-        let mut at = 0;
+    /// Parse from the buffer as far as it goes.
+    fn parse(&mut self, fl: &mut InFlight, done: &mut Completions<'_>) -> io::Result<usize> {
+        let mut n = 0;
         loop {
-            let n = (self.end - self.start).min(dst.len() - at);
-            dst[at..at + n].copy_from_slice(&self.buf[self.start..self.start + n]);
-            self.start += n;
-            at += n;
-            if at == dst.len() {
-                return Ok(());
+            let avail = self.end - self.start;
+            match self.state {
+                State::Data {
+                    tag,
+                    rel,
+                    left,
+                    ends,
+                } => {
+                    let k = (avail as u64).min(left) as usize;
+                    let slot = &mut fl.slots[tag as usize];
+                    let rq = slot
+                        .rq
+                        .as_mut()
+                        .ok_or_else(|| protocol("data for a request not in flight"))?;
+                    copy_into(rq, rel, &self.buf[self.start..self.start + k]);
+                    self.start += k;
+                    if (k as u64) < left {
+                        self.state = State::Data {
+                            tag,
+                            rel: rel + k as u64,
+                            left: left - k as u64,
+                            ends,
+                        };
+                        return Ok(n);
+                    }
+                    self.state = State::Header;
+                    if ends {
+                        n += fl.finish(tag, done);
+                    }
+                }
+                State::Skip { left } => {
+                    let k = (avail as u64).min(left) as usize;
+                    self.start += k;
+                    if (k as u64) < left {
+                        self.state = State::Skip {
+                            left: left - k as u64,
+                        };
+                        return Ok(n);
+                    }
+                    self.state = State::Header;
+                }
+                State::Header => {
+                    if avail < 4 {
+                        return Ok(n);
+                    }
+                    let b = &self.buf[self.start..self.end];
+                    let magic = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+                    let hlen = reply_header_len(magic).map_err(|e| protocol(&e.to_string()))?;
+                    if avail < hlen {
+                        return Ok(n);
+                    }
+                    let h =
+                        ReplyHeader::decode(&b[..hlen]).map_err(|e| protocol(&e.to_string()))?;
+                    match h {
+                        ReplyHeader::Simple { error, cookie } => {
+                            self.start += hlen;
+                            n += self.simple(fl, done, error, cookie)?;
+                        }
+                        ReplyHeader::Chunk(h) => {
+                            if !fl.structured {
+                                return Err(protocol("structured reply without negotiation"));
+                            }
+                            let tag = fl.tag_of(h.cookie)?;
+                            let slot = &mut fl.slots[tag as usize];
+                            let live = slot.rq.is_some() && slot.cookie == h.cookie;
+                            if !live && slot.zombie.is_some_and(|z| z.cookie == h.cookie) {
+                                self.start += hlen;
+                                if h.done() {
+                                    slot.zombie = None;
+                                    fl.zombies -= 1;
+                                }
+                                self.state = State::Skip {
+                                    left: u64::from(h.len),
+                                };
+                                continue;
+                            }
+                            if !live {
+                                return Err(protocol("chunk for a request not in flight"));
+                            }
+                            // The chunk's fixed part must be whole before
+                            // it is acted on.
+                            let meta = match h.typ {
+                                reply_type::NONE => 0,
+                                reply_type::OFFSET_DATA => 8,
+                                reply_type::OFFSET_HOLE => 12,
+                                t if t & reply_type::FLAG_ERROR != 0 => {
+                                    if h.len > MAX_CHUNK_META {
+                                        return Err(protocol("error chunk too long"));
+                                    }
+                                    h.len as usize
+                                }
+                                _ => return Err(protocol("unexpected chunk type")),
+                            };
+                            if avail < hlen + meta {
+                                return Ok(n);
+                            }
+                            let p = &self.buf[self.start + hlen..self.start + hlen + meta];
+                            let rq = slot.rq.as_mut().expect("live");
+                            let (rq_off, rq_len, is_read) =
+                                (rq.offset_bytes(), rq.len_bytes(), rq.op() == Op::Read);
+                            match h.typ {
+                                reply_type::NONE => {
+                                    if h.len != 0 {
+                                        return Err(protocol("NONE chunk with a payload"));
+                                    }
+                                }
+                                reply_type::OFFSET_DATA => {
+                                    if h.len < 9 || !is_read {
+                                        return Err(protocol("bad OFFSET_DATA chunk"));
+                                    }
+                                    let off = u64::from_be_bytes(p.try_into().expect("8 bytes"));
+                                    let dlen = u64::from(h.len - 8);
+                                    if off < rq_off || off + dlen > rq_off + rq_len {
+                                        return Err(protocol("OFFSET_DATA outside the request"));
+                                    }
+                                    self.start += hlen + meta;
+                                    self.state = State::Data {
+                                        tag,
+                                        rel: off - rq_off,
+                                        left: dlen,
+                                        ends: h.done(),
+                                    };
+                                    continue;
+                                }
+                                reply_type::OFFSET_HOLE => {
+                                    if h.len != 12 || !is_read {
+                                        return Err(protocol("bad OFFSET_HOLE chunk"));
+                                    }
+                                    let (off, hl) = decode_offset_hole(p)
+                                        .map_err(|e| protocol(&e.to_string()))?;
+                                    if off < rq_off || off + u64::from(hl) > rq_off + rq_len {
+                                        return Err(protocol("OFFSET_HOLE outside the request"));
+                                    }
+                                    zero_into(rq, off - rq_off, hl.into());
+                                }
+                                t => {
+                                    let e = ErrorPayload::decode(t, p)
+                                        .map_err(|e| protocol(&e.to_string()))?;
+                                    slot.err.get_or_insert(status_of(e.errno));
+                                }
+                            }
+                            self.start += hlen + meta;
+                            if h.done() {
+                                n += fl.finish(tag, done);
+                            }
+                        }
+                    }
+                }
             }
-            if dst.len() - at >= DIRECT_BYTES {
-                // The buffer is empty: the rest goes straight in.
-                self.hand_over();
-                return self.sock.read_exact(&mut dst[at..]);
-            }
-            self.fill()?;
         }
     }
 
-    /// Read and throw away `len` bytes (a late reply's payload).
-    fn skip(&mut self, mut len: u64) -> io::Result<()> {
-        loop {
-            let n = ((self.end - self.start) as u64).min(len) as usize;
-            self.start += n;
-            len -= n as u64;
-            if len == 0 {
-                return Ok(());
+    /// A simple reply (its header already consumed).
+    fn simple(
+        &mut self,
+        fl: &mut InFlight,
+        done: &mut Completions<'_>,
+        error: u32,
+        cookie: u64,
+    ) -> io::Result<usize> {
+        let tag = fl.tag_of(cookie)?;
+        let slot = &mut fl.slots[tag as usize];
+        if let Some(rq) = slot.rq.as_ref().filter(|_| slot.cookie == cookie) {
+            if error == 0 && rq.op() == Op::Read && rq.len_bytes() > 0 {
+                let len = rq.len_bytes();
+                self.state = State::Data {
+                    tag,
+                    rel: 0,
+                    left: len,
+                    ends: true,
+                };
+                return Ok(0);
             }
-            self.fill()?;
+            if error != 0 {
+                slot.err = Some(status_of(NbdErrno::from_code(error)));
+            }
+            return Ok(fl.finish(tag, done));
         }
+        if let Some(z) = slot.zombie.filter(|z| z.cookie == cookie) {
+            slot.zombie = None;
+            fl.zombies -= 1;
+            if error == 0 {
+                self.state = State::Skip { left: z.read_len };
+            }
+            return Ok(0);
+        }
+        Err(protocol("reply to a request not in flight"))
     }
 }
 
-/// The receive thread of one connection.
-pub(super) fn receive(sock: ClientRx, sh: &ConnShared) {
-    let mut rx = Rx {
-        sock,
-        buf: vec![0u8; RX_BYTES].into_boxed_slice(),
-        start: 0,
-        end: 0,
-        sh,
-        finished: Vec::with_capacity(sh.slots.len()),
-    };
-    loop {
-        let Err(e) = receive_loop(&mut rx);
-        rx.hand_over();
-        rx.sock.shutdown();
-        // The stream cannot be followed after a protocol error: that is
-        // the server's fault, and a new connection would not mend it.
-        if e.kind() == io::ErrorKind::InvalidData {
-            break;
-        }
-        match super::reconnect::reconnect(sh, &e) {
-            Some(sock) => {
-                rx.sock = sock;
-                rx.start = 0;
-                rx.end = 0;
-            }
-            None => break,
-        }
-    }
-    // Gone: fail everything parked, and everything that comes later.
-    sh.dead.store(true, Ordering::Release);
-    let mut failed = Vec::new();
-    for (slot, stalls) in sh.slots.iter().zip(sh.stalls.iter()) {
-        if let Some(rq) = lock(slot).rq.take() {
-            // A request whose reply stalled past its deadline timed out.
-            let status = if stalls.load(Ordering::Acquire) > 0 {
-                Status::Timeout
-            } else {
-                Status::IoError
-            };
-            failed.push((rq, status));
-        }
-    }
-    if !failed.is_empty() {
-        lock(&sh.done).extend(failed);
-    }
-    sh.notifier.notify();
-}
-
-/// Read `len` bytes into the request's segments, starting `rel` bytes into
-/// the request.
-fn read_into(rx: &mut Rx<'_>, rq: &mut RqRef, rel: u64, len: u64) -> io::Result<()> {
+/// Copy `src` into the request's segments, `rel` bytes into it.
+fn copy_into(rq: &mut RqRef, rel: u64, src: &[u8]) {
     let mut pos = 0u64;
-    let (start, end) = (rel, rel + len);
+    let (start, end) = (rel, rel + src.len() as u64);
     for buf in rq.read_bufs() {
         let seg_len = buf.len() as u64;
         let (a, b) = (start.max(pos), end.min(pos + seg_len));
         if a < b {
-            rx.read_exact(&mut buf[(a - pos) as usize..(b - pos) as usize])?;
+            buf[(a - pos) as usize..(b - pos) as usize]
+                .copy_from_slice(&src[(a - start) as usize..(b - start) as usize]);
         }
         pos += seg_len;
     }
-    Ok(())
+}
+
+/// Receive, without waiting, at most `left` bytes straight into the
+/// segment of the request that holds byte `rel`.
+fn recv_into(sock: &mut ClientRx, rq: &mut RqRef, rel: u64, left: u64) -> io::Result<usize> {
+    let mut pos = 0u64;
+    for buf in rq.read_bufs() {
+        let seg_len = buf.len() as u64;
+        if rel < pos + seg_len {
+            let a = (rel - pos) as usize;
+            let b = (a as u64 + left).min(seg_len) as usize;
+            return sock.read_now(&mut buf[a..b]);
+        }
+        pos += seg_len;
+    }
+    Err(protocol("read data past the request's buffers"))
 }
 
 fn zero_into(rq: &mut RqRef, rel: u64, len: u64) {
@@ -191,130 +387,5 @@ fn zero_into(rq: &mut RqRef, rel: u64, len: u64) {
             buf[(a - pos) as usize..(b - pos) as usize].fill(0);
         }
         pos += seg_len;
-    }
-}
-
-fn slot_of(sh: &ConnShared, cookie: u64) -> io::Result<&Mutex<Slot>> {
-    usize::try_from(cookie & 0xffff_ffff)
-        .ok()
-        .and_then(|i| sh.slots.get(i))
-        .ok_or_else(|| protocol("reply to an unknown cookie"))
-}
-
-fn receive_loop(rx: &mut Rx<'_>) -> io::Result<std::convert::Infallible> {
-    let sh = rx.sh;
-    let mut hdr = [0u8; CHUNK_HEADER_LEN];
-    let mut scratch = vec![0u8; DRAIN_BYTES];
-    loop {
-        rx.read_exact(&mut hdr[..4])?;
-        let magic = u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
-        let hlen = reply_header_len(magic).map_err(|e| protocol(&e.to_string()))?;
-        rx.read_exact(&mut hdr[4..hlen])?;
-        match ReplyHeader::decode(&hdr[..hlen]).map_err(|e| protocol(&e.to_string()))? {
-            ReplyHeader::Simple { error, cookie } => {
-                let slot = slot_of(sh, cookie)?;
-                let mut g = lock(slot);
-                if g.rq.is_some() && g.cookie == cookie {
-                    let rq = g.rq.as_mut().expect("checked above");
-                    if error == 0 && rq.op() == Op::Read {
-                        // On an error the request stays parked, and is
-                        // failed with the others when this thread ends.
-                        let len = rq.len_bytes();
-                        read_into(rx, rq, 0, len)?;
-                    }
-                    let rq = g.rq.take().expect("checked above");
-                    drop(g);
-                    let status = if error == 0 {
-                        Status::Ok
-                    } else {
-                        status_of(NbdErrno::from_code(error))
-                    };
-                    rx.finish(rq, status);
-                } else if g.zombie.is_some_and(|z| z.cookie == cookie) {
-                    let z = g.zombie.take().expect("checked above");
-                    drop(g);
-                    if error == 0 {
-                        rx.skip(z.read_len)?;
-                    }
-                    sh.zombies.fetch_sub(1, Ordering::AcqRel);
-                } else {
-                    return Err(protocol("reply to a request not in flight"));
-                }
-            }
-            ReplyHeader::Chunk(h) => {
-                if !sh.structured {
-                    return Err(protocol("structured reply without negotiation"));
-                }
-                let slot = slot_of(sh, h.cookie)?;
-                let mut g = lock(slot);
-                if g.zombie.is_some_and(|z| z.cookie == h.cookie)
-                    && !(g.rq.is_some() && g.cookie == h.cookie)
-                {
-                    drop(g);
-                    rx.skip(u64::from(h.len))?;
-                    if h.done() {
-                        lock(slot).zombie = None;
-                        sh.zombies.fetch_sub(1, Ordering::AcqRel);
-                    }
-                    continue;
-                }
-                if g.rq.is_none() || g.cookie != h.cookie {
-                    return Err(protocol("chunk for a request not in flight"));
-                }
-                let Slot { rq, err, .. } = &mut *g;
-                let rq = rq.as_mut().expect("checked above");
-                let rq_len = rq.len_bytes();
-                let rq_off = rq.offset_bytes();
-                match h.typ {
-                    reply_type::NONE => {
-                        if h.len != 0 {
-                            return Err(protocol("NONE chunk with a payload"));
-                        }
-                    }
-                    reply_type::OFFSET_DATA => {
-                        if h.len < 9 || rq.op() != Op::Read {
-                            return Err(protocol("bad OFFSET_DATA chunk"));
-                        }
-                        let mut o = [0u8; 8];
-                        rx.read_exact(&mut o)?;
-                        let off = u64::from_be_bytes(o);
-                        let dlen = u64::from(h.len - 8);
-                        if off < rq_off || off + dlen > rq_off + rq_len {
-                            return Err(protocol("OFFSET_DATA outside the request"));
-                        }
-                        read_into(rx, rq, off - rq_off, dlen)?;
-                    }
-                    reply_type::OFFSET_HOLE => {
-                        if h.len != 12 || rq.op() != Op::Read {
-                            return Err(protocol("bad OFFSET_HOLE chunk"));
-                        }
-                        let mut p = [0u8; 12];
-                        rx.read_exact(&mut p)?;
-                        let (off, hl) =
-                            decode_offset_hole(&p).map_err(|e| protocol(&e.to_string()))?;
-                        if off < rq_off || off + u64::from(hl) > rq_off + rq_len {
-                            return Err(protocol("OFFSET_HOLE outside the request"));
-                        }
-                        zero_into(rq, off - rq_off, hl.into());
-                    }
-                    t if t & reply_type::FLAG_ERROR != 0 => {
-                        if h.len > MAX_CHUNK_META {
-                            return Err(protocol("error chunk too long"));
-                        }
-                        let p = &mut scratch[..h.len as usize];
-                        rx.read_exact(p)?;
-                        let e = ErrorPayload::decode(t, p).map_err(|e| protocol(&e.to_string()))?;
-                        err.get_or_insert(status_of(e.errno));
-                    }
-                    _ => return Err(protocol("unexpected chunk type")),
-                }
-                if h.done() {
-                    let rq = g.rq.take().expect("checked above");
-                    let status = g.err.take().unwrap_or(Status::Ok);
-                    drop(g);
-                    rx.finish(rq, status);
-                }
-            }
-        }
     }
 }

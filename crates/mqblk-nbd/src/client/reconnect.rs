@@ -2,30 +2,33 @@
 //! qemu's NBD client does with `reconnect-delay`, and as Linux's nbd
 //! leaves to user space.
 //!
-//! The receive thread is the one that sees a connection drop (its read
-//! fails; a failed send shuts the socket down so that it does). It then:
-//! marks the connection down, so that new requests are parked in their
-//! slots and not sent; forgets the zombies (late replies of timed-out
-//! requests never come on a new connection); and connects and negotiates
-//! again, with a growing pause between tries, for up to the window. The
-//! new connection must offer the same export (size and flags). Its sending
-//! half is handed to the submit side, which, at its next doorbell or poll,
-//! takes it and sends every parked request again on a new cookie; the
-//! receive thread reads the new connection's replies. If the window
-//! passes, every parked request fails, as without reconnecting.
+//! The hardware queue sees a connection drop in its `poll` (a read fails,
+//! or a failed send shut the socket down). It then marks the connection
+//! down, so that requests stay parked in their slots, unsent; forgets the
+//! zombies (late replies of timed-out requests never come on a new
+//! connection); and starts a thread that connects and negotiates again,
+//! with a growing pause between tries, for up to the window. The new
+//! connection must offer the same export (size and flags). The thread
+//! leaves it in the [`Link`] and fires the queue's interrupt line; the
+//! queue's next `poll` (or doorbell) takes it and sends every parked
+//! request again on a new cookie. If the window passes, the thread says
+//! so, and the next `poll` fails every parked request, as it would
+//! without reconnecting.
 //!
-//! A request that was in flight is sent twice at most once per drop: a
-//! read reads the same blocks, and a write writes the same data, so the
-//! retry is harmless; requests in flight together had no order to keep.
-//! A request whose `io_timeout_ms` passes while the connection is down
-//! completes with `Timeout` (and is not sent again).
+//! A request that was in flight is sent again once per drop: a read reads
+//! the same blocks, and a write writes the same data, so the retry is
+//! harmless; requests in flight together had no order to keep. A request
+//! whose `io_timeout_ms` passes while the connection is down completes
+//! with `Timeout` and is not sent again.
 
-use std::sync::atomic::Ordering;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::driver::{lock, ConnShared};
+use super::driver::lock;
 use super::url::NbdUrl;
-use crate::transport::ClientRx;
+use crate::transport::ClientTx;
 
 /// Where and how long to reconnect.
 #[derive(Debug)]
@@ -40,23 +43,48 @@ pub(crate) struct Reconnect {
     pub(super) flags: u16,
 }
 
+/// What the reconnect thread and its hardware queue share.
+#[derive(Debug, Default)]
+pub(super) struct Link {
+    /// The new connection, for the queue to take.
+    pub(super) fresh: Mutex<Option<ClientTx>>,
+    /// [`PENDING`], [`UP`] or [`GAVE_UP`].
+    pub(super) outcome: AtomicU8,
+    /// The device is going away: stop trying.
+    pub(super) closing: AtomicBool,
+}
+
+pub(super) const PENDING: u8 = 0;
+pub(super) const UP: u8 = 1;
+pub(super) const GAVE_UP: u8 = 2;
+
 /// Pauses between tries: from the first to the longest, doubling.
 const PAUSE_FIRST: Duration = Duration::from_millis(10);
 const PAUSE_MAX: Duration = Duration::from_millis(500);
 
-/// After a drop: park everything and get a new connection. Returns its
-/// receiving half, or `None` if the connection stays lost (the window
-/// passed, the export changed, or the device is going away).
-pub(super) fn reconnect(sh: &ConnShared, why: &std::io::Error) -> Option<ClientRx> {
-    let rc = sh.reconnect.as_ref()?;
-    if sh.dead.load(Ordering::Acquire) {
-        return None;
-    }
-    sh.down.store(true, Ordering::Release);
-    for slot in sh.slots.iter() {
-        lock(slot).zombie = None;
-    }
-    sh.zombies.store(0, Ordering::Release);
+/// Start the reconnect thread of a connection lost because of `why`.
+pub(super) fn start(
+    rc: Arc<Reconnect>,
+    link: Arc<Link>,
+    kick: OwnedFd,
+    why: String,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    link.outcome.store(PENDING, Ordering::Release);
+    std::thread::Builder::new()
+        .name("nbd-reconnect".into())
+        .spawn(move || {
+            let got = run(&rc, &link, &why);
+            if let Some(tx) = got {
+                *lock(&link.fresh) = Some(tx);
+                link.outcome.store(UP, Ordering::Release);
+            } else {
+                link.outcome.store(GAVE_UP, Ordering::Release);
+            }
+            super::irq::kick(&kick);
+        })
+}
+
+fn run(rc: &Reconnect, link: &Link, why: &str) -> Option<ClientTx> {
     let started = Instant::now();
     let deadline = started + rc.window;
     eprintln!(
@@ -66,30 +94,19 @@ pub(super) fn reconnect(sh: &ConnShared, why: &std::io::Error) -> Option<ClientR
     );
     let mut pause = PAUSE_FIRST;
     loop {
-        if sh.dead.load(Ordering::Acquire) {
+        if link.closing.load(Ordering::Acquire) {
             return None;
         }
         let failed = match super::connect_negotiate(&rc.url) {
             Ok((tx, n)) if n.size == rc.size && n.flags == rc.flags => {
-                let rx = tx
-                    .socket()
-                    .set_write_timeout(Some(rc.send_timeout))
-                    .and_then(|()| tx.receiver());
-                match rx {
-                    Ok(rx) => {
-                        // Replaces (and so closes) a connection the submit
-                        // side never took.
-                        *lock(&sh.fresh) = Some(tx);
-                        sh.resend.store(true, Ordering::Release);
+                match tx.socket().set_write_timeout(Some(rc.send_timeout)) {
+                    Ok(()) => {
                         eprintln!(
                             "mqblk: nbd {}: reconnected after {} ms",
                             rc.url.address,
                             started.elapsed().as_millis()
                         );
-                        // Waiters poll, and the poll sends the parked
-                        // requests.
-                        sh.notifier.notify();
-                        return Some(rx);
+                        return Some(tx);
                     }
                     Err(e) => {
                         tx.shutdown();

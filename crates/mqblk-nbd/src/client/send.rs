@@ -4,19 +4,14 @@
 //!
 //! Request headers are encoded into one buffer. A write's payload is not
 //! copied: its segments are gathered from the request itself, which sits
-//! in its slot, under the slot's lock, while the batch is written. The
-//! receive thread cannot want that lock meanwhile: no reply can come for a
-//! request the server has not yet been sent whole.
+//! in its slot while the batch is written.
 
 use std::io::{self, IoSlice, Write};
-use std::sync::{Mutex, MutexGuard};
 
 use mqblk_nbd_proto::Request;
 
-use super::driver::{lock, Slot};
+use super::driver::Slot;
 
-/// Writes whose slots are held at once while their payloads are sent.
-const GROUP: usize = 16;
 /// Slices gathered per `writev`.
 const IOV: usize = 64;
 
@@ -57,38 +52,32 @@ impl TxBatch {
     }
 
     /// Send everything queued, then empty the batch.
-    pub(super) fn send<W: Write>(&mut self, sock: &mut W, slots: &[Mutex<Slot>]) -> io::Result<()> {
+    pub(super) fn send<W: Write>(&mut self, sock: &mut W, slots: &[Slot]) -> io::Result<()> {
         let r = self.send_all(sock, slots);
         self.clear();
         r
     }
 
-    fn send_all<W: Write>(&self, sock: &mut W, slots: &[Mutex<Slot>]) -> io::Result<()> {
+    fn send_all<W: Write>(&self, sock: &mut W, slots: &[Slot]) -> io::Result<()> {
+        if self.writes.is_empty() {
+            return sock.write_all(&self.hdrs);
+        }
+        let mut iov = [IoSlice::new(&[]); IOV];
+        let mut n = 0;
         let mut from = 0;
-        for group in self.writes.chunks(GROUP) {
-            let mut guards: [Option<MutexGuard<'_, Slot>>; GROUP] = Default::default();
-            for (g, &(tag, _)) in guards.iter_mut().zip(group) {
-                *g = Some(lock(&slots[tag as usize]));
-            }
-            let mut iov = [IoSlice::new(&[]); IOV];
-            let mut n = 0;
-            for (g, &(_, hdr_end)) in guards.iter().zip(group) {
-                gather(sock, &mut iov, &mut n, &self.hdrs[from..hdr_end])?;
-                from = hdr_end;
-                // A write's request stays in its slot until its reply,
-                // which cannot come before this payload is sent.
-                if let Some(rq) = g.as_ref().and_then(|g| g.rq.as_ref()) {
-                    for seg in rq.write_bufs() {
-                        gather(sock, &mut iov, &mut n, seg)?;
-                    }
+        for &(tag, hdr_end) in &self.writes {
+            gather(sock, &mut iov, &mut n, &self.hdrs[from..hdr_end])?;
+            from = hdr_end;
+            // A write's request stays in its slot until its reply, which
+            // cannot come before this payload is sent.
+            if let Some(rq) = slots.get(tag as usize).and_then(|s| s.rq.as_ref()) {
+                for seg in rq.write_bufs() {
+                    gather(sock, &mut iov, &mut n, seg)?;
                 }
             }
-            write_all_vectored(sock, &mut iov[..n])?;
         }
-        if from < self.hdrs.len() {
-            sock.write_all(&self.hdrs[from..])?;
-        }
-        Ok(())
+        gather(sock, &mut iov, &mut n, &self.hdrs[from..])?;
+        write_all_vectored(sock, &mut iov[..n])
     }
 }
 
