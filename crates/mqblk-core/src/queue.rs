@@ -798,6 +798,13 @@ impl Device {
         self.inner.completes_async
     }
 
+    /// True if the driver gives its hardware queues interrupt lines
+    /// ([`crate::driver::Driver::irq_fd`]): its completions need polling,
+    /// but a context's completion fd fires when there are some.
+    pub fn has_irq_lines(&self) -> bool {
+        self.inner.hw_queues.iter().any(|q| q.irq_fd.is_some())
+    }
+
     /// Device name.
     pub fn name(&self) -> &str {
         &self.info().name

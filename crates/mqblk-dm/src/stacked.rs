@@ -16,7 +16,7 @@ use mqblk_core::driver::{
     Completions, Driver, Error, Features, HwNotifier, HwQueueSetup, Op, QueueLimits, QueueRq,
     Request, RqRef, Status,
 };
-use mqblk_core::{Bio, Context};
+use mqblk_core::{Bio, Context, Device};
 
 use crate::legs::{LegId, Legs};
 use crate::target::{EndAction, Io, Route, Target};
@@ -72,6 +72,10 @@ struct Plan {
 pub(crate) struct StackedQueue {
     index: u16,
     notifier: HwNotifier,
+    /// The queue's interrupt line, when a leg is a polled device with
+    /// interrupt lines (an NBD client): an epoll set of the completion fds
+    /// of this queue's contexts on such legs.
+    irq: Option<rustix::fd::OwnedFd>,
     generation: u64,
     /// A context on each leg (`None`: the leg is out).
     ctxs: Vec<Option<Context>>,
@@ -89,11 +93,35 @@ pub(crate) struct StackedQueue {
 }
 
 impl Stacked {
-    fn open_ctx(&self, leg: usize, notifier: &HwNotifier) -> Result<Option<Context>, Error> {
+    fn open_ctx(
+        &self,
+        leg: usize,
+        notifier: &HwNotifier,
+        irq: Option<&rustix::fd::OwnedFd>,
+    ) -> Result<Option<Context>, Error> {
         match self.legs.get(leg as LegId) {
             Some(dev) => {
                 let mut ctx = dev.context()?;
                 ctx.forward_completions(notifier);
+                if let (Some(irq), true) = (irq, dev.has_irq_lines()) {
+                    // The leg's replies wake this queue's waiters. The fd
+                    // lives with the context; closing it takes it out of
+                    // the set.
+                    let fd = ctx.completion_fd()?;
+                    // SAFETY: `fd` is the context's, open for the
+                    // context's life; the borrow lasts for this call.
+                    let bfd = unsafe { rustix::fd::BorrowedFd::borrow_raw(fd) };
+                    rustix::event::epoll::add(
+                        irq,
+                        bfd,
+                        rustix::event::epoll::EventData::new_u64(leg as u64),
+                        rustix::event::epoll::EventFlags::IN,
+                    )
+                    .map_err(|e| Error::Setup {
+                        device: self.name.as_str().into(),
+                        reason: format!("leg {leg}: cannot watch its completion fd: {e}"),
+                    })?;
+                }
                 Ok(Some(ctx))
             }
             None => Ok(None),
@@ -141,7 +169,7 @@ impl Stacked {
                     }
                 }
             }
-            hq.ctxs[i] = match self.open_ctx(i, &hq.notifier) {
+            hq.ctxs[i] = match self.open_ctx(i, &hq.notifier, hq.irq.as_ref()) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!(
@@ -432,9 +460,20 @@ impl Driver for Stacked {
     fn init_hw_queue(&self, setup: HwQueueSetup<'_>) -> Result<StackedQueue, Error> {
         let n = self.legs.len();
         let depth = (setup.queue_depth + setup.reserved_tags) as usize;
+        let irq = if self.legs.all().iter().flatten().any(Device::has_irq_lines) {
+            let ep = rustix::event::epoll::create(rustix::event::epoll::CreateFlags::CLOEXEC)
+                .map_err(|e| Error::Setup {
+                    device: self.name.as_str().into(),
+                    reason: format!("cannot make an interrupt line: {e}"),
+                })?;
+            Some(ep)
+        } else {
+            None
+        };
         let mut hq = StackedQueue {
             index: setup.index,
             notifier: setup.notifier,
+            irq,
             generation: self.legs.generation(),
             ctxs: Vec::with_capacity(n),
             touched: vec![false; n],
@@ -447,7 +486,7 @@ impl Driver for Stacked {
             delayed: VecDeque::new(),
         };
         for i in 0..n {
-            let c = self.open_ctx(i, &hq.notifier)?;
+            let c = self.open_ctx(i, &hq.notifier, hq.irq.as_ref())?;
             hq.ctxs.push(c);
         }
         Ok(hq)
@@ -598,5 +637,10 @@ impl Driver for Stacked {
 
     fn completes_async(&self) -> bool {
         self.all_async
+    }
+
+    fn irq_fd(&self, hq: &StackedQueue) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        hq.irq.as_ref().map(|e| e.as_raw_fd())
     }
 }
