@@ -44,7 +44,7 @@ fn trickle_proxy(listen: UnixListener, to: std::path::PathBuf) {
                         if c_out.write_all(&buf[at..end]).is_err() {
                             return;
                         }
-                        if seed % 64 == 0 {
+                        if seed.is_multiple_of(64) {
                             std::thread::sleep(Duration::from_micros(200));
                         }
                         at = end;
@@ -94,7 +94,7 @@ fn replies_cut_into_small_pieces_are_put_back_together() {
     for i in 0..48u64 {
         let mut b = dev.alloc_buf(8192);
         b.as_mut_slice().copy_from_slice(&pattern(100 + i, 8192));
-        let mut bio = mqblk::Bio::write_at(8 << 20 | i * 8192, b);
+        let mut bio = mqblk::Bio::write_at((8 << 20) + i * 8192, b);
         bio.private = i;
         ctx.submit(bio).unwrap();
     }
@@ -107,7 +107,7 @@ fn replies_cut_into_small_pieces_are_put_back_together() {
     }
     for bio in bufs.drain(..) {
         let i = bio.private;
-        let mut r = mqblk::Bio::read_at(8 << 20 | i * 8192, bio.into_buffers().next().unwrap());
+        let mut r = mqblk::Bio::read_at((8 << 20) + i * 8192, bio.into_buffers().next().unwrap());
         r.private = i;
         ctx.submit(r).unwrap();
     }
