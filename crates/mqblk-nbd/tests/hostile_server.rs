@@ -1,6 +1,7 @@
 //! The client against a server whose replies are damaged: a proxy passes
 //! mqblk's server's negotiation through untouched, then flips bytes of the
-//! reply stream, or cuts it short. Whatever it does, nothing panics or
+//! reply stream, sends pieces of it twice, cuts it short, or goes silent
+//! (then requests time out, and the connection is given up). Whatever it does, nothing panics or
 //! hangs, and every bio completes exactly once (with its data, or an
 //! error): the parser takes what the server sends as untrusted input.
 
@@ -14,6 +15,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use mqblk::Bio;
+
+/// Seeds from this one on get a server that goes silent mid-run.
+const STALLING_FROM: u64 = 30;
 
 /// The NBD request magic: the client has finished negotiating once it
 /// sends one.
@@ -56,6 +60,8 @@ fn damaging_proxy(listen: UnixListener, to: std::path::PathBuf, seed: u64) {
             });
             let (mut s_in, mut c_out) = (server, client);
             let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ n as u64 ^ 1;
+            // The last seeds' servers go silent instead.
+            let stall = seed >= STALLING_FROM;
             std::thread::spawn(move || {
                 let mut buf = [0u8; 65536];
                 loop {
@@ -63,6 +69,14 @@ fn damaging_proxy(listen: UnixListener, to: std::path::PathBuf, seed: u64) {
                         Ok(0) | Err(_) => break,
                         Ok(k) => k,
                     };
+                    if talking.load(Ordering::Acquire) && stall {
+                        // Answer nothing more, and keep the connection
+                        // open: requests time out; then the connection is
+                        // given up.
+                        let mut sink = [0u8; 4096];
+                        while matches!(s_in.read(&mut sink), Ok(n) if n > 0) {}
+                        break;
+                    }
                     if talking.load(Ordering::Acquire) {
                         match xorshift(&mut rng) % 8 {
                             // Flip a few bytes anywhere in what came.
@@ -78,6 +92,9 @@ fn damaging_proxy(listen: UnixListener, to: std::path::PathBuf, seed: u64) {
                                 let _ = c_out.write_all(&buf[..cut]);
                                 break;
                             }
+                            // Send it twice: replies to requests no
+                            // longer (or never) in flight.
+                            6 if c_out.write_all(&buf[..k]).is_err() => break,
                             // Pass it on untouched.
                             _ => {}
                         }
