@@ -10,8 +10,10 @@
 #     mqblk runs twice: with its default of one I/O thread per core, and
 #     with --io-threads=4 (one per fio job).
 #  2. mqblk's own client against mqblk's server: mqblk bench, 2 jobs on an
-#     nbd device with conns=2, 4k randread iodepth 32: IOPS and the
-#     client's CPU per I/O (bench's ns_per_io_cpu).
+#     nbd device with conns=2, 4k randread iodepth 32, against a null
+#     export, a fresh ram export and the filled ram export of section 1:
+#     IOPS, the client's CPU per I/O (bench's ns_per_io_cpu, and the whole
+#     bench process's from getrusage) and the server's.
 #  3. Real clients: nbdinfo --map on a sparse export; nbdcopy of a 1 GiB
 #     image with holes in and out, compared, and qemu-img map of the copy;
 #     qemu-img convert and qemu-io over TLS and over plaintext (one server
@@ -100,24 +102,49 @@ kill "$nbdkit_pid" "$mqblk4_pid"; wait "$nbdkit_pid" "$mqblk4_pid" 2>/dev/null |
 if [[ $sections == *2* ]]; then
 echo
 echo "== 2. mqblk bench (nbd client driver, conns=2, 2 jobs) against mqblk serve, 4k randread iodepth=32"
-t0=$(cpu_ticks "$mqblk_pid")
-"$mqblk" bench --device "nbd+unix:///?socket=$dir/mqblk.sock,conns=2" --rw=randread --bs=4k \
-  --iodepth=32 --numjobs=2 --size=1G --runtime="$runtime" --time_based --output-format=json \
-  >"$dir/bench.json"
-t1=$(cpu_ticks "$mqblk_pid")
-python3 - "$dir/bench.json" "$((t1 - t0))" "$clk" <<'PY'
+# Three exports: the null device (the NBD path alone), a fresh ram device
+# (reads of holes), and the 1 GiB ram export that section 1 filled (filled
+# here if section 1 did not run): its reads copy scattered pages.
+"$mqblk" serve --device=null,size=1G --socket "$dir/null.sock" 2>"$dir/null.log" &
+null_pid=$!; pids+=($null_pid)
+"$mqblk" serve --device=ram,size=1G --socket "$dir/fresh.sock" 2>"$dir/fresh.log" &
+fresh_pid=$!; pids+=($fresh_pid)
+wait_sock "$dir/null.sock"; wait_sock "$dir/fresh.sock"
+if [[ $sections != *1* ]]; then
+  "$mqblk" bench --device "nbd+unix:///?socket=$dir/mqblk.sock" --rw=write --bs=1m --iodepth=8 \
+    --size=1G >/dev/null
+fi
+bench2() { # name pid socket
+  local t0 t1
+  t0=$(cpu_ticks "$2")
+  python3 - "$dir/bench.json" "$mqblk" bench --device "nbd+unix:///?socket=$3,conns=2" \
+    --rw=randread --bs=4k --iodepth=32 --numjobs=2 --size=1G --runtime="$runtime" --time_based \
+    --output-format=json <<'PY'
+import resource, subprocess, sys
+with open(sys.argv[1], "w") as f:
+    subprocess.run(sys.argv[2:], stdout=f, check=True)
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+open(sys.argv[1] + ".cpu", "w").write(str(r.ru_utime + r.ru_stime))
+PY
+  t1=$(cpu_ticks "$2")
+  python3 - "$dir/bench.json" "$((t1 - t0))" "$clk" "$1" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
+cpu = float(open(sys.argv[1] + ".cpu").read())
 iops = sum(x["read"]["iops"] for x in j["jobs"])
-ios = sum(x["read"]["total_ios"] for x in j["jobs"]) if "total_ios" in j["jobs"][0]["read"] else None
+ios = sum(x["read"]["total_ios"] for x in j["jobs"])
 ticks, clk = int(sys.argv[2]), int(sys.argv[3])
 m = j.get("mqblk", {})
-line = f"client IOPS={iops:.0f}  client_ns_per_io_cpu={m.get('ns_per_io_cpu', float('nan')):.0f}"
-line += f"  allocs_per_io={m.get('allocs_per_io', float('nan'))}"
-if ios:
-    line += f"  server_ns_per_io={ticks * 1e9 / clk / ios:.0f}"
-print(line)
+print(f"{sys.argv[4]:<12} client IOPS={iops:.0f}  client_ns_per_io_cpu={m.get('ns_per_io_cpu', float('nan')):.0f}"
+      f"  client_process_ns_per_io={cpu * 1e9 / max(ios, 1):.0f}"
+      f"  allocs_per_io={m.get('allocs_per_io', float('nan'))}"
+      f"  server_ns_per_io={ticks * 1e9 / clk / max(ios, 1):.0f}")
 PY
+}
+bench2 "null" "$null_pid" "$dir/null.sock"
+bench2 "ram fresh" "$fresh_pid" "$dir/fresh.sock"
+bench2 "ram filled" "$mqblk_pid" "$dir/mqblk.sock"
+kill "$null_pid" "$fresh_pid"; wait "$null_pid" "$fresh_pid" 2>/dev/null || true
 fi
 kill "$mqblk_pid"; wait "$mqblk_pid" 2>/dev/null || true
 
