@@ -238,8 +238,8 @@ struct BenchArgs {
     iostats: Option<String>,
 
     /// Write a checked header into every block and check it on read-back:
-    /// crc32c, or none.
-    #[arg(long, value_name = "crc32c|none")]
+    /// crc32c, md5, sha256, or none.
+    #[arg(long, value_name = "crc32c|md5|sha256|none")]
     verify: Option<String>,
 
     /// With --verify, read back everything written after the run: 1 or 0
@@ -250,6 +250,32 @@ struct BenchArgs {
     /// With --verify, stop a job at its first mismatch: 1 or 0 (default 0).
     #[arg(long = "verify_fatal", alias = "verify-fatal", value_name = "0|1")]
     verify_fatal: Option<String>,
+
+    /// Bytes each job transfers before it ends (fio's io_size; default: --size).
+    #[arg(long = "io_size", alias = "io_limit", value_name = "BYTES")]
+    io_size: Option<String>,
+
+    /// I/Os each job issues before it ends (fio's number_ios).
+    #[arg(long = "number_ios", value_name = "N")]
+    number_ios: Option<String>,
+
+    /// Flush the device after every N writes (fio's fsync=N; 0: never).
+    #[arg(long = "fsync", value_name = "N")]
+    fsync: Option<String>,
+
+    /// With --verify, make N percent of the writes discards of the block.
+    #[arg(long = "trim_percentage", value_name = "N")]
+    trim_percentage: Option<String>,
+
+    /// With --trim_percentage, a discarded block must read back as zeros:
+    /// 1 or 0 (default 0: zeros or what it held before).
+    #[arg(long = "trim_verify_zero", value_name = "0|1")]
+    trim_verify_zero: Option<String>,
+
+    /// With --verify, make N percent of the writes write-zeroes of the
+    /// block (read back as zeros).
+    #[arg(long = "write_zeroes_percentage", value_name = "N")]
+    write_zeroes_percentage: Option<String>,
 
     /// Cut each I/O's buffer into N non-contiguous pieces (readv/writev-style
     /// bios), 1 to 256.
@@ -498,6 +524,20 @@ impl BenchArgs {
             ("verify", "verify", &self.verify),
             ("do_verify", "do_verify", &self.do_verify),
             ("verify_fatal", "verify_fatal", &self.verify_fatal),
+            ("io_size", "io_size", &self.io_size),
+            ("number_ios", "number_ios", &self.number_ios),
+            ("fsync", "fsync", &self.fsync),
+            ("trim_percentage", "trim_percentage", &self.trim_percentage),
+            (
+                "trim_verify_zero",
+                "trim_verify_zero",
+                &self.trim_verify_zero,
+            ),
+            (
+                "write_zeroes_percentage",
+                "write_zeroes_percentage",
+                &self.write_zeroes_percentage,
+            ),
             ("segments", "segments", &self.segments),
             ("stats-dir", "stats_dir", &self.stats_dir),
             ("thinktime", "thinktime", &self.thinktime),

@@ -340,3 +340,124 @@ fn job_files_take_the_verify_keys() {
     assert_clean(&v);
     assert_eq!(v["jobs"][0]["job options"]["verify_fatal"], "1");
 }
+
+#[test]
+fn md5_and_sha256_verify_and_catch_a_corrupted_block() {
+    for kind in ["md5", "sha256"] {
+        let s = Scratch::new(&format!("verify-{kind}"));
+        let p = s.file("disk.img", 1 << 20);
+        let spec = format!("--device=file:{}", p.display());
+        let verify = format!("--verify={kind}");
+        let run = |rw: &str| {
+            mqblk(&[
+                "bench",
+                &spec,
+                rw,
+                "--bs=4k",
+                "--iodepth=8",
+                "--size=1M",
+                &verify,
+                "--output-format=json",
+            ])
+        };
+        let o = run("--rw=write");
+        assert!(o.status.success(), "{kind}: {}", text(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_clean(&v);
+        assert_eq!(verify_of(&v)["type"], kind);
+        assert_eq!(verify_of(&v)["blocks_verified"], 256, "{v:#}");
+        corrupt(&p, 12288);
+        let o = run("--rw=read");
+        assert!(!o.status.success(), "{kind}: a corrupted block must fail");
+        let err = text(&o.stderr);
+        assert!(
+            err.contains(&format!("bad {kind} (data corrupted)"))
+                && err.contains("at offset 12288"),
+            "{kind}: {err}"
+        );
+        assert!(err.contains(&format!("computed {kind} ")), "{kind}: {err}");
+    }
+}
+
+/// A verify run whose writes are mixed with discards, write-zeroes and
+/// flushes: a zeroed block must read back as zeros, a discarded one as
+/// zeros or its last write, everything else as its last write.
+fn mixed_verify(spec: &str) -> serde_json::Value {
+    let v = ok_json(&[
+        "bench",
+        &format!("--device={spec}"),
+        "--rw=randrw",
+        "--bs=4k",
+        "--iodepth=16",
+        "--size=8M",
+        "--io_size=64M",
+        "--verify=crc32c",
+        "--trim_percentage=15",
+        "--write_zeroes_percentage=15",
+        "--fsync=32",
+        "--output-format=json",
+    ]);
+    assert_clean(&v);
+    let r = verify_of(&v);
+    assert!(r["blocks_trimmed"].as_u64().unwrap() > 100, "{v:#}");
+    assert!(r["blocks_zeroed"].as_u64().unwrap() > 100, "{v:#}");
+    assert!(r["blocks_written"].as_u64().unwrap() > 100, "{v:#}");
+    assert!(
+        v["jobs"][0]["trim"]["total_ios"].as_u64().unwrap() > 100,
+        "{v:#}"
+    );
+    v
+}
+
+#[test]
+fn a_verify_mix_of_discards_write_zeroes_and_flushes_passes() {
+    mixed_verify("ram,size=8M");
+    let s = Scratch::new("verify-mix");
+    let p = s.file("disk.img", 8 << 20);
+    mixed_verify(&format!("file:{}", p.display()));
+    // Discarded blocks must read as zeros when asked, and ram's do.
+    let v = ok_json(&[
+        "bench",
+        "--device=ram,size=4M",
+        "--rw=randrw",
+        "--bs=4k",
+        "--size=4M",
+        "--io_size=16M",
+        "--verify=sha256",
+        "--trim_percentage=30",
+        "--trim_verify_zero=1",
+        "--output-format=json",
+    ]);
+    assert_clean(&v);
+}
+
+#[test]
+fn a_bad_verify_mix_is_refused_with_its_keys_named() {
+    for (args, want) in [
+        (
+            vec![
+                "--verify=crc32c",
+                "--trim_percentage=60",
+                "--write_zeroes_percentage=50",
+            ],
+            "add up to more than 100",
+        ),
+        (vec!["--trim_percentage=10"], "has no verify="),
+        (
+            vec!["--verify=crc32c", "--trim_percentage=101"],
+            "--trim_percentage",
+        ),
+    ] {
+        let mut a = vec![
+            "bench",
+            "--device=ram,size=4M",
+            "--rw=randwrite",
+            "--size=1M",
+        ];
+        a.extend_from_slice(&args);
+        let o = mqblk(&a);
+        assert!(!o.status.success(), "{args:?}");
+        let err = text(&o.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}

@@ -477,6 +477,48 @@ fn sleep_unless_done(shared: &Shared, n: usize, d: Duration, stop: &AtomicBool) 
 
 /// A data bio of one buffer, re-aimed and cut to `len_bytes` of its buffer
 /// (bsrange/bssplit): no copy, no allocation (the segment is inline).
+/// Aim a slot's bio at its next I/O. A discard or write-zeroes carries no
+/// data: it gets a bio of its own, and the slot's data bio waits in `spare`
+/// until a data I/O takes it back (so a slot with a data-less bio always
+/// has a data bio in `spare`).
+#[inline]
+fn aim(
+    bio: &mut Bio,
+    op: Op,
+    offset_bytes: u64,
+    len_bytes: u64,
+    variable: bool,
+    spare: &mut Vec<Bio>,
+) {
+    if !op.has_data() {
+        let dataless = match op {
+            Op::WriteZeroes => Bio::write_zeroes_at(offset_bytes, len_bytes),
+            _ => Bio::discard_at(offset_bytes, len_bytes),
+        };
+        let old = std::mem::replace(bio, dataless);
+        if old.op().has_data() {
+            spare.push(old);
+        }
+        return;
+    }
+    if !bio.op().has_data() {
+        let Some(data) = spare.pop() else {
+            debug_assert!(false, "a data-less slot without a spare data bio");
+            // Fails at submit with a typed zero-length error, not silently.
+            *bio = Bio::at(op, offset_bytes);
+            return;
+        };
+        *bio = data;
+    }
+    if variable {
+        let old = std::mem::replace(bio, Bio::at(Op::Read, 0));
+        *bio = resized(old, op, offset_bytes, len_bytes);
+    } else {
+        bio.set_op(op);
+        bio.set_offset_bytes(offset_bytes);
+    }
+}
+
 fn resized(bio: Bio, op: Op, offset_bytes: u64, len_bytes: u64) -> Bio {
     let mut bufs = bio.into_buffers();
     let mut b = Bio::at(op, offset_bytes);
@@ -531,6 +573,13 @@ fn check_job(job: &JobSpec, dev: &Device, spec: &str) -> Result<()> {
              bench; {}",
             job.name,
             super::options::FIO_ENGINE_HINT
+        );
+    }
+    if job.verify.is_none() && (job.trim_percentage > 0 || job.write_zeroes_percentage > 0) {
+        bail!(
+            "job {}: trim_percentage= and write_zeroes_percentage= mix data-less writes into a \
+             verify job, and this job has no verify=",
+            job.name
         );
     }
     if job.rw.is_trim() {
@@ -703,6 +752,9 @@ fn job_thread<V: Hook>(
     let mut read = DirResult::default();
     let mut write = DirResult::default();
     let mut trim = DirResult::default();
+    // Data bios set aside while their slot carries a discard or a
+    // write-zeroes, to be taken back by the next data I/O.
+    let mut spare: Vec<Bio> = Vec::new();
     let mut first_error: Option<mqblk::Status> = None;
     let paced = pace_ns.is_some();
     let variable = job.block_sizes != super::job::BlockSizes::Fixed;
@@ -769,16 +821,8 @@ fn job_thread<V: Hook>(
             allowed -= 1;
             let Some(mut bio) = free.pop() else { break };
             let (op, sector, len) = offsets.next();
-            if op == Op::Discard {
-                // A trim carries no data: a bio of its own (the slot's data
-                // bio, if any, is let go; its buffer is not needed).
-                bio = Bio::discard_at(sector * 512, len * 512);
-            } else if variable {
-                bio = resized(bio, op, sector * 512, len * 512);
-            } else {
-                bio.set_op(op);
-                bio.set_offset_bytes(sector * 512);
-            }
+            let op = hook.retarget(op);
+            aim(&mut bio, op, sector * 512, len * 512, variable, &mut spare);
             hook.prepare(&mut bio);
             if let Err(e) = ctx.submit(bio) {
                 let bio = e.into_bio();
@@ -823,16 +867,9 @@ fn job_thread<V: Hook>(
             }
             if (issued_bytes < bytes_limit || !measuring) && !hook.stopped() && !paced {
                 let (op, sector, len) = offsets.next();
+                let op = hook.retarget(op);
                 let bio = c.bio_mut();
-                if op == Op::Discard {
-                    *bio = Bio::discard_at(sector * 512, len * 512);
-                } else if variable {
-                    let old = std::mem::replace(bio, Bio::at(Op::Read, 0));
-                    *bio = resized(old, op, sector * 512, len * 512);
-                } else {
-                    bio.set_op(op);
-                    bio.set_offset_bytes(sector * 512);
-                }
+                aim(bio, op, sector * 512, len * 512, variable, &mut spare);
                 hook.prepare(bio);
                 issued_bytes += len * 512;
                 c.resubmit();
@@ -887,6 +924,9 @@ fn job_thread<V: Hook>(
             free.push(c.into_bio())
         });
     }
+    // Every slot holds a data bio again, for the verify phase.
+    free.retain(|b| b.op().has_data());
+    free.append(&mut spare);
     if job.end_fsync {
         if let Err(e) = ctx.flush() {
             eprintln!("mqblk: job {}: end_fsync: {e}", job.name);

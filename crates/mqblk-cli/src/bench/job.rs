@@ -300,6 +300,14 @@ pub struct JobSpec {
     pub do_verify: bool,
     /// `verify_fatal=` (default 0): stop the job at the first mismatch.
     pub verify_fatal: bool,
+    /// `trim_percentage=N`: N% of a verify job's writes are discards.
+    pub trim_percentage: u8,
+    /// `trim_verify_zero=1`: a discarded block must read as zeros (default
+    /// 0: zeros or what it held, as a device may ignore a discard).
+    pub trim_verify_zero: bool,
+    /// `write_zeroes_percentage=N` (mqblk's): N% of a verify job's writes
+    /// are write-zeroes.
+    pub write_zeroes_percentage: u8,
     /// `segments=`: each I/O's buffer is cut into this many non-contiguous
     /// pieces (a vectored bio).
     pub segments: u32,
@@ -388,6 +396,9 @@ impl Default for JobSpec {
             verify: None,
             do_verify: true,
             verify_fatal: false,
+            trim_percentage: 0,
+            trim_verify_zero: false,
+            write_zeroes_percentage: 0,
             segments: 1,
             stats_dir: None,
             thinktime: std::time::Duration::ZERO,

@@ -39,6 +39,9 @@ pub const KEYS: &[&str] = &[
     "verify",
     "do_verify",
     "verify_fatal",
+    "trim_percentage",
+    "trim_verify_zero",
+    "write_zeroes_percentage",
     "segments",
     "stats_dir",
     "thinktime",
@@ -311,6 +314,12 @@ pub struct JobOptions {
     pub do_verify: Option<bool>,
     /// `verify_fatal=`.
     pub verify_fatal: Option<bool>,
+    /// `trim_percentage=`.
+    pub trim_percentage: Option<u8>,
+    /// `trim_verify_zero=`.
+    pub trim_verify_zero: Option<bool>,
+    /// `write_zeroes_percentage=` (mqblk's).
+    pub write_zeroes_percentage: Option<u8>,
     /// `segments=`.
     pub segments: Option<u32>,
     /// `stats_dir=`.
@@ -709,7 +718,7 @@ impl JobOptions {
                 let kind = super::verify::VerifyKind::parse(v).map_err(|()| {
                     bad(
                         raw,
-                        format!("{expected}; other checksums (md5, sha256): {FIO_ENGINE_HINT}"),
+                        format!("{expected}; other checksums: {FIO_ENGINE_HINT}"),
                     )
                 })?;
                 self.verify = Some(kind);
@@ -717,6 +726,15 @@ impl JobOptions {
             "do_verify" => self.do_verify = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?),
             "verify_fatal" => {
                 self.verify_fatal = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?)
+            }
+            "trim_percentage" => {
+                self.trim_percentage = Some(parse_u64_in(v, 0, 100, expected)? as u8)
+            }
+            "trim_verify_zero" => {
+                self.trim_verify_zero = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?)
+            }
+            "write_zeroes_percentage" => {
+                self.write_zeroes_percentage = Some(parse_u64_in(v, 0, 100, expected)? as u8)
             }
             "segments" => self.segments = Some(parse_u64_in(v, 1, 256, expected)? as u32),
             "thinktime" => {
@@ -771,6 +789,12 @@ impl JobOptions {
         over(&mut self.verify, &top.verify);
         over(&mut self.do_verify, &top.do_verify);
         over(&mut self.verify_fatal, &top.verify_fatal);
+        over(&mut self.trim_percentage, &top.trim_percentage);
+        over(&mut self.trim_verify_zero, &top.trim_verify_zero);
+        over(
+            &mut self.write_zeroes_percentage,
+            &top.write_zeroes_percentage,
+        );
         over(&mut self.segments, &top.segments);
         over(&mut self.stats_dir, &top.stats_dir);
         over(&mut self.file_direct, &top.file_direct);
@@ -845,6 +869,11 @@ impl JobOptions {
             verify: self.verify.unwrap_or(d.verify),
             do_verify: self.do_verify.unwrap_or(d.do_verify),
             verify_fatal: self.verify_fatal.unwrap_or(d.verify_fatal),
+            trim_percentage: self.trim_percentage.unwrap_or(d.trim_percentage),
+            trim_verify_zero: self.trim_verify_zero.unwrap_or(d.trim_verify_zero),
+            write_zeroes_percentage: self
+                .write_zeroes_percentage
+                .unwrap_or(d.write_zeroes_percentage),
             segments: self.segments.unwrap_or(d.segments),
             stats_dir: self.stats_dir.clone().or(d.stats_dir.clone()),
             thinktime: self.thinktime.unwrap_or(d.thinktime),
@@ -940,9 +969,18 @@ pub fn expected(key: &str) -> Option<&'static str> {
         "hw_queues" => "an integer from 1 to 1024",
         "plug" => "on or off (or 1/0)",
         "iostats" => "1 or 0 (or on/off)",
-        "verify" => "crc32c (or crc32c-intel), meta (checked as crc32c), or none",
+        "verify" => "crc32c (or crc32c-intel), md5, sha256, meta (checked as crc32c), or none",
         "do_verify" => "1 or 0 (default 1: read back and check what was written)",
         "verify_fatal" => "1 or 0 (default 0: 1 stops the job at the first mismatch)",
+        "trim_percentage" => {
+            "a percentage from 0 to 100: the share of a verify job's writes that are discards"
+        }
+        "trim_verify_zero" => {
+            "1 or 0 (default 0: a discarded block may read as zeros or as what it held; 1: zeros)"
+        }
+        "write_zeroes_percentage" => {
+            "a percentage from 0 to 100: the share of a verify job's writes that are write-zeroes"
+        }
         "segments" => "1 to 256: buffer pieces per I/O (vectored bios)",
         "thinktime" => {
             "a pause after each completion, up to 10s: microseconds, or with a suffix (us, ms, s)"

@@ -379,6 +379,8 @@ pub fn json(specs: &[JobSpec], run: &RunResult) -> Value {
                 v["verify"] = json!({
                     "type": r.kind,
                     "blocks_written": r.blocks_written,
+                    "blocks_trimmed": r.blocks_trimmed,
+                    "blocks_zeroed": r.blocks_zeroed,
                     "blocks_verified": r.blocks_verified,
                     "errors": r.errors,
                     "stopped": r.stopped,
@@ -387,7 +389,7 @@ pub fn json(specs: &[JobSpec], run: &RunResult) -> Value {
                         "reason": m.reason,
                         "expected": m.expected.to_string(),
                         "actual": m.actual.to_string(),
-                        "computed_crc32c": m.computed_crc,
+                        "computed": m.computed,
                     })).collect::<Vec<_>>(),
                 });
             }

@@ -5,11 +5,12 @@
 //! The block layout, as fio's `struct verify_header` plus data:
 //!
 //! ```text
-//!  0  magic u16 = 0xacca     2  verify type u8 (1 = crc32c)   3  0
+//!  0  magic u16 = 0xacca     2  verify type u8 (1 crc32c, 2 md5, 3 sha256)   3  0
 //!  4  block length u32       8  device offset u64            16  seed u64
 //! 24  generation u32        28  job u16                      30  0
-//! 32  crc32c u32 of bytes [0, 32) and [40, len)              36  0
-//! 40  data: xorshift64* stream from the seed
+//! 32  crc32c u32 of bytes [0, 32) and [D, len) (crc32c only, else 0)   36  0
+//! 40  md5 (16 bytes) or sha256 (32 bytes) of bytes [0, 32) and [D, len)
+//!  D  data: xorshift64* stream from the seed (D = 40, 56 or 72)
 //! ```
 //!
 //! The seed is a function of (job, block, generation), so the expected
@@ -23,6 +24,13 @@
 //! I/O in flight is moved to the next free block (fio's
 //! `serialize_overlap`), so the expected content is never ambiguous. Jobs
 //! that share a device verify disjoint slices of it.
+//!
+//! Data-less writes join the mix with `trim_percentage=N` (that share of
+//! the job's writes become discards of the block) and
+//! `write_zeroes_percentage=N` (write-zeroes instead). A zeroed block must
+//! read back as zeros. A discarded block may read as zeros or as what it
+//! held before (a device may ignore a discard, as librbd does below its
+//! object's granularity), unless `trim_verify_zero=1` asks for zeros.
 //!
 //! The engine is generic over [`Hook`]: with verify off it runs with
 //! [`NoVerify`], which only stamps 8 bytes per 4 KiB of each write (fio's
@@ -44,12 +52,23 @@ pub const MAX_BLOCKS: u64 = 1 << 26;
 pub const MISMATCHES_KEPT: usize = 16;
 /// Generation of a block whose last write failed: its content is unknown.
 const GEN_UNKNOWN: u32 = u32::MAX;
+/// Highest generation of a data write; the next one is 1 again.
+const GEN_MAX: u32 = 0x3fff_ffff;
+/// A block whose last write was a write-zeroes: it reads as zeros.
+const GEN_ZERO: u32 = 0x4000_0000;
+/// Flag on the state of a discarded block, over what it held before (a
+/// generation or [`GEN_ZERO`]): it reads as zeros or as that.
+const GEN_TRIMMED: u32 = 0x8000_0000;
 
 /// The checksum of `verify=`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VerifyKind {
     /// CRC-32C (Castagnoli), fio's `crc32c` (and `crc32c-intel`).
     Crc32c,
+    /// MD5, fio's `md5`.
+    Md5,
+    /// SHA-256, fio's `sha256`.
+    Sha256,
 }
 
 impl VerifyKind {
@@ -57,6 +76,8 @@ impl VerifyKind {
     pub fn parse(s: &str) -> Result<Option<VerifyKind>, ()> {
         match s {
             "crc32c" | "crc32c-intel" => Ok(Some(VerifyKind::Crc32c)),
+            "md5" => Ok(Some(VerifyKind::Md5)),
+            "sha256" => Ok(Some(VerifyKind::Sha256)),
             "none" | "0" => Ok(None),
             _ => Err(()),
         }
@@ -66,14 +87,96 @@ impl VerifyKind {
     pub fn name(self) -> &'static str {
         match self {
             VerifyKind::Crc32c => "crc32c",
+            VerifyKind::Md5 => "md5",
+            VerifyKind::Sha256 => "sha256",
         }
     }
 
     fn code(self) -> u8 {
         match self {
             VerifyKind::Crc32c => 1,
+            VerifyKind::Md5 => 2,
+            VerifyKind::Sha256 => 3,
         }
     }
+
+    /// Bytes of digest after the header (the crc32c lives in the header).
+    fn digest_len(self) -> usize {
+        match self {
+            VerifyKind::Crc32c => 0,
+            VerifyKind::Md5 => 16,
+            VerifyKind::Sha256 => 32,
+        }
+    }
+
+    /// Where a block's data starts.
+    pub fn data_start(self) -> usize {
+        HEADER_BYTES + self.digest_len()
+    }
+
+    /// The checksum of `block` (header bytes before the crc, and the data),
+    /// into `out`; returns its length. A crc32c is 4 little-endian bytes.
+    fn sum(self, block: &[u8], out: &mut [u8; 32]) -> usize {
+        use sha2::Digest as _;
+        let data = &block[self.data_start()..];
+        match self {
+            VerifyKind::Crc32c => {
+                let c = crc32c::crc32c_append(crc32c::crc32c(&block[..32]), data);
+                out[..4].copy_from_slice(&c.to_le_bytes());
+                4
+            }
+            VerifyKind::Md5 => {
+                let mut h = md5::Md5::new();
+                h.update(&block[..32]);
+                h.update(data);
+                out[..16].copy_from_slice(&h.finalize());
+                16
+            }
+            VerifyKind::Sha256 => {
+                let mut h = sha2::Sha256::new();
+                h.update(&block[..32]);
+                h.update(data);
+                out[..32].copy_from_slice(&h.finalize());
+                32
+            }
+        }
+    }
+
+    /// Seal a block whose header (with crc 0) and data are in place.
+    fn seal(self, block: &mut [u8], h: &mut Header) {
+        let mut sum = [0u8; 32];
+        let n = self.sum(block, &mut sum);
+        if self == VerifyKind::Crc32c {
+            h.crc = u32::from_le_bytes([sum[0], sum[1], sum[2], sum[3]]);
+            h.encode(&mut block[..HEADER_BYTES]);
+        } else {
+            block[HEADER_BYTES..HEADER_BYTES + n].copy_from_slice(&sum[..n]);
+        }
+    }
+
+    /// The checksum stored in a block.
+    fn stored<'a>(self, block: &'a [u8], h: &Header, crc: &'a mut [u8; 4]) -> &'a [u8] {
+        if self == VerifyKind::Crc32c {
+            *crc = h.crc.to_le_bytes();
+            &crc[..]
+        } else {
+            &block[HEADER_BYTES..self.data_start()]
+        }
+    }
+}
+
+/// Lower-case hex of `bytes` (a crc32c's 4 bytes as the number they are).
+fn hex(kind: VerifyKind, bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(2 * bytes.len() + 2);
+    if kind == VerifyKind::Crc32c && bytes.len() == 4 {
+        let v = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        let _ = write!(s, "{v:#010x}");
+    } else {
+        for b in bytes {
+            let _ = write!(s, "{b:02x}");
+        }
+    }
+    s
 }
 
 /// A block header, as written or as read.
@@ -139,12 +242,6 @@ impl std::fmt::Display for Header {
     }
 }
 
-/// The checksum of a block: header bytes before the crc, and the data.
-fn block_crc(block: &[u8]) -> u32 {
-    let c = crc32c::crc32c(&block[..32]);
-    crc32c::crc32c_append(c, &block[HEADER_BYTES..])
-}
-
 fn splitmix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -176,16 +273,16 @@ pub struct Mismatch {
     pub expected: Header,
     /// The header read.
     pub actual: Header,
-    /// The checksum computed over what was read.
-    pub computed_crc: u32,
+    /// The checksum computed over what was read: its name and hex value.
+    pub computed: String,
 }
 
 impl std::fmt::Display for Mismatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "verify: {} at offset {}: expected {}, got {} (computed crc32c {:#010x})",
-            self.reason, self.offset, self.expected, self.actual, self.computed_crc
+            "verify: {} at offset {}: expected {}, got {} (computed {})",
+            self.reason, self.offset, self.expected, self.actual, self.computed
         )
     }
 }
@@ -197,6 +294,10 @@ pub struct VerifyResult {
     pub kind: &'static str,
     /// Writes completed with a header (a block written twice counts twice).
     pub blocks_written: u64,
+    /// Discards completed (`trim_percentage=`).
+    pub blocks_trimmed: u64,
+    /// Write-zeroes completed (`write_zeroes_percentage=`).
+    pub blocks_zeroed: u64,
     /// Reads checked, during the run and in the verify phase (the verify
     /// phase reads each block written once).
     pub blocks_verified: u64,
@@ -213,9 +314,17 @@ impl VerifyResult {
     pub fn describe(&self, out: &mut String) {
         let _ = writeln!(
             out,
-            "  verify       : {}, {} blocks written, {} verified, {} errors{}",
+            "  verify       : {}, {} blocks written{}, {} verified, {} errors{}",
             self.kind,
             self.blocks_written,
+            if self.blocks_trimmed + self.blocks_zeroed > 0 {
+                format!(
+                    " ({} trimmed, {} zeroed)",
+                    self.blocks_trimmed, self.blocks_zeroed
+                )
+            } else {
+                String::new()
+            },
             self.blocks_verified,
             self.errors,
             if self.stopped {
@@ -244,6 +353,11 @@ pub trait Hook {
     /// the offset generator should draw from.
     fn blocks(&self, blocks: u64) -> u64 {
         blocks
+    }
+    /// The generator drew `op`: the op to issue instead (a verify job turns
+    /// some writes into discards or write-zeroes).
+    fn retarget(&mut self, op: Op) -> Op {
+        op
     }
     /// The bio has its op and sector for the next I/O: move it off a busy
     /// block, into the job's slice, and write the header of a write.
@@ -309,6 +423,13 @@ pub struct Verifier {
     fatal: bool,
     /// Only reads: check headers for self-consistency.
     read_only: bool,
+    /// Percent of writes that become discards, then write-zeroes.
+    trim_pct: u8,
+    zero_pct: u8,
+    /// `trim_verify_zero=1`: a discarded block must read as zeros.
+    trim_verify_zero: bool,
+    /// Draws for the mix (xorshift64).
+    mix_rng: u64,
     scratch: Vec<u8>,
     result: VerifyResult,
 }
@@ -344,12 +465,27 @@ impl Verifier {
             do_verify,
             fatal,
             read_only,
+            trim_pct: 0,
+            zero_pct: 0,
+            trim_verify_zero: false,
+            mix_rng: splitmix(job_seed ^ 0x006d_6978),
             scratch: vec![0; bs as usize],
             result: VerifyResult {
                 kind: kind.name(),
                 ..VerifyResult::default()
             },
         }
+    }
+
+    /// Turn `trim_pct` percent of the writes into discards and `zero_pct`
+    /// percent into write-zeroes; `trim_verify_zero` asks discarded blocks
+    /// to read as zeros.
+    pub fn with_mix(mut self, trim_pct: u8, zero_pct: u8, trim_verify_zero: bool) -> Verifier {
+        debug_assert!(u32::from(trim_pct) + u32::from(zero_pct) <= 100);
+        self.trim_pct = trim_pct;
+        self.zero_pct = zero_pct;
+        self.trim_verify_zero = trim_verify_zero;
+        self
     }
 
     fn is_busy(&self, b: u64) -> bool {
@@ -397,10 +533,9 @@ impl Verifier {
             } else {
                 &mut scratch
             };
-            fill_data(&mut buf[HEADER_BYTES..], h.seed);
+            fill_data(&mut buf[self.kind.data_start()..], h.seed);
             h.encode(&mut buf[..HEADER_BYTES]);
-            h.crc = block_crc(buf);
-            h.encode(&mut buf[..HEADER_BYTES]);
+            self.kind.seal(buf, &mut h);
         }
         if !single {
             let mut at = 0;
@@ -413,8 +548,10 @@ impl Verifier {
         self.scratch = scratch;
     }
 
-    /// Check a block read into `bio` (`generation` 0: header only).
-    fn check(&mut self, bio: &Bio, block: u64, generation: u32) {
+    /// Check a block read into `bio` against `state`: a generation (0:
+    /// header only, for a read-only job), [`GEN_ZERO`], or a discarded
+    /// block's state.
+    fn check(&mut self, bio: &Bio, block: u64, state: u32) {
         let mut scratch = std::mem::take(&mut self.scratch);
         let data: &[u8] = if bio.segments().len() == 1 {
             bio.segments()[0].as_slice()
@@ -427,17 +564,36 @@ impl Verifier {
             }
             &scratch
         };
+        self.result.blocks_verified += 1;
+        let zeros = data.iter().all(|&b| b == 0);
+        let trimmed = state & GEN_TRIMMED != 0;
+        let before = state & !GEN_TRIMMED;
+        if zeros && (before == GEN_ZERO || trimmed) {
+            // Zeroed, or discarded by a device that zeroes.
+            self.scratch = scratch;
+            return;
+        }
+        let kind = self.kind;
         let actual = Header::decode(&data[..HEADER_BYTES]);
-        let computed_crc = block_crc(data);
+        let mut sum = [0u8; 32];
+        let n = kind.sum(data, &mut sum);
+        let mut crc = [0u8; 4];
+        let sum_ok = kind.stored(data, &actual, &mut crc) == &sum[..n];
+        let computed = format!("{} {}", kind.name(), hex(kind, &sum[..n]));
+        let generation = if before == GEN_ZERO { 0 } else { before };
         let mut expected = self.expected(block, generation);
-        if generation == 0 {
+        if state == 0 {
             // Read-only check: whoever wrote it, it must be a valid block
             // for this offset.
             expected.seed = actual.seed;
             expected.generation = actual.generation;
             expected.job = actual.job;
         }
-        let reason = if actual.magic != MAGIC {
+        let reason = if before == GEN_ZERO {
+            Some("not zeros (the block was written with write-zeroes)")
+        } else if trimmed && self.trim_verify_zero {
+            Some("not zeros (the block was discarded, and trim_verify_zero=1)")
+        } else if actual.magic != MAGIC {
             Some("bad magic (no verify header)")
         } else if actual.offset != expected.offset {
             Some("wrong offset (data from another block)")
@@ -448,27 +604,35 @@ impl Verifier {
             || actual.seed != expected.seed
         {
             Some("stale data (not the last write)")
-        } else if actual.crc != computed_crc {
-            Some("bad crc32c (data corrupted)")
+        } else if !sum_ok {
+            Some(match kind {
+                VerifyKind::Crc32c => "bad crc32c (data corrupted)",
+                VerifyKind::Md5 => "bad md5 (data corrupted)",
+                VerifyKind::Sha256 => "bad sha256 (data corrupted)",
+            })
         } else {
             None
         };
-        self.result.blocks_verified += 1;
         if let Some(reason) = reason {
-            // What the block should hold: its header and the data its seed
-            // generates, and their checksum.
-            let want = &mut scratch[..];
-            fill_data(&mut want[HEADER_BYTES..], expected.seed);
-            expected.encode(&mut want[..HEADER_BYTES]);
-            expected.crc = block_crc(want);
+            if before != GEN_ZERO {
+                // What the block should hold: its header and the data its
+                // seed generates, and their checksum.
+                let want = &mut scratch[..];
+                want.fill(0);
+                fill_data(&mut want[kind.data_start()..], expected.seed);
+                expected.encode(&mut want[..HEADER_BYTES]);
+                kind.seal(want, &mut expected);
+            } else {
+                expected = Header::default();
+            }
             self.result.errors += 1;
             if self.result.mismatches.len() < MISMATCHES_KEPT {
                 self.result.mismatches.push(Mismatch {
-                    offset: expected.offset,
+                    offset: self.offset_of(block),
                     reason,
                     expected,
                     actual,
-                    computed_crc,
+                    computed,
                 });
             }
             if self.fatal {
@@ -476,6 +640,11 @@ impl Verifier {
             }
         }
         self.scratch = scratch;
+    }
+
+    /// Whether a block in `state` has content to check.
+    fn checkable(state: u32) -> bool {
+        state != 0 && state != GEN_UNKNOWN
     }
 
     fn block_of(&self, bio: &Bio) -> u64 {
@@ -486,6 +655,25 @@ impl Verifier {
 impl Hook for Verifier {
     fn blocks(&self, _blocks: u64) -> u64 {
         self.blocks
+    }
+
+    fn retarget(&mut self, op: Op) -> Op {
+        if op != Op::Write || self.trim_pct == 0 && self.zero_pct == 0 {
+            return op;
+        }
+        let mut x = self.mix_rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.mix_rng = x;
+        let draw = (x % 100) as u8;
+        if draw < self.trim_pct {
+            Op::Discard
+        } else if draw < self.trim_pct + self.zero_pct {
+            Op::WriteZeroes
+        } else {
+            Op::Write
+        }
     }
 
     fn prepare(&mut self, bio: &mut Bio) {
@@ -505,7 +693,7 @@ impl Hook for Verifier {
         bio.set_offset_bytes(self.offset_of(block));
         let generation = if bio.op() == Op::Write {
             let g = self.next_generation;
-            self.next_generation = if g == GEN_UNKNOWN - 1 { 1 } else { g + 1 };
+            self.next_generation = if g == GEN_MAX { 1 } else { g + 1 };
             self.fill(bio, block, g);
             g
         } else {
@@ -536,11 +724,31 @@ impl Hook for Verifier {
                     GEN_UNKNOWN
                 };
             }
+            Op::WriteZeroes => {
+                self.generation[block as usize] = if ok {
+                    self.result.blocks_zeroed += 1;
+                    GEN_ZERO
+                } else {
+                    GEN_UNKNOWN
+                };
+            }
+            Op::Discard => {
+                let before = self.generation[block as usize];
+                self.generation[block as usize] = if !ok {
+                    GEN_UNKNOWN
+                } else if Self::checkable(before) {
+                    self.result.blocks_trimmed += 1;
+                    before | GEN_TRIMMED
+                } else {
+                    self.result.blocks_trimmed += 1;
+                    before
+                };
+            }
             Op::Read if ok => {
                 let g = self.generation[block as usize];
                 if self.read_only {
                     self.check(bio, block, 0);
-                } else if g != 0 && g != GEN_UNKNOWN {
+                } else if Self::checkable(g) {
                     self.check(bio, block, g);
                 }
             }
@@ -561,7 +769,7 @@ impl Hook for Verifier {
         loop {
             // Aim every free bio at the next written block.
             while let Some(mut bio) = free.pop() {
-                while next < me.blocks && matches!(me.generation[next as usize], 0 | GEN_UNKNOWN) {
+                while next < me.blocks && !Self::checkable(me.generation[next as usize]) {
                     next += 1;
                 }
                 if next >= me.blocks || me.result.stopped {
@@ -619,6 +827,10 @@ impl Verifier {
             do_verify: false,
             fatal: false,
             read_only: false,
+            trim_pct: 0,
+            zero_pct: 0,
+            trim_verify_zero: false,
+            mix_rng: 1,
             scratch: Vec::new(),
             result: VerifyResult::default(),
         }
@@ -644,6 +856,22 @@ pub fn for_job(plan: &[(JobSpec, Device)], index: usize) -> anyhow::Result<Optio
     let Some(kind) = job.verify else {
         return Ok(None);
     };
+    if u32::from(job.trim_percentage) + u32::from(job.write_zeroes_percentage) > 100 {
+        anyhow::bail!(
+            "job {}: trim_percentage={} and write_zeroes_percentage={} add up to more than 100",
+            job.name,
+            job.trim_percentage,
+            job.write_zeroes_percentage
+        );
+    }
+    if job.trim_percentage > 0 && !dev.info().features.discard {
+        anyhow::bail!(
+            "job {}: trim_percentage={} discards, and device {} does not support discard",
+            job.name,
+            job.trim_percentage,
+            dev.name()
+        );
+    }
     let cap = dev.capacity_bytes();
     let region_blocks = job.size.unwrap_or(cap).min(cap) / job.bs;
     let same = |d: &Device| d.name() == dev.name();
@@ -670,7 +898,7 @@ pub fn for_job(plan: &[(JobSpec, Device)], index: usize) -> anyhow::Result<Optio
     }
     let seed = job.randseed ^ (index as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     let read_only = job.rw.read_percent(job.rwmixread) == 100;
-    Ok(Some(Verifier::new(
+    let v = Verifier::new(
         kind,
         job.bs,
         region_blocks,
@@ -681,6 +909,11 @@ pub fn for_job(plan: &[(JobSpec, Device)], index: usize) -> anyhow::Result<Optio
         job.do_verify,
         job.verify_fatal,
         read_only,
+    );
+    Ok(Some(v.with_mix(
+        job.trim_percentage,
+        job.write_zeroes_percentage,
+        job.trim_verify_zero,
     )))
 }
 
@@ -730,7 +963,9 @@ mod tests {
         assert_eq!(h.offset, 5 * 4096);
         assert_eq!(h.len, 4096);
         assert_eq!(h.job, 3);
-        assert_eq!(h.crc, block_crc(data));
+        let mut sum = [0u8; 32];
+        assert_eq!(VerifyKind::Crc32c.sum(data, &mut sum), 4);
+        assert_eq!(h.crc.to_le_bytes(), sum[..4]);
         // A second prepare on the same block moves to the next free one.
         let mut other = Bio::write_at(0, mqblk::IoBuf::page_aligned(4096));
         other.set_offset_bytes(5 * 4096);
@@ -763,6 +998,97 @@ mod tests {
         assert!(m.reason.starts_with("bad crc32c"));
         assert!(m.to_string().contains("at offset 4096"), "{m}");
         assert_eq!(v.result.errors, 3);
+    }
+
+    fn written(v: &mut Verifier, block: u64) -> (Bio, u32) {
+        let mut bio = Bio::write_at(0, mqblk::IoBuf::page_aligned(4096));
+        bio.set_offset_bytes(block * 4096);
+        v.prepare(&mut bio);
+        let g = (bio.private & 0xffff_ffff) as u32;
+        v.set_busy(block, false);
+        v.generation[block as usize] = g;
+        (bio, g)
+    }
+
+    #[test]
+    fn md5_and_sha256_blocks_check_and_catch_corruption() {
+        for kind in [VerifyKind::Md5, VerifyKind::Sha256] {
+            let mut v = Verifier::new(kind, 4096, 16, 0, 1, 0, 9, true, false, false);
+            let (mut bio, g) = written(&mut v, 2);
+            let data = bio.segments()[0].as_slice();
+            assert_eq!(Header::decode(data).kind, kind.code());
+            // The digest sits between the header and the data.
+            let mut sum = [0u8; 32];
+            let n = kind.sum(data, &mut sum);
+            assert_eq!(n, kind.digest_len());
+            assert_eq!(&data[HEADER_BYTES..kind.data_start()], &sum[..n]);
+            v.check(&bio, 2, g);
+            assert_eq!(v.result.errors, 0, "{kind:?}: {:?}", v.result.mismatches);
+            bio.segments_mut()[0].as_mut_slice()[4000] ^= 0x80;
+            v.check(&bio, 2, g);
+            let m = &v.result.mismatches[0];
+            assert_eq!(m.reason, format!("bad {} (data corrupted)", kind.name()));
+            assert!(
+                m.to_string()
+                    .contains(&format!("computed {} ", kind.name())),
+                "{m}"
+            );
+            // A flipped digest byte is caught too.
+            bio.segments_mut()[0].as_mut_slice()[4000] ^= 0x80;
+            bio.segments_mut()[0].as_mut_slice()[HEADER_BYTES] ^= 1;
+            v.check(&bio, 2, g);
+            assert_eq!(v.result.errors, 2);
+        }
+    }
+
+    #[test]
+    fn zeroed_and_discarded_blocks_are_checked_by_what_they_may_hold() {
+        let mut v = Verifier::new(VerifyKind::Crc32c, 4096, 16, 0, 1, 0, 5, true, false, false);
+        let (bio, g) = written(&mut v, 3);
+        let zeros = Bio::read_at(3 * 4096, mqblk::IoBuf::page_aligned(4096));
+        // Discarded: the old block or zeros both pass.
+        let trimmed = g | GEN_TRIMMED;
+        v.check(&bio, 3, trimmed);
+        v.check(&zeros, 3, trimmed);
+        assert_eq!(v.result.errors, 0, "{:?}", v.result.mismatches);
+        // Zeroed: only zeros pass.
+        v.check(&zeros, 3, GEN_ZERO);
+        assert_eq!(v.result.errors, 0);
+        v.check(&bio, 3, GEN_ZERO);
+        assert!(v.result.mismatches[0].reason.starts_with("not zeros"));
+        // Discarded with trim_verify_zero=1: only zeros pass.
+        let mut v = v.with_mix(10, 10, true);
+        v.check(&zeros, 3, trimmed);
+        assert_eq!(v.result.errors, 1);
+        v.check(&bio, 3, trimmed);
+        assert_eq!(v.result.errors, 2);
+        assert!(v.result.mismatches[1].reason.contains("trim_verify_zero"));
+        // A stale block is still stale after a discard.
+        v.trim_verify_zero = false;
+        v.check(&bio, 3, (g + 1) | GEN_TRIMMED);
+        assert_eq!(
+            v.result.mismatches[2].reason,
+            "stale data (not the last write)"
+        );
+    }
+
+    #[test]
+    fn the_mix_turns_writes_into_discards_and_write_zeroes_in_their_shares() {
+        let mut v = Verifier::new(VerifyKind::Crc32c, 4096, 16, 0, 1, 0, 5, true, false, false)
+            .with_mix(20, 30, false);
+        let mut n = [0u32; 3];
+        for _ in 0..10_000 {
+            match v.retarget(Op::Write) {
+                Op::Write => n[0] += 1,
+                Op::Discard => n[1] += 1,
+                Op::WriteZeroes => n[2] += 1,
+                op => panic!("{op:?}"),
+            }
+            assert_eq!(v.retarget(Op::Read), Op::Read);
+        }
+        assert!((4500..5500).contains(&n[0]), "{n:?}");
+        assert!((1700..2300).contains(&n[1]), "{n:?}");
+        assert!((2700..3300).contains(&n[2]), "{n:?}");
     }
 
     #[test]
