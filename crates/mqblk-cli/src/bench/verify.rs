@@ -579,7 +579,6 @@ impl Verifier {
         let n = kind.sum(data, &mut sum);
         let mut crc = [0u8; 4];
         let sum_ok = kind.stored(data, &actual, &mut crc) == &sum[..n];
-        let computed = format!("{} {}", kind.name(), hex(kind, &sum[..n]));
         let generation = if before == GEN_ZERO { 0 } else { before };
         let mut expected = self.expected(block, generation);
         if state == 0 {
@@ -614,6 +613,7 @@ impl Verifier {
             None
         };
         if let Some(reason) = reason {
+            let computed = format!("{} {}", kind.name(), hex(kind, &sum[..n]));
             if before != GEN_ZERO {
                 // What the block should hold: its header and the data its
                 // seed generates, and their checksum.
