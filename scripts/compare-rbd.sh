@@ -11,7 +11,8 @@
 #   2. rbd bench --io-size 4K --io-threads 32 --io-pattern rand beside them.
 #   3. Handles: one shared image handle against one per hardware queue
 #      (2 jobs, 2 hardware queues).
-#   4. A 30 s crc32c verify run (randrw), 0 mismatches expected.
+#   4. A 30 s crc32c verify run: randrw with 10% of the writes discards,
+#      10% write-zeroes, and a flush every 64 writes; 0 mismatches expected.
 #   5. The OSD killed mid-run (io_timeout_ms=5000): when the bench's I/O
 #      fails, how the process ends, and a run after the OSD is back.
 #
@@ -112,9 +113,10 @@ for rw in randread randwrite; do
   done
 done
 
-echo "== verify: 30 s randrw crc32c, QD16, rbd_cache=on"
+echo "== verify: 30 s randrw crc32c, QD16, rbd_cache=on, with discards, write-zeroes and flushes"
 "$mqblk" bench --device "rbd:rbd/img,conf=$dir/client-on.conf" --rw=randrw --bs=4k --iodepth=16 \
-  --runtime=30 --time_based --verify=crc32c --output-format=json >"$dir/v.json"
+  --runtime=30 --time_based --verify=crc32c --trim_percentage=10 --write_zeroes_percentage=10 \
+  --fsync=64 --output-format=json >"$dir/v.json"
 python3 - "$dir/v.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))["jobs"][0]
