@@ -11,17 +11,14 @@
 //!   allocation on our side.
 //! - Completions come back through librbd's event queue: the image's
 //!   eventfd (`rbd_set_image_notification`) is signalled by librbd's
-//!   thread after it queues a completion, and `poll` drains
-//!   `rbd_poll_io_events` until it is empty. One thread per image handle
-//!   (the "interrupt line", [`Irq`]) sleeps on that eventfd and rings the
-//!   notifiers of the queues using the handle, so contexts sleep on the
-//!   core's futex and futures and completion fds work. That thread is
-//!   woken by the eventfd's edges (epoll, EPOLLET) and never reads it: a
-//!   context alone on its queue sleeps on the eventfd itself
-//!   ([`Driver::wait`], as fio's rbd engine does) and is the only reader,
-//!   so neither takes the other's wakeup. Both watch it with
-//!   EPOLLEXCLUSIVE, the queues first, so the kernel wakes the interrupt
-//!   thread only when no context is waiting. No thread is started per I/O.
+//!   thread after it queues a completion, and `poll` reads the eventfd
+//!   (clearing it) and then drains `rbd_poll_io_events` until it is empty,
+//!   so the eventfd is readable exactly while a completion may wait. That
+//!   eventfd, with the queue's hand-over eventfd, is the queue's
+//!   **interrupt line** ([`Driver::irq_fd`]): the core puts it in every
+//!   completion fd of the queue, and a context alone on its queue sleeps
+//!   on it in [`Driver::wait`], as fio's rbd engine does. No thread of
+//!   ours waits for completions, and none is started per I/O.
 //! - Image handles: one per device, shared by every hardware queue
 //!   (`handles=shared`, the default), or one per hardware queue
 //!   (`handles=queue`). A shared handle has one event queue, so a queue's
@@ -73,10 +70,10 @@ const EVENT_BATCH: usize = 32;
 /// One image handle and what its completions are routed with.
 pub(crate) struct Handle {
     /// Declared first: closed (and librbd done with the eventfd) before
-    /// the interrupt thread stops and the eventfd is closed.
+    /// the eventfd and the queues' epoll sets are closed.
     image: Image,
-    _irq: Irq,
-    _efd: Arc<OwnedFd>,
+    /// The image's completion eventfd (librbd writes it).
+    efd: OwnedFd,
     /// One mailbox per hardware queue using this handle.
     routes: Arc<[Route]>,
 }
@@ -95,68 +92,18 @@ impl std::fmt::Debug for Handle {
 struct Route {
     /// The queue's notifier, set when the queue is set up.
     notifier: OnceLock<HwNotifier>,
-    /// Signalled when another queue hands this one a completion, for a
-    /// context sleeping in [`Driver::wait`].
+    /// Signalled when another queue hands this one a completion (cleared
+    /// by this queue's `poll`).
     wake: OwnedFd,
-    /// What [`Driver::wait`] sleeps on: the image's eventfd (exclusive,
-    /// registered before the interrupt thread's) and `wake`.
+    /// The queue's interrupt line: an epoll set of the image's eventfd
+    /// (exclusive: with several queues on one handle, a context waiting in
+    /// [`Driver::wait`] on one of them takes the wakeup alone, reaps for
+    /// all, and hands the others theirs) and `wake`.
     ep: OwnedFd,
     /// `list` has entries.
     pending: AtomicBool,
     /// (tag, librbd's return value), at most the queue's depth.
     list: Mutex<Vec<(u32, i64)>>,
-}
-
-/// The "interrupt line": a thread per image handle, blocked on the
-/// handle's eventfd, that rings the notifier of every queue using the
-/// handle when librbd signals completions. librbd calls a completion's
-/// callback *before* it queues the completion for `rbd_poll_io_events`,
-/// so a callback cannot be the wakeup (a context woken by it may find
-/// nothing yet and sleep again); the eventfd is written after the
-/// completion is queued.
-struct Irq {
-    stop: Arc<AtomicBool>,
-    efd: Arc<OwnedFd>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Irq {
-    fn start(efd: Arc<OwnedFd>, routes: Arc<[Route]>) -> std::io::Result<Irq> {
-        // Edge-triggered: woken once per signal without reading the
-        // eventfd, which stays for a context in `wait` to read. Exclusive,
-        // and registered after every queue's own exclusive entry: the
-        // kernel wakes a queue's waiting context if there is one, and this
-        // thread only when none waits (then it rings the notifiers).
-        let ep = epoll(&[(
-            efd.as_raw_fd(),
-            (libc::EPOLLIN | libc::EPOLLET | libc::EPOLLEXCLUSIVE) as u32,
-        )])?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let s2 = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("mqblk-rbd-irq".into())
-            .stack_size(64 << 10)
-            .spawn(move || loop {
-                let mut out = libc::epoll_event { events: 0, u64: 0 };
-                // SAFETY: out is a live local with room for one event.
-                let r = unsafe { libc::epoll_wait(ep.as_raw_fd(), &mut out, 1, -1) };
-                if s2.load(Ordering::Acquire) {
-                    return;
-                }
-                if r > 0 {
-                    for rt in routes.iter() {
-                        if let Some(n) = rt.notifier.get() {
-                            n.notify();
-                        }
-                    }
-                }
-            })?;
-        Ok(Irq {
-            stop,
-            efd,
-            thread: Some(thread),
-        })
-    }
 }
 
 /// Signal an eventfd.
@@ -207,23 +154,13 @@ fn eventfd() -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-impl Drop for Irq {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        signal(self.efd.as_raw_fd());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 impl Handle {
     fn new(image: Image, routes: usize) -> std::result::Result<Handle, OpenError> {
         let call = |call: &str, err| OpenError::Call {
             call: call.into(),
             err,
         };
-        let efd = Arc::new(eventfd().map_err(|e| call("eventfd", e))?);
+        let efd = eventfd().map_err(|e| call("eventfd", e))?;
         // SAFETY: image is open; the eventfd outlives it (field order).
         let r = unsafe {
             ffi::rbd_set_image_notification(image.ptr, efd.as_raw_fd(), ffi::EVENT_TYPE_EVENTFD)
@@ -254,16 +191,7 @@ impl Handle {
             })
             .collect::<std::io::Result<_>>()
             .map_err(|e| call("eventfd", e))?;
-        let irq = Irq::start(efd.clone(), routes.clone()).map_err(|err| OpenError::Call {
-            call: "starting the completion thread".into(),
-            err,
-        })?;
-        Ok(Handle {
-            image,
-            _irq: irq,
-            _efd: efd,
-            routes,
-        })
+        Ok(Handle { image, efd, routes })
     }
 }
 
@@ -424,6 +352,10 @@ impl RbdQueue {
     /// another queue's go to its mailbox.
     #[inline]
     fn reap(&mut self, done: &mut Completions<'_>) -> usize {
+        // Clear the eventfd first: a completion queued from here on
+        // signals it again, so it is readable exactly while one may wait
+        // (a waiter or an event loop never spins on a stale signal).
+        drain(self.handle.efd.as_raw_fd());
         let mut n = 0;
         loop {
             // SAFETY: events has room for EVENT_BATCH completions.
@@ -481,6 +413,8 @@ impl RbdQueue {
     #[cold]
     fn take_mailbox(&mut self, done: &mut Completions<'_>) -> usize {
         let r = &self.handle.routes[self.route as usize];
+        // As in `reap`: clear the signal, then take what it announced.
+        drain(r.wake.as_raw_fd());
         let mut l = r.list.lock().unwrap_or_else(|e| e.into_inner());
         r.pending.store(false, Ordering::Relaxed);
         let mut n = 0;
@@ -745,12 +679,9 @@ impl Driver for RbdDriver {
         true
     }
 
-    /// Sleep on the handle's eventfd (and this queue's hand-over eventfd),
-    /// as fio's rbd engine does: one wakeup, not two. Only a waiting
-    /// context reads the eventfd (the interrupt thread is woken by its
-    /// edges without reading it, and only when no context waits), so no
-    /// wakeup is taken from it; whoever reads it then polls, and hands
-    /// other queues' completions over with their own eventfds signalled.
+    /// Sleep on the queue's interrupt line (the handle's eventfd and this
+    /// queue's hand-over eventfd), as fio's rbd engine does. The wait
+    /// reads nothing: the `poll` that follows clears what it finds.
     fn wait(&self, hq: &mut RbdQueue, timeout: std::time::Duration) -> bool {
         if hq.inflight.count == 0 {
             return true;
@@ -759,10 +690,7 @@ impl Driver for RbdDriver {
         let mut out = [libc::epoll_event { events: 0, u64: 0 }; 2];
         let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as c_int;
         // SAFETY: out has room for the 2 events asked for.
-        let r = unsafe { libc::epoll_wait(route.ep.as_raw_fd(), out.as_mut_ptr(), 2, ms) };
-        for e in &out[..r.max(0) as usize] {
-            drain(e.u64 as c_int);
-        }
+        unsafe { libc::epoll_wait(route.ep.as_raw_fd(), out.as_mut_ptr(), 2, ms) };
         true
     }
 
@@ -808,8 +736,14 @@ impl Driver for RbdDriver {
         }
     }
 
+    /// Completions are taken by polling (`rbd_poll_io_events`); the
+    /// interrupt line says when to poll.
     fn completes_async(&self) -> bool {
-        true
+        false
+    }
+
+    fn irq_fd(&self, hq: &RbdQueue) -> Option<std::os::fd::RawFd> {
+        Some(hq.handle.routes[hq.route as usize].ep.as_raw_fd())
     }
 
     /// Allocated and unallocated runs from `rbd_diff_iterate2` (whole
