@@ -16,7 +16,12 @@
 #   5. The OSD killed mid-run (io_timeout_ms=5000): when the bench's I/O
 #      fails, how the process ends, and a run after the OSD is back.
 #
-# Usage: scripts/compare-rbd.sh [RUNTIME_SECONDS]   (default 10)
+#   6. With PAIRS=N: acceptance 1 again as N alternating pairs per cell
+#      (mqblk then fio, fio then mqblk, ...), with each pair's IOPS and
+#      CPU-per-I/O ratios and their medians: one run each swings by about
+#      10% on a shared 2-CPU machine.
+#
+# Usage: [PAIRS=N] scripts/compare-rbd.sh [RUNTIME_SECONDS]   (default 10)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runtime=${1:-10}
@@ -154,3 +159,49 @@ import json, sys
 j = json.load(open(sys.argv[1]))["jobs"][0]["write"]
 print(f"  after start-osd: a new image, randwrite IOPS={j['iops']:.0f} errors={j.get('errors', 0)}")
 PY
+
+pairs=${PAIRS:-0}
+if [ "$pairs" -gt 0 ]; then
+  echo "== acceptance 1 as $pairs alternating pairs per cell, QD32, ${runtime}s per run (mqblk/fio ratios)"
+  # The OSD restart above emptied the cluster: the image again, filled.
+  rbd -c "$conf" rm rbd/img >/dev/null 2>&1 || true
+  rbd -c "$conf" create --size 1G rbd/img
+  rbd -c "$conf" bench --io-type write --io-size 4M --io-threads 8 --io-pattern seq \
+    --io-total 1G rbd/img >/dev/null
+  # iops_cpu JSON CPU_SECONDS RW -> "iops cpu_ns_per_io"
+  ic() {
+    python3 - "$@" <<'PY'
+import json, sys
+path, cpu, rw = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+jobs = [j["read" if "read" in rw else "write"] for j in json.load(open(path))["jobs"]]
+ios = sum(x["total_ios"] for x in jobs)
+print(f"{sum(x['iops'] for x in jobs):.0f} {cpu * 1e9 / max(ios, 1):.0f}")
+PY
+  }
+  for c in on off; do
+    cf=$dir/client-$c.conf
+    for rw in randread randwrite; do
+      rows=()
+      for i in $(seq "$pairs"); do
+        if [ $((i % 2)) -eq 1 ]; then
+          a=$(mq "$cf" $rw 32 "$runtime" "$dir/m.json"); a=$(ic "$dir/m.json" "$a" $rw)
+          b=$(fi_ "$cf" $rw 32 "$runtime" "$dir/f.json"); b=$(ic "$dir/f.json" "$b" $rw)
+        else
+          b=$(fi_ "$cf" $rw 32 "$runtime" "$dir/f.json"); b=$(ic "$dir/f.json" "$b" $rw)
+          a=$(mq "$cf" $rw 32 "$runtime" "$dir/m.json"); a=$(ic "$dir/m.json" "$a" $rw)
+        fi
+        rows+=("$a $b")
+      done
+      python3 - "rbd_cache=$c $rw" "${rows[@]}" <<'PY'
+import statistics, sys
+name, rows = sys.argv[1], [list(map(float, r.split())) for r in sys.argv[2:]]
+iops = [m / f for m, _, f, _ in rows]
+cpu = [mc / fc for _, mc, _, fc in rows]
+for (m, mc, f, fc), r, c in zip(rows, iops, cpu):
+    print(f"  {name:24s} mqblk {m:7.0f} IOPS {mc:6.0f} ns/IO   fio {f:7.0f} IOPS {fc:6.0f} ns/IO"
+          f"   IOPS {r:.2f}x  CPU/IO {c:.2f}x")
+print(f"  {name:24s} median: IOPS {statistics.median(iops):.2f}x  CPU/IO {statistics.median(cpu):.2f}x")
+PY
+    done
+  done
+fi
