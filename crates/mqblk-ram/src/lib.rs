@@ -41,6 +41,7 @@ pub mod config;
 pub mod driver;
 
 pub mod store;
+mod xarray;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;

@@ -9,19 +9,20 @@
 //!
 //! The store is shared by every hardware queue, so it is split into shards,
 //! each behind its own lock and on its own cache line. Pages are grouped in
-//! chunks of [`CHUNK_PAGES`] (64 KiB): one lock acquisition and one map
+//! chunks of [`CHUNK_PAGES`] (64 KiB): one lock acquisition and one index
 //! lookup serve a whole chunk, and chunk numbers pick the shard, so two
 //! queues working on different places of the device rarely take the same
-//! lock. Each shard keeps its chunks in order, so that a discard of any size
-//! (a whole 1 TiB device) and the extent walk visit only what is stored,
-//! never every page number of the range.
+//! lock. Each shard keeps its chunks in order in an [`XArray`] (a flat
+//! array per 16 MiB leaf, so a lookup is an index, not a tree walk), so
+//! that a discard of any size (a whole 1 TiB device) and the extent walk
+//! visit only what is stored, never every page number of the range.
 
-use std::collections::btree_map::Entry;
-use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crossbeam_utils::CachePadded;
+
+use crate::xarray::XArray;
 
 /// Size of one store page, in bytes.
 pub const PAGE_BYTES: usize = 4096;
@@ -96,21 +97,29 @@ impl Chunk {
 }
 
 /// The chunks whose number maps to one shard, in order.
-#[derive(Default)]
 struct Shard {
-    chunks: BTreeMap<u64, Box<Chunk>>,
+    chunks: XArray<Chunk>,
     resident_pages: u64,
 }
 
 impl Shard {
+    fn new(shard_bits: u32, index: u64) -> Shard {
+        Shard {
+            chunks: XArray::new(shard_bits, index),
+            resident_pages: 0,
+        }
+    }
+
     /// Copy `src` into chunk `chunk_no` from byte `in_chunk` on. Holes
     /// written with zeros stay holes.
     fn write(&mut self, chunk_no: u64, in_chunk: usize, src: &[u8]) -> Result<(), OutOfMemory> {
         debug_assert!(in_chunk + src.len() <= CHUNK_BYTES);
-        let chunk = match self.chunks.entry(chunk_no) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(_) if is_zero(src) => return Ok(()),
-            Entry::Vacant(e) => e.insert(Box::default()),
+        // Zeros landing on a hole leave it a hole.
+        let Some(chunk) = self
+            .chunks
+            .get_or_make(chunk_no, || (!is_zero(src)).then(Box::default))
+        else {
+            return Ok(());
         };
         let mut result = Ok(());
         let mut done = 0;
@@ -140,26 +149,24 @@ impl Shard {
         }
         if chunk.resident == 0 {
             // Only zeros reached a new chunk, or its first page failed.
-            self.chunks.remove(&chunk_no);
+            self.chunks.remove(chunk_no);
         }
         result
     }
 
     /// Copy chunk `chunk_no` from byte `in_chunk` on into `out`.
     fn read(&self, chunk_no: u64, in_chunk: usize, out: &mut [u8]) {
-        copy_out(self.chunks.get(&chunk_no).map(|c| &**c), in_chunk, out);
+        copy_out(self.chunks.get(chunk_no), in_chunk, out);
     }
 
     /// Zero device bytes `[start_bytes, end_bytes)` within the stored
     /// chunks numbered `chunks`, dropping chunks left empty.
     fn zero(&mut self, chunks: std::ops::RangeInclusive<u64>, start_bytes: u64, end_bytes: u64) {
         let mut freed = 0u64;
-        self.chunks
-            .extract_if(chunks, |&chunk_no, chunk| {
-                freed += u64::from(chunk.zero(chunk_bytes(chunk_no, start_bytes, end_bytes)));
-                chunk.resident == 0
-            })
-            .for_each(drop);
+        self.chunks.retain_in(chunks, |chunk_no, chunk| {
+            freed += u64::from(chunk.zero(chunk_bytes(chunk_no, start_bytes, end_bytes)));
+            chunk.resident == 0
+        });
         debug_assert!(freed <= self.resident_pages);
         self.resident_pages -= freed;
     }
@@ -235,7 +242,7 @@ impl Store {
         let n = shards.clamp(MIN_SHARDS, MAX_SHARDS).next_power_of_two();
         Store {
             shards: (0..n)
-                .map(|_| CachePadded::new(RwLock::new(Shard::default())))
+                .map(|i| CachePadded::new(RwLock::new(Shard::new(n.trailing_zeros(), i as u64))))
                 .collect(),
             shard_mask: n as u64 - 1,
         }
@@ -301,7 +308,7 @@ impl Store {
             // One lock and one lookup per chunk, for every buffer in it.
             let chunk_no = pos >> CHUNK_SHIFT;
             let shard = self.shard(chunk_no);
-            let chunk = shard.chunks.get(&chunk_no).map(|c| &**c);
+            let chunk = shard.chunks.get(chunk_no);
             while let Some(buf) = cur.as_mut() {
                 let in_chunk = (pos & (CHUNK_BYTES as u64 - 1)) as usize;
                 let n = (buf.len() - off).min(CHUNK_BYTES - in_chunk);
@@ -387,12 +394,9 @@ impl Store {
         let mut masks: Vec<(u64, u32)> = Vec::new();
         for shard in self.shards.iter() {
             let shard = shard.read().unwrap_or_else(|e| e.into_inner());
-            masks.extend(
-                shard
-                    .chunks
-                    .range(first_chunk..=last_chunk)
-                    .map(|(&no, c)| (no, c.resident_mask())),
-            );
+            shard.chunks.for_each_in(first_chunk..=last_chunk, |no, c| {
+                masks.push((no, c.resident_mask()))
+            });
         }
         masks.sort_unstable_by_key(|&(no, _)| no);
         for (chunk_no, mask) in masks {
@@ -485,6 +489,46 @@ mod tests {
         let mut v = vec![0xAA; len];
         s.read(off, &mut v);
         v
+    }
+
+    #[test]
+    fn pages_far_apart_in_many_index_leaves_read_walk_and_discard() {
+        // 16 shards, 256 chunks of 64 KiB per leaf: a leaf spans 256 MiB
+        // of the device. Pages in many leaves of every shard, and far out.
+        let s = Store::with_shards(16);
+        let span = (crate::xarray::LEAF_CHUNKS * 16 * CHUNK_BYTES) as u64;
+        let offs: Vec<u64> = (0..40u64)
+            .map(|i| i * (span / 3 / PAGE * PAGE) + (i % 16) * CHUNK_BYTES as u64 + (i % 7) * PAGE)
+            .chain([(1 << 44) - PAGE])
+            .collect();
+        for (i, &off) in offs.iter().enumerate() {
+            s.write(off, &pattern(PAGE_BYTES, i as u8)).unwrap();
+        }
+        assert_eq!(s.resident_pages(), offs.len() as u64);
+        for (i, &off) in offs.iter().enumerate() {
+            assert_eq!(read(&s, off, PAGE_BYTES), pattern(PAGE_BYTES, i as u8));
+            assert_eq!(read(&s, off + PAGE, 512), vec![0; 512]);
+        }
+        let runs = s.resident_runs(0, 1 << 32);
+        let want: Vec<Range<u64>> = offs.iter().map(|o| o / PAGE..o / PAGE + 1).collect();
+        assert_eq!(runs, want);
+        // Discard the middle third of them, across leaves and shards.
+        let (a, b) = (offs[13], offs[26]);
+        s.discard(a, b - a);
+        for (i, &off) in offs.iter().enumerate() {
+            let gone = (13..26).contains(&i);
+            let want = if gone {
+                vec![0; PAGE_BYTES]
+            } else {
+                pattern(PAGE_BYTES, i as u8)
+            };
+            assert_eq!(read(&s, off, PAGE_BYTES), want, "page {i}");
+        }
+        assert_eq!(s.resident_pages(), offs.len() as u64 - 13);
+        // And everything: nothing stays stored, index leaves included.
+        s.discard(0, 1 << 44);
+        assert_eq!(s.resident_pages(), 0);
+        assert!(s.resident_runs(0, 1 << 32).is_empty());
     }
 
     #[test]
