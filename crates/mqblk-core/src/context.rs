@@ -1364,6 +1364,10 @@ impl CtxState {
         let now = if self.iostats { clock::now_ns() } else { 0 };
         let me = self.shared_ptr();
         let mut done = std::mem::take(&mut self.done);
+        // Hardware queues whose contexts were handed completions: each is
+        // notified once for the batch, not once per request (a notify
+        // signals every completion fd subscribed to the queue).
+        let mut routed: Option<usize> = None;
         for rq in done.drain(..) {
             match rq.owner {
                 Some(owner) if owner != me => {
@@ -1371,13 +1375,23 @@ impl CtxState {
                     // SAFETY: a context outlives its requests (its Drop waits
                     // for all of them), so the owner's RqOwner is alive.
                     unsafe { owner.as_ref() }.remote.push(rq);
-                    dev.hw_queues[hwq].notify.notify();
+                    match routed {
+                        Some(h) if h == hwq => {}
+                        Some(h) => {
+                            dev.hw_queues[h].notify.notify();
+                            routed = Some(hwq);
+                        }
+                        None => routed = Some(hwq),
+                    }
                 }
                 _ => {
                     let _legacy = dev.lock.hold();
                     self.end_request(rq, now);
                 }
             }
+        }
+        if let Some(h) = routed {
+            dev.hw_queues[h].notify.notify();
         }
         self.done = done;
         self.tags.put_batch(&mut self.freed_tags);
