@@ -113,24 +113,14 @@ fn serve_exports_an_rbd_image_to_real_clients() {
     }
 }
 
-#[test]
-fn bench_verify_finds_no_mismatch_on_rbd() {
-    let Some(c) = MicroCeph::start() else { return };
+/// Run `mqblk bench ARGS --verify=crc32c --output-format=json`: it must
+/// succeed with no I/O or verify error, and each of the `counts` in its
+/// verify report must be above zero.
+fn verify_run(args: &[&str], counts: &[&str]) {
     let o = Command::new(env!("CARGO_BIN_EXE_mqblk"))
-        .args([
-            "bench",
-            &format!("--device={}", c.spec("ver", "create=64M")),
-            "--rw=randrw",
-            "--bs=4k",
-            "--iodepth=16",
-            "--runtime=2s",
-            "--time_based",
-            "--verify=crc32c",
-            "--trim_percentage=10",
-            "--write_zeroes_percentage=10",
-            "--fsync=64",
-            "--output-format=json",
-        ])
+        .arg("bench")
+        .args(args)
+        .args(["--verify=crc32c", "--output-format=json"])
         .output()
         .unwrap();
     assert!(
@@ -143,9 +133,28 @@ fn bench_verify_finds_no_mismatch_on_rbd() {
     let job = &v["jobs"][0];
     assert_eq!(job["verify_errors"], 0, "{job:#}");
     assert_eq!(job["error"], 0, "{job:#}");
-    for n in ["blocks_verified", "blocks_trimmed", "blocks_zeroed"] {
+    for n in counts {
         assert!(job["verify"][n].as_u64().unwrap() > 0, "{n}: {job:#}");
     }
+}
+
+#[test]
+fn bench_verify_finds_no_mismatch_on_rbd() {
+    let Some(c) = MicroCeph::start() else { return };
+    verify_run(
+        &[
+            &format!("--device={}", c.spec("ver", "create=64M")),
+            "--rw=randrw",
+            "--bs=4k",
+            "--iodepth=16",
+            "--runtime=2s",
+            "--time_based",
+            "--trim_percentage=10",
+            "--write_zeroes_percentage=10",
+            "--fsync=64",
+        ],
+        &["blocks_verified", "blocks_trimmed", "blocks_zeroed"],
+    );
 }
 
 /// An RBD image as a leg of a dm mirror, beside a local file: a verify run
@@ -169,35 +178,19 @@ fn a_mirror_of_a_file_and_an_rbd_image_keeps_both_legs_identical() {
         file.display(),
         c.spec("leg", "")
     );
-    let o = Command::new(env!("CARGO_BIN_EXE_mqblk"))
-        .args([
-            "bench",
+    verify_run(
+        &[
             &format!("--device={table}"),
             "--rw=randrw",
             "--bs=4k",
             "--iodepth=16",
             "--size=32M",
             "--io_size=48M",
-            "--verify=crc32c",
             "--write_zeroes_percentage=20",
             "--fsync=64",
-            "--output-format=json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
+        ],
+        &["blocks_written", "blocks_verified", "blocks_zeroed"],
     );
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let job = &v["jobs"][0];
-    assert_eq!(job["verify_errors"], 0, "{job:#}");
-    assert_eq!(job["error"], 0, "{job:#}");
-    for n in ["blocks_written", "blocks_verified", "blocks_zeroed"] {
-        assert!(job["verify"][n].as_u64().unwrap() > 0, "{n}: {job:#}");
-    }
     let exported = c.dir.join("leg.exported");
     c.rbd(&["export", "rbd/leg", exported.to_str().unwrap()]);
     assert!(
