@@ -480,9 +480,29 @@ fn sleep_unless_done(shared: &Shared, n: usize, d: Duration, stop: &AtomicBool) 
 /// Aim a slot's bio at its next I/O. A discard or write-zeroes carries no
 /// data: it gets a bio of its own, and the slot's data bio waits in `spare`
 /// until a data I/O takes it back (so a slot with a data-less bio always
-/// has a data bio in `spare`).
-#[inline]
+/// has a data bio in `spare`). The common case, a data I/O of the job's one
+/// size on a data bio, is two stores here; the rest is out of line.
+#[inline(always)]
 fn aim(
+    bio: &mut Bio,
+    op: Op,
+    offset_bytes: u64,
+    len_bytes: u64,
+    variable: bool,
+    spare: &mut Vec<Bio>,
+) {
+    if !variable && op.has_data() && bio.op().has_data() {
+        bio.set_op(op);
+        bio.set_offset_bytes(offset_bytes);
+    } else {
+        aim_other(bio, op, offset_bytes, len_bytes, variable, spare);
+    }
+}
+
+/// [`aim`] for a data-less I/O, a data I/O on a data-less bio, or a job
+/// of several block sizes.
+#[inline(never)]
+fn aim_other(
     bio: &mut Bio,
     op: Op,
     offset_bytes: u64,
