@@ -38,6 +38,8 @@ use crate::throttle::Throttle;
 /// [`crate::open`] and [`crate::create`] build the whole device.
 #[derive(Debug)]
 pub struct NullDriver {
+    /// The device's name, for errors.
+    name: Arc<str>,
     cfg: NullConfig,
     /// True if requests need their data or range looked at: memory-backed
     /// or with bad blocks.
@@ -87,6 +89,7 @@ impl NullDriver {
             .has_write_cache()
             .then(|| WriteCache::new(cfg.block_size, cfg.cache_size_bytes));
         Ok(NullDriver {
+            name: dev.name.as_str().into(),
             touches_data: cfg.memory_backed || !cfg.bad_blocks.is_empty(),
             cfg,
             store,
@@ -205,13 +208,17 @@ impl Driver for NullDriver {
         let index = setup.index;
         let c = &self.cfg;
         let faults = FaultInjector::new(c.requeue, c.timeout, c.error, c.seed, index);
-        Ok(NullQueue::new(
+        NullQueue::new(
             index,
             c.completion,
             c.completion_nsec,
             faults,
             (setup.queue_depth + setup.reserved_tags) as usize,
-        ))
+        )
+        .map_err(|e| Error::Setup {
+            device: self.name.clone(),
+            reason: format!("cannot make the timer of hardware queue {index}: {e}"),
+        })
     }
 
     #[inline]
@@ -266,6 +273,11 @@ impl Driver for NullDriver {
             CompletionMode::Deferred => hq.complete_all(done),
             CompletionMode::Timer => hq.complete_due(clock::now_ns(), done),
         }
+    }
+
+    /// Timer mode's timerfd, set for the earliest deadline.
+    fn irq_fd(&self, hq: &NullQueue) -> Option<std::os::fd::RawFd> {
+        hq.irq_fd()
     }
 
     fn timeout(&self, hq: &mut NullQueue, tag: u32, done: &mut Completions<'_>) -> TimeoutAction {

@@ -19,6 +19,7 @@ use mqblk_core::error::Status;
 
 use crate::config::CompletionMode;
 use crate::fault::FaultInjector;
+use crate::irq::IrqTimer;
 
 /// A request waiting for the deferred or timer completion.
 #[derive(Debug)]
@@ -42,24 +43,32 @@ pub struct NullQueue {
     pub(crate) faults: FaultInjector,
     pending: VecDeque<Pending>,
     kept: Vec<RqRef>,
+    /// Timer mode's interrupt line, set for the head of `pending`.
+    irq: Option<IrqTimer>,
 }
 
 impl NullQueue {
     /// Queue `index`, able to hold `capacity` requests (the tag depth plus
-    /// reserved tags) in each list.
+    /// reserved tags) in each list. Timer mode makes its interrupt line, a
+    /// timerfd, here (not under Miri, which has no timerfd: there the
+    /// core polls, as it does for the deferred mode).
     pub(crate) fn new(
         index: u16,
         completion: CompletionMode,
         completion_nsec: u64,
         faults: FaultInjector,
         capacity: usize,
-    ) -> NullQueue {
+    ) -> std::io::Result<NullQueue> {
         let pending_capacity = match completion {
             CompletionMode::Inline => 0,
             CompletionMode::Deferred | CompletionMode::Timer => capacity,
         };
         let kept_capacity = if faults.is_enabled() { capacity } else { 0 };
-        NullQueue {
+        let irq = match completion {
+            CompletionMode::Timer if !cfg!(miri) => Some(IrqTimer::new()?),
+            _ => None,
+        };
+        Ok(NullQueue {
             index,
             completion,
             completion_nsec,
@@ -67,7 +76,13 @@ impl NullQueue {
             faults,
             pending: VecDeque::with_capacity(pending_capacity),
             kept: Vec::with_capacity(kept_capacity),
-        }
+            irq,
+        })
+    }
+
+    /// Timer mode's interrupt line.
+    pub(crate) fn irq_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.irq.as_ref().map(IrqTimer::raw)
     }
 
     /// The hardware queue's index.
@@ -96,6 +111,11 @@ impl NullQueue {
             self.pending.back().is_none_or(|p| p.due_ns <= due_ns),
             "timer deadlines are monotonic per queue"
         );
+        if self.pending.is_empty() {
+            if let Some(t) = self.irq.as_mut() {
+                t.set(due_ns);
+            }
+        }
         self.pending.push_back(Pending { rq, status, due_ns });
     }
 
@@ -120,6 +140,11 @@ impl NullQueue {
             };
             done.complete(p.rq, p.status);
             n += 1;
+        }
+        if n > 0 {
+            if let Some(t) = self.irq.as_mut() {
+                t.set(self.pending.front().map_or(0, |p| p.due_ns));
+            }
         }
         n
     }

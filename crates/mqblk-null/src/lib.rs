@@ -38,6 +38,8 @@ pub mod driver;
 
 mod throttle;
 
+mod irq;
+
 pub mod fault;
 
 pub mod bad_blocks;
