@@ -263,6 +263,25 @@ impl Context {
         self.st.in_flight + self.st.throttled.len() as u32
     }
 
+    /// True if a bio of one request submitted now would start at once:
+    /// a bio slot is free and so is a request (a tag), so `submit` will
+    /// not wait for this context's completions. An event loop (the NBD
+    /// server) asks before it takes a request off a socket, and leaves the
+    /// rest queued in the socket while this is false, rather than block
+    /// every connection on the loop behind one device's queue depth
+    /// (Linux's `REQ_NOWAIT`, answered before the bio exists). Nothing is
+    /// taken: a tag this context cached counts, and otherwise the free
+    /// tags are counted, which other contexts on the queue may race (then
+    /// the submission waits briefly, as it would have). A bio that would
+    /// merge into a plugged request needs no tag, but is not known here.
+    pub fn has_room(&self) -> bool {
+        let st = &self.st;
+        if st.bioset.available() == 0 && st.in_flight > 0 {
+            return false;
+        }
+        st.tags.has_cached(&st.tag_cache) || st.tags.has_free()
+    }
+
     /// Completed bios waiting for [`Context::poll`].
     pub fn ready(&self) -> usize {
         self.st.ended.len()

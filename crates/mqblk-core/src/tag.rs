@@ -136,6 +136,17 @@ impl Tags {
         rq
     }
 
+    /// True if `cache` holds a tag.
+    #[inline]
+    pub(crate) fn has_cached(&self, cache: &TagCache) -> bool {
+        cache.mask != 0
+    }
+
+    /// True if a normal tag is free (approximate while I/O runs).
+    pub(crate) fn has_free(&self) -> bool {
+        self.normal.weight() < self.normal.depth()
+    }
+
     /// Take one normal tag.
     #[inline]
     pub(crate) fn get(&self, hint: &mut AllocHint) -> Option<RqRef> {

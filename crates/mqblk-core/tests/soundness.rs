@@ -425,3 +425,27 @@ fn a_polled_driver_s_interrupt_line_wakes_the_completion_fd_and_nothing_else_doe
     assert_eq!(ctx.poll(|c| c.result().unwrap()), 1);
     assert_eq!(ctx.in_flight(), 0);
 }
+
+#[test]
+fn has_room_says_when_a_submission_would_wait_for_a_tag() {
+    let disk = common::MemDisk::new(1 << 20, Order::Reversed);
+    let mut cfg = common::config("room0", 1 << 20);
+    cfg.queue_depth = 2;
+    let dev = mqblk_core::Device::new(disk, cfg).unwrap();
+    let mut ctx = dev.context().unwrap();
+    assert!(ctx.has_room());
+    // Two reads apart from each other (no merge) hold both tags: the toy
+    // disk keeps them until the next poll.
+    for i in 0..2u64 {
+        let mut bio = Bio::at(mqblk_core::Op::Read, i * 65536);
+        bio.push_segment(IoBuf::page_aligned(4096), 0, 4096);
+        ctx.submit(bio).unwrap();
+    }
+    assert!(!ctx.has_room(), "both tags are in use");
+    assert_eq!(ctx.poll_wait(2, |c| assert!(c.status().is_ok())), 2);
+    assert!(ctx.has_room(), "the completions freed the tags");
+    let mut bio = Bio::at(mqblk_core::Op::Read, 0);
+    bio.push_segment(IoBuf::page_aligned(4096), 0, 4096);
+    ctx.submit(bio).unwrap();
+    assert_eq!(ctx.poll_wait(1, |_| {}), 1);
+}

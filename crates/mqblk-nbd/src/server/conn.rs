@@ -226,6 +226,10 @@ pub(crate) struct Conn<'s> {
     pub(crate) timer_at: Option<Instant>,
     /// Stopped reading after `READS_PER_WAKE` reads with input left.
     pub(crate) more: bool,
+    /// Stopped taking requests because the export's context had no room
+    /// (every tag in use): the loop drives us again once it reaps a
+    /// completion of that context. The requests wait in the socket.
+    pub(crate) stalled: bool,
     accepted_at: Instant,
     last_active: Instant,
     partial_since: Option<Instant>,
@@ -296,6 +300,7 @@ impl<'s> Conn<'s> {
             dirty: false,
             timer_at: None,
             more: false,
+            stalled: false,
             accepted_at: now,
             last_active: now,
             partial_since: None,
@@ -993,6 +998,10 @@ impl Conn<'_> {
             if !self.admits(&req) {
                 break;
             }
+            if goes_to_device(req.cmd) && !ctx.has_room() {
+                self.stalled = true;
+                break;
+            }
             pos += REQUEST_LEN;
             self.last_active = now;
             let payload = if plen > 0 {
@@ -1438,4 +1447,12 @@ fn errno_for(status: Status, cmd_type: u16, fast_zero: bool) -> NbdErrno {
         Status::Shutdown => NbdErrno::Shutdown,
         _ => NbdErrno::Io,
     }
+}
+
+/// True for the commands that become a bio (and so need a request).
+fn goes_to_device(c: u16) -> bool {
+    matches!(
+        c,
+        cmd::READ | cmd::WRITE | cmd::FLUSH | cmd::TRIM | cmd::WRITE_ZEROES
+    )
 }

@@ -92,6 +92,9 @@ struct Ctx {
     /// that completes within `poll` (ram, null) never needs it, and then
     /// pays no eventfd signal per submission.
     fd_armed: bool,
+    /// Connections that stopped taking requests because this context had
+    /// no room: driven again when it reaps a completion.
+    waiting: Vec<u32>,
 }
 
 struct Slot<'s> {
@@ -110,6 +113,8 @@ struct Loop<'s> {
     ctxs: Vec<Option<Ctx>>,
     timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
     done: Vec<Done>,
+    /// Connections to drive again after this round's reaping.
+    woken: Vec<u32>,
     /// Connections to look at again before sleeping.
     dirty: Vec<u32>,
     scratch: Box<[u8]>,
@@ -201,6 +206,7 @@ pub(crate) fn run(
         ctxs: (0..sh.exports.len()).map(|_| None).collect(),
         timers: BinaryHeap::new(),
         done: Vec::with_capacity(256),
+        woken: Vec::new(),
         dirty: Vec::with_capacity(64),
         scratch: vec![0u8; SCRATCH_BYTES].into_boxed_slice(),
         accepting: true,
@@ -300,8 +306,21 @@ impl<'s> Loop<'s> {
                 tv_nsec: 0,
             });
         }
-        let Reverse((at, _, _)) = self.timers.peek()?;
-        let d = at.saturating_duration_since(Instant::now());
+        let retry = self
+            .ctxs
+            .iter()
+            .flatten()
+            .any(|c| c.ctx.in_flight() == 0 && !c.waiting.is_empty());
+        let Some(Reverse((at, _, _))) = self.timers.peek() else {
+            return retry.then_some(rustix::event::Timespec {
+                tv_sec: 0,
+                tv_nsec: 1_000_000,
+            });
+        };
+        let mut d = at.saturating_duration_since(Instant::now());
+        if retry {
+            d = d.min(Duration::from_micros(1));
+        }
         // Round up to a whole millisecond: waking early only to sleep
         // again would be a busy loop.
         let d = d + Duration::from_nanos(999_999);
@@ -499,6 +518,19 @@ impl<'s> Loop<'s> {
     /// Drive every dirty connection and every context until nothing moves.
     fn settle(&mut self, now: Instant, admission: &Mutex<Admission>) {
         let mut rounds = 0u32;
+        // Connections waiting on a context with nothing in flight wait for
+        // tags that other threads hold: nothing of ours will complete to
+        // wake them, so they try again once per wake-up (`next_timeout`
+        // makes that at least once a millisecond).
+        for i in 0..self.ctxs.len() {
+            let w = match self.ctxs[i].as_mut() {
+                Some(c) if c.ctx.in_flight() == 0 && !c.waiting.is_empty() => {
+                    std::mem::take(&mut c.waiting)
+                }
+                _ => continue,
+            };
+            self.wake_waiting(&w);
+        }
         loop {
             // 1. Connections: read, parse, submit, write.
             let mut i = 0;
@@ -523,7 +555,14 @@ impl<'s> Loop<'s> {
                     });
                 });
                 reaped += n;
+                if n > 0 && !c.waiting.is_empty() {
+                    self.woken.append(&mut c.waiting);
+                }
             }
+            let woken = std::mem::take(&mut self.woken);
+            self.wake_waiting(&woken);
+            self.woken = woken;
+            self.woken.clear();
             // 3. Route completions to their connections.
             let mut done = std::mem::take(&mut self.done);
             for d in done.drain(..) {
@@ -542,6 +581,13 @@ impl<'s> Loop<'s> {
         }
     }
 
+    /// Drive again the connections in `idx` that wait for room.
+    fn wake_waiting(&mut self, idx: &[u32]) {
+        for &i in idx {
+            self.mark_dirty(i);
+        }
+    }
+
     fn ctx_for(&mut self, export: usize) -> Result<(), End> {
         if self.ctxs[export].is_none() {
             let dev = &self.sh.exports[export].device;
@@ -551,6 +597,7 @@ impl<'s> Loop<'s> {
             self.ctxs[export] = Some(Ctx {
                 ctx,
                 fd_armed: false,
+                waiting: Vec::new(),
             });
         }
         Ok(())
@@ -628,6 +675,14 @@ impl<'s> Loop<'s> {
         if conn.more {
             conn.dirty = true;
             self.dirty.push(idx);
+        }
+        if conn.stalled {
+            conn.stalled = false;
+            if let Some(c) = conn.export().and_then(|e| self.ctxs[e].as_mut()) {
+                if !c.waiting.contains(&idx) {
+                    c.waiting.push(idx);
+                }
+            }
         }
         if conn.finished() {
             let _ = epoll::delete(&self.epoll, conn.fd());

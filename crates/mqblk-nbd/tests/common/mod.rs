@@ -70,6 +70,29 @@ impl TestServer {
         tls: Option<Arc<rustls::ServerConfig>>,
         tcp: bool,
     ) -> TestServer {
+        Self::start_full(exports, limits, tls_mode, tls, tcp, None)
+    }
+
+    /// On a unix socket, with `n` I/O threads.
+    pub fn start_on_threads(exports: Vec<Export>, n: usize) -> TestServer {
+        Self::start_full(
+            exports,
+            ConnLimits::default(),
+            TlsMode::Off,
+            None,
+            false,
+            Some(n),
+        )
+    }
+
+    fn start_full(
+        exports: Vec<Export>,
+        limits: ConnLimits,
+        tls_mode: TlsMode,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        tcp: bool,
+        io_threads: Option<usize>,
+    ) -> TestServer {
         let dir = TempDir::new("srv");
         let socket = dir.path().join("nbd.sock");
         let listen = if tcp {
@@ -77,18 +100,20 @@ impl TestServer {
         } else {
             Listen::Unix(socket.clone())
         };
-        let server = Arc::new(
-            Server::bind(
-                ServerConfig {
-                    exports,
-                    tls_mode,
-                    tls,
-                    limits,
-                },
-                &listen,
-            )
-            .expect("bind"),
-        );
+        let mut server = Server::bind(
+            ServerConfig {
+                exports,
+                tls_mode,
+                tls,
+                limits,
+            },
+            &listen,
+        )
+        .expect("bind");
+        if let Some(n) = io_threads {
+            server = server.with_io_threads(n);
+        }
+        let server = Arc::new(server);
         let stop = server.shutdown_handle();
         let s2 = server.clone();
         let thread = std::thread::spawn(move || s2.run().expect("server run"));
