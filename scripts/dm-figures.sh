@@ -12,6 +12,15 @@
 #     CPUs the run kept busy (the bench process's CPU time plus both
 #     servers' utime+stime, over the run time): near the machine's count, the run is
 #     bound by CPU, not by the export.
+#  1b. The same over two exports whose device, not the CPU, is the limit:
+#     `null,completion=timer,completion_nsec=100000,queue_depth=16`
+#     (issue 10's timed device: 100 us per request, 16 at a time, so at
+#     most 160k IOPS per export). Section 1's exports are bound by CPU on
+#     a machine with few cores: one export's server thread and the client
+#     already fill about 1.2 CPUs, and a stripe over two cannot go past
+#     the CPUs left. Here the servers sleep on the device's completion
+#     timer, and the stripe shows what striping adds when each leg is a
+#     device with its own limit.
 #  2. Files: `striped 2 128` over two files against the same two files as
 #     two jobs (--numjobs=2, job i on file i), both with --numjobs=2 at
 #     iodepth 32, 4k randread, O_DIRECT (the file device's default; where
@@ -76,6 +85,23 @@ stripe="dm-table:0 $((2 * sectors)) striped 2 128 $a 0 $b 0"
 printf "%-6s %12s %12s %7s %10s %10s %9s %9s\n" pair one_iops stripe_iops ratio one_ns stripe_ns one_cpus st_cpus
 run_one() { local t0; t0=$(server_ticks); read -r one one_ns one_c < <(bench --device="$a" --iodepth=64); one_b=$(busy "$one_c" "$t0" "$(server_ticks)"); }
 run_st() { local t0; t0=$(server_ticks); read -r st st_ns st_c < <(bench --device="$stripe" --iodepth=64); st_b=$(busy "$st_c" "$t0" "$(server_ticks)"); }
+for pair in 1 2; do
+  if [ "$pair" = 1 ]; then run_one; run_st; else run_st; run_one; fi
+  printf "%-6s %12s %12s %7s %10s %10s %9s %9s\n" "$pair" "$one" "$st" "$(ratio "$st" "$one")" "$one_ns" "$st_ns" "$one_b" "$st_b"
+done
+for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+wait 2>/dev/null || true
+pids=()
+
+timed="null,size=${leg_mib}M,completion=timer,completion_nsec=100000,queue_depth=16"
+echo "== 1b. NBD, device-bound: the same over two exports of $timed"
+rm -f "$dir/a.sock" "$dir/b.sock"
+for s in a b; do
+  "$mqblk" serve --device="$timed" --socket "$dir/$s.sock" 2>"$dir/$s.log" &
+  pids+=($!)
+done
+wait_sock "$dir/a.sock"; wait_sock "$dir/b.sock"
+printf "%-6s %12s %12s %7s %10s %10s %9s %9s\n" pair one_iops stripe_iops ratio one_ns stripe_ns one_cpus st_cpus
 for pair in 1 2; do
   if [ "$pair" = 1 ]; then run_one; run_st; else run_st; run_one; fi
   printf "%-6s %12s %12s %7s %10s %10s %9s %9s\n" "$pair" "$one" "$st" "$(ratio "$st" "$one")" "$one_ns" "$st_ns" "$one_b" "$st_b"
