@@ -13,9 +13,9 @@
 #     servers' utime+stime, over the run time): near the machine's count, the run is
 #     bound by CPU, not by the export.
 #  1b. The same over two exports whose device, not the CPU, is the limit:
-#     `null,completion=timer,completion_nsec=100000,queue_depth=16`
-#     (issue 10's timed device: 100 us per request, 16 at a time, so at
-#     most 160k IOPS per export). Section 1's exports are bound by CPU on
+#     `null,completion=timer,completion_nsec=N,queue_depth=16`, with N
+#     100 us (issue 10's timed device: at most 160k IOPS per export) and
+#     1 ms (a remote disk: at most 16k IOPS per export). Section 1's exports are bound by CPU on
 #     a machine with few cores: one export's server thread and the client
 #     already fill about 1.2 CPUs, and a stripe over two cannot go past
 #     the CPUs left. Here the servers sleep on the device's completion
@@ -93,7 +93,8 @@ for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 wait 2>/dev/null || true
 pids=()
 
-timed="null,size=${leg_mib}M,completion=timer,completion_nsec=100000,queue_depth=16"
+for nsec in 100000 1000000; do
+timed="null,size=${leg_mib}M,completion=timer,completion_nsec=$nsec,queue_depth=16"
 echo "== 1b. NBD, device-bound: the same over two exports of $timed"
 rm -f "$dir/a.sock" "$dir/b.sock"
 for s in a b; do
@@ -109,6 +110,7 @@ done
 for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 wait 2>/dev/null || true
 pids=()
+done
 
 echo "== 2. Files: striped 2 128 over two files vs --numjobs=2 on the same files;" \
      "4k randread, 2 jobs at iodepth 32, ${runtime}s per run, in $fdir"
