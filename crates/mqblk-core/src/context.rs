@@ -1432,8 +1432,9 @@ impl CtxState {
             bump(&sh.nsecs[g as usize], lat);
             drop_by(&sh.in_flight[rq.op.is_write() as usize], 1);
             self.hist.record(g, lat);
-            if rq.part != crate::partition::NO_PART {
-                if let Some(p) = &self.parts {
+            // Partitions first: without them, one test of the context.
+            if let Some(p) = &self.parts {
+                if rq.part != crate::partition::NO_PART {
                     let sectors = rq.size_bytes >> SECTOR_SHIFT;
                     p.end(rq.part, g, sectors, lat, rq.op.is_write(), now_ns);
                 }
@@ -1528,6 +1529,12 @@ impl CtxState {
     #[inline]
     fn deliver(&mut self, dev: &DeviceInner, mut f: impl FnMut(Completion<'_>)) -> usize {
         let mut n = 0;
+        // What the callbacks see of the device: a view's window, or the
+        // device itself (looked up once per batch, not per bio).
+        let info = match &self.window {
+            None => &dev.info,
+            Some(w) => &w.info,
+        };
         while let Some(idx) = self.ended.pop_front() {
             let node = self.bioset.node_mut(idx);
             if node.delivery == Delivery::Orphan || node.bio.is_none() {
@@ -1539,10 +1546,7 @@ impl CtxState {
             let c = Completion {
                 slot: &mut node.bio,
                 resubmit: &mut again,
-                info: match &self.window {
-                    None => &dev.info,
-                    Some(w) => &w.info,
-                },
+                info,
             };
             // A panicking callback frees its own slot (the bio ended: no
             // driver holds it) and leaves the rest queued for the next poll.
