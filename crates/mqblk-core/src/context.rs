@@ -606,6 +606,9 @@ impl Context {
             .bioset
             .remove(idx)
             .expect("waited slot holds its bio");
+        // The wait may have quieted the completion fd while other bios'
+        // completions came in: announce them again.
+        self.st.kick_fd(&self.dev);
         let r = match bio.status() {
             Status::Ok => Ok(()),
             s => Err(self.st.info(&self.dev).error_for(&bio, s)),
@@ -1610,6 +1613,27 @@ impl CtxState {
             // routes a completion here. No spinning: each spin would be a
             // poll of the driver.
             if let Ok(fd) = self.completion_fd(dev) {
+                // Quiet the fd's own sources first, or the wait returns at
+                // once for as long as the caller does not poll (a bio
+                // waiting for a tag inside `submit` would spin): our
+                // eventfd (what it announced is what the caller's loop is
+                // about to look at) and a throttle timer that fired. A
+                // notify since the caller looked (`seen`) means go round
+                // again; one after this check signals the fd anew. The
+                // public calls signal it again on their way out if
+                // completions wait for the caller (`kick_fd`).
+                if let Some(e) = &self.efd {
+                    e.drain();
+                    self.fd_signalled = false;
+                }
+                if let Some(t) = self.fd_timer.as_mut() {
+                    if t.is_armed() {
+                        t.clear_fired(clock::now_ns());
+                    }
+                }
+                if hq.notify.seq() != seen {
+                    return;
+                }
                 let mut t = NOTIFY_SLEEP;
                 if let Some(until) = self.throttle_wait() {
                     t = t.min(until);

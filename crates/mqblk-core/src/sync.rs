@@ -166,17 +166,14 @@ impl Notify {
     }
 }
 
-/// Sleep until `fd` is readable or `timeout` passes.
+/// Sleep until the epoll set `epfd` (a context's completion fd) has an
+/// event or `timeout` passes.
 #[cfg(not(loom))]
-pub(crate) fn wait_readable(fd: std::os::fd::RawFd, timeout: Duration) {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
+pub(crate) fn wait_readable(epfd: std::os::fd::RawFd, timeout: Duration) {
+    let mut ev = libc::epoll_event { events: 0, u64: 0 };
     let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
-    // SAFETY: one live pollfd, for the length of the call.
-    unsafe { libc::poll(&mut pfd, 1, ms) };
+    // SAFETY: room for one event, live for the length of the call.
+    unsafe { libc::epoll_wait(epfd, &mut ev, 1, ms) };
 }
 
 #[cfg(loom)]
@@ -415,7 +412,9 @@ impl FdTimer {
     }
 
     /// Make the fd readable also while `fd` is (a driver's interrupt
-    /// line). `fd` must stay open as long as this timer.
+    /// line). `fd` must stay open as long as this timer. (Not
+    /// `EPOLLEXCLUSIVE`: tried, it cut 4 bench jobs on a 2-connection NBD
+    /// device from 1.1M to 0.3M IOPS.)
     pub(crate) fn add_readable(&self, fd: std::os::fd::RawFd) -> std::io::Result<()> {
         use std::os::fd::AsRawFd;
         let mut ev = libc::epoll_event {
