@@ -1,11 +1,15 @@
 //! fio's bandwidth, IOPS and latency logs (`write_bw_log=`,
 //! `write_iops_log=`, `write_lat_log=`: the mean latency of the window): one
-//! line per `log_avg_msec` window and direction, in fio's format
-//! `time_ms, value, direction, block_size` (no offset column: fio adds
-//! one only with `log_offset=1`), which
-//! `fio_generate_plots` and `fiologparser.py` read. Files are named as fio
-//! names them: `PREFIX_bw.N.log` and `PREFIX_iops.N.log` for job N
-//! (counting from 1), or `PREFIX_bw.log` with `per_job_logs=0`.
+//! line per `log_avg_msec` window and direction, in fio 3.33's format
+//! `time_ms, value, direction, block_size, priority`. On an averaged line
+//! fio writes block size 0 and priority 0 (fio's iolog.c `flush_samples`,
+//! stat.c `__add_stat_to_log`). `fio_generate_plots` reads these lines as
+//! they are; fio's `fiologparser.py` still expects the four columns of
+//! fio before 3.2x and needs the priority column cut, for fio's own logs
+//! as for these. Files are named as fio names them: `PREFIX_bw.N.log` and
+//! `PREFIX_iops.N.log` for job N (counting from 1), or `PREFIX_bw.log`
+//! with `per_job_logs=0`; a job's file is rewritten, a shared one is
+//! appended to (fio's `flush_log`).
 //!
 //! The job threads publish their counts once per batch; the supervisor,
 //! which reads the clock anyway, samples them and keeps the lines, and the
@@ -60,7 +64,7 @@ struct JobLog {
     /// completion) goes into `_lat` and `_clat`.
     lat: Option<(String, String)>,
     clat: Option<(String, String)>,
-    bs: u64,
+    per_job: bool,
     last: ([u64; 2], [u64; 2]),
     last_lat: ([u64; 2], [u64; 2]),
 }
@@ -109,7 +113,7 @@ impl Logger {
                     iops: name(&j.write_iops_log, "iops"),
                     lat: name(&j.write_lat_log, "lat"),
                     clat: name(&j.write_lat_log, "clat"),
-                    bs: j.bs,
+                    per_job: j.per_job_logs,
                     last: ([0; 2], [0; 2]),
                     last_lat: ([0; 2], [0; 2]),
                 })
@@ -144,11 +148,11 @@ impl Logger {
                 if let Some((_, text)) = &mut log.bw {
                     // fio logs bandwidth in KiB/s.
                     let kib_s = dbytes * 1000 / window_ms / 1024;
-                    let _ = writeln!(text, "{now_ms}, {kib_s}, {d}, {}", log.bs);
+                    let _ = writeln!(text, "{now_ms}, {kib_s}, {d}, 0, 0");
                 }
                 if let Some((_, text)) = &mut log.iops {
                     let iops = dios * 1000 / window_ms;
-                    let _ = writeln!(text, "{now_ms}, {iops}, {d}, {}", log.bs);
+                    let _ = writeln!(text, "{now_ms}, {iops}, {d}, 0, 0");
                 }
             }
             log.last = (ios, bytes);
@@ -161,8 +165,10 @@ impl Logger {
                     continue;
                 }
                 for (_, text) in [&mut log.lat, &mut log.clat].into_iter().flatten() {
-                    // fio logs latency in nanoseconds.
-                    let _ = writeln!(text, "{now_ms}, {}, {d}, {}", dsum / dn, log.bs);
+                    // fio logs latency in nanoseconds, the window's mean
+                    // rounded.
+                    let mean = (dsum + dn / 2) / dn;
+                    let _ = writeln!(text, "{now_ms}, {mean}, {d}, 0, 0");
                 }
             }
             log.last_lat = (n, sum);
@@ -170,15 +176,17 @@ impl Logger {
         true
     }
 
-    /// Write the files (appending, as jobs that share a file with
-    /// `per_job_logs=0` do).
+    /// Write the files: a job's own file from scratch, a file the jobs
+    /// share (`per_job_logs=0`) appended to, as fio's `flush_log` does.
     pub fn finish(self) -> Result<()> {
         use std::io::Write as _;
         for log in self.jobs.into_iter().flatten() {
             for (path, text) in [log.bw, log.iops, log.lat, log.clat].into_iter().flatten() {
                 let mut f = std::fs::OpenOptions::new()
                     .create(true)
-                    .append(true)
+                    .write(true)
+                    .append(!log.per_job)
+                    .truncate(log.per_job)
                     .open(&path)
                     .with_context(|| format!("cannot write log {path}"))?;
                 f.write_all(text.as_bytes())
@@ -216,12 +224,12 @@ mod tests {
         let bw = std::fs::read_to_string(format!("{prefix}_bw.1.log")).unwrap();
         assert_eq!(
             bw,
-            "100, 4000, 0, 4096\n200, 8000, 0, 4096\n200, 2000, 1, 4096\n"
+            "100, 4000, 0, 0, 0\n200, 8000, 0, 0, 0\n200, 2000, 1, 0, 0\n"
         );
         let iops = std::fs::read_to_string(format!("{prefix}_iops.1.log")).unwrap();
         assert_eq!(
             iops,
-            "100, 1000, 0, 4096\n200, 2000, 0, 4096\n200, 500, 1, 4096\n"
+            "100, 1000, 0, 0, 0\n200, 2000, 0, 0, 0\n200, 500, 1, 0, 0\n"
         );
         let lat = std::fs::read_to_string(format!("{prefix}_iops.1.log")).unwrap();
         assert!(!lat.is_empty());
@@ -242,13 +250,41 @@ mod tests {
         let c0 = Counters::default();
         c0.publish_latency([10, 0], [10_000, 0]);
         l.tick(100, &[&c0]);
-        c0.publish_latency([30, 0], [50_000, 0]);
+        c0.publish_latency([31, 0], [50_003, 0]);
         l.tick(200, &[&c0]);
         l.finish().unwrap();
         for kind in ["lat", "clat"] {
             let text = std::fs::read_to_string(format!("{prefix}_{kind}.1.log")).unwrap();
-            assert_eq!(text, "100, 1000, 0, 4096\n200, 2000, 0, 4096\n");
+            // 40_003 ns over 21 I/Os: 1904.9, rounded as fio rounds.
+            assert_eq!(text, "100, 1000, 0, 0, 0\n200, 1905, 0, 0, 0\n");
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_job_s_file_is_rewritten_and_a_shared_one_appended_to() {
+        let dir = std::env::temp_dir().join(format!("mqblk-log-append-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let prefix = dir.join("run").display().to_string();
+        for per_job_logs in [true, false] {
+            let job = JobSpec {
+                write_iops_log: Some(prefix.clone()),
+                log_avg_msec: 100,
+                per_job_logs,
+                ..JobSpec::default()
+            };
+            for _ in 0..2 {
+                let mut l = Logger::new(0, &[&job]).unwrap();
+                let c0 = Counters::default();
+                c0.publish([100, 0], [409600, 0]);
+                l.tick(100, &[&c0]);
+                l.finish().unwrap();
+            }
+        }
+        let own = std::fs::read_to_string(format!("{prefix}_iops.1.log")).unwrap();
+        assert_eq!(own, "100, 1000, 0, 0, 0\n");
+        let shared = std::fs::read_to_string(format!("{prefix}_iops.log")).unwrap();
+        assert_eq!(shared, "100, 1000, 0, 0, 0\n".repeat(2));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
