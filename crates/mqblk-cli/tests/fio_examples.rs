@@ -150,6 +150,7 @@ fn bw_iops_and_latency_logs_have_fio_s_format_for_fiologparser() {
         "run_bw.1.log",
         "run_iops.1.log",
         "run_lat.1.log",
+        "run_slat.1.log",
         "run_clat.1.log",
     ] {
         let text = std::fs::read_to_string(scratch.join(log)).unwrap();

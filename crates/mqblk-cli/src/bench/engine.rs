@@ -5,9 +5,10 @@
 //! every free bio, then reaps; offsets come from a xorshift generator; the
 //! clock is never read per I/O (the supervisor thread flips phase flags),
 //! so the engine costs a few nanoseconds per I/O beside the layer it
-//! measures. Latency comes from the layer's own histograms.
+//! measures. Latency comes from the layer's own histograms, unless a
+//! latency log or slat asks for the job's own stamps ([`super::sample`]).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -40,12 +41,9 @@ struct Shared {
     end: Barrier,
     /// I/Os done per job, for the status line (written once per batch).
     progress: Vec<CachePadded<super::status::Live>>,
-    /// Per job, per direction, for the bw and iops logs (written once per
+    /// Per job, per direction, for the averaged logs (written once per
     /// batch, only by jobs that log).
     counters: Vec<CachePadded<super::log::Counters>>,
-    /// Bumped at each log window: a job that logs latency then publishes
-    /// its histograms' totals.
-    log_generation: AtomicU64,
 }
 
 /// What a job thread measured, before formatting.
@@ -328,7 +326,6 @@ fn run_group(
         counters: (0..n)
             .map(|_| CachePadded::new(super::log::Counters::default()))
             .collect(),
-        log_generation: AtomicU64::new(0),
     });
     let mut handles = Vec::with_capacity(n);
     for (index, (job, dev)) in plan.iter().cloned().enumerate() {
@@ -407,9 +404,7 @@ fn run_group(
         if let Some(l) = &mut logger {
             let counters: Vec<&super::log::Counters> =
                 shared.counters.iter().map(|c| &**c).collect();
-            if l.tick(t0.elapsed().as_millis() as u64, &counters) {
-                shared.log_generation.fetch_add(1, Relaxed);
-            }
+            l.tick(t0.elapsed().as_millis() as u64, &counters);
         }
         status.tick(&shared.progress)?;
     }
@@ -732,6 +727,8 @@ fn job_thread<V: Hook>(
         }
         Ok((ctx, offsets, free))
     })();
+    // Per-I/O latencies, if a log or the report asks for them.
+    let mut rec = super::sample::Recorder::for_job(&job);
     shared.start.wait();
     let (mut ctx, mut offsets, mut free) = match setup {
         Ok(s) => s,
@@ -788,8 +785,6 @@ fn job_thread<V: Hook>(
     let progress = &shared.progress[index];
     let counters = &shared.counters[index];
     let logs = job.write_bw_log.is_some() || job.write_iops_log.is_some();
-    let lat_log = job.write_lat_log.is_some();
-    let mut log_generation_seen = 0u64;
 
     loop {
         let phase = shared.phase.load(Relaxed);
@@ -804,6 +799,9 @@ fn job_thread<V: Hook>(
             trim = DirResult::default();
             issued_bytes = 0;
             ctx.reset_histograms();
+            if let Some(r) = &mut rec {
+                r.start_measuring();
+            }
             stats_start = ctx.stats();
             cpu_start = mqblk::clock::thread_cpu_ns();
             t_start = mqblk::clock::now_ns();
@@ -844,13 +842,24 @@ fn job_thread<V: Hook>(
             let op = hook.retarget(op);
             aim(&mut bio, op, sector * 512, len * 512, variable, &mut spare);
             hook.prepare(&mut bio);
-            if let Err(e) = ctx.submit(bio) {
+            let pending = rec.as_mut().map(|r| r.before_submit(&mut bio));
+            let submitted = ctx.submit(bio);
+            if let (Some(r), Some(p)) = (&mut rec, pending) {
+                r.after_submit(p, submitted.is_ok());
+            }
+            if let Err(e) = submitted {
                 let bio = e.into_bio();
                 hook.cancel(&bio);
                 free.push(bio);
                 break;
             }
             issued_bytes += len * 512;
+        }
+        // A measured job resubmits through the loop above, where its
+        // stamps are taken, not in place.
+        let in_place = !paced && rec.is_none();
+        if let Some(r) = &mut rec {
+            r.begin_reap();
         }
         // Reap; a finished bio is aimed at its next offset and resubmitted in
         // place (no copy), unless this job has issued all it should.
@@ -865,6 +874,9 @@ fn job_thread<V: Hook>(
                     writes_since_flush = 0;
                     flushes_due += 1;
                 }
+            }
+            if let Some(r) = &mut rec {
+                r.complete(c.bio(), c.status().is_ok());
             }
             let dir = match c.bio().op() {
                 Op::Read => &mut read,
@@ -885,7 +897,7 @@ fn job_thread<V: Hook>(
             if !thinktime.is_zero() {
                 std::thread::sleep(thinktime);
             }
-            if (issued_bytes < bytes_limit || !measuring) && !hook.stopped() && !paced {
+            if (issued_bytes < bytes_limit || !measuring) && !hook.stopped() && in_place {
                 let (op, sector, len) = offsets.next();
                 let op = hook.retarget(op);
                 let bio = c.bio_mut();
@@ -899,28 +911,13 @@ fn job_thread<V: Hook>(
         });
         progress.publish(read.ios, write.ios, ctx.histograms());
         if logs {
-            counters.publish([read.ios, write.ios], [read.bytes, write.bytes]);
+            counters.publish(
+                [read.ios, write.ios, trim.ios],
+                [read.bytes, write.bytes, trim.bytes],
+            );
         }
-        if lat_log && measuring {
-            let g = shared.log_generation.load(Relaxed);
-            if g != log_generation_seen {
-                log_generation_seen = g;
-                let h = ctx.histograms();
-                let mut n = [0u64; 2];
-                let mut sum = [0u64; 2];
-                for (d, group) in [
-                    mqblk::stats::StatGroup::Read,
-                    mqblk::stats::StatGroup::Write,
-                ]
-                .into_iter()
-                .enumerate()
-                {
-                    let hist = h.group(group);
-                    n[d] = hist.len();
-                    sum[d] = (hist.mean() * hist.len() as f64) as u64;
-                }
-                counters.publish_latency(n, sum);
-            }
+        if let Some(r) = &rec {
+            r.publish(counters);
         }
     }
     if !measuring {
@@ -989,6 +986,7 @@ fn job_thread<V: Hook>(
             trim: m.trim,
             clat: ctx.histograms().clone(),
             clat_valid: job.iostats,
+            slat: rec.and_then(|r| r.finish().slat),
             runtime_ns: m.runtime_ns,
             usr_ns: m.usr_ns,
             sys_ns: m.sys_ns,

@@ -357,13 +357,16 @@ pub struct JobSpec {
     pub write_bw_log: Option<String>,
     /// `write_iops_log=PREFIX`: fio's IOPS log.
     pub write_iops_log: Option<String>,
-    /// `write_lat_log=PREFIX`: fio's latency logs (mean per window).
+    /// `write_lat_log=PREFIX`: fio's latency logs, lat, slat and clat
+    /// (mean per window).
     pub write_lat_log: Option<String>,
     /// `log_avg_msec=`: the logs' window (mqblk logs windows, never single
     /// I/Os; default 500).
     pub log_avg_msec: u32,
     /// `per_job_logs=` (default 1): one file per job.
     pub per_job_logs: bool,
+    /// `slat_percentiles=1`: report submission latency percentiles.
+    pub slat_percentiles: bool,
     /// `bsrange=`/`bssplit=` (`bs` is then the largest size).
     pub block_sizes: BlockSizes,
     /// `blockalign=`: offsets are multiples of this (default: the
@@ -425,6 +428,7 @@ impl Default for JobSpec {
             write_lat_log: None,
             log_avg_msec: 500,
             per_job_logs: true,
+            slat_percentiles: false,
         }
     }
 }

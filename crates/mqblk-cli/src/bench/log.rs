@@ -14,6 +14,9 @@
 //! The job threads publish their counts once per batch; the supervisor,
 //! which reads the clock anyway, samples them and keeps the lines, and the
 //! files are written when the run ends (no file I/O while measuring).
+//! fio's lat log is three files, `_lat`, `_slat` and `_clat`: their
+//! latencies are the job's own stamps ([`super::sample`]), summed per
+//! direction.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -21,56 +24,63 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use anyhow::{Context as _, Result};
 
 use super::job::JobSpec;
+use super::sample::{load_sums, Sums, DIRECTIONS};
 
-/// A job's counts as its thread publishes them: I/Os and bytes, for reads
-/// and for writes.
+/// A job's counts as its thread publishes them, per fio direction (read,
+/// write, trim).
 #[derive(Default)]
 pub struct Counters {
-    /// Completed I/Os, [reads, writes].
-    pub ios: [AtomicU64; 2],
-    /// Bytes transferred, [reads, writes].
-    pub bytes: [AtomicU64; 2],
-    /// Completions in the latency histograms, [reads, writes] (for the
-    /// latency log; published when the supervisor asks, see `Logger`).
-    pub lat_count: [AtomicU64; 2],
-    /// Their latencies summed, in nanoseconds.
-    pub lat_sum_ns: [AtomicU64; 2],
+    /// Completed I/Os.
+    pub ios: [AtomicU64; DIRECTIONS],
+    /// Bytes transferred.
+    pub bytes: [AtomicU64; DIRECTIONS],
+    /// I/Os whose latencies are summed below (for the latency logs).
+    pub lat_ios: [AtomicU64; DIRECTIONS],
+    /// Their lat summed, in nanoseconds.
+    pub lat_ns: [AtomicU64; DIRECTIONS],
+    /// Their slat summed.
+    pub slat_ns: [AtomicU64; DIRECTIONS],
+    /// Their clat summed.
+    pub clat_ns: [AtomicU64; DIRECTIONS],
 }
 
 impl Counters {
-    /// Publish the latency totals (the job thread, once per log window:
-    /// reading a histogram's mean walks its buckets).
-    pub fn publish_latency(&self, count: [u64; 2], sum_ns: [u64; 2]) {
-        for d in 0..2 {
-            self.lat_count[d].store(count[d], Relaxed);
-            self.lat_sum_ns[d].store(sum_ns[d], Relaxed);
+    /// Publish the latency sums (the job thread, once per batch).
+    #[inline]
+    pub fn publish_latency(&self, sums: &[Sums; DIRECTIONS]) {
+        for (d, s) in sums.iter().enumerate() {
+            self.lat_ios[d].store(s.ios, Relaxed);
+            self.lat_ns[d].store(s.lat_ns, Relaxed);
+            self.slat_ns[d].store(s.slat_ns, Relaxed);
+            self.clat_ns[d].store(s.clat_ns, Relaxed);
         }
     }
 
     /// Publish (the job thread, once per batch).
     #[inline]
-    pub fn publish(&self, ios: [u64; 2], bytes: [u64; 2]) {
-        for d in 0..2 {
+    pub fn publish(&self, ios: [u64; DIRECTIONS], bytes: [u64; DIRECTIONS]) {
+        for d in 0..DIRECTIONS {
             self.ios[d].store(ios[d], Relaxed);
             self.bytes[d].store(bytes[d], Relaxed);
         }
     }
 }
 
+/// A log file's name and its text so far.
+type File = Option<(String, String)>;
+
 struct JobLog {
-    bw: Option<(String, String)>,
-    iops: Option<(String, String)>,
-    /// fio's lat log is three files; mqblk's one latency (submission to
-    /// completion) goes into `_lat` and `_clat`.
-    lat: Option<(String, String)>,
-    clat: Option<(String, String)>,
+    bw: File,
+    iops: File,
+    lat: File,
+    slat: File,
+    clat: File,
     per_job: bool,
-    last: ([u64; 2], [u64; 2]),
-    last_lat: ([u64; 2], [u64; 2]),
+    last: ([u64; DIRECTIONS], [u64; DIRECTIONS]),
+    last_lat: [Sums; DIRECTIONS],
 }
 
-/// The logs of one group's jobs. Each tick bumps `generation`; a job that
-/// logs latency sees the change and publishes its histograms' totals.
+/// The logs of one group's jobs.
 pub struct Logger {
     jobs: Vec<Option<JobLog>>,
     interval_ms: u64,
@@ -83,6 +93,11 @@ fn file_name(prefix: &str, kind: &str, job: usize, per_job: bool) -> String {
     } else {
         format!("{prefix}_{kind}.log")
     }
+}
+
+/// One averaged line: fio writes block size 0 and priority 0 on it.
+fn averaged(text: &mut String, now_ms: u64, value: u64, d: usize) {
+    let _ = writeln!(text, "{now_ms}, {value}, {d}, 0, 0");
 }
 
 impl Logger {
@@ -112,10 +127,11 @@ impl Logger {
                     bw: name(&j.write_bw_log, "bw"),
                     iops: name(&j.write_iops_log, "iops"),
                     lat: name(&j.write_lat_log, "lat"),
+                    slat: name(&j.write_lat_log, "slat"),
                     clat: name(&j.write_lat_log, "clat"),
                     per_job: j.per_job_logs,
-                    last: ([0; 2], [0; 2]),
-                    last_lat: ([0; 2], [0; 2]),
+                    last: ([0; DIRECTIONS], [0; DIRECTIONS]),
+                    last_lat: [Sums::default(); DIRECTIONS],
                 })
             })
             .collect();
@@ -128,18 +144,17 @@ impl Logger {
 
     /// Sample the counters if a window has passed (`now_ms` since the
     /// measured phase began).
-    /// True when a window ended (the caller bumps the generation).
-    pub fn tick(&mut self, now_ms: u64, counters: &[&Counters]) -> bool {
+    pub fn tick(&mut self, now_ms: u64, counters: &[&Counters]) {
         if now_ms < self.last_ms + self.interval_ms {
-            return false;
+            return;
         }
         let window_ms = (now_ms - self.last_ms).max(1);
         self.last_ms = now_ms;
         for (log, c) in self.jobs.iter_mut().zip(counters) {
             let Some(log) = log else { continue };
-            let ios = [c.ios[0].load(Relaxed), c.ios[1].load(Relaxed)];
-            let bytes = [c.bytes[0].load(Relaxed), c.bytes[1].load(Relaxed)];
-            for d in 0..2 {
+            let ios: [u64; DIRECTIONS] = std::array::from_fn(|d| c.ios[d].load(Relaxed));
+            let bytes: [u64; DIRECTIONS] = std::array::from_fn(|d| c.bytes[d].load(Relaxed));
+            for d in 0..DIRECTIONS {
                 let dios = ios[d].saturating_sub(log.last.0[d]);
                 let dbytes = bytes[d].saturating_sub(log.last.1[d]);
                 if dios == 0 {
@@ -147,33 +162,34 @@ impl Logger {
                 }
                 if let Some((_, text)) = &mut log.bw {
                     // fio logs bandwidth in KiB/s.
-                    let kib_s = dbytes * 1000 / window_ms / 1024;
-                    let _ = writeln!(text, "{now_ms}, {kib_s}, {d}, 0, 0");
+                    averaged(text, now_ms, dbytes * 1000 / window_ms / 1024, d);
                 }
                 if let Some((_, text)) = &mut log.iops {
-                    let iops = dios * 1000 / window_ms;
-                    let _ = writeln!(text, "{now_ms}, {iops}, {d}, 0, 0");
+                    averaged(text, now_ms, dios * 1000 / window_ms, d);
                 }
             }
             log.last = (ios, bytes);
-            let n = [c.lat_count[0].load(Relaxed), c.lat_count[1].load(Relaxed)];
-            let sum = [c.lat_sum_ns[0].load(Relaxed), c.lat_sum_ns[1].load(Relaxed)];
-            for d in 0..2 {
-                let dn = n[d].saturating_sub(log.last_lat.0[d]);
-                let dsum = sum[d].saturating_sub(log.last_lat.1[d]);
-                if dn == 0 {
+            for d in 0..DIRECTIONS {
+                let now = load_sums(c, d);
+                let last = std::mem::replace(&mut log.last_lat[d], now);
+                let n = now.ios.saturating_sub(last.ios);
+                if n == 0 {
                     continue;
                 }
-                for (_, text) in [&mut log.lat, &mut log.clat].into_iter().flatten() {
-                    // fio logs latency in nanoseconds, the window's mean
-                    // rounded.
-                    let mean = (dsum + dn / 2) / dn;
-                    let _ = writeln!(text, "{now_ms}, {mean}, {d}, 0, 0");
+                // fio logs latency in nanoseconds, the window's mean
+                // rounded.
+                let mean = |now: u64, last: u64| (now.saturating_sub(last) + n / 2) / n;
+                for (file, now, last) in [
+                    (&mut log.lat, now.lat_ns, last.lat_ns),
+                    (&mut log.slat, now.slat_ns, last.slat_ns),
+                    (&mut log.clat, now.clat_ns, last.clat_ns),
+                ] {
+                    if let Some((_, text)) = file {
+                        averaged(text, now_ms, mean(now, last), d);
+                    }
                 }
             }
-            log.last_lat = (n, sum);
         }
-        true
     }
 
     /// Write the files: a job's own file from scratch, a file the jobs
@@ -181,7 +197,8 @@ impl Logger {
     pub fn finish(self) -> Result<()> {
         use std::io::Write as _;
         for log in self.jobs.into_iter().flatten() {
-            for (path, text) in [log.bw, log.iops, log.lat, log.clat].into_iter().flatten() {
+            let files = [log.bw, log.iops, log.lat, log.slat, log.clat];
+            for (path, text) in files.into_iter().flatten() {
                 let mut f = std::fs::OpenOptions::new()
                     .create(true)
                     .write(true)
@@ -215,9 +232,9 @@ mod tests {
         let mut l = Logger::new(0, &[&job]).unwrap();
         let c0 = Counters::default();
         let c = [&c0];
-        c[0].publish([100, 0], [409600, 0]);
+        c[0].publish([100, 0, 0], [409600, 0, 0]);
         l.tick(100, &c);
-        c[0].publish([300, 50], [1228800, 204800]);
+        c[0].publish([300, 50, 0], [1228800, 204800, 0]);
         l.tick(150, &c); // not a window yet
         l.tick(200, &c);
         l.finish().unwrap();
@@ -248,16 +265,33 @@ mod tests {
         };
         let mut l = Logger::new(0, &[&job]).unwrap();
         let c0 = Counters::default();
-        c0.publish_latency([10, 0], [10_000, 0]);
+        let sums = |ios, slat_ns, clat_ns| Sums {
+            ios,
+            lat_ns: slat_ns + clat_ns,
+            slat_ns,
+            clat_ns,
+        };
+        let none = Sums::default();
+        c0.publish_latency(&[sums(10, 1_000, 10_000), none, sums(1, 7, 70)]);
         l.tick(100, &[&c0]);
-        c0.publish_latency([31, 0], [50_003, 0]);
+        c0.publish_latency(&[sums(31, 2_003, 50_000), none, sums(1, 7, 70)]);
         l.tick(200, &[&c0]);
         l.finish().unwrap();
-        for kind in ["lat", "clat"] {
-            let text = std::fs::read_to_string(format!("{prefix}_{kind}.1.log")).unwrap();
-            // 40_003 ns over 21 I/Os: 1904.9, rounded as fio rounds.
-            assert_eq!(text, "100, 1000, 0, 0, 0\n200, 1905, 0, 0, 0\n");
-        }
+        let read = |kind| std::fs::read_to_string(format!("{prefix}_{kind}.1.log")).unwrap();
+        // 40_000 ns of clat over 21 I/Os: 1904.8, rounded as fio rounds;
+        // trims are direction 2.
+        assert_eq!(
+            read("clat"),
+            "100, 1000, 0, 0, 0\n100, 70, 2, 0, 0\n200, 1905, 0, 0, 0\n"
+        );
+        assert_eq!(
+            read("slat"),
+            "100, 100, 0, 0, 0\n100, 7, 2, 0, 0\n200, 48, 0, 0, 0\n"
+        );
+        assert_eq!(
+            read("lat"),
+            "100, 1100, 0, 0, 0\n100, 77, 2, 0, 0\n200, 1953, 0, 0, 0\n"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -276,7 +310,7 @@ mod tests {
             for _ in 0..2 {
                 let mut l = Logger::new(0, &[&job]).unwrap();
                 let c0 = Counters::default();
-                c0.publish([100, 0], [409600, 0]);
+                c0.publish([100, 0, 0], [409600, 0, 0]);
                 l.tick(100, &[&c0]);
                 l.finish().unwrap();
             }

@@ -79,6 +79,7 @@ pub const KEYS: &[&str] = &[
     "write_lat_log",
     "log_avg_msec",
     "per_job_logs",
+    "slat_percentiles",
 ];
 
 /// fio keys that are accepted and do not change what mqblk runs, each with
@@ -89,7 +90,10 @@ pub const NOTED_KEYS: &[(&str, &str)] = &[
     ("group_reporting", "every job is reported"),
     ("new_group", "every job is reported"),
     ("description", "a comment"),
-    ("gtod_reduce", "mqblk reads no clock per I/O anyway"),
+    (
+        "gtod_reduce",
+        "mqblk reads no clock per I/O unless a latency log or slat_percentiles asks",
+    ),
     (
         "clat_percentiles",
         "mqblk always reports fio's default percentiles",
@@ -98,11 +102,13 @@ pub const NOTED_KEYS: &[(&str, &str)] = &[
         "lat_percentiles",
         "mqblk always reports fio's default percentiles",
     ),
-    ("slat_percentiles", "mqblk reports completion latency"),
     ("percentile_list", "mqblk reports fio's default percentiles"),
     ("disable_lat", "latency comes from the layer's histograms"),
     ("disable_clat", "latency comes from the layer's histograms"),
-    ("disable_slat", "latency comes from the layer's histograms"),
+    (
+        "disable_slat",
+        "slat is measured only when write_lat_log or slat_percentiles asks",
+    ),
     ("disable_bw_measurement", "bandwidth is always reported"),
     ("kb_base", "reports use fio's default units"),
     ("unit_base", "reports use fio's default units"),
@@ -383,6 +389,8 @@ pub struct JobOptions {
     pub log_avg_msec: Option<u32>,
     /// `per_job_logs=`.
     pub per_job_logs: Option<bool>,
+    /// `slat_percentiles=`.
+    pub slat_percentiles: Option<bool>,
 }
 
 /// A file device's `engine=` for fio's `ioengine=NAME`: `Ok(Some)` for
@@ -674,6 +682,9 @@ impl JobOptions {
             "per_job_logs" => {
                 self.per_job_logs = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?)
             }
+            "slat_percentiles" => {
+                self.slat_percentiles = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?)
+            }
             "wait_for" => {
                 // Every job before this one finishes first (a stonewall),
                 // which includes the one named.
@@ -825,6 +836,7 @@ impl JobOptions {
         over(&mut self.write_lat_log, &top.write_lat_log);
         over(&mut self.log_avg_msec, &top.log_avg_msec);
         over(&mut self.per_job_logs, &top.per_job_logs);
+        over(&mut self.slat_percentiles, &top.slat_percentiles);
     }
 
     /// The job these settings describe, on top of the defaults, named
@@ -913,6 +925,7 @@ impl JobOptions {
                 Some(ms) => ms,
             },
             per_job_logs: self.per_job_logs.unwrap_or(d.per_job_logs),
+            slat_percentiles: self.slat_percentiles.unwrap_or(d.slat_percentiles),
         };
         check(&job)?;
         Ok(job)
@@ -955,12 +968,14 @@ pub fn expected(key: &str) -> Option<&'static str> {
         }
         "blockalign" => "an offset alignment such as 4k (a multiple of 512)",
         "write_bw_log" | "write_iops_log" | "write_lat_log" => {
-            "a file name prefix (PREFIX_bw.N.log, PREFIX_iops.N.log, PREFIX_lat.N.log)"
+            "a file name prefix (PREFIX_bw.N.log, PREFIX_iops.N.log; PREFIX_lat.N.log, \
+             PREFIX_slat.N.log and PREFIX_clat.N.log)"
         }
         "log_avg_msec" => {
             "the logs' window in milliseconds (0: 500, as mqblk never logs single I/Os)"
         }
         "per_job_logs" => "1 (a log file per job) or 0 (one file for all)",
+        "slat_percentiles" => "1 (report submission latency percentiles) or 0",
         "time_based" => "no value, 1 or 0",
         "rwmixread" => "a percentage from 0 to 100",
         "randseed" => "an unsigned 64-bit integer",
@@ -1130,6 +1145,7 @@ mod tests {
             ("device", "nu ll"),
             ("randseed", "-1"),
             ("name", ""),
+            ("slat_percentiles", "2"),
         ] {
             let e = set(k, v).unwrap_err();
             assert!(matches!(e, OptionError::BadValue { .. }), "{k}={v}: {e:?}");
