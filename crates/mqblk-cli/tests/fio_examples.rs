@@ -1,7 +1,7 @@
 //! fio's own examples/ job files run with `mqblk bench --device=SPEC
 //! JOBFILE`: every one that targets a block device or a file and uses only
 //! what mqblk bench models. The job files come from Debian's fio source
-//! (contrib/fio-engine/fetch-fio-source.sh), of the installed fio.
+//! (`mqblk_test_support::fio_source`), of the installed fio.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -40,29 +40,8 @@ const RUNS: &[(&str, &str)] = &[
     ("zipf.fio", "null,size=1T"),
 ];
 
-/// Fetched once per test binary (the tests run in parallel).
 fn examples_dir() -> PathBuf {
-    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(fetch_examples).clone()
-}
-
-fn fetch_examples() -> PathBuf {
-    require_tool("fio");
-    require_tool("dpkg-source");
-    let dir = std::env::temp_dir().join("mqblk-fio-source");
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../contrib/fio-engine/fetch-fio-source.sh");
-    let out = Command::new("bash")
-        .arg(script)
-        .arg(&dir)
-        .output()
-        .expect("run fetch-fio-source.sh");
-    assert!(
-        out.status.success(),
-        "fetching fio's source failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("examples")
+    mqblk_test_support::fio_source().join("examples")
 }
 
 #[test]

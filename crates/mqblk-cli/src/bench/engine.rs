@@ -19,6 +19,7 @@ use mqblk::{Bio, Device, Op};
 use super::job::JobSpec;
 use super::pattern::{Offsets, Rng};
 use super::result::{DeviceAlignment, DirResult, JobResult, LayerResult, RunResult};
+use super::sample::{Recorded, Recorder};
 use super::verify::{Hook, NoVerify, Verifier};
 use crate::alloc_count;
 
@@ -426,9 +427,6 @@ fn run_group(
         std::thread::sleep(Duration::from_micros(200));
     }
     let allocs_end = alloc_count::allocations();
-    if let Some(l) = logger {
-        l.finish()?;
-    }
     status.finish();
     shared.end.wait();
 
@@ -441,10 +439,12 @@ fn run_group(
         interrupted: stop.load(Relaxed),
         ..LayerResult::default()
     };
+    let mut recorded = Vec::with_capacity(n);
     for h in handles {
-        let (r, stats) = h
+        let (r, stats, rec) = h
             .join()
             .map_err(|_| anyhow::anyhow!("a job thread panicked"))??;
+        recorded.push(rec);
         layer.ios += r.read.ios + r.write.ios + r.trim.ios;
         layer.bytes_copied += stats.bytes_copied;
         layer.requests += stats.requests;
@@ -453,6 +453,10 @@ fn run_group(
         layer.splits += stats.splits;
         layer.cpu_ns += r.usr_ns + r.sys_ns;
         results.push(r);
+    }
+    // The logs are written once every job has handed over its samples.
+    if let Some(l) = logger {
+        l.finish(&recorded)?;
     }
     if let Some(sd) = &stats_dir {
         sd.write(true)?;
@@ -689,7 +693,7 @@ fn job_thread<V: Hook>(
     dev: Device,
     shared: Arc<Shared>,
     mut hook: V,
-) -> Result<(JobResult, mqblk::DiskStats)> {
+) -> Result<(JobResult, mqblk::DiskStats, Recorded)> {
     // Set up everything before the start barrier: the measured phase
     // allocates nothing.
     let setup = (|| -> Result<_> {
@@ -727,8 +731,16 @@ fn job_thread<V: Hook>(
         }
         Ok((ctx, offsets, free))
     })();
-    // Per-I/O latencies, if a log or the report asks for them.
-    let mut rec = super::sample::Recorder::for_job(&job);
+    // Per-I/O measurements, if a log or the report asks for them; a sized
+    // job's sample log is sized to its I/Os.
+    let expected_ios = (!job.time_based).then(|| {
+        let bytes = job
+            .io_size
+            .unwrap_or(region_bytes(&job, &dev))
+            .saturating_mul(u64::from(job.loops.max(1)));
+        bytes / job.block_sizes.min(job.bs).max(1)
+    });
+    let mut rec = Recorder::for_job(&job, expected_ios);
     shared.start.wait();
     let (mut ctx, mut offsets, mut free) = match setup {
         Ok(s) => s,
@@ -799,12 +811,12 @@ fn job_thread<V: Hook>(
             trim = DirResult::default();
             issued_bytes = 0;
             ctx.reset_histograms();
-            if let Some(r) = &mut rec {
-                r.start_measuring();
-            }
             stats_start = ctx.stats();
             cpu_start = mqblk::clock::thread_cpu_ns();
             t_start = mqblk::clock::now_ns();
+            if let Some(r) = &mut rec {
+                r.start_measuring(t_start);
+            }
             shared.measuring.fetch_add(1, Relaxed);
         }
         if measuring && issued_bytes >= bytes_limit && ctx.in_flight() == 0 {
@@ -842,7 +854,7 @@ fn job_thread<V: Hook>(
             let op = hook.retarget(op);
             aim(&mut bio, op, sector * 512, len * 512, variable, &mut spare);
             hook.prepare(&mut bio);
-            let pending = rec.as_mut().map(|r| r.before_submit(&mut bio));
+            let pending = rec.as_mut().and_then(|r| r.before_submit(&mut bio));
             let submitted = ctx.submit(bio);
             if let (Some(r), Some(p)) = (&mut rec, pending) {
                 r.after_submit(p, submitted.is_ok());
@@ -857,7 +869,7 @@ fn job_thread<V: Hook>(
         }
         // A measured job resubmits through the loop above, where its
         // stamps are taken, not in place.
-        let in_place = !paced && rec.is_none();
+        let in_place = !paced && !rec.as_ref().is_some_and(Recorder::stamping);
         if let Some(r) = &mut rec {
             r.begin_reap();
         }
@@ -975,6 +987,7 @@ fn job_thread<V: Hook>(
         first_error: first_error
             .map(|s| format!("{s} at offset {first_error_at} on {}", dev.name())),
     };
+    let mut recorded = rec.map(Recorder::finish).unwrap_or_default();
     Ok((
         JobResult {
             name: job.name.clone(),
@@ -986,7 +999,7 @@ fn job_thread<V: Hook>(
             trim: m.trim,
             clat: ctx.histograms().clone(),
             clat_valid: job.iostats,
-            slat: rec.and_then(|r| r.finish().slat),
+            slat: recorded.slat.take(),
             runtime_ns: m.runtime_ns,
             usr_ns: m.usr_ns,
             sys_ns: m.sys_ns,
@@ -994,5 +1007,6 @@ fn job_thread<V: Hook>(
             verify: hook.result(),
         },
         m.stats,
+        recorded,
     ))
 }

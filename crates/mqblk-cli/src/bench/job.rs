@@ -360,9 +360,14 @@ pub struct JobSpec {
     /// `write_lat_log=PREFIX`: fio's latency logs, lat, slat and clat
     /// (mean per window).
     pub write_lat_log: Option<String>,
-    /// `log_avg_msec=`: the logs' window (mqblk logs windows, never single
-    /// I/Os; default 500).
+    /// `log_avg_msec=`: the logs' window; 0 logs every I/O, as fio does
+    /// (mqblk's default is 500, fio's 0).
     pub log_avg_msec: u32,
+    /// `log_offset=1`: per-I/O log lines carry the I/O's offset.
+    pub log_offset: bool,
+    /// `log_prio=1`: log lines carry the I/O priority value (in hex), not
+    /// only whether it is real time.
+    pub log_prio: bool,
     /// `per_job_logs=` (default 1): one file per job.
     pub per_job_logs: bool,
     /// `slat_percentiles=1`: report submission latency percentiles.
@@ -427,6 +432,8 @@ impl Default for JobSpec {
             write_iops_log: None,
             write_lat_log: None,
             log_avg_msec: 500,
+            log_offset: false,
+            log_prio: false,
             per_job_logs: true,
             slat_percentiles: false,
         }

@@ -1,30 +1,46 @@
 //! fio's bandwidth, IOPS and latency logs (`write_bw_log=`,
-//! `write_iops_log=`, `write_lat_log=`: the mean latency of the window): one
-//! line per `log_avg_msec` window and direction, in fio 3.33's format
-//! `time_ms, value, direction, block_size, priority`. On an averaged line
-//! fio writes block size 0 and priority 0 (fio's iolog.c `flush_samples`,
-//! stat.c `__add_stat_to_log`). `fio_generate_plots` reads these lines as
-//! they are; fio's `fiologparser.py` still expects the four columns of
-//! fio before 3.2x and needs the priority column cut, for fio's own logs
-//! as for these. Files are named as fio names them: `PREFIX_bw.N.log` and
-//! `PREFIX_iops.N.log` for job N (counting from 1), or `PREFIX_bw.log`
-//! with `per_job_logs=0`; a job's file is rewritten, a shared one is
-//! appended to (fio's `flush_log`).
+//! `write_iops_log=`, `write_lat_log=`: `_lat`, `_slat` and `_clat`), in
+//! fio 3.33's format (iolog.c `flush_samples`):
 //!
-//! The job threads publish their counts once per batch; the supervisor,
-//! which reads the clock anyway, samples them and keeps the lines, and the
-//! files are written when the run ends (no file I/O while measuring).
-//! fio's lat log is three files, `_lat`, `_slat` and `_clat`: their
-//! latencies are the job's own stamps ([`super::sample`]), summed per
-//! direction.
+//! ```text
+//! time_ms, value, direction, block_size[, offset], priority
+//! ```
+//!
+//! - With `log_avg_msec=N`, one line per window and direction: the
+//!   window's bandwidth (KiB/s), IOPS, or mean latency (ns), with block
+//!   size 0, offset 0 and priority 0, as fio writes an averaged line
+//!   (stat.c `__add_stat_to_log`). The job threads publish their counts
+//!   once per batch; the supervisor, which reads the clock anyway, samples
+//!   them and keeps the lines.
+//! - With `log_avg_msec=0`, one line per completed I/O (stat.c
+//!   `add_*_sample`): its completion time; bandwidth as fio computes it
+//!   per I/O, bytes * 1000000 / clat in ns (so 1000-byte units, not KiB);
+//!   IOPS 1; or its latency in ns; its size, offset and priority. The
+//!   slat log is in issue order, with the issue time. The lines come from
+//!   the job's samples ([`super::sample`]).
+//! - `log_offset=1` adds the offset column; the priority column is 1 for
+//!   real-time I/O and 0 otherwise, or with `log_prio=1` the priority
+//!   value in hex, `0x4004` for best effort level 4 (fio's `ioprio`:
+//!   class << 13 | level).
+//!
+//! Latencies are the job's own stamps, not the layer's histograms. Time is
+//! in ms since the measured phase began (the job's, for per-I/O lines).
+//! `fio_generate_plots` reads these lines as they are; fio's
+//! `fiologparser.py` still unpacks the four columns of fio before 3.2x and
+//! needs the priority column cut, for fio's own logs as for these.
+//!
+//! Files are named as fio names them: `PREFIX_bw.N.log` for job N
+//! (counting from 1), or `PREFIX_bw.log` with `per_job_logs=0`. They are
+//! written when the run ends (no file I/O while measuring): a job's own
+//! file from scratch, a shared one appended to (fio's `flush_log`).
 
-use std::fmt::Write as _;
+use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use anyhow::{Context as _, Result};
 
 use super::job::JobSpec;
-use super::sample::{load_sums, Sums, DIRECTIONS};
+use super::sample::{load_sums, IoSample, Recorded, SampleLog, Sums, DIRECTIONS};
 
 /// A job's counts as its thread publishes them, per fio direction (read,
 /// write, trim).
@@ -66,8 +82,54 @@ impl Counters {
     }
 }
 
-/// A log file's name and its text so far.
-type File = Option<(String, String)>;
+/// fio's priority value of a job's I/O (`ioprio_value`: class << 13 |
+/// level, with Linux's classes, 1 real time, 2 best effort, 3 idle); 0
+/// when the job sets none.
+pub fn fio_ioprio(p: Option<mqblk::IoPrio>) -> u16 {
+    p.map_or(0, |p| {
+        let class: u16 = match p.class {
+            mqblk::IoPrioClass::Rt => 1,
+            mqblk::IoPrioClass::Be => 2,
+            mqblk::IoPrioClass::Idle => 3,
+        };
+        class << 13 | u16::from(p.level)
+    })
+}
+
+/// The columns a job's lines have after the block size.
+#[derive(Clone, Copy, Debug, Default)]
+struct Columns {
+    /// `log_offset=1`.
+    offset: bool,
+    /// `log_prio=1`.
+    prio: bool,
+}
+
+impl Columns {
+    /// One line.
+    fn line(
+        self,
+        w: &mut impl std::io::Write,
+        time_ms: u64,
+        value: u64,
+        d: impl std::fmt::Display,
+        (bs, offset, ioprio): (u64, u64, u16),
+    ) -> std::io::Result<()> {
+        write!(w, "{time_ms}, {value}, {d}, {bs}, ")?;
+        if self.offset {
+            write!(w, "{offset}, ")?;
+        }
+        if self.prio {
+            writeln!(w, "0x{ioprio:04x}")
+        } else {
+            // fio's `ioprio_value_is_class_rt`.
+            writeln!(w, "{}", u8::from(ioprio >> 13 == 1))
+        }
+    }
+}
+
+/// A log file's name and, for averaged lines, its text so far.
+type File = Option<(String, Vec<u8>)>;
 
 struct JobLog {
     bw: File,
@@ -76,6 +138,11 @@ struct JobLog {
     slat: File,
     clat: File,
     per_job: bool,
+    /// `log_avg_msec=0`: a line per I/O, from the job's samples.
+    per_io: bool,
+    columns: Columns,
+    /// The job's priority value (fio's `td->ioprio`).
+    ioprio: u16,
     last: ([u64; DIRECTIONS], [u64; DIRECTIONS]),
     last_lat: [Sums; DIRECTIONS],
 }
@@ -95,9 +162,71 @@ fn file_name(prefix: &str, kind: &str, job: usize, per_job: bool) -> String {
     }
 }
 
-/// One averaged line: fio writes block size 0 and priority 0 on it.
-fn averaged(text: &mut String, now_ms: u64, value: u64, d: usize) {
-    let _ = writeln!(text, "{now_ms}, {value}, {d}, 0, 0");
+/// Write `path` through `lines`: from scratch for a job's own file,
+/// appended to for a shared one.
+fn write_file(
+    path: &str,
+    per_job: bool,
+    lines: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
+) -> Result<()> {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(!per_job)
+        .truncate(per_job)
+        .open(path)
+        .with_context(|| format!("cannot write log {path}"))?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+    lines(&mut w)
+        .and_then(|()| w.flush())
+        .with_context(|| format!("cannot write log {path}"))
+}
+
+impl JobLog {
+    /// One averaged line: block size, offset and priority 0.
+    fn averaged(columns: Columns, text: &mut Vec<u8>, now_ms: u64, value: u64, d: usize) {
+        let _ = columns.line(text, now_ms, value, d, (0, 0, 0));
+    }
+
+    /// Write the per-I/O files from `samples`.
+    fn write_per_io(&self, samples: &SampleLog) -> Result<()> {
+        let c = self.columns;
+        let prio = self.ioprio;
+        let each = |file: &File, value: fn(&IoSample) -> u64| -> Result<()> {
+            let Some((path, _)) = file else {
+                return Ok(());
+            };
+            write_file(path, self.per_job, |w| {
+                for s in samples.iter() {
+                    let tail = (u64::from(s.len_bytes), s.offset_bytes, prio);
+                    c.line(w, s.done_ns / 1_000_000, value(s), s.direction, tail)?;
+                }
+                Ok(())
+            })
+        };
+        // fio's add_bw_sample: bytes * 1000000 / clat_ns, 0 for a clat of 0.
+        each(&self.bw, |s| {
+            (u64::from(s.len_bytes) * 1_000_000)
+                .checked_div(s.clat_ns)
+                .unwrap_or(0)
+        })?;
+        each(&self.iops, |_| 1)?;
+        each(&self.lat, IoSample::lat_ns)?;
+        each(&self.clat, |s| s.clat_ns)?;
+        if let Some((path, _)) = &self.slat {
+            // fio logs slat when the I/O is issued: in issue order.
+            let mut issued: Vec<&IoSample> = samples.iter().collect();
+            issued.sort_by_key(|s| s.issue_ns());
+            write_file(path, self.per_job, |w| {
+                for s in issued {
+                    let tail = (u64::from(s.len_bytes), s.offset_bytes, prio);
+                    c.line(w, s.issue_ns() / 1_000_000, s.slat_ns, s.direction, tail)?;
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
 }
 
 impl Logger {
@@ -112,16 +241,16 @@ impl Logger {
         let interval_ms = jobs
             .iter()
             .map(|j| j.log_avg_msec)
+            .filter(|&ms| ms > 0)
             .min()
-            .unwrap_or(500)
-            .max(1);
+            .unwrap_or(500);
         let logs = jobs
             .iter()
             .enumerate()
             .map(|(i, j)| {
                 let name = |p: &Option<String>, kind| {
                     p.as_ref()
-                        .map(|p| (file_name(p, kind, base + i, j.per_job_logs), String::new()))
+                        .map(|p| (file_name(p, kind, base + i, j.per_job_logs), Vec::new()))
                 };
                 Some(JobLog {
                     bw: name(&j.write_bw_log, "bw"),
@@ -130,6 +259,12 @@ impl Logger {
                     slat: name(&j.write_lat_log, "slat"),
                     clat: name(&j.write_lat_log, "clat"),
                     per_job: j.per_job_logs,
+                    per_io: j.log_avg_msec == 0,
+                    columns: Columns {
+                        offset: j.log_offset,
+                        prio: j.log_prio,
+                    },
+                    ioprio: fio_ioprio(j.ioprio),
                     last: ([0; DIRECTIONS], [0; DIRECTIONS]),
                     last_lat: [Sums::default(); DIRECTIONS],
                 })
@@ -151,7 +286,10 @@ impl Logger {
         let window_ms = (now_ms - self.last_ms).max(1);
         self.last_ms = now_ms;
         for (log, c) in self.jobs.iter_mut().zip(counters) {
-            let Some(log) = log else { continue };
+            let Some(log) = log.as_mut().filter(|l| !l.per_io) else {
+                continue;
+            };
+            let cols = log.columns;
             let ios: [u64; DIRECTIONS] = std::array::from_fn(|d| c.ios[d].load(Relaxed));
             let bytes: [u64; DIRECTIONS] = std::array::from_fn(|d| c.bytes[d].load(Relaxed));
             for d in 0..DIRECTIONS {
@@ -162,10 +300,11 @@ impl Logger {
                 }
                 if let Some((_, text)) = &mut log.bw {
                     // fio logs bandwidth in KiB/s.
-                    averaged(text, now_ms, dbytes * 1000 / window_ms / 1024, d);
+                    let kib_s = dbytes * 1000 / window_ms / 1024;
+                    JobLog::averaged(cols, text, now_ms, kib_s, d);
                 }
                 if let Some((_, text)) = &mut log.iops {
-                    averaged(text, now_ms, dios * 1000 / window_ms, d);
+                    JobLog::averaged(cols, text, now_ms, dios * 1000 / window_ms, d);
                 }
             }
             log.last = (ios, bytes);
@@ -185,29 +324,30 @@ impl Logger {
                     (&mut log.clat, now.clat_ns, last.clat_ns),
                 ] {
                     if let Some((_, text)) = file {
-                        averaged(text, now_ms, mean(now, last), d);
+                        JobLog::averaged(cols, text, now_ms, mean(now, last), d);
                     }
                 }
             }
         }
     }
 
-    /// Write the files: a job's own file from scratch, a file the jobs
-    /// share (`per_job_logs=0`) appended to, as fio's `flush_log` does.
-    pub fn finish(self) -> Result<()> {
-        use std::io::Write as _;
-        for log in self.jobs.into_iter().flatten() {
-            let files = [log.bw, log.iops, log.lat, log.slat, log.clat];
+    /// Write the files, in job order: the averaged lines kept, or the
+    /// per-I/O lines from what each job `recorded` (indexed as the jobs).
+    pub fn finish(self, recorded: &[Recorded]) -> Result<()> {
+        for (i, log) in self.jobs.into_iter().enumerate() {
+            let Some(log) = log else { continue };
+            if log.per_io {
+                let none = SampleLog::default();
+                let samples = recorded
+                    .get(i)
+                    .and_then(|r| r.samples.as_ref())
+                    .unwrap_or(&none);
+                log.write_per_io(samples)?;
+                continue;
+            }
+            let files = [&log.bw, &log.iops, &log.lat, &log.slat, &log.clat];
             for (path, text) in files.into_iter().flatten() {
-                let mut f = std::fs::OpenOptions::new()
-                    .create(true)
-                    .write(true)
-                    .append(!log.per_job)
-                    .truncate(log.per_job)
-                    .open(&path)
-                    .with_context(|| format!("cannot write log {path}"))?;
-                f.write_all(text.as_bytes())
-                    .with_context(|| format!("cannot write log {path}"))?;
+                write_file(path, log.per_job, |w| w.write_all(text))?;
             }
         }
         Ok(())
@@ -237,7 +377,7 @@ mod tests {
         c[0].publish([300, 50, 0], [1228800, 204800, 0]);
         l.tick(150, &c); // not a window yet
         l.tick(200, &c);
-        l.finish().unwrap();
+        l.finish(&[]).unwrap();
         let bw = std::fs::read_to_string(format!("{prefix}_bw.1.log")).unwrap();
         assert_eq!(
             bw,
@@ -276,7 +416,7 @@ mod tests {
         l.tick(100, &[&c0]);
         c0.publish_latency(&[sums(31, 2_003, 50_000), none, sums(1, 7, 70)]);
         l.tick(200, &[&c0]);
-        l.finish().unwrap();
+        l.finish(&[]).unwrap();
         let read = |kind| std::fs::read_to_string(format!("{prefix}_{kind}.1.log")).unwrap();
         // 40_000 ns of clat over 21 I/Os: 1904.8, rounded as fio rounds;
         // trims are direction 2.
@@ -312,7 +452,7 @@ mod tests {
                 let c0 = Counters::default();
                 c0.publish([100, 0, 0], [409600, 0, 0]);
                 l.tick(100, &[&c0]);
-                l.finish().unwrap();
+                l.finish(&[]).unwrap();
             }
         }
         let own = std::fs::read_to_string(format!("{prefix}_iops.1.log")).unwrap();

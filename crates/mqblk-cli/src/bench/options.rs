@@ -78,6 +78,8 @@ pub const KEYS: &[&str] = &[
     "write_iops_log",
     "write_lat_log",
     "log_avg_msec",
+    "log_offset",
+    "log_prio",
     "per_job_logs",
     "slat_percentiles",
 ];
@@ -116,8 +118,6 @@ pub const NOTED_KEYS: &[(&str, &str)] = &[
         "write_hist_log",
         "histogram logs are not written by mqblk bench yet",
     ),
-    ("log_offset", "mqblk logs windows, which have no offset"),
-    ("log_prio", "mqblk logs windows, which have no priority"),
     ("thread", "jobs are always threads"),
     ("threads", "jobs are always threads"),
     ("exitall", "jobs end on their own"),
@@ -387,6 +387,10 @@ pub struct JobOptions {
     pub write_lat_log: Option<String>,
     /// `log_avg_msec=`.
     pub log_avg_msec: Option<u32>,
+    /// `log_offset=`.
+    pub log_offset: Option<bool>,
+    /// `log_prio=`.
+    pub log_prio: Option<bool>,
     /// `per_job_logs=`.
     pub per_job_logs: Option<bool>,
     /// `slat_percentiles=`.
@@ -682,6 +686,10 @@ impl JobOptions {
             "per_job_logs" => {
                 self.per_job_logs = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?)
             }
+            "log_offset" => {
+                self.log_offset = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?)
+            }
+            "log_prio" => self.log_prio = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?),
             "slat_percentiles" => {
                 self.slat_percentiles = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?)
             }
@@ -835,6 +843,8 @@ impl JobOptions {
         over(&mut self.write_iops_log, &top.write_iops_log);
         over(&mut self.write_lat_log, &top.write_lat_log);
         over(&mut self.log_avg_msec, &top.log_avg_msec);
+        over(&mut self.log_offset, &top.log_offset);
+        over(&mut self.log_prio, &top.log_prio);
         over(&mut self.per_job_logs, &top.per_job_logs);
         over(&mut self.slat_percentiles, &top.slat_percentiles);
     }
@@ -919,11 +929,9 @@ impl JobOptions {
             write_bw_log: self.write_bw_log.clone().or(d.write_bw_log.clone()),
             write_iops_log: self.write_iops_log.clone().or(d.write_iops_log.clone()),
             write_lat_log: self.write_lat_log.clone().or(d.write_lat_log.clone()),
-            // 0 is fio's "every I/O"; mqblk logs windows, of 500 ms then.
-            log_avg_msec: match self.log_avg_msec {
-                Some(0) | None => d.log_avg_msec,
-                Some(ms) => ms,
-            },
+            log_avg_msec: self.log_avg_msec.unwrap_or(d.log_avg_msec),
+            log_offset: self.log_offset.unwrap_or(d.log_offset),
+            log_prio: self.log_prio.unwrap_or(d.log_prio),
             per_job_logs: self.per_job_logs.unwrap_or(d.per_job_logs),
             slat_percentiles: self.slat_percentiles.unwrap_or(d.slat_percentiles),
         };
@@ -972,8 +980,10 @@ pub fn expected(key: &str) -> Option<&'static str> {
              PREFIX_slat.N.log and PREFIX_clat.N.log)"
         }
         "log_avg_msec" => {
-            "the logs' window in milliseconds (0: 500, as mqblk never logs single I/Os)"
+            "the logs' window in milliseconds up to 3600000 (default 500), or 0 for a line per I/O"
         }
+        "log_offset" => "1 (per-I/O log lines carry the I/O's offset) or 0",
+        "log_prio" => "1 (log lines carry the I/O priority value) or 0 (1 only for real time)",
         "per_job_logs" => "1 (a log file per job) or 0 (one file for all)",
         "slat_percentiles" => "1 (report submission latency percentiles) or 0",
         "time_based" => "no value, 1 or 0",
@@ -1146,6 +1156,9 @@ mod tests {
             ("randseed", "-1"),
             ("name", ""),
             ("slat_percentiles", "2"),
+            ("log_offset", "yes please"),
+            ("log_prio", "-1"),
+            ("log_avg_msec", "1h"),
         ] {
             let e = set(k, v).unwrap_err();
             assert!(matches!(e, OptionError::BadValue { .. }), "{k}={v}: {e:?}");
