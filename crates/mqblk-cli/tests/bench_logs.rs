@@ -1,9 +1,11 @@
 //! fio's logs from `mqblk bench` on the null device, read back: a line
 //! per I/O with `log_avg_msec=0` (with `log_offset=1`, `log_prio=1`,
-//! `per_job_logs=0`), the submission latency asked for by
-//! `slat_percentiles=1`, and the columns beside those of fio's own logs
-//! (fio's null engine). fio's parsers read them. No timing is asserted:
-//! every check compares the logs with each other and with the report.
+//! `per_job_logs=0`), the histogram log (`write_hist_log`), the
+//! submission latency asked for by `slat_percentiles=1`, and the columns
+//! beside those of fio's own logs (fio's null engine). fio's parsers
+//! (`fiologparser.py`, `fiologparser_hist.py`) read them. No timing is
+//! asserted: every check compares the logs with each other and with the
+//! report.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -172,16 +174,26 @@ fn per_job_logs_0_puts_every_job_in_one_file() {
     let d = Scratch::new("logs-shared");
     let v = bench(
         d.path(),
-        "[shared]\nrw=randwrite\nnumber_ios=500\nnumjobs=2\nper_job_logs=0\n\
-         write_iops_log=all\nwrite_lat_log=all\nlog_avg_msec=0\n",
+        "[shared]\nrw=randwrite\nnumber_ios=5000\nnumjobs=2\nper_job_logs=0\n\
+         write_iops_log=all\nwrite_lat_log=all\nlog_avg_msec=0\n\
+         write_hist_log=all\nlog_hist_msec=1\n",
     );
     let ios = total_ios(&v, 0, "write") + total_ios(&v, 1, "write");
-    assert_eq!(ios, 1000);
+    assert_eq!(ios, 10000);
     for kind in ["iops", "lat", "slat", "clat"] {
         let lines = read_log(&d.path().join(format!("all_{kind}.log")), false);
         assert_eq!(lines.len() as u64, ios, "{kind}");
         assert!(!d.path().join(format!("all_{kind}.1.log")).exists());
     }
+    // Both jobs' histogram lines, each job's windows replayed on its own
+    // half of the clat log (the jobs write one after the other).
+    let hist = read_hist(&d.path().join("all_clat_hist.log"));
+    assert!(!d.path().join("all_clat_hist.1.log").exists());
+    let clat = read_log(&d.path().join("all_clat.log"), false);
+    let (first, second) = clat.split_at(total_ios(&v, 0, "write") as usize);
+    let mut expected = replay_hist(first, 1, 0);
+    expected.extend(replay_hist(second, 1, 0));
+    assert_eq!(hist, expected);
 }
 
 #[test]
@@ -238,6 +250,8 @@ fn a_bad_log_value_is_refused_by_name() {
         ("log_offset=maybe", "log_offset"),
         ("log_prio=2", "log_prio"),
         ("slat_percentiles=yes please", "slat_percentiles"),
+        ("log_hist_coarseness=7", "log_hist_coarseness"),
+        ("log_hist_msec=10q", "log_hist_msec"),
     ] {
         let path = d.path().join("bad.fio");
         std::fs::write(&path, format!("[bad]\nrw=read\n{line}\n")).unwrap();
@@ -287,11 +301,18 @@ fn the_columns_are_those_of_fio_s_own_logs() {
     require_tool("fio");
     let d = Scratch::new("logs-fio-columns");
     for per_io in [true, false] {
-        // Per I/O: 256 I/Os; averaged: 50 ms windows over 200 ms.
+        // Per I/O: 256 I/Os; averaged: 50 ms windows over 200 ms, and the
+        // histogram log.
         let run: &[&str] = if per_io {
             &["log_avg_msec=0", "number_ios=256"]
         } else {
-            &["log_avg_msec=50", "runtime=200ms", "time_based=1"]
+            &[
+                "log_avg_msec=50",
+                "runtime=200ms",
+                "time_based=1",
+                "write_hist_log=PREFIX",
+                "log_hist_msec=50",
+            ]
         };
         for (offset, prio) in [(false, false), (true, false), (false, true), (true, true)] {
             let mut keys: Vec<String> = [
@@ -333,6 +354,14 @@ fn the_columns_are_those_of_fio_s_own_logs() {
                 shapes(d.path(), "fio", per_io && offset),
                 "{keys:?}"
             );
+            if !per_io {
+                // Time, direction, block size and fio 3.33's 1856 bins.
+                for prefix in ["mq", "fio"] {
+                    let hist = read_hist(&d.path().join(format!("{prefix}_clat_hist.1.log")));
+                    assert!(!hist.is_empty(), "{prefix}");
+                    assert!(hist.iter().all(|h| h.3.len() == 1856), "{prefix}");
+                }
+            }
         }
     }
 }
@@ -388,4 +417,204 @@ fn fiologparser_reads_per_io_logs() {
         let value: f64 = value.parse().unwrap();
         assert!(value.is_finite() && value >= 0.0, "{kind}: {stdout}");
     }
+}
+
+/// fio's `plat_val_to_idx` (stat.c), transcribed: the test's oracle for
+/// the bins.
+fn fio_bin(ns: u64) -> usize {
+    const BITS: u32 = 6;
+    const NR: usize = 29 << BITS;
+    let msb = if ns == 0 { 0 } else { 63 - ns.leading_zeros() };
+    if msb <= BITS {
+        return ns as usize;
+    }
+    let error_bits = msb - BITS;
+    let base = ((error_bits + 1) as usize) << BITS;
+    let offset = (63 & (ns >> error_bits)) as usize;
+    (base + offset).min(NR - 1)
+}
+
+/// A histogram line: time, direction, block size, bins.
+type HistLine = (u64, u8, u64, Vec<u64>);
+
+fn read_hist(path: &Path) -> Vec<HistLine> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| {
+            let v: Vec<u64> = l.split(", ").map(|c| c.parse().unwrap()).collect();
+            (v[0], v[1] as u8, v[2], v[3..].to_vec())
+        })
+        .collect()
+}
+
+/// The histogram lines fio writes for the completions of a per-I/O clat
+/// log (in completion order), replaying stat.c's `add_clat_sample`: a
+/// direction's window starts at its first completion after time 0, the
+/// completion that finds `window_ms` passed closes it (and is counted in
+/// it), and the next starts where it should have ended.
+fn replay_hist(clat: &[Line], window_ms: u64, coarseness: u32) -> Vec<HistLine> {
+    let mut bins = vec![vec![0u64; 1856]; 3];
+    let mut last = [0u64; 3];
+    let mut out = Vec::new();
+    for l in clat {
+        let d = usize::from(l.dir);
+        bins[d][fio_bin(l.value)] += 1;
+        if last[d] == 0 {
+            last[d] = l.time_ms;
+        }
+        let open = l.time_ms - last[d];
+        if open >= window_ms {
+            let line = bins[d]
+                .chunks(1 << coarseness)
+                .map(|c| c.iter().sum())
+                .collect();
+            out.push((l.time_ms, l.dir, l.bs, line));
+            bins[d].fill(0);
+            last[d] = l.time_ms - (open - window_ms);
+        }
+    }
+    out
+}
+
+#[test]
+fn the_histogram_log_counts_each_window_in_fio_s_bins() {
+    let d = Scratch::new("logs-hist");
+    for coarseness in [0u32, 3] {
+        // The per-I/O clat log of the same run is the oracle.
+        let v = bench(
+            d.path(),
+            &format!(
+                "[h]\nrw=randrw\niodepth=4\nruntime=300ms\ntime_based\n\
+                 write_lat_log=h\nlog_avg_msec=0\n\
+                 write_hist_log=h\nlog_hist_msec=20\nlog_hist_coarseness={coarseness}\n"
+            ),
+        );
+        let hist = read_hist(&d.path().join("h_clat_hist.1.log"));
+        let clat = read_log(&d.path().join("h_clat.1.log"), false);
+        // The run lasts 300 ms, so 20 ms windows close.
+        assert!(!hist.is_empty());
+        for (time_ms, dir, bs, bins) in &hist {
+            assert_eq!(bins.len(), 1856 >> coarseness, "{time_ms} {dir}");
+            assert!(*dir < 2 && *bs == 4096, "{time_ms} {dir} {bs}");
+            assert!(bins.iter().sum::<u64>() >= 1);
+        }
+        assert_eq!(
+            hist,
+            replay_hist(&clat, 20, coarseness),
+            "coarseness {coarseness}"
+        );
+        for (dir, name) in [(0, "read"), (1, "write")] {
+            let counted: u64 = hist
+                .iter()
+                .filter(|h| h.1 == dir)
+                .map(|h| h.3.iter().sum::<u64>())
+                .sum();
+            assert!(counted <= total_ios(&v, 0, name), "{name}");
+        }
+    }
+}
+
+#[test]
+fn without_log_hist_msec_the_histogram_log_is_empty_as_fio_s() {
+    let d = Scratch::new("logs-hist-empty");
+    let path = d.path().join("job.fio");
+    std::fs::write(
+        &path,
+        "[e]\nrw=randread\nnumber_ios=1000\nwrite_hist_log=e\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+        .current_dir(d.path())
+        .args(["bench", "--device", "null"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("log_hist_msec"), "{err}");
+    assert_eq!(
+        std::fs::read(d.path().join("e_clat_hist.1.log")).unwrap(),
+        b""
+    );
+}
+
+/// A python3 that imports pandas and numpy (fiologparser_hist.py needs
+/// them): the one on PATH, or the system's.
+fn python_with_pandas() -> String {
+    for python in ["python3", "/usr/bin/python3"] {
+        let ok = Command::new(python)
+            .args(["-c", "import pandas, numpy"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ok {
+            return python.to_string();
+        }
+    }
+    panic!(
+        "fiologparser_hist.py needs python3 with pandas and numpy: apt-get install \
+         python3-pandas (scripts/test installs it)"
+    );
+}
+
+#[test]
+fn fiologparser_hist_reads_the_histogram_log() {
+    let python = python_with_pandas();
+    let d = Scratch::new("logs-hist-parser");
+    bench(
+        d.path(),
+        "[h]\nrw=randrw\niodepth=4\nruntime=300ms\ntime_based\n\
+         write_hist_log=h\nlog_hist_msec=50\n",
+    );
+    let log = d.path().join("h_clat_hist.1.log");
+    let hist = read_hist(&log);
+    assert!(!hist.is_empty());
+    let parser = fio_tools().join("hist/fiologparser_hist.py");
+    let run = |args: &[&str]| {
+        let out = Command::new(&python)
+            .arg(&parser)
+            .args(args)
+            .arg(&log)
+            .output()
+            .expect("run fiologparser_hist.py");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // Unweighted, per direction: every line's samples land in one
+    // interval, so the samples add up to the bins.
+    let out = run(&["--noweight", "--directions=rw", "-i", "50"]);
+    let mut lines = out.lines();
+    assert_eq!(
+        lines.next(),
+        Some("end-time, dir, samples, min, avg, median, 90%, 95%, 99%, max")
+    );
+    let mut samples = [0u64; 2];
+    for l in lines {
+        let c: Vec<&str> = l.split(", ").collect();
+        assert_eq!(c.len(), 10, "{l}");
+        let d = if c[1] == "r" { 0 } else { 1 };
+        samples[d] += c[2].parse::<u64>().unwrap();
+        let min: f64 = c[3].parse().unwrap();
+        let max: f64 = c[9].parse().unwrap();
+        assert!(min > 0.0 && min <= max, "{l}");
+    }
+    for (d, s) in samples.iter().enumerate() {
+        let bins: u64 = hist
+            .iter()
+            .filter(|h| usize::from(h.1) == d)
+            .map(|h| h.3.iter().sum::<u64>())
+            .sum();
+        assert_eq!(*s, bins, "direction {d}: {out}");
+    }
+    // fio's default: weighted, mixed directions.
+    let out = run(&[]);
+    assert!(
+        out.starts_with("end-time, samples, min, avg, median, 90%, 95%, 99%, max\n"),
+        "{out}"
+    );
+    assert!(out.lines().count() >= 2, "{out}");
 }

@@ -158,6 +158,15 @@ pub struct Prepared {
 /// banner and before any I/O.
 pub fn prepare(jobs: &[JobSpec]) -> Result<Prepared> {
     super::verify::check_jobs(jobs)?;
+    for job in jobs.iter().filter(|j| j.write_hist_log.is_some()) {
+        if job.log_hist_msec == 0 {
+            eprintln!(
+                "mqblk: note: job {}: write_hist_log with log_hist_msec=0 (fio's default) writes \
+                 an empty histogram log, as fio does; log_hist_msec=N writes a line every N ms",
+                job.name
+            );
+        }
+    }
     let devs = open_devices(jobs)?;
     // Expand numjobs; job i of the run uses device i mod n of its section.
     let mut plan: Vec<(JobSpec, Device)> = Vec::new();

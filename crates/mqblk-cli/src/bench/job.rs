@@ -363,6 +363,13 @@ pub struct JobSpec {
     /// `log_avg_msec=`: the logs' window; 0 logs every I/O, as fio does
     /// (mqblk's default is 500, fio's 0).
     pub log_avg_msec: u32,
+    /// `write_hist_log=PREFIX`: fio's clat histogram log.
+    pub write_hist_log: Option<String>,
+    /// `log_hist_msec=`: the histogram log's window (default 0, as fio:
+    /// no lines).
+    pub log_hist_msec: u32,
+    /// `log_hist_coarseness=` (0 to 6): 2^N bins summed per column.
+    pub log_hist_coarseness: u8,
     /// `log_offset=1`: per-I/O log lines carry the I/O's offset.
     pub log_offset: bool,
     /// `log_prio=1`: log lines carry the I/O priority value (in hex), not
@@ -432,6 +439,9 @@ impl Default for JobSpec {
             write_iops_log: None,
             write_lat_log: None,
             log_avg_msec: 500,
+            write_hist_log: None,
+            log_hist_msec: 0,
+            log_hist_coarseness: 0,
             log_offset: false,
             log_prio: false,
             per_job_logs: true,

@@ -29,6 +29,9 @@
 //! `fiologparser.py` still unpacks the four columns of fio before 3.2x and
 //! needs the priority column cut, for fio's own logs as for these.
 //!
+//! The histogram log (`write_hist_log`, `PREFIX_clat_hist.N.log`) is
+//! described in [`super::hist`]; its file is written here with the others.
+//!
 //! Files are named as fio names them: `PREFIX_bw.N.log` for job N
 //! (counting from 1), or `PREFIX_bw.log` with `per_job_logs=0`. They are
 //! written when the run ends (no file I/O while measuring): a job's own
@@ -137,6 +140,8 @@ struct JobLog {
     lat: File,
     slat: File,
     clat: File,
+    /// `PREFIX_clat_hist.N.log`, and `log_hist_coarseness`.
+    hist: Option<(String, u8)>,
     per_job: bool,
     /// `log_avg_msec=0`: a line per I/O, from the job's samples.
     per_io: bool,
@@ -234,7 +239,10 @@ impl Logger {
     /// or `None` when none does.
     pub fn new(base: usize, jobs: &[&JobSpec]) -> Option<Logger> {
         if jobs.iter().all(|j| {
-            j.write_bw_log.is_none() && j.write_iops_log.is_none() && j.write_lat_log.is_none()
+            j.write_bw_log.is_none()
+                && j.write_iops_log.is_none()
+                && j.write_lat_log.is_none()
+                && j.write_hist_log.is_none()
         }) {
             return None;
         }
@@ -258,6 +266,10 @@ impl Logger {
                     lat: name(&j.write_lat_log, "lat"),
                     slat: name(&j.write_lat_log, "slat"),
                     clat: name(&j.write_lat_log, "clat"),
+                    hist: j.write_hist_log.as_ref().map(|p| {
+                        let path = file_name(p, "clat_hist", base + i, j.per_job_logs);
+                        (path, j.log_hist_coarseness)
+                    }),
                     per_job: j.per_job_logs,
                     per_io: j.log_avg_msec == 0,
                     columns: Columns {
@@ -332,22 +344,28 @@ impl Logger {
     }
 
     /// Write the files, in job order: the averaged lines kept, or the
-    /// per-I/O lines from what each job `recorded` (indexed as the jobs).
+    /// per-I/O lines, and the histogram lines, from what each job
+    /// `recorded` (indexed as the jobs).
     pub fn finish(self, recorded: &[Recorded]) -> Result<()> {
         for (i, log) in self.jobs.into_iter().enumerate() {
             let Some(log) = log else { continue };
+            let recorded = recorded.get(i);
             if log.per_io {
                 let none = SampleLog::default();
-                let samples = recorded
-                    .get(i)
-                    .and_then(|r| r.samples.as_ref())
-                    .unwrap_or(&none);
+                let samples = recorded.and_then(|r| r.samples.as_ref()).unwrap_or(&none);
                 log.write_per_io(samples)?;
-                continue;
+            } else {
+                let files = [&log.bw, &log.iops, &log.lat, &log.slat, &log.clat];
+                for (path, text) in files.into_iter().flatten() {
+                    write_file(path, log.per_job, |w| w.write_all(text))?;
+                }
             }
-            let files = [&log.bw, &log.iops, &log.lat, &log.slat, &log.clat];
-            for (path, text) in files.into_iter().flatten() {
-                write_file(path, log.per_job, |w| w.write_all(text))?;
+            if let Some((path, coarseness)) = &log.hist {
+                // With log_hist_msec=0 the file is empty, as fio's.
+                let hist = recorded.and_then(|r| r.hist.as_ref());
+                write_file(path, log.per_job, |w| {
+                    hist.map_or(Ok(()), |h| h.write(w, *coarseness))
+                })?;
             }
         }
         Ok(())

@@ -15,6 +15,7 @@ use std::time::Duration;
 use mqblk::queue::QueueMode;
 use mqblk::spec::{parse_bool, parse_size};
 
+use super::hist::COARSENESS_MAX;
 use super::job::{BlockSizes, Distribution, JobSpec, RwMode};
 
 /// Every key, in job-file spelling (the command line writes `queue_mode` as
@@ -80,6 +81,9 @@ pub const KEYS: &[&str] = &[
     "log_avg_msec",
     "log_offset",
     "log_prio",
+    "write_hist_log",
+    "log_hist_msec",
+    "log_hist_coarseness",
     "per_job_logs",
     "slat_percentiles",
 ];
@@ -114,10 +118,6 @@ pub const NOTED_KEYS: &[(&str, &str)] = &[
     ("disable_bw_measurement", "bandwidth is always reported"),
     ("kb_base", "reports use fio's default units"),
     ("unit_base", "reports use fio's default units"),
-    (
-        "write_hist_log",
-        "histogram logs are not written by mqblk bench yet",
-    ),
     ("thread", "jobs are always threads"),
     ("threads", "jobs are always threads"),
     ("exitall", "jobs end on their own"),
@@ -387,6 +387,12 @@ pub struct JobOptions {
     pub write_lat_log: Option<String>,
     /// `log_avg_msec=`.
     pub log_avg_msec: Option<u32>,
+    /// `write_hist_log=`.
+    pub write_hist_log: Option<String>,
+    /// `log_hist_msec=`.
+    pub log_hist_msec: Option<u32>,
+    /// `log_hist_coarseness=`.
+    pub log_hist_coarseness: Option<u8>,
     /// `log_offset=`.
     pub log_offset: Option<bool>,
     /// `log_prio=`.
@@ -663,7 +669,7 @@ impl JobOptions {
                 }
                 self.blockalign = Some(n);
             }
-            "write_bw_log" | "write_iops_log" | "write_lat_log" => {
+            "write_bw_log" | "write_iops_log" | "write_lat_log" | "write_hist_log" => {
                 // fio's bare key (or an empty value) logs as the job name;
                 // mqblk takes the prefix `mqblk`.
                 let prefix = if v.is_empty() {
@@ -677,6 +683,7 @@ impl JobOptions {
                 match key {
                     "write_bw_log" => self.write_bw_log = Some(prefix),
                     "write_iops_log" => self.write_iops_log = Some(prefix),
+                    "write_hist_log" => self.write_hist_log = Some(prefix),
                     _ => self.write_lat_log = Some(prefix),
                 }
             }
@@ -685,6 +692,13 @@ impl JobOptions {
             }
             "per_job_logs" => {
                 self.per_job_logs = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?)
+            }
+            "log_hist_msec" => {
+                self.log_hist_msec = Some(parse_u64_in(v, 0, 3_600_000, expected)? as u32)
+            }
+            "log_hist_coarseness" => {
+                self.log_hist_coarseness =
+                    Some(parse_u64_in(v, 0, COARSENESS_MAX.into(), expected)? as u8)
             }
             "log_offset" => {
                 self.log_offset = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?)
@@ -843,6 +857,9 @@ impl JobOptions {
         over(&mut self.write_iops_log, &top.write_iops_log);
         over(&mut self.write_lat_log, &top.write_lat_log);
         over(&mut self.log_avg_msec, &top.log_avg_msec);
+        over(&mut self.write_hist_log, &top.write_hist_log);
+        over(&mut self.log_hist_msec, &top.log_hist_msec);
+        over(&mut self.log_hist_coarseness, &top.log_hist_coarseness);
         over(&mut self.log_offset, &top.log_offset);
         over(&mut self.log_prio, &top.log_prio);
         over(&mut self.per_job_logs, &top.per_job_logs);
@@ -930,6 +947,9 @@ impl JobOptions {
             write_iops_log: self.write_iops_log.clone().or(d.write_iops_log.clone()),
             write_lat_log: self.write_lat_log.clone().or(d.write_lat_log.clone()),
             log_avg_msec: self.log_avg_msec.unwrap_or(d.log_avg_msec),
+            write_hist_log: self.write_hist_log.clone().or(d.write_hist_log.clone()),
+            log_hist_msec: self.log_hist_msec.unwrap_or(d.log_hist_msec),
+            log_hist_coarseness: self.log_hist_coarseness.unwrap_or(d.log_hist_coarseness),
             log_offset: self.log_offset.unwrap_or(d.log_offset),
             log_prio: self.log_prio.unwrap_or(d.log_prio),
             per_job_logs: self.per_job_logs.unwrap_or(d.per_job_logs),
@@ -981,6 +1001,14 @@ pub fn expected(key: &str) -> Option<&'static str> {
         }
         "log_avg_msec" => {
             "the logs' window in milliseconds up to 3600000 (default 500), or 0 for a line per I/O"
+        }
+        "write_hist_log" => "a file name prefix (PREFIX_clat_hist.N.log)",
+        "log_hist_msec" => {
+            "the histogram log's window in milliseconds up to 3600000 (default 0, as fio: no \
+             lines)"
+        }
+        "log_hist_coarseness" => {
+            "0 to 6: each column of the histogram log sums 2^N of fio's 1856 latency bins"
         }
         "log_offset" => "1 (per-I/O log lines carry the I/O's offset) or 0",
         "log_prio" => "1 (log lines carry the I/O priority value) or 0 (1 only for real time)",
@@ -1159,6 +1187,9 @@ mod tests {
             ("log_offset", "yes please"),
             ("log_prio", "-1"),
             ("log_avg_msec", "1h"),
+            ("log_hist_msec", "-5"),
+            ("log_hist_coarseness", "7"),
+            ("write_hist_log", "a\u{7}b"),
         ] {
             let e = set(k, v).unwrap_err();
             assert!(matches!(e, OptionError::BadValue { .. }), "{k}={v}: {e:?}");

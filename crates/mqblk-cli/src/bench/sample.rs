@@ -19,13 +19,15 @@
 //! chunks of [`SAMPLE_CHUNK`] samples, the first made before the run, a
 //! new one only when the last is full (one allocation per 65536 I/Os,
 //! and no copy of what was logged). The files are written from it when
-//! the run ends.
+//! the run ends. With `write_hist_log` (and `log_hist_msec`), each
+//! completion's clat is counted in fio's bins ([`super::hist`]).
 
 use std::sync::atomic::Ordering::Relaxed;
 
 use mqblk::stats::{Histograms, StatGroup};
 use mqblk::{Bio, Op};
 
+use super::hist::HistLog;
 use super::job::JobSpec;
 use super::log::Counters;
 use super::verify::HOOK_PRIVATE_MASK;
@@ -155,6 +157,8 @@ pub struct Recorded {
     pub slat: Option<Histograms>,
     /// One sample per completed I/O (`log_avg_msec=0`).
     pub samples: Option<SampleLog>,
+    /// The histogram log's lines (`write_hist_log` with `log_hist_msec`).
+    pub hist: Option<HistLog>,
 }
 
 /// One job's per-I/O measurements.
@@ -175,13 +179,24 @@ pub struct Recorder {
     sums: [Sums; DIRECTIONS],
     slat: Option<Histograms>,
     samples: Option<SampleLog>,
+    hist: Option<HistLog>,
 }
 
 impl Recorder {
     /// The recorder `job` needs, or `None` when nothing asks for per-I/O
     /// measurements. `expected_ios`, when the job's I/O count is known,
-    /// sizes the first chunk of per-I/O samples.
+    /// sizes the first chunk of per-I/O samples; the histogram log makes
+    /// room for a run of the job's runtime.
     pub fn for_job(job: &JobSpec, expected_ios: Option<u64>) -> Option<Recorder> {
+        // fio writes no histogram line with log_hist_msec=0.
+        let hist = (job.write_hist_log.is_some() && job.log_hist_msec > 0).then(|| {
+            let windows = job
+                .runtime
+                .map_or(1024, |r| r.as_millis() / u128::from(job.log_hist_msec) + 2);
+            // Reads and writes; more only for a very long run.
+            let lines = (windows * 2).min(1 << 14) as usize;
+            HistLog::new(job.log_hist_msec, lines)
+        });
         let per_io = job.log_avg_msec == 0
             && (job.write_bw_log.is_some()
                 || job.write_iops_log.is_some()
@@ -190,7 +205,8 @@ impl Recorder {
         // only the completion time.
         let stamping = job.write_lat_log.is_some()
             || job.slat_percentiles
-            || (per_io && job.write_bw_log.is_some());
+            || (per_io && job.write_bw_log.is_some())
+            || hist.is_some();
         if !stamping && !per_io {
             return None;
         }
@@ -211,6 +227,7 @@ impl Recorder {
             sums: [Sums::default(); DIRECTIONS],
             slat: stamping.then(Histograms::new),
             samples: per_io.then(|| SampleLog::with_capacity(first_chunk as usize)),
+            hist,
         })
     }
 
@@ -232,6 +249,9 @@ impl Recorder {
         }
         if let Some(s) = &mut self.samples {
             s.clear();
+        }
+        if let Some(h) = &mut self.hist {
+            h.clear();
         }
     }
 
@@ -322,18 +342,23 @@ impl Recorder {
             (0, 0)
         };
         let d = direction(bio.op());
+        let done_ns = self.batch_ns.saturating_sub(self.epoch_ns);
+        let len_bytes = bio.len_bytes().min(u64::from(u32::MAX)) as u32;
         if let Some(h) = &mut self.slat {
             h.record(StatGroup::of(bio.op()), slat_ns);
         }
         if let Some(log) = &mut self.samples {
             log.push(IoSample {
-                done_ns: self.batch_ns.saturating_sub(self.epoch_ns),
+                done_ns,
                 clat_ns,
                 slat_ns,
                 offset_bytes: bio.offset_bytes(),
-                len_bytes: bio.len_bytes().min(u64::from(u32::MAX)) as u32,
+                len_bytes,
                 direction: d as u8,
             });
+        }
+        if let Some(h) = &mut self.hist {
+            h.record(d, clat_ns, done_ns / 1_000_000, len_bytes);
         }
         if self.sum {
             let s = &mut self.sums[d];
@@ -357,6 +382,7 @@ impl Recorder {
         Recorded {
             slat: self.slat,
             samples: self.samples,
+            hist: self.hist,
         }
     }
 }
@@ -411,6 +437,18 @@ mod tests {
             ..iops
         };
         assert!(Recorder::for_job(&bw, None).unwrap().stamping());
+        // The histogram log counts clat, with a window to count in.
+        let hist = JobSpec {
+            write_hist_log: Some("x".into()),
+            log_hist_msec: 100,
+            ..JobSpec::default()
+        };
+        assert!(Recorder::for_job(&hist, None).unwrap().stamping());
+        let no_window = JobSpec {
+            log_hist_msec: 0,
+            ..hist
+        };
+        assert!(Recorder::for_job(&no_window, None).is_none());
     }
 
     #[test]
