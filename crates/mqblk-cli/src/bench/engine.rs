@@ -5,8 +5,9 @@
 //! every free bio, then reaps; offsets come from a xorshift generator; the
 //! clock is never read per I/O (the supervisor thread flips phase flags),
 //! so the engine costs a few nanoseconds per I/O beside the layer it
-//! measures. Latency comes from the layer's own histograms, unless a
-//! latency log or slat asks for the job's own stamps ([`super::sample`]).
+//! measures. Latency comes from the layer's own histograms; only a log or
+//! `slat_percentiles=1` has the job read the clock per I/O, for its own
+//! stamps ([`super::sample`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Barrier};
@@ -805,7 +806,8 @@ fn job_thread<V: Hook>(
     let mut stats_start = mqblk::DiskStats::default();
     let progress = &shared.progress[index];
     let counters = &shared.counters[index];
-    let logs = job.write_bw_log.is_some() || job.write_iops_log.is_some();
+    // Averaged bw and IOPS logs read these counts; per-I/O ones do not.
+    let logs = (job.write_bw_log.is_some() || job.write_iops_log.is_some()) && job.log_avg_msec > 0;
 
     loop {
         let phase = shared.phase.load(Relaxed);

@@ -63,11 +63,11 @@ pub struct Pending {
 pub struct Sums {
     /// Completions summed.
     pub ios: u64,
-    /// Their lat, slat and clat, nanoseconds.
+    /// Their latencies (submission to completion), ns.
     pub lat_ns: u64,
-    /// Submission latencies.
+    /// Their submission latencies, ns.
     pub slat_ns: u64,
-    /// Completion latencies.
+    /// Their completion latencies, ns.
     pub clat_ns: u64,
 }
 
@@ -520,6 +520,12 @@ mod tests {
             assert!(s.issue_ns() <= s.done_ns);
         }
         assert!(samples.windows(2).all(|w| w[0].done_ns <= w[1].done_ns));
+    }
+
+    #[test]
+    fn a_sample_is_40_bytes() {
+        // What the README promises per logged I/O.
+        assert_eq!(std::mem::size_of::<IoSample>(), 40);
     }
 
     #[test]
