@@ -1,7 +1,7 @@
 //! fio's own examples/ job files run with `mqblk bench --device=SPEC
 //! JOBFILE`: every one that targets a block device or a file and uses only
 //! what mqblk bench models. The job files come from Debian's fio source
-//! (contrib/fio-engine/fetch-fio-source.sh), of the installed fio.
+//! (`mqblk_test_support::fio_source`), of the installed fio.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -40,29 +40,8 @@ const RUNS: &[(&str, &str)] = &[
     ("zipf.fio", "null,size=1T"),
 ];
 
-/// Fetched once per test binary (the tests run in parallel).
 fn examples_dir() -> PathBuf {
-    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(fetch_examples).clone()
-}
-
-fn fetch_examples() -> PathBuf {
-    require_tool("fio");
-    require_tool("dpkg-source");
-    let dir = std::env::temp_dir().join("mqblk-fio-source");
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../contrib/fio-engine/fetch-fio-source.sh");
-    let out = Command::new("bash")
-        .arg(script)
-        .arg(&dir)
-        .output()
-        .expect("run fetch-fio-source.sh");
-    assert!(
-        out.status.success(),
-        "fetching fio's source failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("examples")
+    mqblk_test_support::fio_source().join("examples")
 }
 
 #[test]
@@ -150,17 +129,29 @@ fn bw_iops_and_latency_logs_have_fio_s_format_for_fiologparser() {
         "run_bw.1.log",
         "run_iops.1.log",
         "run_lat.1.log",
+        "run_slat.1.log",
         "run_clat.1.log",
     ] {
         let text = std::fs::read_to_string(scratch.join(log)).unwrap();
         let first = text.lines().next().unwrap_or_default().to_string();
+        // fio 3.33's averaged line: time, value, direction, block size 0,
+        // priority 0.
         let fields: Vec<&str> = first.split(", ").collect();
-        assert_eq!(fields.len(), 4, "{log}: {first}");
+        assert_eq!(fields.len(), 5, "{log}: {first}");
+        assert_eq!(fields[3..], ["0", "0"], "{log}: {first}");
+        // fiologparser.py unpacks the four columns of fio before 3.2x, so
+        // it reads fio 3.33's own logs only with the priority cut too.
+        let four: String = text
+            .lines()
+            .map(|l| format!("{}\n", l.rsplit_once(", ").unwrap().0))
+            .collect();
+        let cut = scratch.join(format!("{log}.4"));
+        std::fs::write(&cut, four).unwrap();
         let parsed = Command::new("python3")
             .arg(tools.join("fiologparser.py"))
             .arg("-A")
             .arg("-f")
-            .arg(scratch.join(log))
+            .arg(&cut)
             .output()
             .expect("run fiologparser.py");
         let stdout = String::from_utf8_lossy(&parsed.stdout);

@@ -97,6 +97,34 @@ fn record(kind: &str, why: &str) {
     }
 }
 
+/// The Debian source tree of the installed fio (its `examples/` job files
+/// and its `tools/`: `fiologparser.py`, `hist/fiologparser_hist.py`),
+/// fetched by `contrib/fio-engine/fetch-fio-source.sh` into the temp dir,
+/// or reused from there; once per test binary. Needs fio and dpkg-source,
+/// which scripts/test installs.
+pub fn fio_source() -> std::path::PathBuf {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        require_tool("fio");
+        require_tool("dpkg-source");
+        let dir = std::env::temp_dir().join("mqblk-fio-source");
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../contrib/fio-engine/fetch-fio-source.sh");
+        let out = std::process::Command::new("bash")
+            .arg(script)
+            .arg(&dir)
+            .output()
+            .expect("run fetch-fio-source.sh");
+        assert!(
+            out.status.success(),
+            "fetching fio's source failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    })
+    .clone()
+}
+
 /// A fresh directory under the system's temp dir for one test, named after
 /// the test's tag and this process, and removed (with what is in it) when
 /// dropped.

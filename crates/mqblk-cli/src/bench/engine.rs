@@ -5,9 +5,11 @@
 //! every free bio, then reaps; offsets come from a xorshift generator; the
 //! clock is never read per I/O (the supervisor thread flips phase flags),
 //! so the engine costs a few nanoseconds per I/O beside the layer it
-//! measures. Latency comes from the layer's own histograms.
+//! measures. Latency comes from the layer's own histograms; only a log or
+//! `slat_percentiles=1` has the job read the clock per I/O, for its own
+//! stamps ([`super::sample`]).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -18,6 +20,7 @@ use mqblk::{Bio, Device, Op};
 use super::job::JobSpec;
 use super::pattern::{Offsets, Rng};
 use super::result::{DeviceAlignment, DirResult, JobResult, LayerResult, RunResult};
+use super::sample::{Recorded, Recorder};
 use super::verify::{Hook, NoVerify, Verifier};
 use crate::alloc_count;
 
@@ -40,12 +43,9 @@ struct Shared {
     end: Barrier,
     /// I/Os done per job, for the status line (written once per batch).
     progress: Vec<CachePadded<super::status::Live>>,
-    /// Per job, per direction, for the bw and iops logs (written once per
+    /// Per job, per direction, for the averaged logs (written once per
     /// batch, only by jobs that log).
     counters: Vec<CachePadded<super::log::Counters>>,
-    /// Bumped at each log window: a job that logs latency then publishes
-    /// its histograms' totals.
-    log_generation: AtomicU64,
 }
 
 /// What a job thread measured, before formatting.
@@ -159,6 +159,15 @@ pub struct Prepared {
 /// banner and before any I/O.
 pub fn prepare(jobs: &[JobSpec]) -> Result<Prepared> {
     super::verify::check_jobs(jobs)?;
+    for job in jobs.iter().filter(|j| j.write_hist_log.is_some()) {
+        if job.log_hist_msec == 0 {
+            eprintln!(
+                "mqblk: note: job {}: write_hist_log with log_hist_msec=0 (fio's default) writes \
+                 an empty histogram log, as fio does; log_hist_msec=N writes a line every N ms",
+                job.name
+            );
+        }
+    }
     let devs = open_devices(jobs)?;
     // Expand numjobs; job i of the run uses device i mod n of its section.
     let mut plan: Vec<(JobSpec, Device)> = Vec::new();
@@ -328,7 +337,6 @@ fn run_group(
         counters: (0..n)
             .map(|_| CachePadded::new(super::log::Counters::default()))
             .collect(),
-        log_generation: AtomicU64::new(0),
     });
     let mut handles = Vec::with_capacity(n);
     for (index, (job, dev)) in plan.iter().cloned().enumerate() {
@@ -407,9 +415,7 @@ fn run_group(
         if let Some(l) = &mut logger {
             let counters: Vec<&super::log::Counters> =
                 shared.counters.iter().map(|c| &**c).collect();
-            if l.tick(t0.elapsed().as_millis() as u64, &counters) {
-                shared.log_generation.fetch_add(1, Relaxed);
-            }
+            l.tick(t0.elapsed().as_millis() as u64, &counters);
         }
         status.tick(&shared.progress)?;
     }
@@ -431,9 +437,6 @@ fn run_group(
         std::thread::sleep(Duration::from_micros(200));
     }
     let allocs_end = alloc_count::allocations();
-    if let Some(l) = logger {
-        l.finish()?;
-    }
     status.finish();
     shared.end.wait();
 
@@ -446,10 +449,12 @@ fn run_group(
         interrupted: stop.load(Relaxed),
         ..LayerResult::default()
     };
+    let mut recorded = Vec::with_capacity(n);
     for h in handles {
-        let (r, stats) = h
+        let (r, stats, rec) = h
             .join()
             .map_err(|_| anyhow::anyhow!("a job thread panicked"))??;
+        recorded.push(rec);
         layer.ios += r.read.ios + r.write.ios + r.trim.ios;
         layer.bytes_copied += stats.bytes_copied;
         layer.requests += stats.requests;
@@ -458,6 +463,10 @@ fn run_group(
         layer.splits += stats.splits;
         layer.cpu_ns += r.usr_ns + r.sys_ns;
         results.push(r);
+    }
+    // The logs are written once every job has handed over its samples.
+    if let Some(l) = logger {
+        l.finish(&recorded)?;
     }
     if let Some(sd) = &stats_dir {
         sd.write(true)?;
@@ -694,7 +703,7 @@ fn job_thread<V: Hook>(
     dev: Device,
     shared: Arc<Shared>,
     mut hook: V,
-) -> Result<(JobResult, mqblk::DiskStats)> {
+) -> Result<(JobResult, mqblk::DiskStats, Recorded)> {
     // Set up everything before the start barrier: the measured phase
     // allocates nothing.
     let setup = (|| -> Result<_> {
@@ -732,6 +741,16 @@ fn job_thread<V: Hook>(
         }
         Ok((ctx, offsets, free))
     })();
+    // Per-I/O measurements, if a log or the report asks for them; a sized
+    // job's sample log is sized to its I/Os.
+    let expected_ios = (!job.time_based).then(|| {
+        let bytes = job
+            .io_size
+            .unwrap_or(region_bytes(&job, &dev))
+            .saturating_mul(u64::from(job.loops.max(1)));
+        bytes / job.block_sizes.min(job.bs).max(1)
+    });
+    let mut rec = Recorder::for_job(&job, expected_ios);
     shared.start.wait();
     let (mut ctx, mut offsets, mut free) = match setup {
         Ok(s) => s,
@@ -787,9 +806,8 @@ fn job_thread<V: Hook>(
     let mut stats_start = mqblk::DiskStats::default();
     let progress = &shared.progress[index];
     let counters = &shared.counters[index];
-    let logs = job.write_bw_log.is_some() || job.write_iops_log.is_some();
-    let lat_log = job.write_lat_log.is_some();
-    let mut log_generation_seen = 0u64;
+    // Averaged bw and IOPS logs read these counts; per-I/O ones do not.
+    let logs = (job.write_bw_log.is_some() || job.write_iops_log.is_some()) && job.log_avg_msec > 0;
 
     loop {
         let phase = shared.phase.load(Relaxed);
@@ -807,6 +825,9 @@ fn job_thread<V: Hook>(
             stats_start = ctx.stats();
             cpu_start = mqblk::clock::thread_cpu_ns();
             t_start = mqblk::clock::now_ns();
+            if let Some(r) = &mut rec {
+                r.start_measuring(t_start);
+            }
             shared.measuring.fetch_add(1, Relaxed);
         }
         if measuring && issued_bytes >= bytes_limit && ctx.in_flight() == 0 {
@@ -844,13 +865,24 @@ fn job_thread<V: Hook>(
             let op = hook.retarget(op);
             aim(&mut bio, op, sector * 512, len * 512, variable, &mut spare);
             hook.prepare(&mut bio);
-            if let Err(e) = ctx.submit(bio) {
+            let pending = rec.as_mut().and_then(|r| r.before_submit(&mut bio));
+            let submitted = ctx.submit(bio);
+            if let (Some(r), Some(p)) = (&mut rec, pending) {
+                r.after_submit(p, submitted.is_ok());
+            }
+            if let Err(e) = submitted {
                 let bio = e.into_bio();
                 hook.cancel(&bio);
                 free.push(bio);
                 break;
             }
             issued_bytes += len * 512;
+        }
+        // A measured job resubmits through the loop above, where its
+        // stamps are taken, not in place.
+        let in_place = !paced && !rec.as_ref().is_some_and(Recorder::stamping);
+        if let Some(r) = &mut rec {
+            r.begin_reap();
         }
         // Reap; a finished bio is aimed at its next offset and resubmitted in
         // place (no copy), unless this job has issued all it should.
@@ -865,6 +897,9 @@ fn job_thread<V: Hook>(
                     writes_since_flush = 0;
                     flushes_due += 1;
                 }
+            }
+            if let Some(r) = &mut rec {
+                r.complete(c.bio(), c.status().is_ok());
             }
             let dir = match c.bio().op() {
                 Op::Read => &mut read,
@@ -885,7 +920,7 @@ fn job_thread<V: Hook>(
             if !thinktime.is_zero() {
                 std::thread::sleep(thinktime);
             }
-            if (issued_bytes < bytes_limit || !measuring) && !hook.stopped() && !paced {
+            if (issued_bytes < bytes_limit || !measuring) && !hook.stopped() && in_place {
                 let (op, sector, len) = offsets.next();
                 let op = hook.retarget(op);
                 let bio = c.bio_mut();
@@ -899,28 +934,13 @@ fn job_thread<V: Hook>(
         });
         progress.publish(read.ios, write.ios, ctx.histograms());
         if logs {
-            counters.publish([read.ios, write.ios], [read.bytes, write.bytes]);
+            counters.publish(
+                [read.ios, write.ios, trim.ios],
+                [read.bytes, write.bytes, trim.bytes],
+            );
         }
-        if lat_log && measuring {
-            let g = shared.log_generation.load(Relaxed);
-            if g != log_generation_seen {
-                log_generation_seen = g;
-                let h = ctx.histograms();
-                let mut n = [0u64; 2];
-                let mut sum = [0u64; 2];
-                for (d, group) in [
-                    mqblk::stats::StatGroup::Read,
-                    mqblk::stats::StatGroup::Write,
-                ]
-                .into_iter()
-                .enumerate()
-                {
-                    let hist = h.group(group);
-                    n[d] = hist.len();
-                    sum[d] = (hist.mean() * hist.len() as f64) as u64;
-                }
-                counters.publish_latency(n, sum);
-            }
+        if let Some(r) = &rec {
+            r.publish(counters);
         }
     }
     if !measuring {
@@ -978,6 +998,7 @@ fn job_thread<V: Hook>(
         first_error: first_error
             .map(|s| format!("{s} at offset {first_error_at} on {}", dev.name())),
     };
+    let mut recorded = rec.map(Recorder::finish).unwrap_or_default();
     Ok((
         JobResult {
             name: job.name.clone(),
@@ -989,6 +1010,7 @@ fn job_thread<V: Hook>(
             trim: m.trim,
             clat: ctx.histograms().clone(),
             clat_valid: job.iostats,
+            slat: recorded.slat.take(),
             runtime_ns: m.runtime_ns,
             usr_ns: m.usr_ns,
             sys_ns: m.sys_ns,
@@ -996,5 +1018,6 @@ fn job_thread<V: Hook>(
             verify: hook.result(),
         },
         m.stats,
+        recorded,
     ))
 }

@@ -357,13 +357,28 @@ pub struct JobSpec {
     pub write_bw_log: Option<String>,
     /// `write_iops_log=PREFIX`: fio's IOPS log.
     pub write_iops_log: Option<String>,
-    /// `write_lat_log=PREFIX`: fio's latency logs (mean per window).
+    /// `write_lat_log=PREFIX`: fio's latency logs, lat, slat and clat
+    /// (mean per window).
     pub write_lat_log: Option<String>,
-    /// `log_avg_msec=`: the logs' window (mqblk logs windows, never single
-    /// I/Os; default 500).
+    /// `log_avg_msec=`: the logs' window; 0 logs every I/O, as fio does
+    /// (mqblk's default is 500, fio's 0).
     pub log_avg_msec: u32,
+    /// `write_hist_log=PREFIX`: fio's clat histogram log.
+    pub write_hist_log: Option<String>,
+    /// `log_hist_msec=`: the histogram log's window (default 0, as fio:
+    /// no lines).
+    pub log_hist_msec: u32,
+    /// `log_hist_coarseness=` (0 to 6): 2^N bins summed per column.
+    pub log_hist_coarseness: u8,
+    /// `log_offset=1`: per-I/O log lines carry the I/O's offset.
+    pub log_offset: bool,
+    /// `log_prio=1`: log lines carry the I/O priority value (in hex), not
+    /// only whether it is real time.
+    pub log_prio: bool,
     /// `per_job_logs=` (default 1): one file per job.
     pub per_job_logs: bool,
+    /// `slat_percentiles=1`: report submission latency percentiles.
+    pub slat_percentiles: bool,
     /// `bsrange=`/`bssplit=` (`bs` is then the largest size).
     pub block_sizes: BlockSizes,
     /// `blockalign=`: offsets are multiples of this (default: the
@@ -424,7 +439,13 @@ impl Default for JobSpec {
             write_iops_log: None,
             write_lat_log: None,
             log_avg_msec: 500,
+            write_hist_log: None,
+            log_hist_msec: 0,
+            log_hist_coarseness: 0,
+            log_offset: false,
+            log_prio: false,
             per_job_logs: true,
+            slat_percentiles: false,
         }
     }
 }

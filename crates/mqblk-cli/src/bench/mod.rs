@@ -16,10 +16,15 @@
 //!   on read-back.
 //! - [`pattern`]: where each I/O goes (rw, offset, distribution).
 //! - [`engine`]: runs the jobs, one thread and one context each.
+//! - [`sample`]: the job's own per-I/O latencies (slat, clat, lat), taken
+//!   only when a log or the report asks.
+//! - [`hist`]: fio's latency bins, counted per completion for the
+//!   histogram log.
 //! - [`status`]: the status line and `--status-interval` reports while
 //!   the jobs run.
 //! - [`result`]: what was measured.
-//! - [`log`]: fio's bandwidth and IOPS logs.
+//! - [`log`]: fio's bandwidth, IOPS and latency logs, and the files of
+//!   the histogram log.
 //! - [`report`]: fio's text and JSON output, plus the layer's own figures.
 
 // Pipeline order; one group per stage so that rustfmt keeps the order.
@@ -34,6 +39,10 @@ pub mod verify;
 pub mod pattern;
 
 pub mod engine;
+
+pub mod sample;
+
+pub mod hist;
 
 pub mod status;
 

@@ -15,6 +15,7 @@ use std::time::Duration;
 use mqblk::queue::QueueMode;
 use mqblk::spec::{parse_bool, parse_size};
 
+use super::hist::COARSENESS_MAX;
 use super::job::{BlockSizes, Distribution, JobSpec, RwMode};
 
 /// Every key, in job-file spelling (the command line writes `queue_mode` as
@@ -78,7 +79,13 @@ pub const KEYS: &[&str] = &[
     "write_iops_log",
     "write_lat_log",
     "log_avg_msec",
+    "log_offset",
+    "log_prio",
+    "write_hist_log",
+    "log_hist_msec",
+    "log_hist_coarseness",
     "per_job_logs",
+    "slat_percentiles",
 ];
 
 /// fio keys that are accepted and do not change what mqblk runs, each with
@@ -89,7 +96,10 @@ pub const NOTED_KEYS: &[(&str, &str)] = &[
     ("group_reporting", "every job is reported"),
     ("new_group", "every job is reported"),
     ("description", "a comment"),
-    ("gtod_reduce", "mqblk reads no clock per I/O anyway"),
+    (
+        "gtod_reduce",
+        "mqblk reads no clock per I/O unless a latency log or slat_percentiles asks",
+    ),
     (
         "clat_percentiles",
         "mqblk always reports fio's default percentiles",
@@ -98,20 +108,16 @@ pub const NOTED_KEYS: &[(&str, &str)] = &[
         "lat_percentiles",
         "mqblk always reports fio's default percentiles",
     ),
-    ("slat_percentiles", "mqblk reports completion latency"),
     ("percentile_list", "mqblk reports fio's default percentiles"),
     ("disable_lat", "latency comes from the layer's histograms"),
     ("disable_clat", "latency comes from the layer's histograms"),
-    ("disable_slat", "latency comes from the layer's histograms"),
+    (
+        "disable_slat",
+        "slat is measured only when write_lat_log or slat_percentiles asks",
+    ),
     ("disable_bw_measurement", "bandwidth is always reported"),
     ("kb_base", "reports use fio's default units"),
     ("unit_base", "reports use fio's default units"),
-    (
-        "write_hist_log",
-        "histogram logs are not written by mqblk bench yet",
-    ),
-    ("log_offset", "mqblk logs windows, which have no offset"),
-    ("log_prio", "mqblk logs windows, which have no priority"),
     ("thread", "jobs are always threads"),
     ("threads", "jobs are always threads"),
     ("exitall", "jobs end on their own"),
@@ -381,8 +387,20 @@ pub struct JobOptions {
     pub write_lat_log: Option<String>,
     /// `log_avg_msec=`.
     pub log_avg_msec: Option<u32>,
+    /// `write_hist_log=`.
+    pub write_hist_log: Option<String>,
+    /// `log_hist_msec=`.
+    pub log_hist_msec: Option<u32>,
+    /// `log_hist_coarseness=`.
+    pub log_hist_coarseness: Option<u8>,
+    /// `log_offset=`.
+    pub log_offset: Option<bool>,
+    /// `log_prio=`.
+    pub log_prio: Option<bool>,
     /// `per_job_logs=`.
     pub per_job_logs: Option<bool>,
+    /// `slat_percentiles=`.
+    pub slat_percentiles: Option<bool>,
 }
 
 /// A file device's `engine=` for fio's `ioengine=NAME`: `Ok(Some)` for
@@ -651,7 +669,7 @@ impl JobOptions {
                 }
                 self.blockalign = Some(n);
             }
-            "write_bw_log" | "write_iops_log" | "write_lat_log" => {
+            "write_bw_log" | "write_iops_log" | "write_lat_log" | "write_hist_log" => {
                 // fio's bare key (or an empty value) logs as the job name;
                 // mqblk takes the prefix `mqblk`.
                 let prefix = if v.is_empty() {
@@ -665,6 +683,7 @@ impl JobOptions {
                 match key {
                     "write_bw_log" => self.write_bw_log = Some(prefix),
                     "write_iops_log" => self.write_iops_log = Some(prefix),
+                    "write_hist_log" => self.write_hist_log = Some(prefix),
                     _ => self.write_lat_log = Some(prefix),
                 }
             }
@@ -673,6 +692,20 @@ impl JobOptions {
             }
             "per_job_logs" => {
                 self.per_job_logs = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?)
+            }
+            "log_hist_msec" => {
+                self.log_hist_msec = Some(parse_u64_in(v, 0, 3_600_000, expected)? as u32)
+            }
+            "log_hist_coarseness" => {
+                self.log_hist_coarseness =
+                    Some(parse_u64_in(v, 0, COARSENESS_MAX.into(), expected)? as u8)
+            }
+            "log_offset" => {
+                self.log_offset = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?)
+            }
+            "log_prio" => self.log_prio = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?),
+            "slat_percentiles" => {
+                self.slat_percentiles = Some(parse_bool(v).ok_or_else(|| bad(raw, expected))?)
             }
             "wait_for" => {
                 // Every job before this one finishes first (a stonewall),
@@ -824,7 +857,13 @@ impl JobOptions {
         over(&mut self.write_iops_log, &top.write_iops_log);
         over(&mut self.write_lat_log, &top.write_lat_log);
         over(&mut self.log_avg_msec, &top.log_avg_msec);
+        over(&mut self.write_hist_log, &top.write_hist_log);
+        over(&mut self.log_hist_msec, &top.log_hist_msec);
+        over(&mut self.log_hist_coarseness, &top.log_hist_coarseness);
+        over(&mut self.log_offset, &top.log_offset);
+        over(&mut self.log_prio, &top.log_prio);
         over(&mut self.per_job_logs, &top.per_job_logs);
+        over(&mut self.slat_percentiles, &top.slat_percentiles);
     }
 
     /// The job these settings describe, on top of the defaults, named
@@ -907,12 +946,14 @@ impl JobOptions {
             write_bw_log: self.write_bw_log.clone().or(d.write_bw_log.clone()),
             write_iops_log: self.write_iops_log.clone().or(d.write_iops_log.clone()),
             write_lat_log: self.write_lat_log.clone().or(d.write_lat_log.clone()),
-            // 0 is fio's "every I/O"; mqblk logs windows, of 500 ms then.
-            log_avg_msec: match self.log_avg_msec {
-                Some(0) | None => d.log_avg_msec,
-                Some(ms) => ms,
-            },
+            log_avg_msec: self.log_avg_msec.unwrap_or(d.log_avg_msec),
+            write_hist_log: self.write_hist_log.clone().or(d.write_hist_log.clone()),
+            log_hist_msec: self.log_hist_msec.unwrap_or(d.log_hist_msec),
+            log_hist_coarseness: self.log_hist_coarseness.unwrap_or(d.log_hist_coarseness),
+            log_offset: self.log_offset.unwrap_or(d.log_offset),
+            log_prio: self.log_prio.unwrap_or(d.log_prio),
             per_job_logs: self.per_job_logs.unwrap_or(d.per_job_logs),
+            slat_percentiles: self.slat_percentiles.unwrap_or(d.slat_percentiles),
         };
         check(&job)?;
         Ok(job)
@@ -955,12 +996,24 @@ pub fn expected(key: &str) -> Option<&'static str> {
         }
         "blockalign" => "an offset alignment such as 4k (a multiple of 512)",
         "write_bw_log" | "write_iops_log" | "write_lat_log" => {
-            "a file name prefix (PREFIX_bw.N.log, PREFIX_iops.N.log, PREFIX_lat.N.log)"
+            "a file name prefix (PREFIX_bw.N.log, PREFIX_iops.N.log; PREFIX_lat.N.log, \
+             PREFIX_slat.N.log and PREFIX_clat.N.log)"
         }
         "log_avg_msec" => {
-            "the logs' window in milliseconds (0: 500, as mqblk never logs single I/Os)"
+            "the logs' window in milliseconds up to 3600000 (default 500), or 0 for a line per I/O"
         }
+        "write_hist_log" => "a file name prefix (PREFIX_clat_hist.N.log)",
+        "log_hist_msec" => {
+            "the histogram log's window in milliseconds up to 3600000 (default 0, as fio: no \
+             lines)"
+        }
+        "log_hist_coarseness" => {
+            "0 to 6: each column of the histogram log sums 2^N of fio's 1856 latency bins"
+        }
+        "log_offset" => "1 (per-I/O log lines carry the I/O's offset) or 0",
+        "log_prio" => "1 (log lines carry the I/O priority value) or 0 (1 only for real time)",
         "per_job_logs" => "1 (a log file per job) or 0 (one file for all)",
+        "slat_percentiles" => "1 (report submission latency percentiles) or 0",
         "time_based" => "no value, 1 or 0",
         "rwmixread" => "a percentage from 0 to 100",
         "randseed" => "an unsigned 64-bit integer",
@@ -1130,6 +1183,13 @@ mod tests {
             ("device", "nu ll"),
             ("randseed", "-1"),
             ("name", ""),
+            ("slat_percentiles", "2"),
+            ("log_offset", "yes please"),
+            ("log_prio", "-1"),
+            ("log_avg_msec", "1h"),
+            ("log_hist_msec", "-5"),
+            ("log_hist_coarseness", "7"),
+            ("write_hist_log", "a\u{7}b"),
         ] {
             let e = set(k, v).unwrap_err();
             assert!(matches!(e, OptionError::BadValue { .. }), "{k}={v}: {e:?}");

@@ -177,17 +177,24 @@ impl Lat {
     }
 
     fn json(&self) -> Value {
+        let mut v = self.json_summary();
         let mut pct = Map::new();
         for (p, v) in PERCENTILES.iter().zip(self.percentiles) {
             pct.insert(format!("{p:.6}"), json!(v));
         }
+        v["percentile"] = Value::Object(pct);
+        v
+    }
+
+    /// min, max, mean, stddev and N, without percentiles (fio's `slat_ns`
+    /// without `slat_percentiles=1`).
+    fn json_summary(&self) -> Value {
         json!({
             "min": self.min,
             "max": self.max,
             "mean": self.mean,
             "stddev": self.stdev,
             "N": self.n,
-            "percentile": pct,
         })
     }
 
@@ -216,6 +223,29 @@ fn finite(x: f64) -> f64 {
 /// The clat of one direction of a job, if it was recorded.
 fn lat_of(job: &JobResult, group: StatGroup) -> Option<Lat> {
     job.clat_valid.then(|| Lat::of(job.clat.group(group)))
+}
+
+/// The slat of one direction of a job, if it was measured.
+fn slat_of(job: &JobResult, group: StatGroup) -> Option<Lat> {
+    job.slat.as_ref().map(|h| Lat::of(h.group(group)))
+}
+
+/// One direction's latencies, as the report shows them.
+struct DirLat {
+    clat: Option<Lat>,
+    slat: Option<Lat>,
+    /// `slat_percentiles=1`.
+    slat_percentiles: bool,
+}
+
+impl DirLat {
+    fn of(specs: &[JobSpec], job: &JobResult, group: StatGroup) -> DirLat {
+        DirLat {
+            clat: lat_of(job, group),
+            slat: slat_of(job, group),
+            slat_percentiles: spec_of(specs, job).is_some_and(|s| s.slat_percentiles),
+        }
+    }
 }
 
 fn job_error(job: &JobResult) -> i32 {
@@ -299,10 +329,15 @@ fn job_options(spec: &JobSpec) -> Value {
     Value::Object(o)
 }
 
-fn dir_json(d: &DirResult, lat: Option<Lat>, runtime_ns: u64) -> Value {
+fn dir_json(d: &DirResult, lats: DirLat, runtime_ns: u64) -> Value {
     let bw_bytes = round_u64(per_sec(d.bytes, runtime_ns));
-    let lat = lat.unwrap_or_else(Lat::empty);
-    let zero_lat = json!({ "min": 0, "max": 0, "mean": 0.0, "stddev": 0.0, "N": 0 });
+    let lat = lats.clat.unwrap_or_else(Lat::empty);
+    // fio: percentiles with slat_percentiles=1, and only of samples.
+    let slat = match lats.slat {
+        Some(s) if lats.slat_percentiles && s.n > 0 => s.json(),
+        Some(s) => s.json_summary(),
+        None => Lat::empty().json_summary(),
+    };
     json!({
         "io_bytes": d.bytes,
         "io_kbytes": d.bytes / 1024,
@@ -314,7 +349,7 @@ fn dir_json(d: &DirResult, lat: Option<Lat>, runtime_ns: u64) -> Value {
         "short_ios": 0,
         "drop_ios": 0,
         "errors": d.errors,
-        "slat_ns": zero_lat,
+        "slat_ns": slat,
         "clat_ns": lat.json_with_bins(),
         // No separate submission latency is measured, so lat is clat.
         "lat_ns": lat.json(),
@@ -353,7 +388,8 @@ pub fn json(specs: &[JobSpec], run: &RunResult) -> Value {
         .iter()
         .map(|job| {
             let options = spec_of(specs, job).map_or_else(|| json!({}), job_options);
-            let trim = dir_json(&job.trim, lat_of(job, StatGroup::Discard), job.runtime_ns);
+            let dir =
+                |d: &DirResult, group| dir_json(d, DirLat::of(specs, job, group), job.runtime_ns);
             let mut v = json!({
                 "jobname": job.name,
                 "groupid": job.group,
@@ -361,9 +397,9 @@ pub fn json(specs: &[JobSpec], run: &RunResult) -> Value {
                 "eta": 0,
                 "elapsed": (job.runtime_ns + 500_000_000) / 1_000_000_000,
                 "job options": options,
-                "read": dir_json(&job.read, lat_of(job, StatGroup::Read), job.runtime_ns),
-                "write": dir_json(&job.write, lat_of(job, StatGroup::Write), job.runtime_ns),
-                "trim": trim,
+                "read": dir(&job.read, StatGroup::Read),
+                "write": dir(&job.write, StatGroup::Write),
+                "trim": dir(&job.trim, StatGroup::Discard),
                 "usr_cpu": percent_of(job.usr_ns, job.runtime_ns),
                 "sys_cpu": percent_of(job.sys_ns, job.runtime_ns),
                 "ctx": 0,
@@ -460,16 +496,23 @@ fn lat_unit(lat: &Lat) -> (&'static str, u64) {
     }
 }
 
-fn write_lat(out: &mut String, lat: &Lat) {
+/// fio's `display_lat`: `    clat (nsec): min=..., max=..., avg=...,
+/// stdev=...`.
+fn write_lat_line(out: &mut String, name: &str, lat: &Lat) {
     let (unit, div) = lat_unit(lat);
     let _ = writeln!(
         out,
-        "    clat ({unit}): min={}, max={}, avg={:5.2}, stdev={:5.2}",
+        "    {name} ({unit}): min={}, max={}, avg={:5.2}, stdev={:5.2}",
         num2str(lat.min / div, 6, false),
         num2str(lat.max / div, 6, false),
         lat.mean / div as f64,
         lat.stdev / div as f64,
     );
+}
+
+/// fio's `show_clat_percentiles`: `    clat percentiles (nsec):` and the
+/// percentiles four to a line.
+fn write_percentiles(out: &mut String, name: &str, lat: &Lat) {
     let lo = lat.percentiles[0];
     let hi = lat.percentiles[PERCENTILES.len() - 1];
     let (unit, div) = if lo > 2_000_000 && hi > 99_999_999 {
@@ -479,7 +522,7 @@ fn write_lat(out: &mut String, lat: &Lat) {
     } else {
         ("nsec", 1)
     };
-    let _ = writeln!(out, "    clat percentiles ({unit}):");
+    let _ = writeln!(out, "    {name} percentiles ({unit}):");
     const PER_LINE: usize = 4;
     for (i, (p, v)) in PERCENTILES.iter().zip(lat.percentiles).enumerate() {
         if i % PER_LINE == 0 {
@@ -498,7 +541,26 @@ fn write_lat(out: &mut String, lat: &Lat) {
     }
 }
 
-fn write_dir(out: &mut String, label: &str, d: &DirResult, lat: Option<Lat>, runtime_ns: u64) {
+/// fio's order: the slat, clat (and lat) lines, then the slat
+/// percentiles (with `slat_percentiles=1`), then the clat percentiles. A
+/// latency without samples is not shown.
+fn write_lats(out: &mut String, lats: &DirLat) {
+    let slat = lats.slat.as_ref().filter(|s| s.n > 0);
+    if let Some(s) = slat {
+        write_lat_line(out, "slat", s);
+    }
+    if let Some(c) = &lats.clat {
+        write_lat_line(out, "clat", c);
+    }
+    if let Some(s) = slat.filter(|_| lats.slat_percentiles) {
+        write_percentiles(out, "slat", s);
+    }
+    if let Some(c) = &lats.clat {
+        write_percentiles(out, "clat", c);
+    }
+}
+
+fn write_dir(out: &mut String, label: &str, d: &DirResult, lats: DirLat, runtime_ns: u64) {
     let iops = per_sec(d.ios, runtime_ns);
     let (bw, bw_si) = bw_pair(round_u64(per_sec(d.bytes, runtime_ns)));
     let _ = writeln!(
@@ -508,9 +570,7 @@ fn write_dir(out: &mut String, label: &str, d: &DirResult, lat: Option<Lat>, run
         num2str(d.bytes, 4, true),
         msec(runtime_ns),
     );
-    if let Some(lat) = lat {
-        write_lat(out, &lat);
-    }
+    write_lats(out, &lats);
 }
 
 /// The report as fio's text (`--output-format=normal`).
@@ -535,7 +595,7 @@ pub fn normal(specs: &[JobSpec], run: &RunResult) -> String {
                 &mut out,
                 "read",
                 &job.read,
-                lat_of(job, StatGroup::Read),
+                DirLat::of(specs, job, StatGroup::Read),
                 job.runtime_ns,
             );
         }
@@ -544,7 +604,7 @@ pub fn normal(specs: &[JobSpec], run: &RunResult) -> String {
                 &mut out,
                 "write",
                 &job.write,
-                lat_of(job, StatGroup::Write),
+                DirLat::of(specs, job, StatGroup::Write),
                 job.runtime_ns,
             );
         }
@@ -553,7 +613,7 @@ pub fn normal(specs: &[JobSpec], run: &RunResult) -> String {
                 &mut out,
                 "trim",
                 &job.trim,
-                lat_of(job, StatGroup::Discard),
+                DirLat::of(specs, job, StatGroup::Discard),
                 job.runtime_ns,
             );
         }
@@ -727,6 +787,7 @@ mod tests {
             trim: DirResult::default(),
             clat: clat.clone(),
             clat_valid: true,
+            slat: None,
             runtime_ns: 3_000_000_000,
             usr_ns: 2_900_000_000,
             sys_ns: 10_000_000,
@@ -897,6 +958,56 @@ mod tests {
         let text = normal(&specs, &run);
         assert!(!text.contains("clat"), "{text}");
         assert!(text.contains("IOPS="), "{text}");
+    }
+
+    #[test]
+    fn slat_is_shown_when_measured_with_percentiles_as_asked() {
+        let (mut specs, mut run) = synthetic();
+        let v = json(&specs, &run);
+        let slat = &v["jobs"][0]["read"]["slat_ns"];
+        assert_eq!(slat["N"], 0);
+        assert!(slat.get("percentile").is_none(), "{slat}");
+        assert!(!normal(&specs, &run).contains("slat"));
+        let mut h = Histograms::new();
+        for ns in 10..110u64 {
+            h.record(StatGroup::Read, ns);
+        }
+        for j in &mut run.jobs {
+            j.slat = Some(h.clone());
+        }
+        // Measured (a latency log asked): the summary, no percentiles.
+        let v = json(&specs, &run);
+        let slat = &v["jobs"][0]["read"]["slat_ns"];
+        assert_eq!(slat["N"], 100);
+        assert_eq!(slat["min"], 10);
+        assert!(slat.get("percentile").is_none(), "{slat}");
+        assert_eq!(v["jobs"][0]["write"]["slat_ns"]["N"], 0);
+        let text = normal(&specs, &run);
+        assert!(text.contains("    slat (nsec): min=10, max=109"), "{text}");
+        assert!(!text.contains("slat percentiles"), "{text}");
+        // slat_percentiles=1: fio's percentile object and block, the slat
+        // block before the clat block.
+        specs[0].slat_percentiles = true;
+        let v = json(&specs, &run);
+        let pct = &v["jobs"][0]["read"]["slat_ns"]["percentile"];
+        assert_eq!(pct.as_object().unwrap().len(), PERCENTILES.len());
+        assert!(pct["50.000000"].as_u64().is_some(), "{pct}");
+        // No samples, no percentiles (the write direction has none).
+        assert!(v["jobs"][0]["write"]["slat_ns"].get("percentile").is_none());
+        let text = normal(&specs, &run);
+        let read = &text[text.find("  read:").unwrap()..text.find("  write:").unwrap()];
+        let order: Vec<usize> = [
+            "    slat (nsec):",
+            "    clat (nsec):",
+            "    slat percentiles (nsec):",
+            "    clat percentiles (nsec):",
+        ]
+        .iter()
+        .map(|k| read.find(k).unwrap_or_else(|| panic!("{k} in {read}")))
+        .collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{read}");
+        let write = &text[text.find("  write:").unwrap()..];
+        assert!(!write[..write.find("  cpu").unwrap()].contains("slat"));
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub struct JobResult {
     pub clat: Histograms,
     /// Whether clat was recorded (iostats on).
     pub clat_valid: bool,
+    /// Submission latency histograms (ns) from the job's own stamps, when a
+    /// latency log or `slat_percentiles` asked for them.
+    pub slat: Option<Histograms>,
     /// Measured wall time in ns.
     pub runtime_ns: u64,
     /// User CPU time of the job thread in the measured phase, ns.

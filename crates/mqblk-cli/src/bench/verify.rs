@@ -346,6 +346,11 @@ impl VerifyResult {
     }
 }
 
+/// The bits of [`Bio::private`] a [`Hook`] may use. The engine keeps its
+/// own word for the I/O (a timing slot) in the high half, and sets it after
+/// [`Hook::prepare`].
+pub const HOOK_PRIVATE_MASK: u64 = 0xffff_ffff;
+
 /// What the bench engine calls around every I/O. [`NoVerify`] stamps
 /// write buffers; [`Verifier`] writes and checks headers.
 pub trait Hook {
@@ -360,7 +365,8 @@ pub trait Hook {
         op
     }
     /// The bio has its op and sector for the next I/O: move it off a busy
-    /// block, into the job's slice, and write the header of a write.
+    /// block, into the job's slice, and write the header of a write. Only
+    /// the [`HOOK_PRIVATE_MASK`] bits of `private` are the hook's.
     fn prepare(&mut self, _bio: &mut Bio) {}
     /// The bio could not be submitted after `prepare`.
     fn cancel(&mut self, _bio: &Bio) {}
@@ -647,8 +653,15 @@ impl Verifier {
         state != 0 && state != GEN_UNKNOWN
     }
 
+    /// The block of the slice a prepared bio is aimed at (`offset_of`
+    /// inverted); a bio outside the slice gives a block past its end.
     fn block_of(&self, bio: &Bio) -> u64 {
-        (bio.private >> 32) & 0xffff_ffff
+        (bio.offset_bytes() / self.bs).wrapping_sub(self.base_block)
+    }
+
+    /// The generation a prepared write carries (0 for other I/O).
+    fn generation_of(bio: &Bio) -> u32 {
+        (bio.private & HOOK_PRIVATE_MASK) as u32
     }
 }
 
@@ -699,12 +712,14 @@ impl Hook for Verifier {
         } else {
             0
         };
-        bio.private = block << 32 | u64::from(generation);
+        bio.private = (bio.private & !HOOK_PRIVATE_MASK) | u64::from(generation);
     }
 
     fn cancel(&mut self, bio: &Bio) {
         let block = self.block_of(bio);
-        self.set_busy(block, false);
+        if block < self.blocks {
+            self.set_busy(block, false);
+        }
     }
 
     fn complete(&mut self, c: &Completion<'_>) {
@@ -719,7 +734,7 @@ impl Hook for Verifier {
             Op::Write => {
                 self.generation[block as usize] = if ok {
                     self.result.blocks_written += 1;
-                    (bio.private & 0xffff_ffff) as u32
+                    Self::generation_of(bio)
                 } else {
                     GEN_UNKNOWN
                 };
@@ -778,7 +793,7 @@ impl Hook for Verifier {
                 }
                 bio.set_op(Op::Read);
                 bio.set_offset_bytes(me.offset_of(next));
-                bio.private = next << 32;
+                bio.private &= !HOOK_PRIVATE_MASK;
                 me.set_busy(next, true);
                 next += 1;
                 if let Err(e) = ctx.submit(bio) {
@@ -971,6 +986,13 @@ mod tests {
         other.set_offset_bytes(5 * 4096);
         v.prepare(&mut other);
         assert_eq!(v.block_of(&other), 6);
+        // The engine's half of `private` is left as it was.
+        let mut third = Bio::write_at(0, mqblk::IoBuf::page_aligned(4096));
+        third.private = 0xdead << 32;
+        v.prepare(&mut third);
+        assert_eq!(third.private >> 32, 0xdead);
+        assert_eq!(v.block_of(&third), 0);
+        assert_ne!(Verifier::generation_of(&third), 0);
     }
 
     #[test]
@@ -978,7 +1000,7 @@ mod tests {
         let mut v = Verifier::new(VerifyKind::Crc32c, 4096, 16, 0, 1, 0, 7, true, false, false);
         let mut bio = Bio::write_at(4096, mqblk::IoBuf::page_aligned(4096));
         v.prepare(&mut bio);
-        let g = (bio.private & 0xffff_ffff) as u32;
+        let g = Verifier::generation_of(&bio);
         v.generation[1] = g;
         v.check(&bio, 1, g);
         assert_eq!(v.result.errors, 0);
@@ -1004,7 +1026,7 @@ mod tests {
         let mut bio = Bio::write_at(0, mqblk::IoBuf::page_aligned(4096));
         bio.set_offset_bytes(block * 4096);
         v.prepare(&mut bio);
-        let g = (bio.private & 0xffff_ffff) as u32;
+        let g = Verifier::generation_of(&bio);
         v.set_busy(block, false);
         v.generation[block as usize] = g;
         (bio, g)
