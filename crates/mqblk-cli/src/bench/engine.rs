@@ -159,6 +159,16 @@ pub struct Prepared {
 /// banner and before any I/O.
 pub fn prepare(jobs: &[JobSpec]) -> Result<Prepared> {
     super::verify::check_jobs(jobs)?;
+    for job in jobs.iter().filter(|j| {
+        (j.write_bw_log.is_some() || j.write_iops_log.is_some() || j.write_lat_log.is_some())
+            && !j.log_avg_msec_given
+    }) {
+        eprintln!(
+            "mqblk: note: job {}: without log_avg_msec its logs average {} ms windows (fio's \
+             default, 0, writes a line per I/O: set log_avg_msec=0 for that)",
+            job.name, job.log_avg_msec
+        );
+    }
     for job in jobs.iter().filter(|j| j.write_hist_log.is_some()) {
         if job.log_hist_msec == 0 {
             eprintln!(

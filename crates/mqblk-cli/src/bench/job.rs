@@ -363,6 +363,9 @@ pub struct JobSpec {
     /// `log_avg_msec=`: the logs' window; 0 logs every I/O, as fio does
     /// (mqblk's default is 500, fio's 0).
     pub log_avg_msec: u32,
+    /// `log_avg_msec` was given (else a job with logs is told that its
+    /// windows are mqblk's default, not fio's per-I/O lines).
+    pub log_avg_msec_given: bool,
     /// `write_hist_log=PREFIX`: fio's clat histogram log.
     pub write_hist_log: Option<String>,
     /// `log_hist_msec=`: the histogram log's window (default 0, as fio:
@@ -439,6 +442,7 @@ impl Default for JobSpec {
             write_iops_log: None,
             write_lat_log: None,
             log_avg_msec: 500,
+            log_avg_msec_given: false,
             write_hist_log: None,
             log_hist_msec: 0,
             log_hist_coarseness: 0,

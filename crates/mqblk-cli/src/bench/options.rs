@@ -947,6 +947,7 @@ impl JobOptions {
             write_iops_log: self.write_iops_log.clone().or(d.write_iops_log.clone()),
             write_lat_log: self.write_lat_log.clone().or(d.write_lat_log.clone()),
             log_avg_msec: self.log_avg_msec.unwrap_or(d.log_avg_msec),
+            log_avg_msec_given: self.log_avg_msec.is_some() || d.log_avg_msec_given,
             write_hist_log: self.write_hist_log.clone().or(d.write_hist_log.clone()),
             log_hist_msec: self.log_hist_msec.unwrap_or(d.log_hist_msec),
             log_hist_coarseness: self.log_hist_coarseness.unwrap_or(d.log_hist_coarseness),
