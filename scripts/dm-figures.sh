@@ -82,16 +82,21 @@ sectors=$((leg_mib * 2048))
 stripe="dm-table:0 $((2 * sectors)) striped 2 128 $a 0 $b 0"
 # Fill both legs through the stripe (ram reads of holes are cheaper).
 "$mqblk" bench --device="$stripe" --rw=write --bs=1M --iodepth=8 --output-format=normal >/dev/null
-printf "%-6s %12s %12s %7s %10s %10s %9s %9s\n" pair one_iops stripe_iops ratio one_ns stripe_ns one_cpus st_cpus
 run_one() { local t0; t0=$(server_ticks); read -r one one_ns one_c < <(bench --device="$a" --iodepth=64); one_b=$(busy "$one_c" "$t0" "$(server_ticks)"); }
 run_st() { local t0; t0=$(server_ticks); read -r st st_ns st_c < <(bench --device="$stripe" --iodepth=64); st_b=$(busy "$st_c" "$t0" "$(server_ticks)"); }
-for pair in 1 2; do
-  if [ "$pair" = 1 ]; then run_one; run_st; else run_st; run_one; fi
-  printf "%-6s %12s %12s %7s %10s %10s %9s %9s\n" "$pair" "$one" "$st" "$(ratio "$st" "$one")" "$one_ns" "$st_ns" "$one_b" "$st_b"
-done
-for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-wait 2>/dev/null || true
-pids=()
+# Two pairs, one export then the stripe and the other way round; then the
+# servers are stopped.
+pairs() {
+  printf "%-6s %12s %12s %7s %10s %10s %9s %9s\n" pair one_iops stripe_iops ratio one_ns stripe_ns one_cpus st_cpus
+  for pair in 1 2; do
+    if [ "$pair" = 1 ]; then run_one; run_st; else run_st; run_one; fi
+    printf "%-6s %12s %12s %7s %10s %10s %9s %9s\n" "$pair" "$one" "$st" "$(ratio "$st" "$one")" "$one_ns" "$st_ns" "$one_b" "$st_b"
+  done
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  pids=()
+}
+pairs
 
 for nsec in 100000 1000000; do
 timed="null,size=${leg_mib}M,completion=timer,completion_nsec=$nsec,queue_depth=16"
@@ -102,14 +107,7 @@ for s in a b; do
   pids+=($!)
 done
 wait_sock "$dir/a.sock"; wait_sock "$dir/b.sock"
-printf "%-6s %12s %12s %7s %10s %10s %9s %9s\n" pair one_iops stripe_iops ratio one_ns stripe_ns one_cpus st_cpus
-for pair in 1 2; do
-  if [ "$pair" = 1 ]; then run_one; run_st; else run_st; run_one; fi
-  printf "%-6s %12s %12s %7s %10s %10s %9s %9s\n" "$pair" "$one" "$st" "$(ratio "$st" "$one")" "$one_ns" "$st_ns" "$one_b" "$st_b"
-done
-for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-wait 2>/dev/null || true
-pids=()
+pairs
 done
 
 echo "== 2. Files: striped 2 128 over two files vs --numjobs=2 on the same files;" \
