@@ -494,8 +494,6 @@ fn sleep_unless_done(shared: &Shared, n: usize, d: Duration, stop: &AtomicBool) 
     }
 }
 
-/// A data bio of one buffer, re-aimed and cut to `len_bytes` of its buffer
-/// (bsrange/bssplit): no copy, no allocation (the segment is inline).
 /// Aim a slot's bio at its next I/O. A discard or write-zeroes carries no
 /// data: it gets a bio of its own, and the slot's data bio waits in `spare`
 /// until a data I/O takes it back (so a slot with a data-less bio always
