@@ -230,6 +230,8 @@ pub(crate) struct Conn<'s> {
     /// (every tag in use): the loop drives us again once it reaps a
     /// completion of that context. The requests wait in the socket.
     pub(crate) stalled: bool,
+    /// In its export context's list of connections waiting for room.
+    pub(crate) waiting: bool,
     accepted_at: Instant,
     last_active: Instant,
     partial_since: Option<Instant>,
@@ -301,6 +303,7 @@ impl<'s> Conn<'s> {
             timer_at: None,
             more: false,
             stalled: false,
+            waiting: false,
             accepted_at: now,
             last_active: now,
             partial_since: None,

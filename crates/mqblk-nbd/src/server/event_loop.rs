@@ -584,6 +584,9 @@ impl<'s> Loop<'s> {
     /// Drive again the connections in `idx` that wait for room.
     fn wake_waiting(&mut self, idx: &[u32]) {
         for &i in idx {
+            if let Some(c) = self.slots[i as usize].conn.as_mut() {
+                c.waiting = false;
+            }
             self.mark_dirty(i);
         }
     }
@@ -679,7 +682,8 @@ impl<'s> Loop<'s> {
         if conn.stalled {
             conn.stalled = false;
             if let Some(c) = conn.export().and_then(|e| self.ctxs[e].as_mut()) {
-                if !c.waiting.contains(&idx) {
+                if !conn.waiting {
+                    conn.waiting = true;
                     c.waiting.push(idx);
                 }
             }
