@@ -13,21 +13,31 @@ use std::process::Command;
 use mqblk_test_support::{fio_source, require_tool, Scratch};
 use serde_json::Value;
 
+/// Run `cmd`, which must succeed (`what` names it in the failure, with
+/// its stderr); its output.
+fn run_ok(cmd: &mut Command, what: &str) -> std::process::Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// Run `mqblk bench --device null` on the job file `job` in `dir`; the
 /// JSON report.
 fn bench(dir: &Path, job: &str) -> Value {
     let path = dir.join("job.fio");
     std::fs::write(&path, job).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_mqblk"))
-        .current_dir(dir)
-        .args(["bench", "--device", "null", "--output-format=json"])
-        .arg(&path)
-        .output()
-        .expect("run mqblk");
-    assert!(
-        out.status.success(),
-        "{job}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_ok(
+        Command::new(env!("CARGO_BIN_EXE_mqblk"))
+            .current_dir(dir)
+            .args(["bench", "--device", "null", "--output-format=json"])
+            .arg(&path),
+        job,
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
@@ -393,18 +403,14 @@ fn fiologparser_reads_per_io_logs() {
             .collect();
         let cut = d.path().join(format!("{kind}.4.log"));
         std::fs::write(&cut, four).unwrap();
-        let out = Command::new("python3")
-            .arg(fio_tools().join("fiologparser.py"))
-            .arg(how)
-            .arg(&cut)
-            .output()
-            .expect("run fiologparser.py");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{kind}: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = run_ok(
+            Command::new("python3")
+                .arg(fio_tools().join("fiologparser.py"))
+                .arg(how)
+                .arg(&cut),
+            &format!("fiologparser.py on {kind}"),
         );
+        let stdout = String::from_utf8_lossy(&out.stdout);
         // One line per second of log, ending at its last sample.
         let last = stdout
             .lines()
@@ -571,16 +577,9 @@ fn fiologparser_hist_reads_the_histogram_log() {
     assert!(!hist.is_empty());
     let parser = fio_tools().join("hist/fiologparser_hist.py");
     let run = |args: &[&str]| {
-        let out = Command::new(&python)
-            .arg(&parser)
-            .args(args)
-            .arg(&log)
-            .output()
-            .expect("run fiologparser_hist.py");
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = run_ok(
+            Command::new(&python).arg(&parser).args(args).arg(&log),
+            &format!("fiologparser_hist.py {args:?}"),
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
