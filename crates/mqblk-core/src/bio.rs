@@ -14,7 +14,9 @@ use crate::error::Error;
 use crate::error::Status;
 use crate::limits::{QueueInfo, SECTOR_SHIFT, SECTOR_SIZE};
 
-/// The operation of a bio or request (Linux `enum req_op`).
+/// The operation of a bio or request (Linux `enum req_op`). As in Linux,
+/// the operations that write have odd numbers, so [`Op::is_write`] is one
+/// bit test (`op_is_write`), and the data operations come first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Op {
@@ -27,20 +29,20 @@ pub enum Op {
     /// The range's contents are no longer needed.
     Discard = 3,
     /// Make the range read back as zeros.
-    WriteZeroes = 4,
+    WriteZeroes = 5,
 }
 
 impl Op {
     /// True for operations that modify the device.
     #[inline]
     pub fn is_write(self) -> bool {
-        matches!(self, Op::Write | Op::Discard | Op::WriteZeroes)
+        self as u8 & 1 != 0
     }
 
     /// True for operations that carry data segments.
     #[inline]
     pub fn has_data(self) -> bool {
-        matches!(self, Op::Read | Op::Write)
+        (self as u8) < 2
     }
 
     /// Lower-case name, as diskstats and fio print it.
@@ -499,7 +501,10 @@ mod tests {
         assert!(!Op::Read.is_write());
         assert!(!Op::Flush.is_write());
         assert!(Op::Read.has_data());
+        assert!(Op::Write.has_data());
+        assert!(!Op::Flush.has_data());
         assert!(!Op::Discard.has_data());
+        assert!(!Op::WriteZeroes.has_data());
     }
 
     #[test]
