@@ -137,11 +137,15 @@ impl BioSet {
     /// Store `bio` in a free slot; gives it back if the set is full.
     #[allow(clippy::result_large_err)]
     #[inline]
-    pub(crate) fn insert(
-        &mut self,
-        mut bio: Bio,
-        delivery: Delivery,
-    ) -> Result<NonNull<BioNode>, Bio> {
+    pub(crate) fn insert(&mut self, bio: Bio, delivery: Delivery) -> Result<NonNull<BioNode>, Bio> {
+        let index = self.insert_index(bio, delivery)?;
+        Ok(self.node_ptr(index))
+    }
+
+    /// [`BioSet::insert`], giving the slot's index.
+    #[allow(clippy::result_large_err)]
+    #[inline]
+    pub(crate) fn insert_index(&mut self, mut bio: Bio, delivery: Delivery) -> Result<u32, Bio> {
         let Some(index) = self.free.pop() else {
             return Err(bio);
         };
@@ -158,12 +162,12 @@ impl BioSet {
         node.state = SlotState::Owned;
         node.parent = false;
         node.stages = 0;
-        Ok(NonNull::from(node))
+        Ok(index)
     }
 
     /// Prepare an ended slot, still holding its bio, for another submission.
     #[inline]
-    pub(crate) fn reuse(&mut self, index: u32) -> NonNull<BioNode> {
+    pub(crate) fn reuse(&mut self, index: u32) {
         let node = self.node_mut(index);
         debug_assert_eq!(node.state, SlotState::Ended, "bio slot {index} reused");
         if let Some(bio) = node.bio.as_mut() {
@@ -177,7 +181,6 @@ impl BioSet {
         node.delivery = Delivery::Callback;
         node.parent = false;
         node.stages = 0;
-        NonNull::from(node)
     }
 
     /// Free slot `index`, returning its bio (if still there).

@@ -38,7 +38,7 @@ use crate::queue::{Device, DeviceInner};
 use crate::request::{RqOwner, RqRef, RqState};
 use crate::sbitmap::AllocHint;
 use crate::split::{self, Fit, Splitter};
-use crate::stats::{bump, drop_by, DiskStats, Histograms, StatGroup, StatShard};
+use crate::stats::{bump, drop_by, DiskStats, Histograms, LatencyRun, StatGroup, StatShard};
 use crate::sw_queue::SwQueue;
 use crate::sync::RemoteQueue;
 use crate::tag::{TagCache, Tags};
@@ -738,11 +738,17 @@ impl CtxState {
         NonNull::from(&*self.shared)
     }
 
-    /// The clock of the current batch: one read per batch.
+    /// The clock of the current submission batch: read once per batch,
+    /// when the batch's first request starts. That is also when the
+    /// device's busy time is brought up to date (Linux `update_io_ticks`
+    /// in `blk_account_io_start`): the batch's other requests start at the
+    /// same millisecond, where it would do nothing.
     #[inline]
-    fn batch_now(&mut self) -> u64 {
+    fn batch_start(&mut self, dev: &DeviceInner) -> u64 {
         if self.batch_ns == 0 {
             self.batch_ns = clock::now_ns();
+            self.dstats(dev)
+                .update_io_ticks(self.batch_ns / 1_000_000, false);
         }
         self.batch_ns
     }
@@ -761,21 +767,25 @@ impl CtxState {
                 return Err(bio);
             }
         }
-        let node = self.bioset.insert(bio, delivery)?;
-        Ok(self.submit_node(dev, node))
+        let idx = self.bioset.insert_index(bio, delivery)?;
+        self.submit_node(dev, idx);
+        Ok(idx)
     }
 
-    /// Validate the bio in `node` and send it down the pipeline.
+    /// Validate the bio in slot `idx` (just filled or reused, owned by this
+    /// context, in no request) and send it down the pipeline.
     #[inline]
-    fn submit_node(&mut self, dev: &DeviceInner, node: NonNull<BioNode>) -> u32 {
+    fn submit_node(&mut self, dev: &DeviceInner, idx: u32) {
         if dev.gate.load(std::sync::atomic::Ordering::Acquire) != self.gate_seen {
             self.pass_gate(dev);
         }
-        let idx = self.bioset.index_of(node);
-        // SAFETY: the slot was just filled (or reused) and is owned by this
-        // context; no request holds it yet.
-        let (op, flags, mut status) = unsafe {
-            let bio = node.as_ref().bio.as_ref().expect("slot holds a bio");
+        let (op, flags, mut status) = {
+            let bio = self
+                .bioset
+                .node(idx)
+                .bio
+                .as_ref()
+                .expect("slot holds a bio");
             (
                 bio.op(),
                 bio.flags(),
@@ -789,15 +799,16 @@ impl CtxState {
         if !status.is_ok() {
             bump(&self.stats.errors, 1);
             self.finish(idx, status);
-            return idx;
+            return;
         }
         if op != Op::Flush
             && (self.throttle.is_some()
                 || dev.qos_active.load(std::sync::atomic::Ordering::Relaxed) != 0)
         {
             let now = clock::now_ns();
-            // SAFETY: as above: the slot is ours and in no request.
-            let bio = unsafe { node.as_ref() }
+            let bio = self
+                .bioset
+                .node(idx)
                 .bio
                 .as_ref()
                 .expect("slot holds a bio");
@@ -815,11 +826,10 @@ impl CtxState {
             if at > now {
                 debug_assert!(self.throttled.len() < self.throttled.capacity());
                 self.throttled.push_back((at, idx));
-                return idx;
+                return;
             }
         }
         self.issue(dev, idx, op, flags);
-        idx
     }
 
     /// Send bio `idx`, validated and admitted, down the pipeline: its flush
@@ -1156,8 +1166,8 @@ impl CtxState {
     fn resubmit_pending(&mut self, dev: &DeviceInner) {
         let mut pending = std::mem::take(&mut self.resubmit);
         for &idx in &pending {
-            let node = self.bioset.reuse(idx);
-            self.submit_node(dev, node);
+            self.bioset.reuse(idx);
+            self.submit_node(dev, idx);
         }
         pending.clear();
         self.resubmit = pending;
@@ -1306,9 +1316,7 @@ impl CtxState {
         rq.status = Status::Ok;
         rq.set_driver_data(0);
         if self.iostats {
-            rq.start_ns = self.batch_now();
-            self.dstats(dev)
-                .update_io_ticks(rq.start_ns / 1_000_000, false);
+            rq.start_ns = self.batch_start(dev);
             bump(&self.stats.in_flight[rq.op.is_write() as usize], 1);
             rq.part = match self.parts.as_mut() {
                 None => crate::partition::NO_PART,
@@ -1390,6 +1398,10 @@ impl CtxState {
         // notified once for the batch, not once per request (a notify
         // signals every completion fd subscribed to the queue).
         let mut routed: Option<usize> = None;
+        let mut run = LatencyRun::default();
+        // One hold of the legacy lock (single and global modes) for the
+        // batch, as the old queue lock was held over a completion run.
+        let legacy = dev.lock.hold();
         for rq in done.drain(..) {
             match rq.owner {
                 Some(owner) if owner != me => {
@@ -1406,12 +1418,11 @@ impl CtxState {
                         None => routed = Some(hwq),
                     }
                 }
-                _ => {
-                    let _legacy = dev.lock.hold();
-                    self.end_request(rq, now);
-                }
+                _ => self.end_request(rq, now, &mut run),
             }
         }
+        drop(legacy);
+        run.flush(&mut self.hist);
         if let Some(h) = routed {
             dev.hw_queues[h].notify.notify();
         }
@@ -1423,7 +1434,7 @@ impl CtxState {
     }
 
     #[inline]
-    fn end_request(&mut self, mut rq: RqRef, now_ns: u64) {
+    fn end_request(&mut self, mut rq: RqRef, now_ns: u64, run: &mut LatencyRun) {
         debug_assert_eq!(rq.state(), RqState::Complete);
         let status = rq.status;
         if self.iostats {
@@ -1434,7 +1445,7 @@ impl CtxState {
             bump(&sh.sectors[g as usize], rq.size_bytes >> SECTOR_SHIFT);
             bump(&sh.nsecs[g as usize], lat);
             drop_by(&sh.in_flight[rq.op.is_write() as usize], 1);
-            self.hist.record(g, lat);
+            run.push(&mut self.hist, g, lat);
             // Partitions first: without them, one test of the context.
             if let Some(p) = &self.parts {
                 if rq.part != crate::partition::NO_PART {

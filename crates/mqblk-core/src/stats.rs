@@ -261,6 +261,12 @@ impl Histograms {
         self.groups[g as usize].saturating_record(ns.max(1));
     }
 
+    /// Record `n` equal latencies at once.
+    #[inline]
+    fn record_n(&mut self, g: StatGroup, ns: u64, n: u64) {
+        self.groups[g as usize].saturating_record_n(ns.max(1), n);
+    }
+
     /// The histogram of a group.
     pub fn group(&self, g: StatGroup) -> &Histogram<u64> {
         &self.groups[g as usize]
@@ -464,9 +470,97 @@ impl DeviceStats {
     }
 }
 
+/// Latencies of one completion batch, gathered into runs of equal values.
+///
+/// A request's start time is its submission batch's clock (one read per
+/// batch) and its end time its completion batch's, so the requests of one
+/// submission that complete together have the same latency. A run of them
+/// costs one histogram update instead of one each: the same counts, a
+/// fraction of the work.
+pub(crate) struct LatencyRun {
+    group: StatGroup,
+    ns: u64,
+    n: u64,
+}
+
+impl Default for LatencyRun {
+    fn default() -> Self {
+        // No latency is u64::MAX ns (585 years), so nothing extends an
+        // empty run.
+        LatencyRun {
+            group: StatGroup::Read,
+            ns: u64::MAX,
+            n: 0,
+        }
+    }
+}
+
+impl LatencyRun {
+    /// One more latency: extends the run, or records the run and starts
+    /// another.
+    #[inline]
+    pub(crate) fn push(&mut self, hist: &mut Histograms, g: StatGroup, ns: u64) {
+        if self.ns == ns && self.group == g {
+            self.n += 1;
+            return;
+        }
+        self.flush(hist);
+        *self = LatencyRun { group: g, ns, n: 1 };
+    }
+
+    /// Record what the run holds (end of the batch).
+    #[inline]
+    pub(crate) fn flush(&mut self, hist: &mut Histograms) {
+        if self.n != 0 {
+            hist.record_n(self.group, self.ns, self.n);
+            *self = LatencyRun::default();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn latency_runs_record_what_single_records_would() {
+        let lat = [
+            (StatGroup::Read, 5_000),
+            (StatGroup::Read, 5_000),
+            (StatGroup::Write, 5_000),
+            (StatGroup::Read, 5_000),
+            (StatGroup::Read, 0),
+            (StatGroup::Read, 0),
+            (StatGroup::Read, 7_123_456),
+            (StatGroup::Flush, 7_123_456),
+        ];
+        let mut one = Histograms::new();
+        for &(g, ns) in &lat {
+            one.record(g, ns);
+        }
+        let mut runs = Histograms::new();
+        let mut run = LatencyRun::default();
+        for &(g, ns) in &lat {
+            run.push(&mut runs, g, ns);
+        }
+        run.flush(&mut runs);
+        run.flush(&mut runs);
+        for g in [
+            StatGroup::Read,
+            StatGroup::Write,
+            StatGroup::Discard,
+            StatGroup::Flush,
+        ] {
+            let (a, b) = (one.group(g), runs.group(g));
+            assert_eq!(a.len(), b.len(), "{g:?}");
+            assert_eq!(a.max(), b.max(), "{g:?}");
+            assert_eq!(a.min(), b.min(), "{g:?}");
+            for q in [0.5, 0.99, 1.0] {
+                assert_eq!(a.value_at_quantile(q), b.value_at_quantile(q), "{g:?}");
+            }
+        }
+        assert_eq!(runs.group(StatGroup::Read).len(), 6);
+    }
 
     /// Busy milliseconds so far (without a snapshot's catch-up).
     fn ticks(d: &DeviceStats) -> u64 {
