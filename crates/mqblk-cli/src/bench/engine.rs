@@ -1019,6 +1019,7 @@ fn job_thread<V: Hook>(
             clat: ctx.histograms().clone(),
             clat_valid: job.iostats,
             slat: recorded.slat.take(),
+            lat: recorded.lat.take(),
             runtime_ns: m.runtime_ns,
             usr_ns: m.usr_ns,
             sys_ns: m.sys_ns,

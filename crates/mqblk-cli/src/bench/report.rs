@@ -230,10 +230,17 @@ fn slat_of(job: &JobResult, group: StatGroup) -> Option<Lat> {
     job.slat.as_ref().map(|h| Lat::of(h.group(group)))
 }
 
+/// The total latency of one direction of a job, if it was measured.
+fn total_lat_of(job: &JobResult, group: StatGroup) -> Option<Lat> {
+    job.lat.as_ref().map(|h| Lat::of(h.group(group)))
+}
+
 /// One direction's latencies, as the report shows them.
 struct DirLat {
     clat: Option<Lat>,
     slat: Option<Lat>,
+    /// Total latency (slat and clat of each I/O), when slat is measured.
+    lat: Option<Lat>,
     /// `slat_percentiles=1`.
     slat_percentiles: bool,
 }
@@ -243,6 +250,7 @@ impl DirLat {
         DirLat {
             clat: lat_of(job, group),
             slat: slat_of(job, group),
+            lat: total_lat_of(job, group),
             slat_percentiles: spec_of(specs, job).is_some_and(|s| s.slat_percentiles),
         }
     }
@@ -351,8 +359,12 @@ fn dir_json(d: &DirResult, lats: DirLat, runtime_ns: u64) -> Value {
         "errors": d.errors,
         "slat_ns": slat,
         "clat_ns": lat.json_with_bins(),
-        // No separate submission latency is measured, so lat is clat.
-        "lat_ns": lat.json(),
+        // Total latency when the job measured slat; without it, no
+        // submission latency is known, and lat is clat.
+        "lat_ns": match lats.lat {
+            Some(t) if t.n > 0 => t.json(),
+            _ => lat.json(),
+        },
     })
 }
 
@@ -551,6 +563,9 @@ fn write_lats(out: &mut String, lats: &DirLat) {
     }
     if let Some(c) = &lats.clat {
         write_lat_line(out, "clat", c);
+    }
+    if let Some(t) = lats.lat.as_ref().filter(|t| t.n > 0) {
+        write_lat_line(out, "lat", t);
     }
     if let Some(s) = slat.filter(|_| lats.slat_percentiles) {
         write_percentiles(out, "slat", s);
@@ -788,6 +803,7 @@ mod tests {
             clat: clat.clone(),
             clat_valid: true,
             slat: None,
+            lat: None,
             runtime_ns: 3_000_000_000,
             usr_ns: 2_900_000_000,
             sys_ns: 10_000_000,
@@ -1008,6 +1024,43 @@ mod tests {
         assert!(order.windows(2).all(|w| w[0] < w[1]), "{read}");
         let write = &text[text.find("  write:").unwrap()..];
         assert!(!write[..write.find("  cpu").unwrap()].contains("slat"));
+    }
+
+    #[test]
+    fn lat_is_the_total_latency_when_slat_is_measured() {
+        let (specs, mut run) = synthetic();
+        // Without stamps, lat is clat (nothing else is known).
+        let v = json(&specs, &run);
+        assert_eq!(
+            v["jobs"][0]["read"]["lat_ns"]["N"],
+            v["jobs"][0]["read"]["clat_ns"]["N"]
+        );
+        assert!(!normal(&specs, &run).contains("    lat ("));
+        let mut total = Histograms::new();
+        for us in 1000..1100u64 {
+            total.record(StatGroup::Read, us * 1000);
+        }
+        for j in &mut run.jobs {
+            j.slat = Some(Histograms::new());
+            j.lat = Some(total.clone());
+        }
+        let v = json(&specs, &run);
+        let lat = &v["jobs"][0]["read"]["lat_ns"];
+        assert_eq!(lat["N"], 100);
+        assert!(lat["min"].as_u64().unwrap() >= 990_000, "{lat}");
+        assert!(lat["percentile"]["99.000000"].as_u64().unwrap() >= 1_090_000);
+        // A direction without samples falls back to its clat.
+        assert_eq!(
+            v["jobs"][0]["write"]["lat_ns"]["N"],
+            v["jobs"][0]["write"]["clat_ns"]["N"]
+        );
+        let text = normal(&specs, &run);
+        let read = &text[text.find("  read:").unwrap()..text.find("  write:").unwrap()];
+        let (clat, lat) = (
+            read.find("    clat (").unwrap(),
+            read.find("    lat (usec): min=").unwrap(),
+        );
+        assert!(clat < lat, "{read}");
     }
 
     #[test]

@@ -37,6 +37,11 @@ pub struct JobResult {
     /// Submission latency histograms (ns) from the job's own stamps, when a
     /// latency log or `slat_percentiles` asked for them.
     pub slat: Option<Histograms>,
+    /// Total latency histograms (ns, fio's `lat`: from the start of
+    /// `submit` to the completion), from the same stamps, when slat is
+    /// measured. A submission that waits for a tag counts here and in slat,
+    /// not in clat (which starts when the request does).
+    pub lat: Option<Histograms>,
     /// Measured wall time in ns.
     pub runtime_ns: u64,
     /// User CPU time of the job thread in the measured phase, ns.

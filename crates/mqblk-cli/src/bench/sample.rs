@@ -155,6 +155,8 @@ impl SampleLog {
 pub struct Recorded {
     /// Submission latency per stat group (for the report's slat).
     pub slat: Option<Histograms>,
+    /// Total latency (submit to completion) per stat group.
+    pub lat: Option<Histograms>,
     /// One sample per completed I/O (`log_avg_msec=0`).
     pub samples: Option<SampleLog>,
     /// The histogram log's lines (`write_hist_log` with `log_hist_msec`).
@@ -178,6 +180,7 @@ pub struct Recorder {
     sum: bool,
     sums: [Sums; DIRECTIONS],
     slat: Option<Histograms>,
+    lat: Option<Histograms>,
     samples: Option<SampleLog>,
     hist: Option<HistLog>,
 }
@@ -226,6 +229,7 @@ impl Recorder {
             sum: job.write_lat_log.is_some() && job.log_avg_msec > 0,
             sums: [Sums::default(); DIRECTIONS],
             slat: stamping.then(Histograms::new),
+            lat: stamping.then(Histograms::new),
             samples: per_io.then(|| SampleLog::with_capacity(first_chunk as usize)),
             hist,
         })
@@ -245,6 +249,9 @@ impl Recorder {
         self.epoch_ns = epoch_ns;
         self.sums = [Sums::default(); DIRECTIONS];
         if let Some(h) = &mut self.slat {
+            h.reset();
+        }
+        if let Some(h) = &mut self.lat {
             h.reset();
         }
         if let Some(s) = &mut self.samples {
@@ -344,8 +351,10 @@ impl Recorder {
         let d = direction(bio.op());
         let done_ns = self.batch_ns.saturating_sub(self.epoch_ns);
         let len_bytes = bio.len_bytes().min(u64::from(u32::MAX)) as u32;
-        if let Some(h) = &mut self.slat {
-            h.record(StatGroup::of(bio.op()), slat_ns);
+        if let (Some(s), Some(l)) = (&mut self.slat, &mut self.lat) {
+            let g = StatGroup::of(bio.op());
+            s.record(g, slat_ns);
+            l.record(g, slat_ns + clat_ns);
         }
         if let Some(log) = &mut self.samples {
             log.push(IoSample {
@@ -381,6 +390,7 @@ impl Recorder {
     pub fn finish(self) -> Recorded {
         Recorded {
             slat: self.slat,
+            lat: self.lat,
             samples: self.samples,
             hist: self.hist,
         }
