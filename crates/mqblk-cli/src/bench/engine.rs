@@ -10,7 +10,7 @@
 //! stamps ([`super::sample`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
@@ -41,11 +41,34 @@ struct Shared {
     finished: AtomicUsize,
     start: Barrier,
     end: Barrier,
+    /// Jobs that have opened their context: each opens in job order, so
+    /// the hardware queue a job lands on (contexts go round-robin over the
+    /// queues) is the same from run to run, as is who shares it.
+    opened: Mutex<usize>,
+    opened_cv: Condvar,
     /// I/Os done per job, for the status line (written once per batch).
     progress: Vec<CachePadded<super::status::Live>>,
     /// Per job, per direction, for the averaged logs (written once per
     /// batch, only by jobs that log).
     counters: Vec<CachePadded<super::log::Counters>>,
+}
+
+impl Shared {
+    /// Run `open` once the jobs before job `index` have run theirs (opened
+    /// their context, or failed to).
+    fn in_job_order<T>(&self, index: usize, open: impl FnOnce() -> T) -> T {
+        let mut opened = self.opened.lock().unwrap_or_else(|e| e.into_inner());
+        while *opened < index {
+            opened = self
+                .opened_cv
+                .wait(opened)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        let out = open();
+        *opened += 1;
+        self.opened_cv.notify_all();
+        out
+    }
 }
 
 /// What a job thread measured, before formatting.
@@ -343,6 +366,8 @@ fn run_group(
         finished: AtomicUsize::new(0),
         start: Barrier::new(n + 1),
         end: Barrier::new(n + 1),
+        opened: Mutex::new(0),
+        opened_cv: Condvar::new(),
         progress: super::status::Live::for_jobs(n),
         counters: (0..n)
             .map(|_| CachePadded::new(super::log::Counters::default()))
@@ -715,10 +740,10 @@ fn job_thread<V: Hook>(
     // Set up everything before the start barrier: the measured phase
     // allocates nothing.
     let setup = (|| -> Result<_> {
-        let mut ctx = match &job.cgroup {
-            Some(name) => dev.context_in(&dev.group(name)?)?,
-            None => dev.context()?,
-        };
+        let mut ctx = shared.in_job_order(index, || match &job.cgroup {
+            Some(name) => dev.context_in(&dev.group(name)?),
+            None => dev.context(),
+        })?;
         if let Some(p) = job.ioprio {
             ctx.set_ioprio(p);
         }
