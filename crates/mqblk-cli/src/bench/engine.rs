@@ -1055,3 +1055,41 @@ fn job_thread<V: Hook>(
         recorded,
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jobs_open_in_job_order_whatever_order_their_threads_start() {
+        let n = 6;
+        let shared = Arc::new(Shared {
+            phase: AtomicU8::new(PHASE_RAMP),
+            measuring: AtomicUsize::new(0),
+            finished: AtomicUsize::new(0),
+            start: Barrier::new(1),
+            end: Barrier::new(1),
+            opened: Mutex::new(0),
+            opened_cv: Condvar::new(),
+            progress: super::super::status::Live::for_jobs(n),
+            counters: Vec::new(),
+        });
+        let order = Arc::new(Mutex::new(Vec::new()));
+        // The last job's thread starts first.
+        let threads: Vec<_> = (0..n)
+            .rev()
+            .map(|i| {
+                let (shared, order) = (shared.clone(), order.clone());
+                let t = std::thread::spawn(move || {
+                    shared.in_job_order(i, || order.lock().unwrap().push(i))
+                });
+                std::thread::sleep(Duration::from_millis(2));
+                t
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), (0..n).collect::<Vec<_>>());
+    }
+}
