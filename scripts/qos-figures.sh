@@ -31,13 +31,15 @@ timer="null,completion=timer,completion_nsec=100000"
 sock=$tmp/control
 only() { [ -z "${QOS_ONLY:-}" ] || [[ " $QOS_ONLY " == *" $1 "* ]]; }
 
-# flood OUT.json SCHEDULER READER_QD: 4 writers at QD64 and one reader on
-# the timer device with queue_depth=8; prints the reader's p99 and the
-# writers' IOPS.
+# flood OUT.json SCHEDULER READER_QD [DEVICE_OPTS]: 4 writers at QD64 and
+# one reader on the timer device with queue_depth=8; prints the reader's
+# p99 and the writers' IOPS. The reader's stamps (slat_percentiles=1) give
+# its total latency, fio's lat: from submit to completion, with any wait
+# for a tag inside submit. Its clat starts once the request has a tag.
 flood() {
   cat >"$tmp/flood.fio" <<EOF
 [global]
-device=$timer,queue_depth=8,scheduler=$2
+device=$timer,queue_depth=8,scheduler=$2${4:+,$4}
 runtime=$secs
 time_based
 [writers]
@@ -47,18 +49,19 @@ numjobs=4
 [reader]
 rw=randread
 iodepth=$3
+slat_percentiles=1
 EOF
   bench "$tmp/flood.fio" >"$1"
-  field "$1" "'scheduler=$2: reader p99 %.0f us, writers %.0f IOPS' % (j['jobs'][4]['read']['clat_ns']['percentile']['99.000000']/1000, sum(x['write']['iops'] for x in j['jobs'][:4]))"
+  field "$1" "'scheduler=$2${4:+ ($4)}: reader p99 lat %.0f us (clat %.0f us), writers %.0f IOPS' % (j['jobs'][4]['read']['lat_ns']['percentile']['99.000000']/1000, j['jobs'][4]['read']['clat_ns']['percentile']['99.000000']/1000, sum(x['write']['iops'] for x in j['jobs'][:4]))"
 }
 
 # compare_flood A.json B.json EXPR: EXPR over a and b, with p (the reader's
-# p99) and w (the writers' IOPS).
+# p99 total latency) and w (the writers' IOPS).
 compare_flood() {
   py "
 import json,sys
 a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2]))
-p=lambda j: j['jobs'][4]['read']['clat_ns']['percentile']['99.000000']
+p=lambda j: j['jobs'][4]['read']['lat_ns']['percentile']['99.000000']
 w=lambda j: sum(x['write']['iops'] for x in j['jobs'][:4])
 print($3)
 " "$1" "$2"
@@ -129,11 +132,20 @@ fi
 echo
 if only 3; then
 echo "== 3. mq-deadline: 1 reader at QD1 against 4 writers at QD64 (device queue_depth=8)"
-for s in "mq-deadline,read_expire=2" none; do
-  flood "$tmp/dl-${s%%,*}.json" "$s" 1
+# As the device spec gives it (one hardware queue per CPU), then on one
+# hardware queue (a single disk's, and null_blk's default).
+for q in "" hw_queues=1; do
+  for s in "mq-deadline,read_expire=2" none; do
+    flood "$tmp/dl-${s%%,*}.json" "$s" 1 "$q"
+  done
+  compare_flood "$tmp/dl-mq-deadline.json" "$tmp/dl-none.json" \
+    "'  ${q:-as specified}: reader p99 deadline/none = %.3f (target <= 0.2); writers deadline/none = %.2f (target >= 0.8)' % (p(a)/p(b), w(a)/w(b))"
 done
-compare_flood "$tmp/dl-mq-deadline.json" "$tmp/dl-none.json" \
-  "'  reader p99 deadline/none = %.3f (target <= 0.2); writers deadline/none = %.2f (target >= 0.8)' % (p(a)/p(b), w(a)/w(b))"
+# The floor no scheduler can go under: the same reader with no writers.
+printf '[alone]\ndevice=%s,queue_depth=8\nrw=randread\niodepth=1\nruntime=%s\ntime_based\nslat_percentiles=1\n' \
+  "$timer" "$secs" >"$tmp/alone.fio"
+bench "$tmp/alone.fio" >"$tmp/alone.json"
+field "$tmp/alone.json" "'  the reader alone (no writers): p99 lat %.0f us' % (j['jobs'][0]['read']['lat_ns']['percentile']['99.000000']/1000)"
 fi
 
 echo
