@@ -317,6 +317,94 @@ struct BenchArgs {
     #[arg(long, value_name = "BYTES")]
     rate: Option<String>,
 
+    /// Report submission latency percentiles, and the total latency (fio's
+    /// lat): 1 or 0. Reads the clock around each submit.
+    #[arg(
+        long = "slat_percentiles",
+        value_name = "0|1",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "1"
+    )]
+    slat_percentiles: Option<String>,
+
+    /// Write fio's bandwidth log as PREFIX_bw.N.log.
+    #[arg(
+        long = "write_bw_log",
+        value_name = "PREFIX",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = ""
+    )]
+    write_bw_log: Option<String>,
+
+    /// Write fio's IOPS log as PREFIX_iops.N.log.
+    #[arg(
+        long = "write_iops_log",
+        value_name = "PREFIX",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = ""
+    )]
+    write_iops_log: Option<String>,
+
+    /// Write fio's latency logs as PREFIX_lat, _slat and _clat.N.log.
+    #[arg(
+        long = "write_lat_log",
+        value_name = "PREFIX",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = ""
+    )]
+    write_lat_log: Option<String>,
+
+    /// Write fio's clat histogram log as PREFIX_clat_hist.N.log (with
+    /// --log_hist_msec).
+    #[arg(
+        long = "write_hist_log",
+        value_name = "PREFIX",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = ""
+    )]
+    write_hist_log: Option<String>,
+
+    /// Average the logs over windows of MS (0: a line per I/O; default 500).
+    #[arg(long = "log_avg_msec", value_name = "MS")]
+    log_avg_msec: Option<String>,
+
+    /// Add each I/O's offset to per-I/O log lines: 1 or 0.
+    #[arg(
+        long = "log_offset",
+        value_name = "0|1",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "1"
+    )]
+    log_offset: Option<String>,
+
+    /// Write the priority column as fio's hex: 1 or 0.
+    #[arg(
+        long = "log_prio",
+        value_name = "0|1",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "1"
+    )]
+    log_prio: Option<String>,
+
+    /// A histogram log line every MS.
+    #[arg(long = "log_hist_msec", value_name = "MS")]
+    log_hist_msec: Option<String>,
+
+    /// Merge 2^N histogram bins into one (0 to 6).
+    #[arg(long = "log_hist_coarseness", value_name = "N")]
+    log_hist_coarseness: Option<String>,
+
+    /// One log file per job (1, the default) or one for all jobs (0).
+    #[arg(long = "per_job_logs", value_name = "0|1")]
+    per_job_logs: Option<String>,
+
     /// Listen on this unix socket for group and limit changes while the
     /// run goes on (`mqblk qos --control=SOCKET ...`).
     #[arg(long, value_name = "SOCKET")]
@@ -547,6 +635,25 @@ impl BenchArgs {
             ("prio", "prio", &self.prio),
             ("rate_iops", "rate_iops", &self.rate_iops),
             ("rate", "rate", &self.rate),
+            (
+                "slat_percentiles",
+                "slat_percentiles",
+                &self.slat_percentiles,
+            ),
+            ("write_bw_log", "write_bw_log", &self.write_bw_log),
+            ("write_iops_log", "write_iops_log", &self.write_iops_log),
+            ("write_lat_log", "write_lat_log", &self.write_lat_log),
+            ("write_hist_log", "write_hist_log", &self.write_hist_log),
+            ("log_avg_msec", "log_avg_msec", &self.log_avg_msec),
+            ("log_offset", "log_offset", &self.log_offset),
+            ("log_prio", "log_prio", &self.log_prio),
+            ("log_hist_msec", "log_hist_msec", &self.log_hist_msec),
+            (
+                "log_hist_coarseness",
+                "log_hist_coarseness",
+                &self.log_hist_coarseness,
+            ),
+            ("per_job_logs", "per_job_logs", &self.per_job_logs),
         ];
         for (flag, key, value) in single {
             if let Some(v) = value {

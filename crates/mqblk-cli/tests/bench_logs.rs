@@ -254,6 +254,44 @@ fn slat_is_reported_when_asked() {
 }
 
 #[test]
+fn the_command_line_takes_the_log_options_and_lat_is_the_total() {
+    let d = Scratch::new("logs-cli");
+    let out = run_ok(
+        Command::new(env!("CARGO_BIN_EXE_mqblk"))
+            .current_dir(d.path())
+            .args([
+                "bench",
+                "--device=null",
+                "--rw=randread",
+                "--iodepth=4",
+                "--number_ios=3000",
+                "--slat_percentiles",
+                "--write_lat_log=c",
+                "--log_avg_msec=0",
+                "--log_offset=1",
+                "--output-format=json",
+            ]),
+        "bench with log options on the command line",
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = &v["jobs"][0]["read"];
+    let n = total_ios(&v, 0, "read");
+    assert_eq!(r["slat_ns"]["N"].as_u64(), Some(n), "{r}");
+    assert_eq!(r["lat_ns"]["N"].as_u64(), Some(n), "{r}");
+    // Each I/O's lat is its slat plus its wait after submit.
+    let (lat, slat) = (&r["lat_ns"], &r["slat_ns"]);
+    assert!(lat["min"].as_u64() >= slat["min"].as_u64(), "{r}");
+    assert!(lat["max"].as_u64() >= slat["max"].as_u64(), "{r}");
+    let lat_log = read_log(&d.path().join("c_lat.1.log"), true);
+    let slat_log = read_log(&d.path().join("c_slat.1.log"), true);
+    let clat_log = read_log(&d.path().join("c_clat.1.log"), true);
+    assert_eq!(lat_log.len() as u64, n);
+    let sum: u64 = lat_log.iter().map(|l| l.value).sum();
+    let parts: u64 = slat_log.iter().chain(&clat_log).map(|l| l.value).sum();
+    assert_eq!(sum, parts, "lat = slat + clat, summed over the I/Os");
+}
+
+#[test]
 fn a_bad_log_value_is_refused_by_name() {
     let d = Scratch::new("logs-bad");
     for (line, key) in [
