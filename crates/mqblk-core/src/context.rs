@@ -93,10 +93,9 @@ struct CtxState {
     nomerges: u8,
     /// Copy of the control plane's `elevator`.
     sched_on: bool,
-    /// Copy of the control plane's `async_depth` (0: no limit), and the
-    /// write requests this context holds.
+    /// Copy of the control plane's `async_depth` (0: no limit). The writes
+    /// it limits are counted on the hardware queue (`async_writes`).
     async_depth: u32,
-    writes_in_flight: u32,
     bounce_on: bool,
     bounce: BouncePool,
     flush: FlushMachine,
@@ -187,7 +186,6 @@ impl Device {
             nomerges: dev.cfg.nomerges,
             sched_on: dev.cfg.elevator.is_some(),
             async_depth: dev.ctl().async_depth,
-            writes_in_flight: 0,
             bounce_on: dev.cfg.bounce,
             bounce: BouncePool::new(dev.buf_pool.align()),
             flush: FlushMachine::new(bioset_size),
@@ -1214,23 +1212,23 @@ impl CtxState {
         }
     }
 
-    /// Under a scheduler with an `async_depth`, wait until this context's
-    /// share of the write tags has room (Linux's `limit_depth`): the
-    /// hardware queue's contexts split the write depth evenly.
+    /// Under a scheduler with an `async_depth`, wait until the writes
+    /// holding scheduler tags on this hardware queue are fewer than it
+    /// (Linux's `dd_limit_depth`): the rest of the tags, and of the
+    /// driver's depth when it is set below that, stay for reads. Contexts
+    /// that check at once may each go one over; completions bring the
+    /// count back.
     #[cold]
     fn wait_async_room(&mut self, dev: &DeviceInner) {
-        let ctxs = dev.hw_queues[self.hwq as usize]
-            .nr_ctx
-            .load(std::sync::atomic::Ordering::Relaxed)
-            .max(1);
-        let limit = (self.async_depth / ctxs).max(1);
+        use std::sync::atomic::Ordering::Relaxed;
+        let hq = &dev.hw_queues[self.hwq as usize];
         let mut spins = 0;
-        while self.writes_in_flight >= limit {
-            let seen = dev.hw_queues[self.hwq as usize].notify.seq();
+        while hq.async_writes.load(Relaxed) >= self.async_depth {
+            let seen = hq.notify.seq();
             self.flush_plug(dev);
             self.reap(dev);
             self.process_deferred(dev);
-            if self.writes_in_flight < limit {
+            if hq.async_writes.load(Relaxed) < self.async_depth {
                 break;
             }
             self.backoff(dev, seen, &mut spins);
@@ -1306,7 +1304,9 @@ impl CtxState {
         rq.hwq = self.hwq;
         if self.sched_on {
             if self.async_depth != 0 && rq.op.is_write() {
-                self.writes_in_flight += 1;
+                dev.hw_queues[self.hwq as usize]
+                    .async_writes
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
             let g = &self.group.0;
             rq.ioprio = self.ioprio.unwrap_or_else(|| g.ioprio());
@@ -1399,6 +1399,7 @@ impl CtxState {
         // signals every completion fd subscribed to the queue).
         let mut routed: Option<usize> = None;
         let mut run = LatencyRun::default();
+        let mut async_writes = 0u32;
         // One hold of the legacy lock (single and global modes) for the
         // batch, as the old queue lock was held over a completion run.
         let legacy = dev.lock.hold();
@@ -1418,10 +1419,18 @@ impl CtxState {
                         None => routed = Some(hwq),
                     }
                 }
-                _ => self.end_request(rq, now, &mut run),
+                _ => {
+                    async_writes += u32::from(self.async_depth != 0 && rq.op.is_write());
+                    self.end_request(rq, now, &mut run);
+                }
             }
         }
         drop(legacy);
+        if async_writes > 0 {
+            dev.hw_queues[self.hwq as usize]
+                .async_writes
+                .fetch_sub(async_writes, std::sync::atomic::Ordering::Relaxed);
+        }
         run.flush(&mut self.hist);
         if let Some(h) = routed {
             dev.hw_queues[h].notify.notify();
@@ -1475,9 +1484,6 @@ impl CtxState {
         }
         debug_assert!(self.in_flight > 0);
         self.in_flight -= 1;
-        if self.async_depth != 0 && rq.op.is_write() {
-            self.writes_in_flight = self.writes_in_flight.saturating_sub(1);
-        }
         self.shared
             .in_flight
             .store(self.in_flight, std::sync::atomic::Ordering::Release);

@@ -27,6 +27,10 @@ use crate::tag::Tags;
 pub(crate) struct HwQueue {
     /// Contexts mapped to this queue (control plane writes, waiters read).
     pub(crate) nr_ctx: std::sync::atomic::AtomicU32,
+    /// Writes holding scheduler tags on this queue, counted against the
+    /// elevator's `async_depth` (Linux `dd->async_depth`, a limit for the
+    /// whole queue). Touched only under an elevator that sets one.
+    pub(crate) async_writes: std::sync::atomic::AtomicU32,
     pub(crate) notify: crate::sync::Arc<Notify>,
     pub(crate) tags: Arc<Tags>,
     /// The driver's interrupt line ([`crate::driver::Driver::irq_fd`]).
@@ -73,6 +77,7 @@ impl HwQueue {
         let total = tags.total() as usize;
         HwQueue {
             nr_ctx: std::sync::atomic::AtomicU32::new(0),
+            async_writes: std::sync::atomic::AtomicU32::new(0),
             notify,
             irq_fd: ops.irq_fd(),
             inner: CachePadded::new(Mutex::new(HwInner {

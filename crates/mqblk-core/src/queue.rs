@@ -230,14 +230,15 @@ impl DeviceConfig {
 impl DeviceConfig {
     /// `scheduler=none|mq-deadline|kyber|bfq` and the tunables:
     /// mq-deadline's `read_expire`, `write_expire` and `prio_aging_expire`
-    /// (ms), `fifo_batch`, `writes_starved`; kyber's `read_lat_nsec`,
+    /// (ms), `fifo_batch`, `writes_starved`, `async_depth`; kyber's `read_lat_nsec`,
     /// `write_lat_nsec`; bfq's `max_budget` (sectors), `idle_timeout` (ms).
     pub fn take_sched(&mut self, o: &mut SpecOptions) -> Result<()> {
-        const TUNABLES: [&str; 9] = [
+        const TUNABLES: [&str; 10] = [
             "read_expire",
             "write_expire",
             "fifo_batch",
             "writes_starved",
+            "async_depth",
             "prio_aging_expire",
             "read_lat_nsec",
             "write_lat_nsec",
@@ -277,6 +278,12 @@ impl DeviceConfig {
                 }
                 if let Some(v) = o.take_u64("writes_starved")? {
                     p.writes_starved = v.min(u64::from(u32::MAX)) as u32;
+                }
+                if let Some(v) = o.take_u64("async_depth")? {
+                    if !(1..=1 << 16).contains(&v) {
+                        return Err(o.error("async_depth", &v.to_string(), "1 to 65536"));
+                    }
+                    p.async_depth = v as u32;
                 }
                 self.elevator = Some(crate::sched::MqDeadlineType::new(p));
             }

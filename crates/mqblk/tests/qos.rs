@@ -294,3 +294,103 @@ fn a_limit_set_later_on_a_group_holds_its_bios_back() {
     }
     assert_eq!(ctx.in_flight(), 0);
 }
+
+/// A driver that holds what it is given until a poll, counting the writes
+/// it holds at once.
+mod holding {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    use mqblk::driver::{Completions, Driver, HwQueueSetup, QueueRq, RqRef};
+    use mqblk::Status;
+
+    pub struct Hold {
+        pub max_writes: Arc<AtomicU64>,
+    }
+
+    #[derive(Default)]
+    pub struct Q {
+        held: Vec<RqRef>,
+        writes: u64,
+    }
+
+    impl Driver for Hold {
+        type HwQueue = Q;
+        fn init_hw_queue(&self, _s: HwQueueSetup<'_>) -> mqblk::Result<Q> {
+            Ok(Q::default())
+        }
+        fn queue_rq(&self, q: &mut Q, rq: RqRef, _last: bool, _d: &mut Completions<'_>) -> QueueRq {
+            if rq.op().is_write() {
+                q.writes += 1;
+                self.max_writes.fetch_max(q.writes, Ordering::Relaxed);
+            }
+            q.held.push(rq);
+            QueueRq::Issued
+        }
+        fn commit_rqs(&self, _q: &mut Q) {}
+        fn poll(&self, q: &mut Q, done: &mut Completions<'_>) -> usize {
+            let n = q.held.len();
+            for rq in q.held.drain(..) {
+                q.writes -= u64::from(rq.op().is_write());
+                done.complete(rq, Status::Ok);
+            }
+            n
+        }
+    }
+}
+
+#[test]
+fn mq_deadline_async_depth_bounds_the_writes_a_queue_holds() {
+    use std::sync::atomic::AtomicU64;
+    let max_writes = Arc::new(AtomicU64::new(0));
+    let mut c = mqblk::DeviceConfig::new("hold0", 1 << 20);
+    c.nr_hw_queues = 1;
+    c.queue_depth = 8;
+    c.elevator = Some(MqDeadlineType::new(DeadlineParams {
+        async_depth: 3,
+        ..DeadlineParams::default()
+    }));
+    let dev = mqblk::Device::new(
+        holding::Hold {
+            max_writes: max_writes.clone(),
+        },
+        c,
+    )
+    .unwrap();
+    // The limit is the queue's, not a share of it per context: one
+    // context writing, beside another that only reads, reaches it.
+    let mut ctxs = [dev.context().unwrap(), dev.context().unwrap()];
+    let mut done = 0;
+    for i in 0..40u64 {
+        // Apart, so that no two merge into one request.
+        let mut bio = mqblk::Bio::at(mqblk::Op::Write, i * 8192);
+        bio.push_segment(dev.alloc_buf(4096), 0, 4096);
+        ctxs[0].submit(bio).unwrap();
+    }
+    let mut bio = mqblk::Bio::at(mqblk::Op::Read, 0);
+    bio.push_segment(dev.alloc_buf(4096), 0, 4096);
+    ctxs[1].submit(bio).unwrap();
+    for ctx in &mut ctxs {
+        while ctx.in_flight() > 0 || ctx.ready() > 0 {
+            done += ctx.poll_wait(1, |c| assert!(c.status().is_ok()));
+        }
+    }
+    assert_eq!(done, 41);
+    let max = max_writes.load(Ordering::Relaxed);
+    assert_eq!(
+        max, 3,
+        "the driver held {max} writes at once, with async_depth=3"
+    );
+    // The key is mq-deadline's, checked by name.
+    for (spec, key) in [
+        ("null,scheduler=mq-deadline,async_depth=0", "async_depth"),
+        ("null,async_depth=4", "async_depth"),
+    ] {
+        let msg = match mqblk::open(spec) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("{spec}: accepted"),
+        };
+        assert!(msg.contains(key), "{spec}: {msg}");
+    }
+    mqblk::open("null,scheduler=mq-deadline,async_depth=6").expect("a valid async_depth");
+}

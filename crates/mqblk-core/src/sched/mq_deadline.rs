@@ -35,6 +35,10 @@ pub struct DeadlineParams {
     /// A lower class's request that has waited this long (ms) goes ahead
     /// of higher classes (Linux: 10 000).
     pub prio_aging_expire_ms: u64,
+    /// Scheduler tags writes may hold on a hardware queue (Linux's
+    /// `async_depth`); 0: three quarters of them, Linux's default. Set
+    /// below the device's queue depth, it keeps driver slots for reads.
+    pub async_depth: u32,
 }
 
 impl Default for DeadlineParams {
@@ -45,6 +49,7 @@ impl Default for DeadlineParams {
             fifo_batch: 16,
             writes_starved: 2,
             prio_aging_expire_ms: 10_000,
+            async_depth: 0,
         }
     }
 }
@@ -336,7 +341,10 @@ impl ElevatorType for MqDeadlineType {
     }
 
     fn async_depth(&self, nr_requests: u32) -> Option<u32> {
-        Some((3 * nr_requests / 4).max(1))
+        Some(match self.params.async_depth {
+            0 => (3 * nr_requests / 4).max(1),
+            d => d.min(nr_requests),
+        })
     }
 
     fn init(&self, _hwq: u16, nr_requests: u32) -> Box<dyn Elevator> {
