@@ -210,6 +210,12 @@ impl BioSet {
         unsafe { &*UnsafeCell::raw_get(self.nodes.ptr(index as usize).as_ptr()) }
     }
 
+    /// The bio in slot `index`, which must hold one (see `node`).
+    #[inline]
+    pub(crate) fn bio(&self, index: u32) -> &Bio {
+        self.node(index).bio.as_ref().expect("slot holds a bio")
+    }
+
     /// A raw pointer to slot `index` (for chaining into requests).
     #[inline]
     pub(crate) fn node_ptr(&self, index: u32) -> NonNull<BioNode> {

@@ -665,12 +665,7 @@ impl CtxState {
         let Some(w) = &self.window else {
             return Status::Ok;
         };
-        let bio = self
-            .bioset
-            .node(idx)
-            .bio
-            .as_ref()
-            .expect("slot holds a bio");
+        let bio = self.bioset.bio(idx);
         let status = w.info.validate(bio, self.bounce_on);
         self.shift(idx, false);
         status
@@ -778,12 +773,7 @@ impl CtxState {
             self.pass_gate(dev);
         }
         let (op, flags, mut status) = {
-            let bio = self
-                .bioset
-                .node(idx)
-                .bio
-                .as_ref()
-                .expect("slot holds a bio");
+            let bio = self.bioset.bio(idx);
             (
                 bio.op(),
                 bio.flags(),
@@ -804,12 +794,7 @@ impl CtxState {
                 || dev.qos_active.load(std::sync::atomic::Ordering::Relaxed) != 0)
         {
             let now = clock::now_ns();
-            let bio = self
-                .bioset
-                .node(idx)
-                .bio
-                .as_ref()
-                .expect("slot holds a bio");
+            let bio = self.bioset.bio(idx);
             let mut at = now;
             if let Some(t) = self.throttle.as_mut() {
                 if let Admit::At(t) = t.admit(bio, now) {
