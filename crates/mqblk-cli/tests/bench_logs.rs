@@ -278,6 +278,7 @@ fn the_command_line_takes_the_log_options_and_lat_is_the_total() {
     let n = total_ios(&v, 0, "read");
     assert_eq!(r["slat_ns"]["N"].as_u64(), Some(n), "{r}");
     assert_eq!(r["lat_ns"]["N"].as_u64(), Some(n), "{r}");
+    assert_eq!(r["clat_ns"]["N"].as_u64(), Some(n), "{r}");
     // Each I/O's lat is its slat plus its wait after submit.
     let (lat, slat) = (&r["lat_ns"], &r["slat_ns"]);
     assert!(lat["min"].as_u64() >= slat["min"].as_u64(), "{r}");

@@ -1041,8 +1041,15 @@ fn job_thread<V: Hook>(
             read: m.read,
             write: m.write,
             trim: m.trim,
-            clat: ctx.histograms().clone(),
-            clat_valid: job.iostats,
+            // The job's own stamps, when it took them (lat = slat + clat
+            // for each I/O, as fio's); otherwise the layer's histograms,
+            // which start when a request has a tag and read one clock a
+            // batch.
+            clat_valid: job.iostats || recorded.clat.is_some(),
+            clat: recorded
+                .clat
+                .take()
+                .unwrap_or_else(|| ctx.histograms().clone()),
             slat: recorded.slat.take(),
             lat: recorded.lat.take(),
             runtime_ns: m.runtime_ns,

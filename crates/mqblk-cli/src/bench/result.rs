@@ -30,7 +30,8 @@ pub struct JobResult {
     pub write: DirResult,
     /// Trims (discards: fio's `rw=trim`/`randtrim`).
     pub trim: DirResult,
-    /// Latency histograms (clat, ns) from the layer, per stat group.
+    /// Completion latency histograms (clat, ns) per stat group: the job's
+    /// own stamps when it took them, else the layer's.
     pub clat: Histograms,
     /// Whether clat was recorded (iostats on).
     pub clat_valid: bool,

@@ -157,6 +157,10 @@ pub struct Recorded {
     pub slat: Option<Histograms>,
     /// Total latency (submit to completion) per stat group.
     pub lat: Option<Histograms>,
+    /// Completion latency from the same stamps (`submit` returned to
+    /// completion), so that each I/O's lat is its slat plus its clat, as
+    /// in fio.
+    pub clat: Option<Histograms>,
     /// One sample per completed I/O (`log_avg_msec=0`).
     pub samples: Option<SampleLog>,
     /// The histogram log's lines (`write_hist_log` with `log_hist_msec`).
@@ -181,6 +185,7 @@ pub struct Recorder {
     sums: [Sums; DIRECTIONS],
     slat: Option<Histograms>,
     lat: Option<Histograms>,
+    clat: Option<Histograms>,
     samples: Option<SampleLog>,
     hist: Option<HistLog>,
 }
@@ -230,6 +235,7 @@ impl Recorder {
             sums: [Sums::default(); DIRECTIONS],
             slat: stamping.then(Histograms::new),
             lat: stamping.then(Histograms::new),
+            clat: stamping.then(Histograms::new),
             samples: per_io.then(|| SampleLog::with_capacity(first_chunk as usize)),
             hist,
         })
@@ -252,6 +258,9 @@ impl Recorder {
             h.reset();
         }
         if let Some(h) = &mut self.lat {
+            h.reset();
+        }
+        if let Some(h) = &mut self.clat {
             h.reset();
         }
         if let Some(s) = &mut self.samples {
@@ -351,9 +360,10 @@ impl Recorder {
         let d = direction(bio.op());
         let done_ns = self.batch_ns.saturating_sub(self.epoch_ns);
         let len_bytes = bio.len_bytes().min(u64::from(u32::MAX)) as u32;
-        if let (Some(s), Some(l)) = (&mut self.slat, &mut self.lat) {
+        if let (Some(s), Some(l), Some(c)) = (&mut self.slat, &mut self.lat, &mut self.clat) {
             let g = StatGroup::of(bio.op());
             s.record(g, slat_ns);
+            c.record(g, clat_ns);
             l.record(g, slat_ns + clat_ns);
         }
         if let Some(log) = &mut self.samples {
@@ -391,6 +401,7 @@ impl Recorder {
         Recorded {
             slat: self.slat,
             lat: self.lat,
+            clat: self.clat,
             samples: self.samples,
             hist: self.hist,
         }
