@@ -480,6 +480,17 @@ pub fn parse_duration(value: &str) -> Result<Duration, String> {
 const DURATION_EXPECTED: &str =
     "a time such as 10 (seconds), 500ms, 30s, 2m or 1h (suffixes us, ms, s, m, h, d); 0 means no limit";
 
+/// What a key written alone means, as in fio: an on/off key is on, and a
+/// log key logs under the default prefix. Other keys need a value.
+fn bare_value(key: &str) -> Option<&'static str> {
+    match key {
+        "per_job_logs" | "log_offset" | "log_prio" | "slat_percentiles" | "plug" | "iostats"
+        | "do_verify" | "verify_fatal" | "trim_verify_zero" => Some("1"),
+        "write_bw_log" | "write_iops_log" | "write_lat_log" | "write_hist_log" => Some(""),
+        _ => None,
+    }
+}
+
 impl JobOptions {
     /// Set `key` from `value` (`None` for a bare key, as `time_based` is
     /// written). Validates the value; on error nothing is changed.
@@ -506,9 +517,11 @@ impl JobOptions {
             Some(e) => e,
             None => return Err(OptionError::UnknownKey),
         };
-        let raw = value.ok_or_else(|| OptionError::MissingValue {
-            expected: expected.to_string(),
-        })?;
+        let raw = value
+            .or_else(|| bare_value(key))
+            .ok_or_else(|| OptionError::MissingValue {
+                expected: expected.to_string(),
+            })?;
         let v = raw.trim();
         match key {
             "name" => {
@@ -1208,6 +1221,24 @@ mod tests {
             Err(OptionError::MissingValue { .. })
         ));
         assert_eq!(o, JobOptions::default());
+    }
+
+    #[test]
+    fn a_bare_on_off_or_log_key_is_taken_as_fio_takes_it() {
+        let mut o = JobOptions::default();
+        for k in ["slat_percentiles", "log_offset", "log_prio", "per_job_logs", "plug"] {
+            o.set(k, None).unwrap_or_else(|e| panic!("{k}: {e}"));
+        }
+        assert_eq!(o.slat_percentiles, Some(true));
+        assert_eq!(o.log_offset, Some(true));
+        assert_eq!(o.plug, Some(true));
+        o.set("write_lat_log", None).unwrap();
+        assert_eq!(o.write_lat_log.as_deref(), Some("mqblk"));
+        // A key with a real value still needs one.
+        assert!(matches!(
+            o.set("log_avg_msec", None),
+            Err(OptionError::MissingValue { .. })
+        ));
     }
 
     #[test]
