@@ -59,7 +59,10 @@ enum Command {
     /// Options given on the command line override the job file's, in every
     /// section. Values are validated as fio job-file values are: sizes take
     /// binary suffixes (4k = 4096), times are seconds unless suffixed (us,
-    /// ms, s, m, h).
+    /// ms, s, m, h). Every job-file key without a flag below is taken too,
+    /// as --KEY=VALUE (or a bare --KEY for an on/off or log key), as fio
+    /// takes them: --slat_percentiles, --write_lat_log=PREFIX,
+    /// --log_avg_msec=0, --bssplit=4k/50:64k/50 and the rest.
     #[command(args_override_self = true)]
     Bench(Box<BenchArgs>),
     /// Open a device spec read-only and print what it is: capacity, block
@@ -317,93 +320,11 @@ struct BenchArgs {
     #[arg(long, value_name = "BYTES")]
     rate: Option<String>,
 
-    /// Report submission latency percentiles, and the total latency (fio's
-    /// lat): 1 or 0. Reads the clock around each submit.
-    #[arg(
-        long = "slat_percentiles",
-        value_name = "0|1",
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "1"
-    )]
-    slat_percentiles: Option<String>,
-
-    /// Write fio's bandwidth log as PREFIX_bw.N.log.
-    #[arg(
-        long = "write_bw_log",
-        value_name = "PREFIX",
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = ""
-    )]
-    write_bw_log: Option<String>,
-
-    /// Write fio's IOPS log as PREFIX_iops.N.log.
-    #[arg(
-        long = "write_iops_log",
-        value_name = "PREFIX",
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = ""
-    )]
-    write_iops_log: Option<String>,
-
-    /// Write fio's latency logs as PREFIX_lat, _slat and _clat.N.log.
-    #[arg(
-        long = "write_lat_log",
-        value_name = "PREFIX",
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = ""
-    )]
-    write_lat_log: Option<String>,
-
-    /// Write fio's clat histogram log as PREFIX_clat_hist.N.log (with
-    /// --log_hist_msec).
-    #[arg(
-        long = "write_hist_log",
-        value_name = "PREFIX",
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = ""
-    )]
-    write_hist_log: Option<String>,
-
-    /// Average the logs over windows of MS (0: a line per I/O; default 500).
-    #[arg(long = "log_avg_msec", value_name = "MS")]
-    log_avg_msec: Option<String>,
-
-    /// Add each I/O's offset to per-I/O log lines: 1 or 0.
-    #[arg(
-        long = "log_offset",
-        value_name = "0|1",
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "1"
-    )]
-    log_offset: Option<String>,
-
-    /// Write the priority column as fio's hex: 1 or 0.
-    #[arg(
-        long = "log_prio",
-        value_name = "0|1",
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "1"
-    )]
-    log_prio: Option<String>,
-
-    /// A histogram log line every MS.
-    #[arg(long = "log_hist_msec", value_name = "MS")]
-    log_hist_msec: Option<String>,
-
-    /// Merge 2^N histogram bins into one (0 to 6).
-    #[arg(long = "log_hist_coarseness", value_name = "N")]
-    log_hist_coarseness: Option<String>,
-
-    /// One log file per job (1, the default) or one for all jobs (0).
-    #[arg(long = "per_job_logs", value_name = "0|1")]
-    per_job_logs: Option<String>,
+    /// The other job-file keys given as `--KEY=VALUE` (or a bare `--KEY`),
+    /// taken out of the arguments before clap sees them
+    /// ([`split_job_keys`]).
+    #[arg(skip)]
+    job_keys: Vec<(String, Option<String>)>,
 
     /// Listen on this unix socket for group and limit changes while the
     /// run goes on (`mqblk qos --control=SOCKET ...`).
@@ -485,12 +406,64 @@ struct InfoArgs {
     json: bool,
 }
 
+/// `mqblk bench` takes every job-file key on its command line, as fio
+/// does. The keys without a flag of their own are taken out of `args`
+/// (`--KEY=VALUE`, or a bare `--KEY`, up to a `--`) for
+/// [`JobOptions::set`], which checks them as it checks a job file's lines.
+fn split_job_keys(args: Vec<String>) -> (Vec<String>, Vec<(String, Option<String>)>) {
+    use clap::CommandFactory;
+    if args.get(1).map(String::as_str) != Some("bench") {
+        return (args, Vec::new());
+    }
+    let cmd = Cli::command();
+    let flags: Vec<String> = cmd
+        .find_subcommand("bench")
+        .map(|b| {
+            b.get_arguments()
+                .filter_map(|a| a.get_long())
+                .chain(
+                    b.get_arguments()
+                        .flat_map(|a| a.get_all_aliases().unwrap_or_default()),
+                )
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut kept = Vec::with_capacity(args.len());
+    let mut keys = Vec::new();
+    let mut rest = false;
+    for arg in args {
+        rest |= arg == "--";
+        let key = arg
+            .strip_prefix("--")
+            .filter(|_| !rest)
+            .map(|t| t.split_once('=').map_or((t, None), |(k, v)| (k, Some(v))))
+            .filter(|(k, _)| !flags.iter().any(|f| f == k) && bench::options::KEYS.contains(k))
+            .map(|(k, v)| (k.to_string(), v.map(str::to_string)));
+        match key {
+            Some(k) => keys.push(k),
+            None => kept.push(arg),
+        }
+    }
+    (kept, keys)
+}
+
+/// Parse `args` (the program name first), with [`split_job_keys`].
+fn try_parse_from(args: Vec<String>) -> Result<Cli, clap::Error> {
+    let (args, keys) = split_job_keys(args);
+    let mut cli = Cli::try_parse_from(args)?;
+    if let Command::Bench(b) = &mut cli.command {
+        b.job_keys = keys;
+    }
+    Ok(cli)
+}
+
 /// Parse the command line; an unknown option is answered with the nearest
 /// known one and the subcommand's help, not clap's `-- --x` tip.
 fn parse_cli() -> Cli {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
     use clap::CommandFactory;
-    let e = match Cli::try_parse() {
+    let e = match try_parse_from(std::env::args().collect()) {
         Ok(cli) => return cli,
         Err(e) => e,
     };
@@ -508,7 +481,10 @@ fn parse_cli() -> Cli {
     };
     let name = arg.trim_start_matches('-');
     let name = name.split('=').next().unwrap_or(name);
-    let longs: Vec<&str> = sc.get_arguments().filter_map(|a| a.get_long()).collect();
+    let mut longs: Vec<&str> = sc.get_arguments().filter_map(|a| a.get_long()).collect();
+    if sub == "bench" {
+        longs.extend(bench::options::KEYS);
+    }
     let mut msg = format!("mqblk: error: unknown option {arg} for `mqblk {sub}`");
     if let Some(near) = mqblk::spec::nearest(name, longs.iter().copied()) {
         msg.push_str(&format!("; did you mean --{near}?"));
@@ -635,31 +611,16 @@ impl BenchArgs {
             ("prio", "prio", &self.prio),
             ("rate_iops", "rate_iops", &self.rate_iops),
             ("rate", "rate", &self.rate),
-            (
-                "slat_percentiles",
-                "slat_percentiles",
-                &self.slat_percentiles,
-            ),
-            ("write_bw_log", "write_bw_log", &self.write_bw_log),
-            ("write_iops_log", "write_iops_log", &self.write_iops_log),
-            ("write_lat_log", "write_lat_log", &self.write_lat_log),
-            ("write_hist_log", "write_hist_log", &self.write_hist_log),
-            ("log_avg_msec", "log_avg_msec", &self.log_avg_msec),
-            ("log_offset", "log_offset", &self.log_offset),
-            ("log_prio", "log_prio", &self.log_prio),
-            ("log_hist_msec", "log_hist_msec", &self.log_hist_msec),
-            (
-                "log_hist_coarseness",
-                "log_hist_coarseness",
-                &self.log_hist_coarseness,
-            ),
-            ("per_job_logs", "per_job_logs", &self.per_job_logs),
         ];
         for (flag, key, value) in single {
             if let Some(v) = value {
                 o.set(key, Some(v))
                     .map_err(|e| anyhow::anyhow!("--{flag}: {e}"))?;
             }
+        }
+        for (key, value) in &self.job_keys {
+            o.set(key, value.as_deref())
+                .map_err(|e| anyhow::anyhow!("--{key}: {e}"))?;
         }
         let mut specs: Vec<String> = self.device.iter().map(|d| device_spec(d)).collect();
         specs.extend(self.filename.iter().map(|f| format!("file:{f}")));
@@ -982,9 +943,9 @@ mod tests {
     }
 
     fn bench(argv: &[&str]) -> BenchArgs {
-        let mut full = vec!["mqblk", "bench"];
-        full.extend_from_slice(argv);
-        match Cli::try_parse_from(full).unwrap().command {
+        let mut full = vec!["mqblk".to_string(), "bench".to_string()];
+        full.extend(argv.iter().map(|a| a.to_string()));
+        match try_parse_from(full).unwrap().command {
             Command::Bench(b) => *b,
             _ => unreachable!(),
         }
@@ -1045,6 +1006,34 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("--direct applies to file devices"), "{e}");
+    }
+
+    #[test]
+    fn job_file_keys_without_a_flag_are_taken_from_the_command_line() {
+        let b = bench(&[
+            "--slat_percentiles",
+            "--write_lat_log=lat",
+            "--log_avg_msec=0",
+            "--bs=8k",
+            "jobs.fio",
+            "--log_offset",
+        ]);
+        // Flags and the job file stay clap's.
+        assert_eq!(b.bs.as_deref(), Some("8k"));
+        assert_eq!(b.jobfile, Some(PathBuf::from("jobs.fio")));
+        let o = b.job_options().unwrap();
+        assert_eq!(o.slat_percentiles, Some(true));
+        assert_eq!(o.write_lat_log.as_deref(), Some("lat"));
+        assert_eq!(o.log_avg_msec, Some(0));
+        assert_eq!(o.log_offset, Some(true));
+        let e = bench(&["--log_hist_coarseness=99"])
+            .job_options()
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("--log_hist_coarseness: "), "{e}");
+        // Not a key: clap refuses it.
+        let args = ["mqblk", "bench", "--log_offsets=1"].map(String::from);
+        assert!(try_parse_from(args.to_vec()).is_err());
     }
 
     #[test]
