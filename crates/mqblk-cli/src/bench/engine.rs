@@ -1032,6 +1032,14 @@ fn job_thread<V: Hook>(
             .map(|s| format!("{s} at offset {first_error_at} on {}", dev.name())),
     };
     let mut recorded = rec.map(Recorder::finish).unwrap_or_default();
+    // The job's own stamps, when it took them (lat = slat + clat for each
+    // I/O, as fio's); otherwise the layer's histograms, which start when a
+    // request has a tag and read one clock a batch.
+    let stamped = recorded.stamped.is_some();
+    let (clat, slat, lat) = match recorded.stamped.take() {
+        Some(s) => (s.clat, Some(s.slat), Some(s.lat)),
+        None => (ctx.histograms().clone(), None, None),
+    };
     Ok((
         JobResult {
             name: job.name.clone(),
@@ -1041,17 +1049,10 @@ fn job_thread<V: Hook>(
             read: m.read,
             write: m.write,
             trim: m.trim,
-            // The job's own stamps, when it took them (lat = slat + clat
-            // for each I/O, as fio's); otherwise the layer's histograms,
-            // which start when a request has a tag and read one clock a
-            // batch.
-            clat_valid: job.iostats || recorded.clat.is_some(),
-            clat: recorded
-                .clat
-                .take()
-                .unwrap_or_else(|| ctx.histograms().clone()),
-            slat: recorded.slat.take(),
-            lat: recorded.lat.take(),
+            clat_valid: job.iostats || stamped,
+            clat,
+            slat,
+            lat,
             runtime_ns: m.runtime_ns,
             usr_ns: m.usr_ns,
             sys_ns: m.sys_ns,

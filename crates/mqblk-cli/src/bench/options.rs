@@ -1226,7 +1226,13 @@ mod tests {
     #[test]
     fn a_bare_on_off_or_log_key_is_taken_as_fio_takes_it() {
         let mut o = JobOptions::default();
-        for k in ["slat_percentiles", "log_offset", "log_prio", "per_job_logs", "plug"] {
+        for k in [
+            "slat_percentiles",
+            "log_offset",
+            "log_prio",
+            "per_job_logs",
+            "plug",
+        ] {
             o.set(k, None).unwrap_or_else(|e| panic!("{k}: {e}"));
         }
         assert_eq!(o.slat_percentiles, Some(true));

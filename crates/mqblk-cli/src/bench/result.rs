@@ -41,7 +41,7 @@ pub struct JobResult {
     /// Total latency histograms (ns, fio's `lat`: from the start of
     /// `submit` to the completion), from the same stamps, when slat is
     /// measured. A submission that waits for a tag counts here and in slat,
-    /// not in clat (which starts when the request does).
+    /// not in clat (which starts when `submit` returns).
     pub lat: Option<Histograms>,
     /// Measured wall time in ns.
     pub runtime_ns: u64,

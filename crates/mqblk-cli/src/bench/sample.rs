@@ -153,18 +153,24 @@ impl SampleLog {
 /// What a job measured per I/O, for the report and the logs.
 #[derive(Debug, Default)]
 pub struct Recorded {
-    /// Submission latency per stat group (for the report's slat).
-    pub slat: Option<Histograms>,
-    /// Total latency (submit to completion) per stat group.
-    pub lat: Option<Histograms>,
-    /// Completion latency from the same stamps (`submit` returned to
-    /// completion), so that each I/O's lat is its slat plus its clat, as
-    /// in fio.
-    pub clat: Option<Histograms>,
+    /// The report's latencies, from the stamps (when the job took them).
+    pub stamped: Option<StampedLatency>,
     /// One sample per completed I/O (`log_avg_msec=0`).
     pub samples: Option<SampleLog>,
     /// The histogram log's lines (`write_hist_log` with `log_hist_msec`).
     pub hist: Option<HistLog>,
+}
+
+/// The latencies the stamps give, per stat group, as fio defines them:
+/// each I/O's lat is its slat plus its clat.
+#[derive(Debug, Default)]
+pub struct StampedLatency {
+    /// Submission: `submit` called to `submit` returned.
+    pub slat: Histograms,
+    /// Completion: `submit` returned to the completion.
+    pub clat: Histograms,
+    /// Total: `submit` called to the completion.
+    pub lat: Histograms,
 }
 
 /// One job's per-I/O measurements.
@@ -183,9 +189,7 @@ pub struct Recorder {
     /// Sum the latencies for the averaged `write_lat_log`.
     sum: bool,
     sums: [Sums; DIRECTIONS],
-    slat: Option<Histograms>,
-    lat: Option<Histograms>,
-    clat: Option<Histograms>,
+    stamped: Option<StampedLatency>,
     samples: Option<SampleLog>,
     hist: Option<HistLog>,
 }
@@ -233,9 +237,7 @@ impl Recorder {
             measuring: false,
             sum: job.write_lat_log.is_some() && job.log_avg_msec > 0,
             sums: [Sums::default(); DIRECTIONS],
-            slat: stamping.then(Histograms::new),
-            lat: stamping.then(Histograms::new),
-            clat: stamping.then(Histograms::new),
+            stamped: stamping.then(StampedLatency::default),
             samples: per_io.then(|| SampleLog::with_capacity(first_chunk as usize)),
             hist,
         })
@@ -254,14 +256,10 @@ impl Recorder {
         self.measuring = true;
         self.epoch_ns = epoch_ns;
         self.sums = [Sums::default(); DIRECTIONS];
-        if let Some(h) = &mut self.slat {
-            h.reset();
-        }
-        if let Some(h) = &mut self.lat {
-            h.reset();
-        }
-        if let Some(h) = &mut self.clat {
-            h.reset();
+        if let Some(s) = &mut self.stamped {
+            s.slat.reset();
+            s.clat.reset();
+            s.lat.reset();
         }
         if let Some(s) = &mut self.samples {
             s.clear();
@@ -360,11 +358,11 @@ impl Recorder {
         let d = direction(bio.op());
         let done_ns = self.batch_ns.saturating_sub(self.epoch_ns);
         let len_bytes = bio.len_bytes().min(u64::from(u32::MAX)) as u32;
-        if let (Some(s), Some(l), Some(c)) = (&mut self.slat, &mut self.lat, &mut self.clat) {
+        if let Some(s) = &mut self.stamped {
             let g = StatGroup::of(bio.op());
-            s.record(g, slat_ns);
-            c.record(g, clat_ns);
-            l.record(g, slat_ns + clat_ns);
+            s.slat.record(g, slat_ns);
+            s.clat.record(g, clat_ns);
+            s.lat.record(g, slat_ns + clat_ns);
         }
         if let Some(log) = &mut self.samples {
             log.push(IoSample {
@@ -399,9 +397,7 @@ impl Recorder {
     /// What was measured.
     pub fn finish(self) -> Recorded {
         Recorded {
-            slat: self.slat,
-            lat: self.lat,
-            clat: self.clat,
+            stamped: self.stamped,
             samples: self.samples,
             hist: self.hist,
         }
@@ -501,7 +497,7 @@ mod tests {
         r.after_submit(pc, false);
         assert_eq!(r.free_slots.len(), 2);
         let rec = r.finish();
-        assert_eq!(rec.slat.unwrap().group(StatGroup::Read).len(), 1);
+        assert_eq!(rec.stamped.unwrap().slat.group(StatGroup::Read).len(), 1);
     }
 
     #[test]
