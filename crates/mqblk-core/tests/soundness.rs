@@ -200,6 +200,7 @@ fn futures_are_woken_by_the_completion_not_by_themselves() {
     let drv = common::Threaded {
         delay: Duration::from_millis(20),
         polls: polls.clone(),
+        irq_line: false,
     };
     let dev = mqblk_core::Device::new(drv, common::config("thr0", 1 << 20)).unwrap();
     let actx = mqblk_core::AsyncContext::new(dev.context().unwrap());
@@ -237,6 +238,7 @@ fn one_epoll_wait_hears_a_socket_and_a_completion_fd() {
     let drv = common::Threaded {
         delay: Duration::from_millis(10),
         polls: Default::default(),
+        irq_line: false,
     };
     let dev = mqblk_core::Device::new(drv, common::config("thr1", 1 << 20)).unwrap();
     let mut ctx = dev.context().unwrap();
@@ -288,6 +290,7 @@ fn a_throttled_bio_wakes_the_completion_fd_when_its_time_comes() {
     let drv = common::Threaded {
         delay: Duration::from_millis(1),
         polls: Default::default(),
+        irq_line: false,
     };
     let mut cfg = common::config("thr2", 1 << 20);
     // 20 reads a second, no burst: the 2nd and 3rd read wait 50 and 100 ms

@@ -6,6 +6,9 @@
 #![allow(dead_code)]
 
 use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -123,15 +126,20 @@ impl Driver for MemDisk {
 }
 
 /// A driver whose requests a thread completes after `delay`, calling the
-/// hardware queue's notifier, as an interrupt handler would.
+/// hardware queue's notifier, as an interrupt handler would. With
+/// `irq_line`, the thread instead writes a byte to the queue's interrupt
+/// line (a socket, its `Driver::irq_fd`), and `poll` drains the line and
+/// completes what the thread finished.
 pub struct Threaded {
     pub delay: Duration,
     pub polls: Arc<AtomicU32>,
+    pub irq_line: bool,
 }
 
 pub struct ThreadedQueue {
     inbox: Arc<Mutex<Vec<RqRef>>>,
     tx: std::sync::mpsc::Sender<RqRef>,
+    line: Option<UnixStream>,
 }
 
 impl Driver for Threaded {
@@ -141,15 +149,28 @@ impl Driver for Threaded {
         let inbox: Arc<Mutex<Vec<RqRef>>> = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = std::sync::mpsc::channel::<RqRef>();
         let (to, notifier, delay): (_, HwNotifier, _) = (inbox.clone(), setup.notifier, self.delay);
+        let (mut raise, line) = match self.irq_line {
+            true => {
+                let (raise, line) = UnixStream::pair().expect("socketpair");
+                line.set_nonblocking(true).expect("nonblocking line");
+                (Some(raise), Some(line))
+            }
+            false => (None, None),
+        };
         std::thread::spawn(move || {
             // Ends when the queue (and its sender) is dropped.
             while let Ok(rq) = rx.recv() {
                 std::thread::sleep(delay);
                 to.lock().unwrap().push(rq);
-                notifier.notify();
+                match raise.as_mut() {
+                    Some(r) => {
+                        let _ = r.write_all(&[1]);
+                    }
+                    None => notifier.notify(),
+                }
             }
         });
-        Ok(ThreadedQueue { inbox, tx })
+        Ok(ThreadedQueue { inbox, tx, line })
     }
 
     fn queue_rq(
@@ -167,6 +188,10 @@ impl Driver for Threaded {
 
     fn poll(&self, hq: &mut ThreadedQueue, done: &mut Completions<'_>) -> usize {
         self.polls.fetch_add(1, Ordering::Relaxed);
+        if let Some(line) = hq.line.as_mut() {
+            let mut b = [0u8; 64];
+            while matches!(line.read(&mut b), Ok(n) if n > 0) {}
+        }
         let mut inbox = hq.inbox.lock().unwrap();
         let n = inbox.len();
         for rq in inbox.drain(..) {
@@ -175,8 +200,14 @@ impl Driver for Threaded {
         n
     }
 
+    /// Through the notifier, yes; through the line, completions wait for a
+    /// poll.
     fn completes_async(&self) -> bool {
-        true
+        !self.irq_line
+    }
+
+    fn irq_fd(&self, hq: &ThreadedQueue) -> Option<std::os::fd::RawFd> {
+        hq.line.as_ref().map(|l| l.as_raw_fd())
     }
 }
 
