@@ -230,8 +230,9 @@ impl DeviceConfig {
 impl DeviceConfig {
     /// `scheduler=none|mq-deadline|kyber|bfq` and the tunables:
     /// mq-deadline's `read_expire`, `write_expire` and `prio_aging_expire`
-    /// (ms), `fifo_batch`, `writes_starved`, `async_depth`; kyber's `read_lat_nsec`,
-    /// `write_lat_nsec`; bfq's `max_budget` (sectors), `idle_timeout` (ms).
+    /// (ms), `fifo_batch`, `writes_starved`, `async_depth`; kyber's
+    /// `read_lat_nsec`, `write_lat_nsec`; bfq's `max_budget` (sectors),
+    /// `idle_timeout` (ms).
     pub fn take_sched(&mut self, o: &mut SpecOptions) -> Result<()> {
         const TUNABLES: [&str; 10] = [
             "read_expire",
