@@ -147,9 +147,8 @@ for q in "" hw_queues=1; do
   done
 done
 # The floor no scheduler can go under: the same reader with no writers.
-printf '[alone]\ndevice=%s,queue_depth=8\nrw=randread\niodepth=1\nruntime=%s\ntime_based\nslat_percentiles=1\n' \
-  "$timer" "$secs" >"$tmp/alone.fio"
-bench "$tmp/alone.fio" >"$tmp/alone.json"
+bench --device="$timer,queue_depth=8" --rw=randread --iodepth=1 --runtime="$secs" \
+  --time_based --slat_percentiles >"$tmp/alone.json"
 field "$tmp/alone.json" "'  the reader alone (no writers): p99 lat %.0f us' % (j['jobs'][0]['read']['lat_ns']['percentile']['99.000000']/1000)"
 fi
 
