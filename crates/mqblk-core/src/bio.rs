@@ -10,58 +10,11 @@
 use smallvec::SmallVec;
 
 use crate::buf::IoBuf;
-use crate::error::Error;
-use crate::error::Status;
-use crate::limits::{QueueInfo, SECTOR_SHIFT, SECTOR_SIZE};
+use crate::error::{Error, Status};
+use crate::limits::QueueInfo;
+use crate::op::{SECTOR_SHIFT, SECTOR_SIZE};
 
-/// The operation of a bio or request (Linux `enum req_op`). As in Linux,
-/// the operations that write have odd numbers, so [`Op::is_write`] is one
-/// bit test (`op_is_write`), and the data operations come first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum Op {
-    /// Read data into the segments.
-    Read = 0,
-    /// Write the segments' data.
-    Write = 1,
-    /// Make previously completed writes durable.
-    Flush = 2,
-    /// The range's contents are no longer needed.
-    Discard = 3,
-    /// Make the range read back as zeros.
-    WriteZeroes = 5,
-}
-
-impl Op {
-    /// True for operations that modify the device.
-    #[inline]
-    pub fn is_write(self) -> bool {
-        self as u8 & 1 != 0
-    }
-
-    /// True for operations that carry data segments.
-    #[inline]
-    pub fn has_data(self) -> bool {
-        (self as u8) < 2
-    }
-
-    /// Lower-case name, as diskstats and fio print it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Op::Read => "read",
-            Op::Write => "write",
-            Op::Flush => "flush",
-            Op::Discard => "discard",
-            Op::WriteZeroes => "write-zeroes",
-        }
-    }
-}
-
-impl std::fmt::Display for Op {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
+pub use crate::op::Op;
 
 /// Bio and request flags (Linux `REQ_FUA`, `REQ_PREFLUSH`, `REQ_NOMERGE`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -512,5 +465,57 @@ mod tests {
     fn segment_past_buffer_is_refused() {
         let mut bio = Bio::at(Op::Read, 0);
         bio.push_segment(IoBuf::page_aligned(512), 256, 512);
+    }
+}
+
+/// A bio [`crate::Context::submit`] could not accept, handed back with
+/// the reason, so `?` works and the bio (with its buffers) is not lost.
+#[derive(Debug)]
+pub struct SubmitError {
+    error: Error,
+    bio: Box<Bio>,
+}
+
+impl SubmitError {
+    /// Boxed on the error path only: the common path returns `Ok(())`.
+    pub(crate) fn new(error: Error, bio: Bio) -> SubmitError {
+        SubmitError {
+            error,
+            bio: Box::new(bio),
+        }
+    }
+
+    /// Why the bio was refused.
+    pub fn error(&self) -> &Error {
+        &self.error
+    }
+
+    /// The bio, to submit again after polling.
+    pub fn into_bio(self) -> Bio {
+        *self.bio
+    }
+}
+
+impl std::fmt::Display for SubmitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl std::error::Error for SubmitError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl From<SubmitError> for Error {
+    fn from(e: SubmitError) -> Error {
+        e.error
+    }
+}
+
+impl From<SubmitError> for std::io::Error {
+    fn from(e: SubmitError) -> std::io::Error {
+        e.error.into()
     }
 }

@@ -23,12 +23,13 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 
 use crate::bio::Completion;
+use crate::bio::SubmitError;
 use crate::bio::{Bio, BioFlags, Op};
 use crate::bioset::{BioNode, BioSet, Delivery, SlotState};
 use crate::bounce::{self, BouncePool};
 use crate::buf::IoBuf;
 use crate::clock;
-use crate::error::{Error, InvalidKind, Result, Status, SubmitError};
+use crate::error::{Error, InvalidKind, Result, Status};
 use crate::flush::{self, FlushMachine, Step};
 use crate::limits::QueueLimits;
 use crate::limits::SECTOR_SHIFT;

@@ -8,7 +8,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::bio::Op;
+use crate::op::Op;
 
 /// The outcome of a bio or request, one byte (Linux `blk_status_t`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -322,58 +322,6 @@ impl From<Error> for std::io::Error {
             },
         };
         std::io::Error::new(kind, e)
-    }
-}
-
-/// A bio [`crate::Context::submit`] could not accept, handed back with
-/// the reason, so `?` works and the bio (with its buffers) is not lost.
-#[derive(Debug)]
-pub struct SubmitError {
-    error: Error,
-    bio: Box<crate::bio::Bio>,
-}
-
-impl SubmitError {
-    /// Boxed on the error path only: the common path returns `Ok(())`.
-    pub(crate) fn new(error: Error, bio: crate::bio::Bio) -> SubmitError {
-        SubmitError {
-            error,
-            bio: Box::new(bio),
-        }
-    }
-
-    /// Why the bio was refused.
-    pub fn error(&self) -> &Error {
-        &self.error
-    }
-
-    /// The bio, to submit again after polling.
-    pub fn into_bio(self) -> crate::bio::Bio {
-        *self.bio
-    }
-}
-
-impl fmt::Display for SubmitError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.error, f)
-    }
-}
-
-impl std::error::Error for SubmitError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
-    }
-}
-
-impl From<SubmitError> for Error {
-    fn from(e: SubmitError) -> Error {
-        e.error
-    }
-}
-
-impl From<SubmitError> for std::io::Error {
-    fn from(e: SubmitError) -> std::io::Error {
-        e.error.into()
     }
 }
 

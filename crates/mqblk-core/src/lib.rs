@@ -25,6 +25,7 @@ pub(crate) mod sync;
 pub mod clock;
 pub mod error;
 pub mod limits;
+pub mod op;
 pub mod spec;
 
 // Front end.
@@ -33,6 +34,7 @@ mod bioset;
 pub mod blkcg;
 mod bounce;
 pub mod buf;
+mod check;
 pub mod context;
 mod flush;
 pub mod future;
@@ -63,12 +65,12 @@ pub mod queue;
 pub mod stats;
 
 pub use bio::Completion;
-pub use bio::{Bio, BioFlags, EndIo, Op, Segment};
+pub use bio::{Bio, BioFlags, EndIo, Op, Segment, SubmitError};
 pub use blkcg::{Group, GroupConfig};
 pub use buf::{BufPool, BufRegion, IoBuf};
 pub use context::Context;
 pub use driver::Extent;
-pub use error::{Error, Result, Status, SubmitError};
+pub use error::{Error, Result, Status};
 pub use future::{block_on, join_all, AsyncContext};
 pub use ioprio::{IoPrio, IoPrioClass};
 pub use limits::{Features, QueueInfo, QueueLimits};

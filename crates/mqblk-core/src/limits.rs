@@ -4,13 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::bio::{Bio, Op};
-use crate::error::{Error, InvalidKind, Status};
-
-/// A sector is always 512 bytes, whatever the logical block size.
-pub const SECTOR_SIZE: u64 = 512;
-/// log2 of [`SECTOR_SIZE`].
-pub const SECTOR_SHIFT: u32 = 9;
+pub use crate::op::{SECTOR_SHIFT, SECTOR_SIZE};
 
 /// The limits of one request queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -184,120 +178,5 @@ impl QueueInfo {
     #[inline]
     pub fn capacity_bytes(&self) -> u64 {
         self.capacity_sectors << SECTOR_SHIFT
-    }
-
-    /// Check a bio against capacity, limits and features. Returns the
-    /// status to complete it with; the typed error is built from it later.
-    #[inline]
-    pub(crate) fn validate(&self, bio: &Bio, bounce: bool) -> Status {
-        let op = bio.op();
-        if op == Op::Flush {
-            return Status::Ok;
-        }
-        let lim = &self.limits;
-        let len = bio.len_bytes();
-        if len == 0 {
-            return Status::Invalid(InvalidKind::ZeroLength);
-        }
-        let lbs_mask = u64::from(lim.logical_block_size) - 1;
-        if (bio.offset_bytes() | len) & lbs_mask != 0 {
-            return Status::Invalid(InvalidKind::BadLength);
-        }
-        let end = bio.sector().checked_add(len >> SECTOR_SHIFT);
-        if end.is_none_or(|e| e > self.capacity_sectors) {
-            return Status::Invalid(InvalidKind::OutOfRange);
-        }
-        if op.is_write() && self.features.read_only {
-            return Status::Invalid(InvalidKind::ReadOnly);
-        }
-        match op {
-            // Misaligned segments are bounced; refused only with bounce off.
-            Op::Read | Op::Write if !bounce => {
-                let dma = lim.dma_alignment as usize;
-                for s in bio.segments() {
-                    if (s.addr() | s.len() as usize) & dma != 0 {
-                        return Status::Invalid(InvalidKind::Misaligned);
-                    }
-                }
-            }
-            Op::Discard if !self.features.discard || lim.max_discard_sectors == 0 => {
-                return Status::Invalid(InvalidKind::Unsupported);
-            }
-            // Write-zeroes without device support is emulated with writes.
-            _ => {}
-        }
-        Status::Ok
-    }
-
-    /// Build the typed error for a bio that ended with `status`.
-    pub fn error_for(&self, bio: &Bio, status: Status) -> Error {
-        let device = self.name.clone();
-        let op = bio.op();
-        let offset_bytes = bio.offset_bytes();
-        let lim = &self.limits;
-        match status {
-            Status::Invalid(InvalidKind::OutOfRange) => Error::OutOfRange {
-                device,
-                op,
-                offset_bytes,
-                len_bytes: bio.len_bytes(),
-                capacity_bytes: self.capacity_bytes(),
-            },
-            Status::Invalid(InvalidKind::BadLength) => Error::BadLength {
-                device,
-                op,
-                offset_bytes,
-                len_bytes: bio.len_bytes(),
-                logical_block_size: lim.logical_block_size,
-            },
-            Status::Invalid(InvalidKind::ZeroLength) => Error::ZeroLength {
-                device,
-                op,
-                offset_bytes,
-                logical_block_size: lim.logical_block_size,
-            },
-            Status::Invalid(InvalidKind::Misaligned) => {
-                let dma = lim.dma_alignment as usize;
-                let (segment, s) = bio
-                    .segments()
-                    .iter()
-                    .enumerate()
-                    .find(|(_, s)| (s.addr() | s.len() as usize) & dma != 0)
-                    .map_or((0, None), |(i, s)| (i, Some(s)));
-                Error::Misaligned {
-                    device,
-                    op,
-                    offset_bytes,
-                    segment,
-                    addr: s.map_or(0, |s| s.addr()),
-                    len_bytes: s.map_or(0, |s| s.len()),
-                    alignment: lim.dma_alignment + 1,
-                }
-            }
-            Status::Invalid(InvalidKind::ReadOnly) => Error::ReadOnly {
-                device,
-                op,
-                offset_bytes,
-            },
-            Status::Invalid(InvalidKind::TooManySegments) => Error::TooManySegments {
-                device,
-                op,
-                offset_bytes,
-                segments: bio.segments().len(),
-                max_segments: lim.max_segments,
-            },
-            Status::Invalid(InvalidKind::Unsupported) => Error::Unsupported {
-                device,
-                op,
-                offset_bytes,
-            },
-            status => Error::Io {
-                device,
-                op,
-                offset_bytes,
-                len_bytes: bio.len_bytes(),
-                status,
-            },
-        }
     }
 }
