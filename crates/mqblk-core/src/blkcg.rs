@@ -175,11 +175,11 @@ impl Drop for Membership {
 pub(crate) struct Groups {
     table: Mutex<Vec<Arc<Group>>>,
     /// The device's count of limited buckets (see `IoMax::attach`).
-    qos_active: Arc<std::sync::atomic::AtomicU32>,
+    qos_active: crate::throttle::QosWatch,
 }
 
 impl Groups {
-    pub(crate) fn new(device: &Arc<str>, qos_active: Arc<std::sync::atomic::AtomicU32>) -> Groups {
+    pub(crate) fn new(device: &Arc<str>, qos_active: crate::throttle::QosWatch) -> Groups {
         let default = Arc::new(Group {
             id: 0,
             name: DEFAULT_GROUP.into(),

@@ -124,3 +124,58 @@ impl QueueInfo {
         }
     }
 }
+
+/// The common bio's checks, fused into one pass (what `validate` and
+/// `split::fits` would say of it together): a read or write with no flags,
+/// of whole logical blocks inside the device, within one request's size
+/// and segment count, with segments aligned for the device. Built from the
+/// queue's facts when a context opens and at every pass of its gate; a bio
+/// it does not admit takes the full checks, which decide.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct FastCheck {
+    lbs_mask: u64,
+    max_bytes: u64,
+    max_segments: usize,
+    dma_mask: u32,
+    capacity_sectors: u64,
+    read_only: bool,
+}
+
+impl FastCheck {
+    /// The fused check for bios on `info` split to `lim` (the context's
+    /// copy of the limits). Limits the fused check cannot say in one pass
+    /// (chunks, segment sizes or boundaries) leave it admitting nothing.
+    pub(crate) fn new(info: &QueueInfo, lim: &crate::limits::QueueLimits) -> FastCheck {
+        let simple = lim.chunk_sectors == 0
+            && lim.max_segment_size == u32::MAX
+            && lim.seg_boundary_mask == u64::MAX;
+        FastCheck {
+            lbs_mask: u64::from(info.limits.logical_block_size.max(lim.logical_block_size)) - 1,
+            max_bytes: if simple {
+                u64::from(lim.max_sectors) << SECTOR_SHIFT
+            } else {
+                0
+            },
+            max_segments: lim.max_segments as usize,
+            dma_mask: info.limits.dma_alignment | lim.dma_alignment,
+            capacity_sectors: info.capacity_sectors,
+            read_only: info.features.read_only,
+        }
+    }
+
+    /// True if `bio` is valid and fits as one request as it is.
+    #[inline(always)]
+    pub(crate) fn admits(&self, bio: &Bio) -> bool {
+        let len = bio.len_bytes();
+        let op = bio.op() as u8;
+        // Read is 0 and write 1: one compare takes both and nothing else.
+        op < 2
+            && bio.flags().bits() == 0
+            && len.wrapping_sub(1) < self.max_bytes
+            && (bio.offset_bytes() | len) & self.lbs_mask == 0
+            && bio.align_or() & self.dma_mask == 0
+            && bio.segments().len() <= self.max_segments
+            && bio.sector() + (len >> SECTOR_SHIFT) <= self.capacity_sectors
+            && !(op == 1 && self.read_only)
+    }
+}

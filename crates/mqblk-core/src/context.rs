@@ -11,49 +11,45 @@
 //! callbacks run only after the reap, never recursively.
 //!
 //! A context is `Send` (it may move to another thread) but not `Sync`.
+//!
+//! This file is the public face; the stages beneath it are files of
+//! `context/`, each calling only the ones below it:
+//!
+//! ```text
+//! context.rs   Context: the public calls, the futures' hooks, Drop
+//!   poll       progress, delivery to callbacks, resubmission, blocking waits
+//!   submit     the gate, checks, window, admission, flush sequences
+//!   data       merge, split (the loop is split::cut), bounce
+//!   rq         tags, building requests, plug, dispatch
+//!   end        reap, end requests and bios (completions never submit)
+//!   wait       the one bounded wait, the completion fd
+//!   state      CtxState and its feature word
+//! ```
 
 use std::cell::Cell;
-use std::collections::VecDeque;
 use std::io::{IoSlice, IoSliceMut};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_utils::CachePadded;
-
-use crate::bio::Completion;
-use crate::bio::SubmitError;
-use crate::bio::{Bio, BioFlags, Op};
-use crate::bioset::{BioNode, BioSet, Delivery, SlotState};
-use crate::bounce::{self, BouncePool};
+use crate::bio::{Bio, Completion, Op, SubmitError};
+use crate::bioset::{BioSet, Delivery};
 use crate::buf::IoBuf;
-use crate::clock;
-use crate::error::{Error, InvalidKind, Result, Status};
-use crate::flush::{self, FlushMachine, Step};
-use crate::limits::QueueLimits;
-use crate::limits::SECTOR_SHIFT;
-use crate::merge;
-use crate::plug::Plug;
+use crate::error::{Error, Result, Status};
 use crate::queue::{Device, DeviceInner};
-use crate::request::{RqOwner, RqRef, RqState};
-use crate::sbitmap::AllocHint;
-use crate::split::{self, Fit, Splitter};
-use crate::stats::{bump, drop_by, DiskStats, Histograms, LatencyRun, StatGroup, StatShard};
-use crate::sw_queue::SwQueue;
-use crate::sync::RemoteQueue;
-use crate::tag::{TagCache, Tags};
-use crate::throttle::{Admit, Throttle};
+use crate::stats::{DiskStats, Histograms, StatShard};
 
-/// Polls before a waiting context goes to sleep on its hardware queue.
-const SPIN_POLLS: u32 = 256;
-/// Longest sleep between polls for a driver that only completes when polled.
-const POLL_SLEEP: Duration = Duration::from_micros(50);
-/// Longest a driver's own wait blocks before the context looks around
-/// (timeouts, freeze) again.
-const DRIVER_WAIT: Duration = Duration::from_millis(10);
-/// Longest sleep for a driver that notifies.
-const NOTIFY_SLEEP: Duration = Duration::from_millis(10);
+mod data;
+mod end;
+mod poll;
+mod rq;
+mod state;
+mod submit;
+mod wait;
+
+use state::CtxState;
+use wait::{Bound, Step, GRACE};
 
 /// A per-thread handle for I/O on one device.
 pub struct Context {
@@ -68,74 +64,6 @@ pub struct Context {
 // thread moves all access with it.
 unsafe impl Send for Context {}
 
-struct CtxState {
-    shared: Arc<RqOwner>,
-    /// The gate word as this context last saw it.
-    gate_seen: u64,
-    id: u32,
-    hwq: u16,
-    tags: Arc<Tags>,
-    hint: AllocHint,
-    tag_cache: TagCache,
-    bioset: BioSet,
-    plug: Plug,
-    plug_on: bool,
-    sw: SwQueue,
-    done: Vec<RqRef>,
-    ended: VecDeque<u32>,
-    resubmit: Vec<u32>,
-    freed_tags: Vec<u32>,
-    stats: Arc<CachePadded<StatShard>>,
-    hist: Histograms,
-    iostats: bool,
-    timeout_ms: u32,
-    /// This context's copy of the queue limits (refreshed after a freeze).
-    limits: QueueLimits,
-    nomerges: u8,
-    /// Copy of the control plane's `elevator`.
-    sched_on: bool,
-    /// Copy of the control plane's `async_depth` (0: no limit). The writes
-    /// it limits are counted on the hardware queue (`async_writes`).
-    async_depth: u32,
-    bounce_on: bool,
-    bounce: BouncePool,
-    flush: FlushMachine,
-    /// Scratch lists for the flush machine (sized once, never grown).
-    seq_scratch: Vec<u32>,
-    failed: Vec<(u32, Status)>,
-    /// Clock of the current batch (0: not read yet).
-    batch_ns: u64,
-    /// Requests this context built that have not ended yet.
-    in_flight: u32,
-    /// The completion fd, once asked for.
-    efd: Option<Arc<crate::sync::EventFd>>,
-    /// What the caller waits on: the eventfd and the throttle's timer.
-    fd_timer: Option<crate::sync::FdTimer>,
-    /// This context made the eventfd readable and has not polled since.
-    fd_signalled: bool,
-    /// The completion fd also watches the hardware queue's interrupt line:
-    /// requests in flight on a polled driver need not keep it readable.
-    irq_in_fd: bool,
-    /// This context has bounced a segment already (it is said once).
-    bounced_once: bool,
-    /// This context's bio throttle, if the device has one.
-    throttle: Option<Box<dyn Throttle>>,
-    /// Hardware queues of stacked devices told of this queue's notifies.
-    forwards: Vec<crate::sync::Arc<crate::sync::Notify>>,
-    /// Bios the throttle holds back, with the time each may go, in order.
-    throttled: VecDeque<(u64, u32)>,
-    /// The priority this context's requests carry, if set on the context
-    /// (otherwise its group's).
-    ioprio: Option<crate::ioprio::IoPrio>,
-    /// The group this context is in.
-    group: crate::blkcg::Membership,
-    /// The window, for a context opened on a remapped view.
-    window: Option<Arc<crate::remap::View>>,
-    /// The device's partitions, with this context's shards and last hit
-    /// (`None`: the device has none).
-    parts: Option<crate::partition::CtxParts>,
-}
-
 impl Device {
     /// Open a context for the calling thread. Control plane: allocates the
     /// context's bio set and lists, sized to the tag depth.
@@ -145,72 +73,13 @@ impl Device {
 
     /// Open a context in `group` (see [`crate::blkcg`]).
     pub fn context_in(&self, group: &Arc<crate::blkcg::Group>) -> Result<Context> {
-        let group = group.clone();
         let dev = self.inner.clone();
         let id = dev
             .next_ctx
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // Linux blk_mq_map_queues: contexts round-robin over hardware queues.
-        let hwq = (id as usize % dev.hw_queues.len()) as u16;
-        let tags = dev.tags[hwq as usize].clone();
-        let total = tags.total() as usize;
-        let bioset_size = match dev.cfg.bioset_size {
-            0 => (2 * total + dev.cfg.plug_max as usize).max(64),
-            n => n as usize,
-        };
-        let st = CtxState {
-            shared: Arc::new(RqOwner {
-                remote: RemoteQueue::new(total),
-                in_flight: CachePadded::new(std::sync::atomic::AtomicU32::new(0)),
-            }),
-            gate_seen: u64::MAX,
-            id,
-            hwq,
-            hint: AllocHint::new(id),
-            tag_cache: TagCache::default(),
-            bioset: BioSet::new(bioset_size as u32),
-            plug: Plug::new(dev.cfg.plug_max),
-            plug_on: dev.cfg.plug,
-            sw: SwQueue::new(total),
-            done: Vec::with_capacity(total),
-            ended: VecDeque::with_capacity(bioset_size),
-            resubmit: Vec::with_capacity(bioset_size),
-            freed_tags: Vec::with_capacity(total),
-            stats: match &self.view {
-                None => dev.stats.register(),
-                Some(v) => v.stats.register(),
-            },
-            hist: Histograms::new(),
-            iostats: dev.cfg.iostats,
-            timeout_ms: dev.cfg.timeout_ms,
-            limits: dev.info.limits,
-            nomerges: dev.cfg.nomerges,
-            sched_on: dev.cfg.elevator.is_some(),
-            async_depth: dev.ctl().async_depth,
-            bounce_on: dev.cfg.bounce,
-            bounce: BouncePool::new(dev.buf_pool.align()),
-            flush: FlushMachine::new(bioset_size),
-            seq_scratch: Vec::with_capacity(bioset_size),
-            failed: Vec::with_capacity(bioset_size),
-            batch_ns: 0,
-            in_flight: 0,
-            efd: None,
-            fd_timer: None,
-            fd_signalled: false,
-            irq_in_fd: false,
-            bounced_once: false,
-            throttle: dev.cfg.throttle.as_ref().map(|t| t.for_context(id)),
-            forwards: Vec::new(),
-            throttled: VecDeque::with_capacity(bioset_size),
-            ioprio: None,
-            group: crate::blkcg::Membership::join(group),
-            window: self.view.clone(),
-            // Filled in at the gate, which every context passes first.
-            parts: None,
-            tags,
-        };
+        let st = CtxState::new(&dev, id, self.view.clone(), group.clone());
         dev.ctl().contexts.push(st.shared.clone());
-        dev.hw_queues[hwq as usize]
+        dev.hw_queues[st.hwq as usize]
             .nr_ctx
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(Context {
@@ -353,18 +222,8 @@ impl Context {
     /// blocks.
     #[inline]
     pub fn poll(&mut self, f: impl FnMut(Completion<'_>)) -> usize {
-        if let Some(fd) = &self.st.efd {
-            fd.drain();
-            self.st.fd_signalled = false;
-        }
-        if let Some(t) = self.st.fd_timer.as_mut() {
-            if t.is_armed() {
-                t.clear_fired(clock::now_ns());
-            }
-        }
-        self.st.flush_plug(&self.dev);
-        self.st.reap(&self.dev);
-        self.st.process_deferred(&self.dev);
+        self.st.quiet_fd();
+        self.st.progress(&self.dev);
         let n = self.st.deliver(&self.dev, f);
         self.st.kick_fd(&self.dev);
         n
@@ -398,21 +257,28 @@ impl Context {
     }
 
     /// Like [`Context::poll`], but waits until at least `min` completions
-    /// were delivered or nothing is left in flight.
+    /// were delivered or nothing is left in flight. The wait is bounded by
+    /// the request timeout plus a grace period (every request ends by its
+    /// timeout): past it, this returns what was delivered.
     pub fn poll_wait(&mut self, min: usize, mut f: impl FnMut(Completion<'_>)) -> usize {
         let mut n = self.poll(&mut f);
-        let mut spins = 0u32;
-        while n < min && (self.st.in_flight > 0 || self.st.has_deferred()) {
-            let hq = &self.dev.hw_queues[self.st.hwq as usize];
-            let seen = hq.notify.seq();
-            let got = self.poll(&mut f);
-            n += got;
-            if got > 0 || n >= min {
-                spins = 0;
-                continue;
-            }
-            self.st.backoff(&self.dev, seen, &mut spins);
+        if n >= min || (self.st.in_flight == 0 && !self.st.has_deferred()) {
+            return n;
         }
+        self.st.reap_until(&self.dev, Bound::Timeout, |st, dev| {
+            st.quiet_fd();
+            st.progress(dev);
+            let got = st.deliver(dev, &mut f);
+            n += got;
+            if n >= min || (st.in_flight == 0 && !st.has_deferred()) {
+                Step::Done
+            } else if got > 0 {
+                Step::Progress
+            } else {
+                Step::Again
+            }
+        });
+        self.st.kick_fd(&self.dev);
         n
     }
 
@@ -625,1063 +491,6 @@ impl Context {
     }
 }
 
-impl CtxState {
-    /// What this context's bios are checked against and errors name: the
-    /// device's, or its view's.
-    #[inline]
-    fn info<'a>(&'a self, dev: &'a DeviceInner) -> &'a crate::limits::QueueInfo {
-        match &self.window {
-            None => &dev.info,
-            Some(w) => &w.info,
-        }
-    }
-
-    /// Linux blk_partition_remap, for a context on a remapped view: a user
-    /// bio, once checked against the window, is aimed at the lower device
-    /// (`back == false`, at submit); `finish`, where every user bio ends,
-    /// failed or not, aims it back (`back == true`). Flushes have no
-    /// offset.
-    #[cold]
-    #[inline(never)]
-    fn shift(&mut self, idx: u32, back: bool) {
-        let Some(w) = &self.window else { return };
-        if let Some(b) = self.bioset.node_mut(idx).bio.as_mut() {
-            if b.op() != Op::Flush {
-                let off = if back {
-                    b.offset_bytes().wrapping_sub(w.start_bytes)
-                } else {
-                    b.offset_bytes().wrapping_add(w.start_bytes)
-                };
-                b.set_offset_bytes(off);
-            }
-        }
-    }
-
-    /// A user bio on a remapped view: check it against the window (the
-    /// device's own check, just made, saw a window offset), then aim it at
-    /// the lower device.
-    #[cold]
-    #[inline(never)]
-    fn remap(&mut self, idx: u32) -> Status {
-        let Some(w) = &self.window else {
-            return Status::Ok;
-        };
-        let bio = self.bioset.bio(idx);
-        let status = w.info.validate(bio, self.bounce_on);
-        self.shift(idx, false);
-        status
-    }
-
-    /// The stats this context's busy time goes to.
-    #[inline]
-    fn dstats<'a>(&'a self, dev: &'a DeviceInner) -> &'a crate::stats::DeviceStats {
-        match &self.window {
-            None => &dev.stats,
-            Some(w) => &w.stats,
-        }
-    }
-
-    /// Make the completion fd readable if polling would make progress.
-    #[inline]
-    /// See [`Context::completion_fd`].
-    fn completion_fd(&mut self, dev: &DeviceInner) -> std::io::Result<std::os::fd::RawFd> {
-        if let Some(t) = &self.fd_timer {
-            return Ok(t.raw());
-        }
-        let fd = Arc::new(crate::sync::EventFd::new()?);
-        let timer = crate::sync::FdTimer::new(&fd)?;
-        let hq = &dev.hw_queues[self.hwq as usize];
-        if let Some(irq) = hq.irq_fd {
-            // The hardware queue (and so the driver's fd) outlives every
-            // context on it.
-            timer.add_readable(irq)?;
-            self.irq_in_fd = true;
-        }
-        hq.notify.subscribe_fd(fd.clone());
-        let raw = timer.raw();
-        self.efd = Some(fd);
-        self.fd_timer = Some(timer);
-        self.kick_fd(dev);
-        Ok(raw)
-    }
-
-    fn kick_fd(&mut self, dev: &DeviceInner) {
-        // A throttled bio's time is the fd's timer.
-        if let (Some(t), Some(&(at, _))) = (self.fd_timer.as_mut(), self.throttled.front()) {
-            t.arm(at);
-        }
-        let Some(fd) = &self.efd else { return };
-        // Readable already (this context signalled it and nobody polled
-        // since): no second write.
-        if self.fd_signalled {
-            return;
-        }
-        if !self.ended.is_empty()
-            || !self.plug.is_empty()
-            || !self.sw.is_empty()
-            || self.flush.has_work()
-            || (self.in_flight > 0 && !dev.completes_async && !self.irq_in_fd)
-        {
-            fd.signal();
-            self.fd_signalled = true;
-        }
-    }
-
-    #[inline]
-    fn shared_ptr(&self) -> NonNull<RqOwner> {
-        NonNull::from(&*self.shared)
-    }
-
-    /// The clock of the current submission batch: read once per batch,
-    /// when the batch's first request starts. That is also when the
-    /// device's busy time is brought up to date (Linux `update_io_ticks`
-    /// in `blk_account_io_start`): the batch's other requests start at the
-    /// same millisecond, where it would do nothing.
-    #[inline]
-    fn batch_start(&mut self, dev: &DeviceInner) -> u64 {
-        if self.batch_ns == 0 {
-            self.batch_ns = clock::now_ns();
-            self.dstats(dev)
-                .update_io_ticks(self.batch_ns / 1_000_000, false);
-        }
-        self.batch_ns
-    }
-
-    #[allow(clippy::result_large_err)]
-    #[inline]
-    fn submit(
-        &mut self,
-        dev: &DeviceInner,
-        bio: Bio,
-        delivery: Delivery,
-    ) -> std::result::Result<u32, Bio> {
-        if self.bioset.available() == 0 {
-            self.make_room(dev);
-            if self.bioset.available() == 0 {
-                return Err(bio);
-            }
-        }
-        let idx = self.bioset.insert_index(bio, delivery)?;
-        self.submit_node(dev, idx);
-        Ok(idx)
-    }
-
-    /// Validate the bio in slot `idx` (just filled or reused, owned by this
-    /// context, in no request) and send it down the pipeline.
-    #[inline]
-    fn submit_node(&mut self, dev: &DeviceInner, idx: u32) {
-        if dev.gate.load(std::sync::atomic::Ordering::Acquire) != self.gate_seen {
-            self.pass_gate(dev);
-        }
-        let (op, flags, mut status) = {
-            let bio = self.bioset.bio(idx);
-            (
-                bio.op(),
-                bio.flags(),
-                dev.info.validate(bio, self.bounce_on),
-            )
-        };
-        if self.window.is_some() {
-            status = self.remap(idx);
-        }
-        bump(&self.stats.bios, 1);
-        if !status.is_ok() {
-            bump(&self.stats.errors, 1);
-            self.finish(idx, status);
-            return;
-        }
-        if op != Op::Flush
-            && (self.throttle.is_some()
-                || dev.qos_active.load(std::sync::atomic::Ordering::Relaxed) != 0)
-        {
-            let now = clock::now_ns();
-            let bio = self.bioset.bio(idx);
-            let mut at = now;
-            if let Some(t) = self.throttle.as_mut() {
-                if let Admit::At(t) = t.admit(bio, now) {
-                    at = t;
-                }
-            }
-            for m in [&*dev.io_max, self.group.0.io_max()] {
-                if m.is_limited() {
-                    at = at.max(m.charge(bio.op(), bio.len_bytes(), now));
-                }
-            }
-            if at > now {
-                debug_assert!(self.throttled.len() < self.throttled.capacity());
-                self.throttled.push_back((at, idx));
-                return;
-            }
-        }
-        self.issue(dev, idx, op, flags);
-    }
-
-    /// Send bio `idx`, validated and admitted, down the pipeline: its flush
-    /// sequence, or straight to its data stage.
-    #[inline]
-    fn issue(&mut self, dev: &DeviceInner, idx: u32, op: Op, flags: BioFlags) {
-        if op == Op::Flush || flags.bits() & (BioFlags::FUA.bits() | BioFlags::PREFLUSH.bits()) != 0
-        {
-            let stages = flush::policy(op, flags, &dev.info.features);
-            if stages != flush::DATA {
-                self.bioset.node_mut(idx).stages = stages;
-                self.advance(dev, idx);
-                return;
-            }
-        }
-        self.submit_data(dev, idx);
-    }
-
-    /// Issue the throttled bios whose time has come, oldest first.
-    fn release_throttled(&mut self, dev: &DeviceInner) {
-        if self.throttled.is_empty() {
-            return;
-        }
-        let now = clock::now_ns();
-        let mut released = false;
-        while let Some(&(at, idx)) = self.throttled.front() {
-            if at > now {
-                break;
-            }
-            self.throttled.pop_front();
-            let bio = self.bioset.node(idx).bio.as_ref();
-            let (op, flags) = bio.map_or((Op::Flush, BioFlags::NONE), |b| (b.op(), b.flags()));
-            self.issue(dev, idx, op, flags);
-            released = true;
-        }
-        if released {
-            // Released from a poll or a wait, not a submission: nobody may
-            // be left to unplug them.
-            self.flush_plug(dev);
-        }
-    }
-
-    /// How long until the first throttled bio may go (None: none waits).
-    fn throttle_wait(&self) -> Option<Duration> {
-        let &(at, _) = self.throttled.front()?;
-        Some(Duration::from_nanos(at.saturating_sub(clock::now_ns())))
-    }
-
-    /// The queue was frozen or reconfigured: drain while frozen (our own
-    /// in-flight I/O must finish for the freeze to complete), then take a
-    /// fresh copy of the settings.
-    #[cold]
-    fn pass_gate(&mut self, dev: &DeviceInner) {
-        use std::sync::atomic::Ordering::Acquire;
-        let mut spins = 0;
-        while dev.gate.load(Acquire) & crate::queue::GATE_FROZEN != 0 {
-            let seen = dev.hw_queues[self.hwq as usize].notify.seq();
-            self.flush_plug(dev);
-            // Tags taken in a batch but not used yet count as in use.
-            self.tags.drain_cache(&mut self.tag_cache);
-            self.reap(dev);
-            self.process_deferred(dev);
-            if dev.gate.load(Acquire) & crate::queue::GATE_FROZEN == 0 {
-                break;
-            }
-            self.backoff(dev, seen, &mut spins);
-        }
-        let ctl = dev.ctl();
-        self.gate_seen = dev.gate.load(Acquire);
-        self.limits = ctl.limits;
-        self.plug_on = ctl.plug;
-        self.nomerges = ctl.nomerges;
-        self.sched_on = ctl.elevator;
-        self.async_depth = ctl.async_depth;
-        let same = match (&self.parts, &ctl.partitions) {
-            (Some(p), Some(t)) => p.is_of(t),
-            (None, None) => true,
-            _ => false,
-        };
-        if !same {
-            if let Some(p) = self.parts.take() {
-                p.retire();
-            }
-            self.parts = ctl
-                .partitions
-                .clone()
-                .map(|t| crate::partition::CtxParts::new(t, dev.cfg.part_cache));
-        }
-    }
-
-    /// Send the data of bio `idx` on: merge it, make it a request, or split
-    /// (and bounce) it.
-    #[inline]
-    fn submit_data(&mut self, dev: &DeviceInner, idx: u32) {
-        let node = self.bioset.node_ptr(idx);
-        // SAFETY: slot `idx` is owned by this context and not in a request.
-        let bio = unsafe { node.as_ref() }
-            .bio
-            .as_ref()
-            .expect("slot holds a bio");
-        let emulate_zeroes = bio.op() == Op::WriteZeroes && !dev.info.features.write_zeroes;
-        if emulate_zeroes || split::fits(bio, &self.limits) == Fit::Split {
-            self.split_submit(dev, idx, emulate_zeroes);
-            return;
-        }
-        if self.nomerges < 2 && merge::mergeable(bio) && self.try_merge(dev, node) {
-            return;
-        }
-        if self.async_depth != 0 && bio.op().is_write() {
-            self.wait_async_room(dev);
-        }
-        let rq = self.get_rq(dev);
-        let full = {
-            let _legacy = dev.lock.hold();
-            self.queue_rq(dev, rq, node)
-        };
-        if full {
-            self.flush_plug(dev);
-        }
-    }
-
-    /// Try to join a waiting request: the plug's newest, then (with
-    /// `nomerges=0`) the last few in the software queue.
-    #[inline]
-    fn try_merge(&mut self, dev: &DeviceInner, node: NonNull<BioNode>) -> bool {
-        // SAFETY: the slot is owned by this context and not in a request.
-        let bio = unsafe { node.as_ref() }
-            .bio
-            .as_ref()
-            .expect("slot holds a bio");
-        let (sector, bytes, segs, group) = (
-            bio.sector(),
-            bio.len_bytes(),
-            bio.segments().len(),
-            StatGroup::of(bio.op()),
-        );
-        let flags = flush::request_flags(bio.flags(), &dev.info.features);
-        let _legacy = dev.lock.hold();
-        let lim = &self.limits;
-        let candidates = if self.nomerges == 0 { 8 } else { 1 };
-        let target = match self.plug.last_mut() {
-            Some(rq) => merge::can_merge(rq, bio, flags, lim).map(|side| (rq, side)),
-            None => self
-                .sw
-                .iter_mut_newest(candidates)
-                .find_map(|rq| merge::can_merge(rq, bio, flags, lim).map(|side| (rq, side))),
-        };
-        let Some((rq, side)) = target else {
-            return false;
-        };
-        merge::attach(rq, node, sector, bytes, segs, side);
-        bump(&self.stats.merges[group as usize], 1);
-        if let Some(p) = &self.parts {
-            p.merged(rq.part, group);
-        }
-        true
-    }
-
-    /// Cut bio `idx` into pieces that fit (bouncing misaligned ones) and
-    /// submit each; the parent ends once, after all of them.
-    fn split_submit(&mut self, dev: &DeviceInner, idx: u32, emulate_zeroes: bool) {
-        split::parent::begin(self.bioset.node_mut(idx));
-        let parent_ptr = self.bioset.node_ptr(idx);
-        let mut splitter = Splitter::default();
-        let mut pieces = 0u32;
-        let mut failed = Status::Ok;
-        loop {
-            // SAFETY: the parent slot stays owned by this context while it is
-            // cut; pieces live in other slots, so nothing else touches it.
-            let parent = unsafe { parent_ptr.as_ref() }
-                .bio
-                .as_ref()
-                .expect("parent holds its bio");
-            let zero = emulate_zeroes.then_some(&dev.zero_buf);
-            let piece = match splitter.next(parent, &self.limits, zero) {
-                Ok(Some(p)) => p,
-                Ok(None) => break,
-                Err(_) => {
-                    failed = Status::Invalid(InvalidKind::TooManySegments);
-                    break;
-                }
-            };
-            pieces += 1;
-            let mut child = piece.bio;
-            child.private = u64::from(idx);
-            let delivery = if piece.bounce {
-                if !self.bounced_once {
-                    self.bounced_once = true;
-                    report_first_bounce(dev, parent);
-                }
-                let len = child.len_bytes() as usize;
-                let mut buf = self.bounce.get(len);
-                if child.op() == Op::Write {
-                    let n = bounce::copy_from_bio(
-                        parent,
-                        piece.offset_in_parent,
-                        &mut buf.as_mut_slice()[..len],
-                    );
-                    bump(&self.stats.bytes_copied, n);
-                }
-                child.set_len_bytes(0);
-                child.push_segment(buf, 0, len as u32);
-                Delivery::Bounce
-            } else {
-                Delivery::Child
-            };
-            let cnode = match self.insert_internal(dev, child, delivery) {
-                Ok(n) => n,
-                Err(child) => {
-                    // No slot can be freed: end the parent with what was
-                    // issued so far, failed, rather than spin.
-                    if let Some(buf) = (delivery == Delivery::Bounce)
-                        .then(|| child.into_buffers().next())
-                        .flatten()
-                    {
-                        self.bounce.put(buf);
-                    }
-                    failed = Status::Resource;
-                    break;
-                }
-            };
-            split::parent::add_piece(self.bioset.node_mut(idx));
-            let rq = self.get_rq(dev);
-            let full = {
-                let _legacy = dev.lock.hold();
-                self.queue_rq(dev, rq, cnode)
-            };
-            if full {
-                self.flush_plug(dev);
-            }
-        }
-        if pieces > 1 {
-            bump(&self.stats.splits, 1);
-        }
-        self.child_done(idx, failed);
-    }
-
-    /// A piece of parent `idx` ended (or the cutting did).
-    fn child_done(&mut self, idx: u32, status: Status) {
-        if let Some(status) = split::parent::piece_done(self.bioset.node_mut(idx), status) {
-            self.data_done(idx, status);
-        }
-    }
-
-    /// The data stage of bio `idx` ended with `status`.
-    #[inline]
-    fn data_done(&mut self, idx: u32, status: Status) {
-        if self.bioset.node(idx).stages != 0 && status.is_ok() {
-            // More stages (a POSTFLUSH): run them from a submitting path.
-            self.flush.stage_done(idx);
-        } else {
-            self.finish(idx, status);
-        }
-    }
-
-    /// Run the next stage of bio `idx`'s flush sequence.
-    fn advance(&mut self, dev: &DeviceInner, idx: u32) {
-        match FlushMachine::next_step(&mut self.bioset.node_mut(idx).stages) {
-            Step::Flush => {
-                if self.flush.join(idx) {
-                    self.issue_flush(dev);
-                }
-            }
-            Step::Data => self.submit_data(dev, idx),
-            Step::End => self.finish(idx, Status::Ok),
-        }
-    }
-
-    /// Issue the flush request the flush machine asked for.
-    fn issue_flush(&mut self, dev: &DeviceInner) {
-        self.flush.issued();
-        let node = match self.insert_internal(dev, Bio::flush(), Delivery::FlushInternal) {
-            Ok(n) => n,
-            Err(_) => {
-                // No slot for the flush: its waiters fail, typed, instead
-                // of spinning.
-                self.flush_done(Status::Resource);
-                return;
-            }
-        };
-        let rq = self.get_rq(dev);
-        let full = {
-            let _legacy = dev.lock.hold();
-            self.queue_rq(dev, rq, node)
-        };
-        if full {
-            self.flush_plug(dev);
-        }
-    }
-
-    /// The running flush ended.
-    fn flush_done(&mut self, status: Status) {
-        let mut failed = std::mem::take(&mut self.failed);
-        self.flush
-            .flush_done(status, |idx, s| failed.push((idx, s)));
-        for (idx, s) in failed.drain(..) {
-            self.finish(idx, s);
-        }
-        self.failed = failed;
-    }
-
-    #[inline]
-    fn has_deferred(&self) -> bool {
-        self.flush.has_work() || !self.throttled.is_empty()
-    }
-
-    /// Stages that completions made ready; run here, never from the reap,
-    /// so no completion recurses into submission.
-    fn process_deferred(&mut self, dev: &DeviceInner) {
-        self.release_throttled(dev);
-        // Bounded: each pass either issues a stage or ends a bio, and a
-        // sequence has at most three stages.
-        while self.flush.has_work() {
-            while self.flush.has_work() {
-                let mut ready = std::mem::take(&mut self.seq_scratch);
-                if self.flush.take_work(&mut ready) {
-                    self.issue_flush(dev);
-                }
-                for &idx in &ready {
-                    self.advance(dev, idx);
-                }
-                ready.clear();
-                self.seq_scratch = ready;
-            }
-            // Sequence stages go straight to dispatch, as Linux's flush
-            // machinery does: nobody may be left to unplug them. Dispatch
-            // can complete them inline and make the next stage ready.
-            self.flush_plug(dev);
-        }
-    }
-
-    /// Submit again the bios whose callbacks asked for it.
-    #[inline]
-    fn resubmit_pending(&mut self, dev: &DeviceInner) {
-        let mut pending = std::mem::take(&mut self.resubmit);
-        for &idx in &pending {
-            self.bioset.reuse(idx);
-            self.submit_node(dev, idx);
-        }
-        pending.clear();
-        self.resubmit = pending;
-    }
-
-    #[cold]
-    fn unpolled_error(&self, dev: &DeviceInner, bio: &Bio) -> Error {
-        Error::Unpolled {
-            device: dev.info.name.clone(),
-            op: bio.op(),
-            offset_bytes: bio.offset_bytes(),
-            slots: self.bioset.capacity(),
-        }
-    }
-
-    /// Put a bio the layer made (a piece, a flush) in a slot: when none is
-    /// free, reap this context's own completions to free one. Gives the bio
-    /// back when every slot holds a completion the caller has not polled:
-    /// the caller fails the bio it serves instead of spinning.
-    #[allow(clippy::result_large_err)]
-    fn insert_internal(
-        &mut self,
-        dev: &DeviceInner,
-        bio: Bio,
-        delivery: Delivery,
-    ) -> std::result::Result<NonNull<BioNode>, Bio> {
-        match self.bioset.insert(bio, delivery) {
-            Ok(n) => Ok(n),
-            Err(bio) => {
-                self.make_room(dev);
-                self.bioset.insert(bio, delivery)
-            }
-        }
-    }
-
-    /// Wait (bounded by the request timeouts) until a bio slot is free.
-    fn make_room(&mut self, dev: &DeviceInner) {
-        let mut spins = 0;
-        while self.bioset.available() == 0 && self.in_flight > 0 {
-            let seen = dev.hw_queues[self.hwq as usize].notify.seq();
-            self.flush_plug(dev);
-            self.reap(dev);
-            self.backoff(dev, seen, &mut spins);
-        }
-    }
-
-    /// Under a scheduler with an `async_depth`, wait until the writes
-    /// holding scheduler tags on this hardware queue are fewer than it
-    /// (Linux's `dd_limit_depth`): the rest of the tags, and of the
-    /// driver's depth when it is set below that, stay for reads. Contexts
-    /// that check at once may each go one over; completions bring the
-    /// count back.
-    #[cold]
-    fn wait_async_room(&mut self, dev: &DeviceInner) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let hq = &dev.hw_queues[self.hwq as usize];
-        let mut spins = 0;
-        while hq.async_writes.load(Relaxed) >= self.async_depth {
-            let seen = hq.notify.seq();
-            self.flush_plug(dev);
-            self.reap(dev);
-            self.process_deferred(dev);
-            if hq.async_writes.load(Relaxed) < self.async_depth {
-                break;
-            }
-            self.backoff(dev, seen, &mut spins);
-        }
-    }
-
-    /// Get a request (a tag), waiting if all are in use.
-    #[inline]
-    fn get_rq(&mut self, dev: &DeviceInner) -> RqRef {
-        if let Some(rq) = self.tags.take_cached(&mut self.tag_cache) {
-            return rq;
-        }
-        // No batches under a scheduler: cached tags would be scheduler
-        // tags that nobody else may use.
-        let want = if self.plug_on && !self.sched_on {
-            dev.cfg.plug_max.clamp(1, 64)
-        } else {
-            1
-        };
-        self.tags
-            .get_batch(&mut self.hint, want, &mut self.tag_cache);
-        if let Some(rq) = self.tags.take_cached(&mut self.tag_cache) {
-            return rq;
-        }
-        self.get_rq_slow(dev)
-    }
-
-    #[cold]
-    fn get_rq_slow(&mut self, dev: &DeviceInner) -> RqRef {
-        let mut spins = 0;
-        loop {
-            // Our own plugged and in-flight requests hold tags: push them on.
-            let seen = dev.hw_queues[self.hwq as usize].notify.seq();
-            self.flush_plug(dev);
-            self.reap(dev);
-            if let Some(rq) = self.tags.get(&mut self.hint) {
-                return rq;
-            }
-            if self.in_flight > 0 && !dev.completes_async {
-                // Our completions need polling: poll, with a short sleep.
-                self.backoff(dev, seen, &mut spins);
-            } else if let Some(rq) = self.tags.get_wait(&mut self.hint, Duration::from_millis(1)) {
-                return rq;
-            }
-        }
-    }
-
-    /// Build the request from the bio and queue it. Returns true if the plug
-    /// is full.
-    #[inline]
-    fn queue_rq(&mut self, dev: &DeviceInner, mut rq: RqRef, mut node: NonNull<BioNode>) -> bool {
-        {
-            // SAFETY: the slot was just filled by this context and no
-            // request holds it yet: this is the only access.
-            let n = unsafe { node.as_mut() };
-            debug_assert_eq!(n.state, SlotState::Owned);
-            n.state = SlotState::InFlight;
-        }
-        // SAFETY: as above; the request that will hold it is ours too.
-        let bio = unsafe { node.as_ref() }
-            .bio
-            .as_ref()
-            .expect("slot holds a bio");
-        rq.op = bio.op();
-        rq.flags = flush::request_flags(bio.flags(), &dev.info.features);
-        rq.sector = bio.sector();
-        rq.size_bytes = bio.len_bytes();
-        rq.nr_bios = 1;
-        rq.nr_segs = bio.segments().len().min(u16::MAX as usize) as u16;
-        rq.bio_head = Some(node);
-        rq.bio_tail = Some(node);
-        rq.owner = Some(self.shared_ptr());
-        rq.hwq = self.hwq;
-        if self.sched_on {
-            if self.async_depth != 0 && rq.op.is_write() {
-                dev.hw_queues[self.hwq as usize]
-                    .async_writes
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-            let g = &self.group.0;
-            rq.ioprio = self.ioprio.unwrap_or_else(|| g.ioprio());
-            rq.group = g.id();
-            rq.weight = g.weight() as u16;
-        }
-        rq.status = Status::Ok;
-        rq.set_driver_data(0);
-        if self.iostats {
-            rq.start_ns = self.batch_start(dev);
-            bump(&self.stats.in_flight[rq.op.is_write() as usize], 1);
-            rq.part = match self.parts.as_mut() {
-                None => crate::partition::NO_PART,
-                Some(p) => p.start(rq.sector, rq.op.is_write(), rq.start_ns / 1_000_000),
-            };
-        }
-        rq.transition(RqState::Idle, RqState::Queued);
-        bump(&self.stats.requests, 1);
-        self.in_flight += 1;
-        self.shared
-            .in_flight
-            .store(self.in_flight, std::sync::atomic::Ordering::Relaxed);
-        if self.plug_on {
-            self.plug.push(rq)
-        } else {
-            self.sw.push(rq);
-            true
-        }
-    }
-
-    /// Move the plug into the software queue and run the hardware queue.
-    #[inline]
-    fn flush_plug(&mut self, dev: &DeviceInner) {
-        if self.plug.is_empty() && self.sw.is_empty() {
-            return;
-        }
-        for rq in self.plug.drain() {
-            self.sw.push(rq);
-        }
-        self.tags.drain_cache(&mut self.tag_cache);
-        self.run_hw_queue(dev);
-    }
-
-    /// Dispatch the software queue to the hardware queue (Linux
-    /// `blk_mq_run_hw_queue`), then end what completed inline.
-    #[inline]
-    fn run_hw_queue(&mut self, dev: &DeviceInner) {
-        let hq = &dev.hw_queues[self.hwq as usize];
-        let out = {
-            let _legacy = dev.lock.hold();
-            hq.run(&mut self.sw, &mut self.done, self.timeout_ms)
-        };
-        if out.busy > 0 {
-            bump(&self.stats.requeues, u64::from(out.busy));
-        }
-        self.batch_ns = 0;
-        self.complete_done(dev);
-    }
-
-    /// Reap the hardware queue and the remote queue, then end completions.
-    /// Timeouts are counted when their requests end (`end_request`).
-    #[inline]
-    fn reap(&mut self, dev: &DeviceInner) {
-        let remote = self.shared.remote.drain_into(&mut self.done);
-        if self.in_flight as usize > remote {
-            let hq = &dev.hw_queues[self.hwq as usize];
-            let out = {
-                let _legacy = dev.lock.hold();
-                hq.reap(&mut self.sw, &mut self.done, self.timeout_ms)
-            };
-            if out.busy > 0 {
-                bump(&self.stats.requeues, u64::from(out.busy));
-            }
-        }
-        self.complete_done(dev);
-    }
-
-    /// End every request in `done`: route foreign ones to their owners, and
-    /// end our own (stats, bios, tags). Callbacks do not run here.
-    #[inline]
-    fn complete_done(&mut self, dev: &DeviceInner) {
-        if self.done.is_empty() {
-            return;
-        }
-        let now = if self.iostats { clock::now_ns() } else { 0 };
-        let me = self.shared_ptr();
-        let mut done = std::mem::take(&mut self.done);
-        // Hardware queues whose contexts were handed completions: each is
-        // notified once for the batch, not once per request (a notify
-        // signals every completion fd subscribed to the queue).
-        let mut routed: Option<usize> = None;
-        let mut run = LatencyRun::default();
-        let mut async_writes = 0u32;
-        // One hold of the legacy lock (single and global modes) for the
-        // batch, as the old queue lock was held over a completion run.
-        let legacy = dev.lock.hold();
-        for rq in done.drain(..) {
-            match rq.owner {
-                Some(owner) if owner != me => {
-                    let hwq = rq.hwq as usize;
-                    // SAFETY: a context outlives its requests (its Drop waits
-                    // for all of them), so the owner's RqOwner is alive.
-                    unsafe { owner.as_ref() }.remote.push(rq);
-                    match routed {
-                        Some(h) if h == hwq => {}
-                        Some(h) => {
-                            dev.hw_queues[h].notify.notify();
-                            routed = Some(hwq);
-                        }
-                        None => routed = Some(hwq),
-                    }
-                }
-                _ => {
-                    async_writes += u32::from(self.async_depth != 0 && rq.op.is_write());
-                    self.end_request(rq, now, &mut run);
-                }
-            }
-        }
-        drop(legacy);
-        if async_writes > 0 {
-            dev.hw_queues[self.hwq as usize]
-                .async_writes
-                .fetch_sub(async_writes, std::sync::atomic::Ordering::Relaxed);
-        }
-        run.flush(&mut self.hist);
-        if let Some(h) = routed {
-            dev.hw_queues[h].notify.notify();
-        }
-        self.done = done;
-        self.tags.put_batch(&mut self.freed_tags);
-        if self.iostats {
-            self.dstats(dev).update_io_ticks(now / 1_000_000, true);
-        }
-    }
-
-    #[inline]
-    fn end_request(&mut self, mut rq: RqRef, now_ns: u64, run: &mut LatencyRun) {
-        debug_assert_eq!(rq.state(), RqState::Complete);
-        let status = rq.status;
-        if self.iostats {
-            let g = StatGroup::of(rq.op);
-            let lat = now_ns.saturating_sub(rq.start_ns);
-            let sh: &StatShard = &self.stats;
-            bump(&sh.ios[g as usize], 1);
-            bump(&sh.sectors[g as usize], rq.size_bytes >> SECTOR_SHIFT);
-            bump(&sh.nsecs[g as usize], lat);
-            drop_by(&sh.in_flight[rq.op.is_write() as usize], 1);
-            run.push(&mut self.hist, g, lat);
-            // Partitions first: without them, one test of the context.
-            if let Some(p) = &self.parts {
-                if rq.part != crate::partition::NO_PART {
-                    let sectors = rq.size_bytes >> SECTOR_SHIFT;
-                    p.end(rq.part, g, sectors, lat, rq.op.is_write(), now_ns);
-                }
-            }
-        }
-        if !status.is_ok() {
-            bump(&self.stats.errors, 1);
-            if status == Status::Timeout {
-                bump(&self.stats.timeouts, 1);
-            }
-        }
-        let mut node = rq.bio_head.take();
-        rq.bio_tail = None;
-        while let Some(n) = node {
-            // SAFETY: the request came back to its owner, so its bio chain
-            // (slots of this context's bio set) is ours again.
-            let next = unsafe { n.as_ref().next };
-            let idx = self.bioset.index_of(n);
-            node = next;
-            let slot = self.bioset.node_mut(idx);
-            debug_assert_eq!(slot.state, SlotState::InFlight);
-            slot.state = SlotState::Owned;
-            self.end_bio(idx, status);
-        }
-        debug_assert!(self.in_flight > 0);
-        self.in_flight -= 1;
-        self.shared
-            .in_flight
-            .store(self.in_flight, std::sync::atomic::Ordering::Release);
-        self.tags.retire(rq, &mut self.freed_tags);
-    }
-
-    /// A bio's request ended: route by what the bio is.
-    #[inline]
-    fn end_bio(&mut self, idx: u32, status: Status) {
-        let n = self.bioset.node(idx);
-        match n.delivery {
-            Delivery::Callback | Delivery::Waiter | Delivery::Orphan => self.data_done(idx, status),
-            Delivery::Child => {
-                let parent = n.bio.as_ref().map_or(0, |b| b.private as u32);
-                self.bioset.remove(idx);
-                self.child_done(parent, status);
-            }
-            Delivery::Bounce => {
-                let child = self.bioset.remove(idx).expect("bounce piece holds its bio");
-                let parent = child.private as u32;
-                if status.is_ok() && child.op() == Op::Read {
-                    let pbio = self.bioset.node(parent).bio.as_ref();
-                    let pbio = pbio.expect("parent holds its bio");
-                    let offset = (child.sector() - pbio.sector()) << SECTOR_SHIFT;
-                    let len = child.len_bytes() as usize;
-                    let n =
-                        bounce::copy_to_bio(pbio, offset, &child.segments()[0].as_slice()[..len]);
-                    bump(&self.stats.bytes_copied, n);
-                }
-                if let Some(buf) = child.into_buffers().next() {
-                    self.bounce.put(buf);
-                }
-                self.child_done(parent, status);
-            }
-            Delivery::FlushInternal => {
-                self.bioset.remove(idx);
-                self.flush_done(status);
-            }
-        }
-    }
-
-    /// End a user bio for good: to its waiter, or queued for callbacks.
-    #[inline(always)]
-    fn finish(&mut self, idx: u32, status: Status) {
-        if self.window.is_some() {
-            self.shift(idx, true);
-        }
-        let final_status = match self.bioset.node(idx).bio.as_ref() {
-            Some(b) if !b.status.is_ok() => b.status,
-            _ => status,
-        };
-        match self.bioset.end(idx, final_status) {
-            Delivery::Waiter => {}
-            _ => {
-                debug_assert!(self.ended.len() < self.ended.capacity());
-                self.ended.push_back(idx);
-            }
-        }
-    }
-
-    /// Run callbacks for ended bios, oldest first. Bios the callbacks ask
-    /// to resubmit are sent again afterwards, not from inside the callback.
-    #[inline]
-    fn deliver(&mut self, dev: &DeviceInner, mut f: impl FnMut(Completion<'_>)) -> usize {
-        let mut n = 0;
-        // What the callbacks see of the device: a view's window, or the
-        // device itself (looked up once per batch, not per bio).
-        let info = match &self.window {
-            None => &dev.info,
-            Some(w) => &w.info,
-        };
-        while let Some(idx) = self.ended.pop_front() {
-            let node = self.bioset.node_mut(idx);
-            if node.delivery == Delivery::Orphan || node.bio.is_none() {
-                self.bioset.remove(idx);
-                continue;
-            }
-            let end_io = node.bio.as_ref().and_then(|b| b.end_io().cloned());
-            let mut again = false;
-            let c = Completion {
-                slot: &mut node.bio,
-                resubmit: &mut again,
-                info,
-            };
-            // A panicking callback frees its own slot (the bio ended: no
-            // driver holds it) and leaves the rest queued for the next poll.
-            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match end_io {
-                Some(end_io) => end_io.end_io(c),
-                None => f(c),
-            }));
-            if let Err(panic) = ran {
-                self.bioset.remove(idx);
-                std::panic::resume_unwind(panic);
-            }
-            n += 1;
-            if again && self.bioset.node(idx).bio.is_some() {
-                debug_assert!(self.resubmit.len() < self.resubmit.capacity());
-                self.resubmit.push(idx);
-            } else {
-                self.bioset.remove(idx);
-            }
-        }
-        if !self.resubmit.is_empty() {
-            self.resubmit_pending(dev);
-        }
-        n
-    }
-
-    /// Wait for slot `idx` to end.
-    fn wait_slot(&mut self, dev: &DeviceInner, idx: u32) {
-        self.flush_plug(dev);
-        let mut spins = 0;
-        while !self.bioset.is_ended(idx) {
-            let seen = dev.hw_queues[self.hwq as usize].notify.seq();
-            self.reap(dev);
-            self.process_deferred(dev);
-            if self.bioset.is_ended(idx) {
-                break;
-            }
-            self.backoff(dev, seen, &mut spins);
-        }
-    }
-
-    /// One step of waiting: spin-poll for a while, then sleep on the
-    /// hardware queue's futex (bounded), woken by a driver's notifier or a
-    /// remote completion.
-    fn backoff(&mut self, dev: &DeviceInner, seen: u32, spins: &mut u32) {
-        let hq = &dev.hw_queues[self.hwq as usize];
-        // A hardware queue of our own, with requests out: let the driver
-        // block in its own completion source (one wakeup, no spinning), if
-        // it can. The legacy modes keep the core's wait.
-        if dev.driver_waits
-            && self.in_flight > 0
-            && matches!(dev.lock, crate::queue::QueueLock::None)
-            && hq.nr_ctx.load(std::sync::atomic::Ordering::Relaxed) == 1
-            && hq.lock().driver_wait(DRIVER_WAIT)
-        {
-            return;
-        }
-        if self.in_flight > 0 && !dev.completes_async && hq.irq_fd.is_some() {
-            // A polled driver with an interrupt line, on a queue shared
-            // with other contexts: sleep on this context's completion fd,
-            // which the line wakes, and so does another context that
-            // routes a completion here. No spinning: each spin would be a
-            // poll of the driver.
-            if let Ok(fd) = self.completion_fd(dev) {
-                // Quiet the fd's own sources first, or the wait returns at
-                // once for as long as the caller does not poll (a bio
-                // waiting for a tag inside `submit` would spin): our
-                // eventfd (what it announced is what the caller's loop is
-                // about to look at) and a throttle timer that fired. A
-                // notify since the caller looked (`seen`) means go round
-                // again; one after this check signals the fd anew. The
-                // public calls signal it again on their way out if
-                // completions wait for the caller (`kick_fd`).
-                if let Some(e) = &self.efd {
-                    e.drain();
-                    self.fd_signalled = false;
-                }
-                if let Some(t) = self.fd_timer.as_mut() {
-                    if t.is_armed() {
-                        t.clear_fired(clock::now_ns());
-                    }
-                }
-                if hq.notify.seq() != seen {
-                    return;
-                }
-                let mut t = NOTIFY_SLEEP;
-                if let Some(until) = self.throttle_wait() {
-                    t = t.min(until);
-                }
-                crate::sync::wait_readable(fd, t);
-                return;
-            }
-        }
-        *spins += 1;
-        if *spins < SPIN_POLLS {
-            std::hint::spin_loop();
-            return;
-        }
-        let mut t = if dev.completes_async {
-            NOTIFY_SLEEP
-        } else {
-            POLL_SLEEP
-        };
-        if let Some(until) = self.throttle_wait() {
-            // A throttled bio's time is the timer this sleep must not miss.
-            t = t.min(until);
-        }
-        dev.hw_queues[self.hwq as usize].notify.wait(seen, t);
-    }
-}
-
-/// Say once per context that a bio is bounced, and why: the copy is
-/// silent otherwise, and it costs what zero-copy I/O is for.
-#[cold]
-fn report_first_bounce(dev: &DeviceInner, bio: &Bio) {
-    let dma = dev.info.limits.dma_alignment as usize;
-    let seg = bio
-        .segments()
-        .iter()
-        .find(|s| (s.addr() | s.len() as usize) & dma != 0);
-    let (addr, len) = seg.map_or((0, 0), |s| (s.addr(), s.len()));
-    eprintln!(
-        "mqblk: {}: {} at offset {}: buffer segment at {addr:#x} of {len} bytes is not aligned to {} bytes; it is copied through a bounce buffer (counted in bytes_copied). Buffers from Device::alloc_buf avoid the copy; bounce=0 refuses such I/O instead. Said once per context.",
-        dev.info.name,
-        bio.op(),
-        bio.offset_bytes(),
-        dma + 1
-    );
-}
-
 /// Held by a blocking call while its bio is in flight. On the normal path
 /// it is disarmed; if a panic unwinds through the call, its drop waits
 /// (bounded by the request timeout plus a grace period) until the bio has
@@ -1692,9 +501,6 @@ struct UnwindGuard<'a> {
     ctx: &'a mut Context,
     idx: u32,
 }
-
-/// Added to the request timeout for waits that must end.
-const GRACE: Duration = Duration::from_secs(5);
 
 impl<'a> UnwindGuard<'a> {
     fn disarm(self) -> &'a mut Context {
@@ -1716,18 +522,16 @@ impl Drop for UnwindGuard<'_> {
             dev.info.name,
             limit.as_millis()
         );
-        let start = std::time::Instant::now();
-        let mut spins = 0;
-        while !ctx.st.bioset.is_ended(self.idx) && start.elapsed() < limit {
-            let seen = dev.hw_queues[ctx.st.hwq as usize].notify.seq();
-            ctx.st.flush_plug(dev);
-            ctx.st.reap(dev);
-            ctx.st.process_deferred(dev);
-            if !ctx.st.bioset.is_ended(self.idx) {
-                ctx.st.backoff(dev, seen, &mut spins);
+        let idx = self.idx;
+        let ended = ctx.st.reap_until(dev, Bound::For(limit), |st, dev| {
+            st.progress(dev);
+            if st.bioset.is_ended(idx) {
+                Step::Done
+            } else {
+                Step::Again
             }
-        }
-        if !ctx.st.bioset.is_ended(self.idx) {
+        });
+        if !ended {
             eprintln!(
                 "mqblk: {}: the I/O of a panicking blocking call did not end within {} ms; aborting, because the driver may still write into the caller's memory",
                 dev.info.name,
@@ -1744,34 +548,32 @@ impl Drop for Context {
         let dev = &*self.dev;
         let st = &mut self.st;
         st.flush_plug(dev);
-        let mut spins = 0;
         // Requests end by the timeout at the latest; a driver that keeps one
         // past it (its timeout handler resets the timer forever) gets the
         // grace period, then this context's slots are leaked, not freed
         // under it.
         let limit = Duration::from_millis(u64::from(st.timeout_ms.max(30_000))) + GRACE;
-        let start = std::time::Instant::now();
-        while st.in_flight > 0 || st.has_deferred() {
-            let seen = dev.hw_queues[st.hwq as usize].notify.seq();
+        let drained = st.reap_until(dev, Bound::For(limit), |st, dev| {
             st.reap(dev);
             st.process_deferred(dev);
             if st.in_flight > 0 || st.has_deferred() {
-                if start.elapsed() > limit {
-                    eprintln!(
-                        "mqblk: {}: {} requests of a dropped context did not end within {} ms; leaking the context's bio slots",
-                        dev.info.name,
-                        st.in_flight,
-                        limit.as_millis()
-                    );
-                    std::mem::replace(&mut st.bioset, BioSet::new(0)).leak();
-                    std::mem::forget(st.shared.clone());
-                    st.ended.clear();
-                    st.flush.abandon();
-                    st.throttled.clear();
-                    break;
-                }
-                st.backoff(dev, seen, &mut spins);
+                Step::Again
+            } else {
+                Step::Done
             }
+        });
+        if !drained {
+            eprintln!(
+                "mqblk: {}: {} requests of a dropped context did not end within {} ms; leaking the context's bio slots",
+                dev.info.name,
+                st.in_flight,
+                limit.as_millis()
+            );
+            std::mem::replace(&mut st.bioset, BioSet::new(0)).leak();
+            std::mem::forget(st.shared.clone());
+            st.ended.clear();
+            st.flush.abandon();
+            st.throttled.clear();
         }
         // Bios with end_io still get their call; the rest are dropped.
         st.deliver(dev, |_| {});

@@ -43,6 +43,9 @@ pub(crate) fn policy(op: Op, flags: BioFlags, features: &Features) -> u8 {
 /// The flags a request keeps once the sequence is handled by the layer.
 #[inline]
 pub(crate) fn request_flags(flags: BioFlags, features: &Features) -> BioFlags {
+    if flags.bits() == 0 {
+        return flags;
+    }
     let mut f = BioFlags::NONE;
     if flags.contains(BioFlags::NOMERGE) {
         f |= BioFlags::NOMERGE;

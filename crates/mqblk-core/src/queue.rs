@@ -52,7 +52,7 @@ pub(crate) const GATE_FROZEN: u64 = 1;
 
 pub(crate) struct DeviceInner {
     pub(crate) info: QueueInfo,
-    pub(crate) gate: crossbeam_utils::CachePadded<std::sync::atomic::AtomicU64>,
+    pub(crate) gate: Arc<crossbeam_utils::CachePadded<std::sync::atomic::AtomicU64>>,
     pub(crate) ctl: std::sync::Mutex<Control>,
     pub(crate) cfg: DeviceConfig,
     pub(crate) hw_queues: Box<[HwQueue]>,
@@ -305,12 +305,19 @@ impl Device {
             QueueMode::DeviceLock => QueueLock::Device(SpinLock::new()),
             QueueMode::GlobalLock => QueueLock::Global,
         };
+        let gate = Arc::new(crossbeam_utils::CachePadded::new(
+            std::sync::atomic::AtomicU64::new(0),
+        ));
         let qos_active = Arc::new(std::sync::atomic::AtomicU32::new(0));
-        let groups = crate::blkcg::Groups::new(&name, qos_active.clone());
+        let watch = crate::throttle::QosWatch {
+            count: qos_active.clone(),
+            gate: gate.clone(),
+        };
+        let groups = crate::blkcg::Groups::new(&name, watch.clone());
         let io_max = cfg.io_max.clone().unwrap_or_else(|| {
             IoMax::new(IoMaxLimits::default(), crate::throttle::DEFAULT_BURST_MS)
         });
-        io_max.attach(&qos_active);
+        io_max.attach(&watch);
         Ok(Device {
             view: None,
             inner: Arc::new(DeviceInner {
@@ -321,7 +328,7 @@ impl Device {
                     features,
                     mode: cfg.queue_mode,
                 },
-                gate: crossbeam_utils::CachePadded::new(std::sync::atomic::AtomicU64::new(0)),
+                gate,
                 ctl: std::sync::Mutex::new(Control {
                     hw_limits,
                     limits,

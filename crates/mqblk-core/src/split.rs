@@ -8,10 +8,14 @@
 //! segments break the DMA alignment is marked for bouncing ([`crate::bounce`]).
 //! The common bio fits and pays one check.
 
+use std::ptr::NonNull;
+
 use smallvec::SmallVec;
 
 use crate::bio::{Bio, Op};
+use crate::bioset::BioNode;
 use crate::buf::IoBuf;
+use crate::error::{InvalidKind, Status};
 use crate::limits::{QueueLimits, SECTOR_SHIFT, SECTOR_SIZE};
 
 /// What a bio needs before it can become a request.
@@ -264,6 +268,50 @@ impl Splitter {
             offset_in_parent,
             bounce,
         }))
+    }
+}
+
+/// Cut the bio in slot `parent` into pieces that fit `lim` and hand each
+/// to `issue`, in order (the loop of Linux `bio_split_to_limits` as
+/// `submit_bio` runs it): the cutting lives here, the caller only queues
+/// what it is given. Stops at the first piece `issue` fails. Returns how
+/// many pieces were cut and the status the cutting ended with.
+///
+/// # Safety
+///
+/// `parent` must point to a live slot holding a bio, owned by the caller
+/// for the whole call (in no request), and nothing may write its bio while
+/// this runs: `issue` may end other slots, and may change the parent's
+/// bookkeeping (`parent::add_piece`, `parent::piece_done`), but not its
+/// bio. No reference derived from `parent` here lives across a call of
+/// `issue`.
+pub(crate) unsafe fn cut(
+    parent: NonNull<BioNode>,
+    lim: &QueueLimits,
+    emulate_zeroes: Option<&IoBuf>,
+    mut issue: impl FnMut(Piece) -> Status,
+) -> (u32, Status) {
+    let mut splitter = Splitter::default();
+    let mut pieces = 0u32;
+    loop {
+        // SAFETY: the caller keeps the slot alive and its bio unwritten
+        // for this call; the reference ends before `issue` runs.
+        let bio = unsafe { parent.as_ref() }
+            .bio
+            .as_ref()
+            .expect("a split parent holds its bio");
+        let piece = match splitter.next(bio, lim, emulate_zeroes) {
+            Ok(Some(p)) => p,
+            Ok(None) => return (pieces, Status::Ok),
+            Err(Unsplittable) => {
+                return (pieces, Status::Invalid(InvalidKind::TooManySegments));
+            }
+        };
+        pieces += 1;
+        let status = issue(piece);
+        if !status.is_ok() {
+            return (pieces, status);
+        }
     }
 }
 

@@ -32,15 +32,32 @@ impl IoMaxLimits {
 /// The default burst window: what an idle bucket lets through at once.
 pub const DEFAULT_BURST_MS: u64 = 10;
 
+/// A device's count of limited io.max buckets (0: no bio is charged), and
+/// the device's gate word, whose generation moves when the count does.
+#[derive(Clone, Debug)]
+pub(crate) struct QosWatch {
+    pub(crate) count: Arc<AtomicU32>,
+    pub(crate) gate: Arc<crossbeam_utils::CachePadded<std::sync::atomic::AtomicU64>>,
+}
+
+impl QosWatch {
+    /// The count changed: move the gate's generation (bit 0, frozen, is
+    /// left as it is).
+    fn moved(&self) {
+        self.gate.fetch_add(2, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// The buckets of one `io.max`, shared by the contexts it throttles.
 #[derive(Debug)]
 pub struct IoMax {
     /// Any limit is set.
     limited: AtomicBool,
-    /// The device's count of limited buckets, kept up to date here, so
-    /// that an unlimited device pays one load per bio for all of its
-    /// groups' limits and its own.
-    watch: OnceLock<Arc<AtomicU32>>,
+    /// The device's count of limited buckets and its gate, kept up to date
+    /// here: a change of the count moves the gate, so contexts look at the
+    /// count again at their next bio, and an unlimited device pays nothing
+    /// per bio for all of its groups' limits and its own.
+    watch: OnceLock<QosWatch>,
     riops: TokenBucket,
     wiops: TokenBucket,
     rbps: TokenBucket,
@@ -85,12 +102,13 @@ impl IoMax {
         self.wbps.set_rate(l.wbps);
         let now = l.any();
         if self.limited.swap(now, Relaxed) != now {
-            if let Some(c) = self.watch.get() {
+            if let Some(w) = self.watch.get() {
                 if now {
-                    c.fetch_add(1, Relaxed);
+                    w.count.fetch_add(1, Relaxed);
                 } else {
-                    c.fetch_sub(1, Relaxed);
+                    w.count.fetch_sub(1, Relaxed);
                 }
+                w.moved();
             }
         }
     }
@@ -98,10 +116,11 @@ impl IoMax {
     /// Report to `counter` whether limits are set (once, when the device
     /// takes these limits). Limits that already report to another device
     /// count as always set on this one.
-    pub(crate) fn attach(&self, counter: &Arc<AtomicU32>) {
-        let attached = self.watch.set(counter.clone()).is_ok();
+    pub(crate) fn attach(&self, watch: &QosWatch) {
+        let attached = self.watch.set(watch.clone()).is_ok();
         if !attached || self.is_limited() {
-            counter.fetch_add(1, Relaxed);
+            watch.count.fetch_add(1, Relaxed);
+            watch.moved();
         }
     }
 

@@ -48,5 +48,6 @@ impl std::fmt::Debug for dyn ThrottleType {
 mod io_max;
 mod token_bucket;
 
+pub(crate) use io_max::QosWatch;
 pub use io_max::{IoMax, IoMaxLimits, DEFAULT_BURST_MS};
 pub use token_bucket::TokenBucket;

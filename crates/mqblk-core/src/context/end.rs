@@ -1,0 +1,233 @@
+//! The end of a request (Linux `blk_mq_end_request`, `bio_endio` and
+//! `blk_account_io_done`): reaping the hardware queue, routing requests
+//! that other contexts built back to them, accounting, and ending bios:
+//! a piece to its split parent, a bounce piece copied back, a flush to the
+//! flush machine, a user bio to its waiter or the callback list.
+//!
+//! Completions never submit: nothing here imports the stages above it.
+//! What a completion makes ready (the next stage of a flush sequence, a
+//! resubmission) waits for the submitting side to pick it up.
+
+use super::state::{feat, CtxState};
+use crate::bioset::{Delivery, SlotState};
+use crate::bounce;
+use crate::clock;
+use crate::error::Status;
+use crate::op::{Op, SECTOR_SHIFT};
+use crate::queue::DeviceInner;
+use crate::request::{RqRef, RqState};
+use crate::split;
+use crate::stats::{bump, drop_by, LatencyRun, StatGroup, StatShard};
+
+impl CtxState {
+    /// Reap the hardware queue and the remote queue, then end completions.
+    /// Timeouts are counted when their requests end (`end_request`).
+    #[inline]
+    pub(super) fn reap(&mut self, dev: &DeviceInner) {
+        let remote = self.shared.remote.drain_into(&mut self.done);
+        if self.in_flight as usize > remote {
+            let hq = &dev.hw_queues[self.hwq as usize];
+            let out = {
+                let _legacy = dev.lock.hold();
+                hq.reap(&mut self.sw, &mut self.done, self.timeout_ms)
+            };
+            if out.busy > 0 {
+                bump(&self.stats.requeues, u64::from(out.busy));
+            }
+        }
+        self.complete_done(dev);
+    }
+
+    /// End every request in `done`: route foreign ones to their owners, and
+    /// end our own (stats, bios, tags). Callbacks do not run here.
+    #[inline]
+    pub(super) fn complete_done(&mut self, dev: &DeviceInner) {
+        if self.done.is_empty() {
+            return;
+        }
+        let now = if self.on(feat::IOSTATS) {
+            clock::now_ns()
+        } else {
+            0
+        };
+        let me = self.shared_ptr();
+        let mut done = std::mem::take(&mut self.done);
+        // Hardware queues whose contexts were handed completions: each is
+        // notified once for the batch, not once per request (a notify
+        // signals every completion fd subscribed to the queue).
+        let mut routed: Option<usize> = None;
+        let mut run = LatencyRun::default();
+        let mut async_writes = 0u32;
+        // One hold of the legacy lock (single and global modes) for the
+        // batch, as the old queue lock was held over a completion run.
+        let legacy = dev.lock.hold();
+        for rq in done.drain(..) {
+            match rq.owner {
+                Some(owner) if owner != me => {
+                    let hwq = rq.hwq as usize;
+                    // SAFETY: a context outlives its requests (its Drop waits
+                    // for all of them), so the owner's RqOwner is alive.
+                    unsafe { owner.as_ref() }.remote.push(rq);
+                    match routed {
+                        Some(h) if h == hwq => {}
+                        Some(h) => {
+                            dev.hw_queues[h].notify.notify();
+                            routed = Some(hwq);
+                        }
+                        None => routed = Some(hwq),
+                    }
+                }
+                _ => {
+                    async_writes += u32::from(self.on(feat::ASYNC_DEPTH) && rq.op.is_write());
+                    self.end_request(rq, now, &mut run);
+                }
+            }
+        }
+        drop(legacy);
+        if async_writes > 0 {
+            dev.hw_queues[self.hwq as usize]
+                .async_writes
+                .fetch_sub(async_writes, std::sync::atomic::Ordering::Relaxed);
+        }
+        run.flush(&mut self.hist);
+        if let Some(h) = routed {
+            dev.hw_queues[h].notify.notify();
+        }
+        self.done = done;
+        self.tags.put_batch(&mut self.freed_tags);
+        if self.on(feat::IOSTATS) {
+            self.dstats(dev).update_io_ticks(now / 1_000_000, true);
+        }
+    }
+
+    #[inline]
+    pub(super) fn end_request(&mut self, mut rq: RqRef, now_ns: u64, run: &mut LatencyRun) {
+        debug_assert_eq!(rq.state(), RqState::Complete);
+        let status = rq.status;
+        if self.on(feat::IOSTATS) {
+            let g = StatGroup::of(rq.op);
+            let lat = now_ns.saturating_sub(rq.start_ns);
+            let sh: &StatShard = &self.stats;
+            bump(&sh.ios[g as usize], 1);
+            bump(&sh.sectors[g as usize], rq.size_bytes >> SECTOR_SHIFT);
+            bump(&sh.nsecs[g as usize], lat);
+            drop_by(&sh.in_flight[rq.op.is_write() as usize], 1);
+            run.push(&mut self.hist, g, lat);
+            // Partitions first: without them, one test of the context.
+            if let Some(p) = &self.parts {
+                if rq.part != crate::partition::NO_PART {
+                    let sectors = rq.size_bytes >> SECTOR_SHIFT;
+                    p.end(rq.part, g, sectors, lat, rq.op.is_write(), now_ns);
+                }
+            }
+        }
+        if !status.is_ok() {
+            bump(&self.stats.errors, 1);
+            if status == Status::Timeout {
+                bump(&self.stats.timeouts, 1);
+            }
+        }
+        let mut node = rq.bio_head.take();
+        rq.bio_tail = None;
+        while let Some(n) = node {
+            // SAFETY: the request came back to its owner, so its bio chain
+            // (slots of this context's bio set) is ours again.
+            let next = unsafe { n.as_ref().next };
+            let idx = self.bioset.index_of(n);
+            node = next;
+            let slot = self.bioset.node_mut(idx);
+            debug_assert_eq!(slot.state, SlotState::InFlight);
+            slot.state = SlotState::Owned;
+            self.end_bio(idx, status);
+        }
+        debug_assert!(self.in_flight > 0);
+        self.in_flight -= 1;
+        self.shared
+            .in_flight
+            .store(self.in_flight, std::sync::atomic::Ordering::Release);
+        self.tags.retire(rq, &mut self.freed_tags);
+    }
+
+    /// A bio's request ended: route by what the bio is.
+    #[inline]
+    pub(super) fn end_bio(&mut self, idx: u32, status: Status) {
+        let n = self.bioset.node(idx);
+        match n.delivery {
+            Delivery::Callback | Delivery::Waiter | Delivery::Orphan => self.data_done(idx, status),
+            Delivery::Child => {
+                let parent = n.bio.as_ref().map_or(0, |b| b.private as u32);
+                self.bioset.remove(idx);
+                self.child_done(parent, status);
+            }
+            Delivery::Bounce => {
+                let child = self.bioset.remove(idx).expect("bounce piece holds its bio");
+                let parent = child.private as u32;
+                if status.is_ok() && child.op() == Op::Read {
+                    let pbio = self.bioset.node(parent).bio.as_ref();
+                    let pbio = pbio.expect("parent holds its bio");
+                    let offset = (child.sector() - pbio.sector()) << SECTOR_SHIFT;
+                    let len = child.len_bytes() as usize;
+                    let n =
+                        bounce::copy_to_bio(pbio, offset, &child.segments()[0].as_slice()[..len]);
+                    bump(&self.stats.bytes_copied, n);
+                }
+                if let Some(buf) = child.into_buffers().next() {
+                    self.bounce.put(buf);
+                }
+                self.child_done(parent, status);
+            }
+            Delivery::FlushInternal => {
+                self.bioset.remove(idx);
+                self.flush_done(status);
+            }
+        }
+    }
+
+    /// End a user bio for good: to its waiter, or queued for callbacks.
+    #[inline(always)]
+    pub(super) fn finish(&mut self, idx: u32, status: Status) {
+        if self.on(feat::WINDOW) {
+            self.shift(idx, true);
+        }
+        let final_status = match self.bioset.node(idx).bio.as_ref() {
+            Some(b) if !b.status.is_ok() => b.status,
+            _ => status,
+        };
+        match self.bioset.end(idx, final_status) {
+            Delivery::Waiter => {}
+            _ => {
+                debug_assert!(self.ended.len() < self.ended.capacity());
+                self.ended.push_back(idx);
+            }
+        }
+    }
+
+    /// A piece of parent `idx` ended (or the cutting did).
+    pub(super) fn child_done(&mut self, idx: u32, status: Status) {
+        if let Some(status) = split::parent::piece_done(self.bioset.node_mut(idx), status) {
+            self.data_done(idx, status);
+        }
+    }
+
+    /// The data stage of bio `idx` ended with `status`.
+    #[inline(always)]
+    pub(super) fn data_done(&mut self, idx: u32, status: Status) {
+        if self.bioset.node(idx).stages != 0 && status.is_ok() {
+            // More stages (a POSTFLUSH): run them from a submitting path.
+            self.flush.stage_done(idx);
+        } else {
+            self.finish(idx, status);
+        }
+    }
+
+    /// The running flush ended.
+    pub(super) fn flush_done(&mut self, status: Status) {
+        let mut failed = std::mem::take(&mut self.failed);
+        self.flush
+            .flush_done(status, |idx, s| failed.push((idx, s)));
+        for (idx, s) in failed.drain(..) {
+            self.finish(idx, s);
+        }
+        self.failed = failed;
+    }
+}

@@ -1,0 +1,318 @@
+//! A context's state (Linux `struct blk_mq_ctx` with the task's plug and
+//! tag cache), and the one word that says which stages apply to it.
+//!
+//! The bottom of `context/`: everything above reads and changes this
+//! state, and nothing here calls up. The feature word is computed when the
+//! context opens and again at the gate (after every freeze or
+//! reconfiguration), so a stage that is off costs the hot path one bit
+//! test of a word already in a register, as Linux's static keys and queue
+//! flags make it.
+
+use std::collections::VecDeque;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use crossbeam_utils::CachePadded;
+
+use crate::bio::Op;
+use crate::bioset::BioSet;
+use crate::bounce::BouncePool;
+use crate::check::FastCheck;
+use crate::clock;
+use crate::flush::FlushMachine;
+use crate::limits::{QueueInfo, QueueLimits};
+use crate::plug::Plug;
+use crate::queue::DeviceInner;
+use crate::request::{RqOwner, RqRef};
+use crate::sbitmap::AllocHint;
+use crate::stats::{DeviceStats, Histograms, StatShard};
+use crate::sw_queue::SwQueue;
+use crate::sync::RemoteQueue;
+use crate::tag::{TagCache, Tags};
+use crate::throttle::Throttle;
+
+/// The stages a context's I/O goes through besides the common path, one
+/// bit each (see [`CtxState::feat`]).
+pub(super) mod feat {
+    /// The context is on a remapped view (a window of a lower device).
+    pub(crate) const WINDOW: u32 = 1 << 0;
+    /// The device has partitions: requests are accounted to them.
+    pub(crate) const PARTS: u32 = 1 << 1;
+    /// Bios are admitted by a throttle or an io.max limit.
+    pub(crate) const ADMIT: u32 = 1 << 2;
+    /// The hardware queues have an elevator.
+    pub(crate) const SCHED: u32 = 1 << 3;
+    /// Writes are bounded by the elevator's `async_depth`.
+    pub(crate) const ASYNC_DEPTH: u32 = 1 << 4;
+    /// Requests are timed and counted (`iostats`).
+    pub(crate) const IOSTATS: u32 = 1 << 5;
+    /// Requests gather in the plug before dispatch.
+    pub(crate) const PLUG: u32 = 1 << 6;
+    /// Misaligned segments are bounced (otherwise refused).
+    pub(crate) const BOUNCE: u32 = 1 << 7;
+    /// Merging is off (`nomerges=2`).
+    pub(crate) const NOMERGES: u32 = 1 << 8;
+    /// Only the plug's newest request is a merge candidate (`nomerges=1`).
+    pub(crate) const MERGE_PLUG_ONLY: u32 = 1 << 9;
+}
+
+pub(super) struct CtxState {
+    /// The stages that apply (bits of [`feat`]).
+    pub(super) feat: u32,
+    /// The common bio's checks in one pass (see `submit_node`).
+    pub(super) fast: FastCheck,
+    pub(super) shared: Arc<RqOwner>,
+    /// The gate word as this context last saw it.
+    pub(super) gate_seen: u64,
+    pub(super) id: u32,
+    pub(super) hwq: u16,
+    pub(super) tags: Arc<Tags>,
+    pub(super) hint: AllocHint,
+    pub(super) tag_cache: TagCache,
+    pub(super) bioset: BioSet,
+    pub(super) plug: Plug,
+    pub(super) sw: SwQueue,
+    pub(super) done: Vec<RqRef>,
+    pub(super) ended: VecDeque<u32>,
+    pub(super) resubmit: Vec<u32>,
+    pub(super) freed_tags: Vec<u32>,
+    pub(super) stats: Arc<CachePadded<StatShard>>,
+    pub(super) hist: Histograms,
+    pub(super) timeout_ms: u32,
+    /// This context's copy of the queue limits (refreshed after a freeze).
+    pub(super) limits: QueueLimits,
+    /// Copy of the control plane's `async_depth` (0: no limit). The writes
+    /// it limits are counted on the hardware queue (`async_writes`).
+    pub(super) async_depth: u32,
+    pub(super) bounce: BouncePool,
+    pub(super) flush: FlushMachine,
+    /// Scratch lists for the flush machine (sized once, never grown).
+    pub(super) seq_scratch: Vec<u32>,
+    pub(super) failed: Vec<(u32, crate::error::Status)>,
+    /// Clock of the current batch (0: not read yet).
+    pub(super) batch_ns: u64,
+    /// Requests this context built that have not ended yet.
+    pub(super) in_flight: u32,
+    /// The completion fd, once asked for.
+    pub(super) efd: Option<Arc<crate::sync::EventFd>>,
+    /// What the caller waits on: the eventfd and the throttle's timer.
+    pub(super) fd_timer: Option<crate::sync::FdTimer>,
+    /// This context made the eventfd readable and has not polled since.
+    pub(super) fd_signalled: bool,
+    /// The completion fd also watches the hardware queue's interrupt line:
+    /// requests in flight on a polled driver need not keep it readable.
+    pub(super) irq_in_fd: bool,
+    /// This context has bounced a segment already (it is said once).
+    pub(super) bounced_once: bool,
+    /// This context's bio throttle, if the device has one.
+    pub(super) throttle: Option<Box<dyn Throttle>>,
+    /// Hardware queues of stacked devices told of this queue's notifies.
+    pub(super) forwards: Vec<crate::sync::Arc<crate::sync::Notify>>,
+    /// Bios the throttle holds back, with the time each may go, in order.
+    pub(super) throttled: VecDeque<(u64, u32)>,
+    /// The priority this context's requests carry, if set on the context
+    /// (otherwise its group's).
+    pub(super) ioprio: Option<crate::ioprio::IoPrio>,
+    /// The group this context is in.
+    pub(super) group: crate::blkcg::Membership,
+    /// The window, for a context opened on a remapped view.
+    pub(super) window: Option<Arc<crate::remap::View>>,
+    /// The device's partitions, with this context's shards and last hit
+    /// (`None`: the device has none).
+    pub(super) parts: Option<crate::partition::CtxParts>,
+}
+
+impl CtxState {
+    /// A context's state, sized once: the bio set, lists and scratch
+    /// space never grow after this. Control plane.
+    pub(super) fn new(
+        dev: &DeviceInner,
+        id: u32,
+        window: Option<Arc<crate::remap::View>>,
+        group: Arc<crate::blkcg::Group>,
+    ) -> CtxState {
+        // Linux blk_mq_map_queues: contexts round-robin over hardware queues.
+        let hwq = (id as usize % dev.hw_queues.len()) as u16;
+        let tags = dev.tags[hwq as usize].clone();
+        let total = tags.total() as usize;
+        let bioset_size = match dev.cfg.bioset_size {
+            0 => (2 * total + dev.cfg.plug_max as usize).max(64),
+            n => n as usize,
+        };
+        let stats = match &window {
+            None => dev.stats.register(),
+            Some(v) => v.stats.register(),
+        };
+        let mut st = CtxState {
+            feat: 0,
+            fast: FastCheck::default(),
+            shared: Arc::new(RqOwner {
+                remote: RemoteQueue::new(total),
+                in_flight: CachePadded::new(std::sync::atomic::AtomicU32::new(0)),
+            }),
+            gate_seen: u64::MAX,
+            id,
+            hwq,
+            hint: AllocHint::new(id),
+            tag_cache: TagCache::default(),
+            bioset: BioSet::new(bioset_size as u32),
+            plug: Plug::new(dev.cfg.plug_max),
+            sw: SwQueue::new(total),
+            done: Vec::with_capacity(total),
+            ended: VecDeque::with_capacity(bioset_size),
+            resubmit: Vec::with_capacity(bioset_size),
+            freed_tags: Vec::with_capacity(total),
+            stats,
+            hist: Histograms::new(),
+            timeout_ms: dev.cfg.timeout_ms,
+            limits: dev.info.limits,
+            async_depth: 0,
+            bounce: BouncePool::new(dev.buf_pool.align()),
+            flush: FlushMachine::new(bioset_size),
+            seq_scratch: Vec::with_capacity(bioset_size),
+            failed: Vec::with_capacity(bioset_size),
+            batch_ns: 0,
+            in_flight: 0,
+            efd: None,
+            fd_timer: None,
+            fd_signalled: false,
+            irq_in_fd: false,
+            bounced_once: false,
+            throttle: dev.cfg.throttle.as_ref().map(|t| t.for_context(id)),
+            forwards: Vec::new(),
+            throttled: VecDeque::with_capacity(bioset_size),
+            ioprio: None,
+            group: crate::blkcg::Membership::join(group),
+            window,
+            // Filled in at the gate, which every context passes first.
+            parts: None,
+            tags,
+        };
+        st.refresh(dev);
+        // The first bio passes the gate all the same: the queue may be
+        // frozen right now, and then it must wait there.
+        st.gate_seen = u64::MAX;
+        st
+    }
+
+    /// Take a fresh copy of the control plane's settings, and compute the
+    /// feature word from them (at open, and at the gate after a freeze or
+    /// a reconfiguration).
+    pub(super) fn refresh(&mut self, dev: &DeviceInner) {
+        use std::sync::atomic::Ordering::{Acquire, Relaxed};
+        let ctl = dev.ctl();
+        self.gate_seen = dev.gate.load(Acquire);
+        self.limits = ctl.limits;
+        self.fast = FastCheck::new(&dev.info, &self.limits);
+        self.async_depth = ctl.async_depth;
+        let same = match (&self.parts, &ctl.partitions) {
+            (Some(p), Some(t)) => p.is_of(t),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            if let Some(p) = self.parts.take() {
+                p.retire();
+            }
+            self.parts = ctl
+                .partitions
+                .clone()
+                .map(|t| crate::partition::CtxParts::new(t, dev.cfg.part_cache));
+        }
+        let on = |cond: bool, bit: u32| if cond { bit } else { 0 };
+        // io.max limits set after this pass bump the gate, so the next
+        // submission comes back here (see `IoMax::set_limits`).
+        let admit = self.throttle.is_some() || dev.qos_active.load(Relaxed) != 0;
+        self.feat = on(self.window.is_some(), feat::WINDOW)
+            | on(self.parts.is_some(), feat::PARTS)
+            | on(admit, feat::ADMIT)
+            | on(ctl.elevator, feat::SCHED)
+            | on(ctl.elevator && ctl.async_depth != 0, feat::ASYNC_DEPTH)
+            | on(dev.cfg.iostats, feat::IOSTATS)
+            | on(ctl.plug, feat::PLUG)
+            | on(dev.cfg.bounce, feat::BOUNCE)
+            | on(ctl.nomerges >= 2, feat::NOMERGES)
+            | on(ctl.nomerges == 1, feat::MERGE_PLUG_ONLY);
+    }
+
+    /// True if stage `bit` (of [`feat`]) applies.
+    #[inline(always)]
+    pub(super) fn on(&self, bit: u32) -> bool {
+        self.feat & bit != 0
+    }
+
+    /// What this context's bios are checked against and errors name: the
+    /// device's, or its view's.
+    #[inline]
+    pub(super) fn info<'a>(&'a self, dev: &'a DeviceInner) -> &'a QueueInfo {
+        match &self.window {
+            None => &dev.info,
+            Some(w) => &w.info,
+        }
+    }
+
+    /// The stats this context's requests go to: the device's, or its
+    /// view's.
+    #[inline]
+    pub(super) fn dstats<'a>(&'a self, dev: &'a DeviceInner) -> &'a DeviceStats {
+        match &self.window {
+            None => &dev.stats,
+            Some(w) => &w.stats,
+        }
+    }
+
+    /// Linux blk_partition_remap, for a context on a remapped view: a user
+    /// bio, once checked against the window, is aimed at the lower device
+    /// (`back == false`, at submit); where every user bio ends, failed or
+    /// not, it is aimed back (`back == true`). Flushes have no offset.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn shift(&mut self, idx: u32, back: bool) {
+        let Some(w) = &self.window else { return };
+        if let Some(b) = self.bioset.node_mut(idx).bio.as_mut() {
+            if b.op() != Op::Flush {
+                let off = if back {
+                    b.offset_bytes().wrapping_sub(w.start_bytes)
+                } else {
+                    b.offset_bytes().wrapping_add(w.start_bytes)
+                };
+                b.set_offset_bytes(off);
+            }
+        }
+    }
+
+    #[inline]
+    pub(super) fn shared_ptr(&self) -> NonNull<RqOwner> {
+        NonNull::from(&*self.shared)
+    }
+
+    /// The clock of the current submission batch: read once per batch,
+    /// when the batch's first request starts. That is also when the
+    /// device's busy time is brought up to date (Linux `update_io_ticks`
+    /// in `blk_account_io_start`): the batch's other requests start at the
+    /// same millisecond, where it would do nothing.
+    #[inline]
+    pub(super) fn batch_start(&mut self, dev: &DeviceInner) -> u64 {
+        if self.batch_ns == 0 {
+            self.batch_ns = clock::now_ns();
+            self.dstats(dev)
+                .update_io_ticks(self.batch_ns / 1_000_000, false);
+        }
+        self.batch_ns
+    }
+
+    /// Work this context owes that no request in flight will bring back:
+    /// flush-sequence stages and throttled bios.
+    #[inline]
+    pub(super) fn has_deferred(&self) -> bool {
+        self.flush.has_work() || !self.throttled.is_empty()
+    }
+
+    /// How long until the first throttled bio may go (None: none waits).
+    pub(super) fn throttle_wait(&self) -> Option<std::time::Duration> {
+        let &(at, _) = self.throttled.front()?;
+        Some(std::time::Duration::from_nanos(
+            at.saturating_sub(clock::now_ns()),
+        ))
+    }
+}

@@ -1,0 +1,272 @@
+//! Submission (Linux `submit_bio_noacct` and `blk_mq_submit_bio`'s front):
+//! the gate a bio passes when the queue was frozen or reconfigured, the
+//! checks against the device (and the window of a remapped view), the
+//! throttle and io.max admission, and the flush sequence of a flush or
+//! FUA bio (`blk-flush.c`), before the data stage takes the bio.
+//!
+//! Also the deferred work completions make ready (the next stage of a
+//! flush sequence, a throttled bio whose time came): it runs here, from a
+//! submitting path, never from the reap.
+
+use super::state::{feat, CtxState};
+use super::wait::{Bound, Step};
+use crate::bio::{Bio, BioFlags, Op};
+use crate::bioset::Delivery;
+use crate::clock;
+use crate::error::{Error, Status};
+use crate::flush::{self, FlushMachine};
+use crate::queue::DeviceInner;
+use crate::stats::bump;
+use crate::throttle::Admit;
+
+impl CtxState {
+    /// Put `bio` in a slot and send it down the pipeline. Gives it back
+    /// when every slot holds a completion the caller has not polled.
+    #[allow(clippy::result_large_err)]
+    #[inline]
+    pub(super) fn submit(
+        &mut self,
+        dev: &DeviceInner,
+        bio: Bio,
+        delivery: Delivery,
+    ) -> std::result::Result<u32, Bio> {
+        if self.bioset.available() == 0 {
+            self.make_room(dev);
+            if self.bioset.available() == 0 {
+                return Err(bio);
+            }
+        }
+        let idx = self.bioset.insert_index(bio, delivery)?;
+        self.submit_node(dev, idx);
+        Ok(idx)
+    }
+
+    /// Validate the bio in slot `idx` (just filled or reused, owned by this
+    /// context, in no request) and send it down the pipeline. The common
+    /// bio (a plain read or write that is valid and fits, on a context with
+    /// no window and no admission) is checked in one pass and goes straight
+    /// to its request; any other takes the full checks.
+    #[inline]
+    pub(super) fn submit_node(&mut self, dev: &DeviceInner, idx: u32) {
+        if dev.gate.load(std::sync::atomic::Ordering::Acquire) != self.gate_seen
+            && !self.pass_gate(dev)
+        {
+            bump(&self.stats.bios, 1);
+            bump(&self.stats.errors, 1);
+            self.finish(idx, Status::Resource);
+            return;
+        }
+        bump(&self.stats.bios, 1);
+        if self.feat & (feat::WINDOW | feat::ADMIT) == 0 && self.fast.admits(self.bioset.bio(idx)) {
+            self.submit_plain(dev, idx);
+            return;
+        }
+        self.submit_checked(dev, idx);
+    }
+
+    /// The full checks: the device's limits and features, the window,
+    /// admission, then the bio's flush sequence or its data stage.
+    #[inline(never)]
+    fn submit_checked(&mut self, dev: &DeviceInner, idx: u32) {
+        let (op, flags, mut status) = {
+            let bio = self.bioset.bio(idx);
+            (
+                bio.op(),
+                bio.flags(),
+                dev.info.validate(bio, self.on(feat::BOUNCE)),
+            )
+        };
+        if self.on(feat::WINDOW) {
+            // The window's check is the one that counts.
+            status = self.remap(idx);
+        }
+        if !status.is_ok() {
+            bump(&self.stats.errors, 1);
+            self.finish(idx, status);
+            return;
+        }
+        if self.on(feat::ADMIT) && op != Op::Flush && self.admit(dev, idx) {
+            return;
+        }
+        self.issue(dev, idx, op, flags);
+    }
+
+    /// A user bio on a remapped view: check it against the window (the
+    /// device's own check, just made, saw a window offset), then aim it at
+    /// the lower device.
+    #[cold]
+    #[inline(never)]
+    fn remap(&mut self, idx: u32) -> Status {
+        let Some(w) = &self.window else {
+            return Status::Ok;
+        };
+        let bio = self.bioset.bio(idx);
+        let status = w.info.validate(bio, self.on(feat::BOUNCE));
+        self.shift(idx, false);
+        status
+    }
+
+    /// Charge bio `idx` to the throttle and the io.max buckets; true if it
+    /// must wait (it is queued on `throttled`, oldest first).
+    #[inline(never)]
+    fn admit(&mut self, dev: &DeviceInner, idx: u32) -> bool {
+        let now = clock::now_ns();
+        let bio = self.bioset.bio(idx);
+        let mut at = now;
+        if let Some(t) = self.throttle.as_mut() {
+            if let Admit::At(t) = t.admit(bio, now) {
+                at = t;
+            }
+        }
+        for m in [&*dev.io_max, self.group.0.io_max()] {
+            if m.is_limited() {
+                at = at.max(m.charge(bio.op(), bio.len_bytes(), now));
+            }
+        }
+        if at > now {
+            debug_assert!(self.throttled.len() < self.throttled.capacity());
+            self.throttled.push_back((at, idx));
+            return true;
+        }
+        false
+    }
+
+    /// Send bio `idx`, validated and admitted, down the pipeline: its flush
+    /// sequence, or straight to its data stage.
+    #[inline]
+    fn issue(&mut self, dev: &DeviceInner, idx: u32, op: Op, flags: BioFlags) {
+        if op == Op::Flush || flags.bits() & (BioFlags::FUA.bits() | BioFlags::PREFLUSH.bits()) != 0
+        {
+            let stages = flush::policy(op, flags, &dev.info.features);
+            if stages != flush::DATA {
+                self.bioset.node_mut(idx).stages = stages;
+                self.advance(dev, idx);
+                return;
+            }
+        }
+        self.submit_data(dev, idx);
+    }
+
+    /// Issue the throttled bios whose time has come, oldest first.
+    fn release_throttled(&mut self, dev: &DeviceInner) {
+        if self.throttled.is_empty() {
+            return;
+        }
+        let now = clock::now_ns();
+        let mut released = false;
+        while let Some(&(at, idx)) = self.throttled.front() {
+            if at > now {
+                break;
+            }
+            self.throttled.pop_front();
+            let bio = self.bioset.node(idx).bio.as_ref();
+            let (op, flags) = bio.map_or((Op::Flush, BioFlags::NONE), |b| (b.op(), b.flags()));
+            self.issue(dev, idx, op, flags);
+            released = true;
+        }
+        if released {
+            // Released from a poll or a wait, not a submission: nobody may
+            // be left to unplug them.
+            self.flush_plug(dev);
+        }
+    }
+
+    /// The queue was frozen or reconfigured: drain while frozen (our own
+    /// in-flight I/O must finish for the freeze to complete), then take a
+    /// fresh copy of the settings. False if the queue stayed frozen past
+    /// the request timeout plus the grace period: the bio at the gate then
+    /// fails with [`Status::Resource`] rather than wait without end.
+    #[cold]
+    fn pass_gate(&mut self, dev: &DeviceInner) -> bool {
+        use std::sync::atomic::Ordering::Acquire;
+        let frozen = |dev: &DeviceInner| dev.gate.load(Acquire) & crate::queue::GATE_FROZEN != 0;
+        let thawed = self.reap_until(dev, Bound::Timeout, |st, dev| {
+            if !frozen(dev) {
+                return Step::Done;
+            }
+            st.flush_plug(dev);
+            // Tags taken in a batch but not used yet count as in use.
+            st.tags.drain_cache(&mut st.tag_cache);
+            st.reap(dev);
+            st.process_deferred(dev);
+            if frozen(dev) {
+                Step::Again
+            } else {
+                Step::Done
+            }
+        });
+        if thawed {
+            self.refresh(dev);
+        }
+        thawed
+    }
+
+    /// Run the next stage of bio `idx`'s flush sequence.
+    fn advance(&mut self, dev: &DeviceInner, idx: u32) {
+        match FlushMachine::next_step(&mut self.bioset.node_mut(idx).stages) {
+            flush::Step::Flush => {
+                if self.flush.join(idx) {
+                    self.issue_flush(dev);
+                }
+            }
+            flush::Step::Data => self.submit_data(dev, idx),
+            flush::Step::End => self.finish(idx, Status::Ok),
+        }
+    }
+
+    /// Issue the flush request the flush machine asked for.
+    fn issue_flush(&mut self, dev: &DeviceInner) {
+        self.flush.issued();
+        let node = match self.insert_internal(dev, Bio::flush(), Delivery::FlushInternal) {
+            Ok(n) => n,
+            Err(_) => {
+                // No slot for the flush: its waiters fail, typed, instead
+                // of spinning.
+                self.flush_done(Status::Resource);
+                return;
+            }
+        };
+        let status = self.queue_bio(dev, node);
+        if !status.is_ok() {
+            let idx = self.bioset.index_of(node);
+            self.end_bio(idx, status);
+        }
+    }
+
+    /// Stages that completions made ready; run here, never from the reap,
+    /// so no completion recurses into submission.
+    pub(super) fn process_deferred(&mut self, dev: &DeviceInner) {
+        self.release_throttled(dev);
+        // Bounded: each pass either issues a stage or ends a bio, and a
+        // sequence has at most three stages.
+        while self.flush.has_work() {
+            while self.flush.has_work() {
+                let mut ready = std::mem::take(&mut self.seq_scratch);
+                if self.flush.take_work(&mut ready) {
+                    self.issue_flush(dev);
+                }
+                for &idx in &ready {
+                    self.advance(dev, idx);
+                }
+                ready.clear();
+                self.seq_scratch = ready;
+            }
+            // Sequence stages go straight to dispatch, as Linux's flush
+            // machinery does: nobody may be left to unplug them. Dispatch
+            // can complete them inline and make the next stage ready.
+            self.flush_plug(dev);
+        }
+    }
+
+    /// The error for a bio given back because every slot holds a
+    /// completion the caller has not polled.
+    #[cold]
+    pub(super) fn unpolled_error(&self, dev: &DeviceInner, bio: &Bio) -> Error {
+        Error::Unpolled {
+            device: dev.info.name.clone(),
+            op: bio.op(),
+            offset_bytes: bio.offset_bytes(),
+            slots: self.bioset.capacity(),
+        }
+    }
+}
