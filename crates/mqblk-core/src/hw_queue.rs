@@ -108,7 +108,7 @@ impl HwQueue {
     #[inline]
     pub(crate) fn run(
         &self,
-        sw: &mut SwQueue,
+        sw: &mut impl DispatchSource,
         done: &mut Vec<RqRef>,
         timeout_ms: u32,
     ) -> DispatchOutcome {
@@ -159,10 +159,65 @@ impl HwInner {
         done: &mut Vec<RqRef>,
         deadline_ms: u64,
     ) -> DispatchOutcome {
-        let mut out = DispatchOutcome::default();
         if self.quiesced {
-            return out;
+            return DispatchOutcome::default();
         }
+        if self.elevator.is_none() && self.dispatch.is_empty() {
+            return self.dispatch_direct(src, done, deadline_ms);
+        }
+        self.dispatch_general(src, done, deadline_ms)
+    }
+
+    /// No elevator and nothing requeued: issue straight from `src`, in
+    /// order (Linux `blk_mq_try_issue_list_directly`).
+    #[inline]
+    fn dispatch_direct(
+        &mut self,
+        src: &mut impl DispatchSource,
+        done: &mut Vec<RqRef>,
+        deadline_ms: u64,
+    ) -> DispatchOutcome {
+        let mut out = DispatchOutcome::default();
+        let mut need_commit = false;
+        while self.in_driver < self.budget {
+            let Some(rq) = src.next() else { break };
+            let last = src.is_empty() || self.in_driver + 1 >= self.budget;
+            rq.transition(RqState::Queued, RqState::InFlight);
+            if deadline_ms != 0 {
+                rq.arm_timeout(self.index, deadline_ms);
+            }
+            let before = done.len();
+            match self.ops.queue_rq(rq, last, &mut Completions::new(done)) {
+                QueueRq::Issued => {
+                    out.issued += 1;
+                    self.in_driver += 1;
+                    self.in_driver -= (done.len() - before) as u32;
+                    need_commit = !last;
+                }
+                QueueRq::Busy(rq) => {
+                    rq.transition(RqState::InFlight, RqState::Queued);
+                    debug_assert!(self.dispatch.len() < self.dispatch.capacity());
+                    self.dispatch.push_front(rq);
+                    out.busy += 1;
+                    need_commit = true;
+                    break;
+                }
+            }
+        }
+        if need_commit {
+            self.ops.commit_rqs();
+        }
+        out
+    }
+
+    /// Dispatch through the elevator, or after requeued requests.
+    fn dispatch_general(
+        &mut self,
+        src: &mut impl DispatchSource,
+        done: &mut Vec<RqRef>,
+        deadline_ms: u64,
+    ) -> DispatchOutcome {
+        let mut out = DispatchOutcome::default();
         if let Some(e) = self.elevator.as_mut() {
             // Everything the software queue holds goes to the elevator,
             // which decides the order (the scheduler tags bound it).

@@ -153,17 +153,33 @@ impl CtxState {
         }
     }
 
-    /// Move the plug into the software queue and run the hardware queue.
+    /// Dispatch the plug and run the hardware queue. With nothing older
+    /// waiting in the software queue, the plug's requests go straight to
+    /// the hardware queue, and only what it does not take is queued.
     #[inline]
     pub(super) fn flush_plug(&mut self, dev: &DeviceInner) {
         if self.plug.is_empty() && self.sw.is_empty() {
             return;
         }
-        for rq in self.plug.drain() {
-            self.sw.push(rq);
-        }
         self.tags.drain_cache(&mut self.tag_cache);
-        self.run_hw_queue(dev);
+        if !self.sw.is_empty() {
+            for rq in self.plug.drain() {
+                self.sw.push(rq);
+            }
+            self.run_hw_queue(dev);
+            return;
+        }
+        let hq = &dev.hw_queues[self.hwq as usize];
+        let out = {
+            let _legacy = dev.lock.hold();
+            let mut list = self.plug.drain();
+            let out = hq.run(&mut list, &mut self.done, self.timeout_ms);
+            for rq in list {
+                self.sw.push(rq);
+            }
+            out
+        };
+        self.dispatched(dev, out.busy);
     }
 
     /// Dispatch the software queue to the hardware queue (Linux
@@ -175,8 +191,15 @@ impl CtxState {
             let _legacy = dev.lock.hold();
             hq.run(&mut self.sw, &mut self.done, self.timeout_ms)
         };
-        if out.busy > 0 {
-            bump(&self.stats.requeues, u64::from(out.busy));
+        self.dispatched(dev, out.busy);
+    }
+
+    /// After a dispatch: count what the driver pushed back, end the batch,
+    /// and end what completed inline.
+    #[inline]
+    fn dispatched(&mut self, dev: &DeviceInner, busy: u32) {
+        if busy > 0 {
+            bump(&self.stats.requeues, u64::from(busy));
         }
         self.batch_ns = 0;
         self.complete_done(dev);

@@ -101,3 +101,17 @@ impl DispatchSource for SwQueue {
         SwQueue::is_empty(self)
     }
 }
+
+/// The plug's list, dispatched straight (Linux `blk_mq_dispatch_plug_list`):
+/// what is not issued stays in the drain for the caller to queue.
+impl DispatchSource for std::vec::Drain<'_, RqRef> {
+    #[inline]
+    fn next(&mut self) -> Option<RqRef> {
+        Iterator::next(self)
+    }
+
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
