@@ -51,6 +51,23 @@ mod wait;
 use state::CtxState;
 use wait::{Bound, Step, GRACE};
 
+/// Pending polls a future spins on a polled driver with no interrupt line
+/// before it sleeps on the completion fd.
+const SPIN_BUDGET: u32 = 64;
+
+/// What will wake a pending future (see [`Context::check_waiter`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Waiting {
+    /// Its bio ended: take it.
+    Ready,
+    /// The waker was handed to what wakes it (the hardware queue's notify,
+    /// or itself).
+    Subscribed,
+    /// The waker must sleep on this fd (the context's completion fd), and
+    /// be woken when it is readable.
+    OnFd(std::os::fd::RawFd),
+}
+
 /// A per-thread handle for I/O on one device.
 pub struct Context {
     dev: Arc<DeviceInner>,
@@ -429,26 +446,36 @@ impl Context {
         r
     }
 
-    /// Reap, and report whether slot `idx` is done (registering `waker` if not).
-    pub(crate) fn check_waiter(&mut self, idx: u32, waker: &std::task::Waker) -> bool {
-        let notify = &self.dev.hw_queues[self.st.hwq as usize].notify;
+    /// Reap, and report whether slot `idx` is done; if not, say what will
+    /// wake `waker` (see [`crate::future`]). `polls` counts the future's
+    /// pending polls so far: only a driver with no interrupt line at all
+    /// spins, and only for a bounded budget before it sleeps on the fd.
+    pub(crate) fn check_waiter(
+        &mut self,
+        idx: u32,
+        waker: &std::task::Waker,
+        polls: u32,
+    ) -> Waiting {
+        let hq = &self.dev.hw_queues[self.st.hwq as usize];
+        let notify = &hq.notify;
         let seen = notify.seq();
         if !self.st.bioset.is_ended(idx) {
-            self.st.flush_plug(&self.dev);
-            self.st.reap(&self.dev);
-            self.st.process_deferred(&self.dev);
+            // The futures are the context's only pollers: quiet its fd as
+            // `poll` does, so a sleeping future is woken by news only.
+            self.st.quiet_fd();
+            self.st.progress(&self.dev);
             // Orphans (futures dropped early) are freed here.
             self.st.deliver(&self.dev, |_| {});
         }
         if self.st.bioset.is_ended(idx) {
-            return true;
+            return Waiting::Ready;
         }
         // Woken when the slot ends, by whichever future reaps it...
         let slot = self.st.bioset.waker_mut(idx);
         if !slot.as_ref().is_some_and(|w| w.will_wake(waker)) {
             *slot = Some(waker.clone());
         }
-        if self.dev.completes_async && !self.st.has_deferred() {
+        let how = if self.dev.completes_async && !self.st.has_deferred() {
             // ...or when the driver's thread (or another context) signals
             // a completion on our hardware queue. A notify since `seen`
             // may have come before the subscription: look again.
@@ -456,13 +483,30 @@ impl Context {
             if notify.seq() != seen {
                 waker.wake_by_ref();
             }
-        } else {
-            // A driver that completes only when polled makes progress only
-            // when someone polls: ask to be polled again (as an SPDK reactor
-            // or io_uring IOPOLL does).
+            Waiting::Subscribed
+        } else if hq.irq_fd.is_none() && !self.st.has_deferred() && polls < SPIN_BUDGET {
+            // A driver that completes only when polled, with no interrupt
+            // line: poll again at once, for a while (as an SPDK reactor
+            // does).
             waker.wake_by_ref();
+            Waiting::Subscribed
+        } else {
+            // ...or when the completion fd says a poll would make
+            // progress: the driver's interrupt line, a throttled bio's
+            // timer, or a stage ready to run.
+            match self.st.completion_fd(&self.dev) {
+                Ok(fd) => Waiting::OnFd(fd),
+                Err(_) => {
+                    waker.wake_by_ref();
+                    Waiting::Subscribed
+                }
+            }
+        };
+        self.st.kick_fd(&self.dev);
+        if matches!(how, Waiting::OnFd(_)) {
+            self.st.arm_timeout_wake();
         }
-        false
+        how
     }
 
     pub(crate) fn take_waiter(&mut self, idx: u32) -> (Bio, Result<()>) {

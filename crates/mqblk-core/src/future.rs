@@ -1,32 +1,45 @@
 //! Futures over a context, built on std's `Waker`, with no runtime required
-//! ([`block_on`] is enough to drive them).
+//! ([`block_on`] is enough to drive them, and so is any executor).
 //!
 //! Front end, beside the blocking and callback APIs. An [`AsyncContext`]
 //! wraps a context so several futures can share it; each future submits
 //! its bio on first poll, then reaps the context when polled. A pending
-//! future is woken by its completion: the waker stored in its bio slot is
-//! woken by whichever future reaps it, and, on a driver that completes from
-//! its own thread, the hardware queue's notify wakes it. Only a driver that
-//! completes when polled (the null device, io_uring without a waiting
-//! thread) makes a pending future ask to be polled again, because nothing
-//! but a poll can finish its I/O (the SPDK reactor's way).
+//! future sleeps until something can finish its I/O:
+//! - the waker stored in its bio slot is woken by whichever future reaps it;
+//! - on a driver that completes from its own thread, the hardware queue's
+//!   notify wakes it;
+//! - on a driver that completes when polled, the context's completion fd
+//!   does: the driver's interrupt line (a timer's timerfd, an NBD socket,
+//!   an io_uring eventfd), a throttled bio's timer, or work ready to run.
+//!   An executor has no reactor of ours to wait on that fd, so the
+//!   `AsyncContext` keeps one small thread (started by the first future
+//!   that has to sleep) that waits on it and wakes the waker.
+//!
+//! Only a polled driver with no interrupt line at all (null's inline and
+//! deferred completions) makes a future ask to be polled again, and only
+//! for a bounded number of polls before it sleeps on the fd.
 //!
 //! Dropping a future before its bio completes is safe: the bio (and its
 //! owned buffers) stays with the context until the device is done with it.
 
 use std::cell::RefCell;
 use std::future::Future;
+use std::os::fd::RawFd;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context as TaskCx, Poll, Wake, Waker};
 
 use crate::bio::Bio;
 use crate::buf::IoBuf;
-use crate::context::Context;
+use crate::context::{Context, Waiting};
 use crate::error::Result;
+use crate::sync::EventFd;
 
 /// A context that futures can share.
 pub struct AsyncContext {
+    // Declared first: it is dropped (its thread stopped) before the
+    // context closes the fd it waits on.
+    watch: RefCell<Option<FdWatch>>,
     ctx: RefCell<Context>,
 }
 
@@ -34,20 +47,43 @@ impl AsyncContext {
     /// Wrap a context.
     pub fn new(ctx: Context) -> AsyncContext {
         AsyncContext {
+            watch: RefCell::new(None),
             ctx: RefCell::new(ctx),
         }
     }
 
     /// Unwrap it.
     pub fn into_inner(self) -> Context {
-        self.ctx.into_inner()
+        let AsyncContext { watch, ctx } = self;
+        drop(watch);
+        ctx.into_inner()
     }
 
     /// A future that submits `bio` and resolves to it with its result.
     pub fn submit(&self, bio: Bio) -> BioFuture<'_> {
         BioFuture {
-            ctx: &self.ctx,
+            actx: self,
             state: State::Unsubmitted(Some(bio)),
+            polls: 0,
+        }
+    }
+
+    /// Have `waker` woken once `fd` (the context's completion fd) is
+    /// readable.
+    fn sleep_on(&self, fd: RawFd, waker: &Waker) {
+        let mut watch = self.watch.borrow_mut();
+        if watch.as_ref().is_none_or(|w| w.fd != fd) {
+            match FdWatch::start(fd) {
+                Ok(w) => *watch = Some(w),
+                Err(_) => {
+                    // No thread to be had: poll again rather than hang.
+                    waker.wake_by_ref();
+                    return;
+                }
+            }
+        }
+        if let Some(w) = watch.as_ref() {
+            w.arm(waker);
         }
     }
 
@@ -87,8 +123,10 @@ enum State {
 
 /// The future of one bio.
 pub struct BioFuture<'a> {
-    ctx: &'a RefCell<Context>,
+    actx: &'a AsyncContext,
     state: State,
+    /// Pending polls so far (the spin budget of an interrupt-less driver).
+    polls: u32,
 }
 
 impl Future for BioFuture<'_> {
@@ -96,7 +134,7 @@ impl Future for BioFuture<'_> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskCx<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        let mut ctx = this.ctx.borrow_mut();
+        let mut ctx = this.actx.ctx.borrow_mut();
         if let State::Unsubmitted(bio) = &mut this.state {
             let bio = bio.take().expect("unsubmitted future holds its bio");
             match ctx.submit_waiter(bio) {
@@ -112,20 +150,138 @@ impl Future for BioFuture<'_> {
         let State::Submitted(idx) = this.state else {
             panic!("BioFuture polled after completion");
         };
-        if ctx.check_waiter(idx, cx.waker()) {
-            this.state = State::Done;
-            return Poll::Ready(ctx.take_waiter(idx));
+        match ctx.check_waiter(idx, cx.waker(), this.polls) {
+            Waiting::Ready => {
+                this.state = State::Done;
+                Poll::Ready(ctx.take_waiter(idx))
+            }
+            // check_waiter handed the waker to what wakes it.
+            Waiting::Subscribed => {
+                this.polls = this.polls.saturating_add(1);
+                Poll::Pending
+            }
+            Waiting::OnFd(fd) => {
+                this.polls = this.polls.saturating_add(1);
+                drop(ctx);
+                this.actx.sleep_on(fd, cx.waker());
+                Poll::Pending
+            }
         }
-        // check_waiter registered the waker: the completion wakes us.
-        Poll::Pending
     }
 }
 
 impl Drop for BioFuture<'_> {
     fn drop(&mut self) {
         if let State::Submitted(idx) = self.state {
-            if let Ok(mut ctx) = self.ctx.try_borrow_mut() {
+            if let Ok(mut ctx) = self.actx.ctx.try_borrow_mut() {
                 ctx.orphan_waiter(idx);
+            }
+        }
+    }
+}
+
+/// A thread that wakes a future's waker when a completion fd becomes
+/// readable: the reactor an executor does not have for our fds. It sleeps
+/// on a condition variable until a waker is armed, then in poll(2) on the
+/// fd and its own stop eventfd; each arming wakes one waker once.
+struct FdWatch {
+    fd: RawFd,
+    shared: Arc<WatchShared>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+struct WatchShared {
+    waker: std::sync::Mutex<Option<Waker>>,
+    armed: std::sync::Condvar,
+    stop: EventFd,
+    quit: std::sync::atomic::AtomicBool,
+}
+
+impl WatchShared {
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Waker>> {
+        self.waker.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl FdWatch {
+    /// Start the thread for `fd`, which must stay open until this is
+    /// dropped (the context outlives its watch: see `AsyncContext`).
+    fn start(fd: RawFd) -> std::io::Result<FdWatch> {
+        let shared = Arc::new(WatchShared {
+            waker: std::sync::Mutex::new(None),
+            armed: std::sync::Condvar::new(),
+            stop: EventFd::new()?,
+            quit: std::sync::atomic::AtomicBool::new(false),
+        });
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("mqblk-fdwatch".into())
+            .spawn(move || watch_loop(fd, &s))?;
+        Ok(FdWatch {
+            fd,
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Wake `waker` once the fd is readable (replacing an earlier one).
+    fn arm(&self, waker: &Waker) {
+        let mut slot = self.shared.slot();
+        if !slot.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            *slot = Some(waker.clone());
+        }
+        self.shared.armed.notify_one();
+    }
+}
+
+impl Drop for FdWatch {
+    fn drop(&mut self) {
+        self.shared
+            .quit
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.shared.stop.signal();
+        drop(self.shared.slot());
+        self.shared.armed.notify_one();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn watch_loop(fd: RawFd, s: &WatchShared) {
+    use std::sync::atomic::Ordering::SeqCst;
+    loop {
+        {
+            let mut slot = s.slot();
+            while slot.is_none() && !s.quit.load(SeqCst) {
+                slot = s.armed.wait(slot).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        if s.quit.load(SeqCst) {
+            return;
+        }
+        let mut fds = [
+            libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: s.stop.raw(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: `fds` is a live array of two pollfds; both fds are open
+        // (the completion fd until this thread is joined, the stop fd as
+        // long as `s`).
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if s.quit.load(SeqCst) {
+            return;
+        }
+        if rc > 0 && fds[0].revents != 0 {
+            if let Some(w) = s.slot().take() {
+                w.wake();
             }
         }
     }

@@ -482,4 +482,9 @@ impl FdTimer {
     pub(crate) fn is_armed(&self) -> bool {
         self.armed_ns != 0
     }
+
+    /// When it fires (monotonic ns; 0 when disarmed).
+    pub(crate) fn armed_at(&self) -> u64 {
+        self.armed_ns
+    }
 }
