@@ -32,8 +32,10 @@ pub enum Status {
     /// The device was shut down while the request was queued.
     Shutdown,
     /// The context ran out of bio slots and could not free one by reaping
-    /// its own completions: every slot holds a completion the caller has not
-    /// polled (Linux `BLK_STS_RESOURCE`).
+    /// its own completions (every slot holds a completion the caller has not
+    /// polled), or no tag came free within the request timeout plus a grace
+    /// period (other contexts on the queue keep theirs plugged), or the
+    /// queue stayed frozen that long (Linux `BLK_STS_RESOURCE`).
     Resource,
 }
 
@@ -86,7 +88,9 @@ impl fmt::Display for Status {
             Status::Medium => "medium error",
             Status::Invalid(k) => return write!(f, "invalid request ({k:?})"),
             Status::Shutdown => "device shut down",
-            Status::Resource => "out of bio slots: poll the context's completions",
+            Status::Resource => {
+                "out of bio slots or tags: poll the context's completions, and unplug the queue's other contexts"
+            }
         };
         f.write_str(s)
     }
