@@ -41,9 +41,7 @@ pub(crate) fn can_merge(
     flags: BioFlags,
     lim: &QueueLimits,
 ) -> Option<Merge> {
-    if rq.op != bio.op() || rq.flags != flags || rq.flags.contains(BioFlags::NOMERGE) {
-        return None;
-    }
+    // Adjacency first: most candidates fail it (random I/O).
     let rq_sectors = rq.size_bytes >> SECTOR_SHIFT;
     let bio_sectors = bio.len_bytes() >> SECTOR_SHIFT;
     let side = if rq.sector + rq_sectors == bio.sector() {
@@ -53,6 +51,9 @@ pub(crate) fn can_merge(
     } else {
         return None;
     };
+    if rq.op != bio.op() || rq.flags != flags || rq.flags.contains(BioFlags::NOMERGE) {
+        return None;
+    }
     let max = match bio.op() {
         Op::Discard => u64::from(lim.max_discard_sectors),
         _ => u64::from(lim.max_sectors),

@@ -86,17 +86,12 @@ impl CtxState {
             .bio
             .as_ref()
             .expect("slot holds a bio");
-        let (sector, bytes, segs, group) = (
-            bio.sector(),
-            bio.len_bytes(),
-            bio.segments().len(),
-            StatGroup::of(bio.op()),
-        );
         let _legacy = dev.lock.hold();
         let lim = &self.limits;
         let candidates = if self.on(feat::MERGE_PLUG_ONLY) { 1 } else { 8 };
         let target = match self.plug.last_mut() {
             Some(rq) => merge::can_merge(rq, bio, flags, lim).map(|side| (rq, side)),
+            None if self.sw.is_empty() => None,
             None => self
                 .sw
                 .iter_mut_newest(candidates)
@@ -105,7 +100,15 @@ impl CtxState {
         let Some((rq, side)) = target else {
             return false;
         };
-        merge::attach(rq, node, sector, bytes, segs, side);
+        let group = StatGroup::of(bio.op());
+        merge::attach(
+            rq,
+            node,
+            bio.sector(),
+            bio.len_bytes(),
+            bio.segments().len(),
+            side,
+        );
         bump(&self.stats.merges[group as usize], 1);
         if self.feat & feat::PARTS != 0 {
             if let Some(p) = &self.parts {
