@@ -20,12 +20,14 @@
 //!   posts completions (and, on a DEFER_TASKRUN ring, as it queues their
 //!   task work), so that a context's completion fd, and so an event loop
 //!   or a future, sleeps until there is something to poll. Nobody reads it
-//!   but `poll`, and only after it took completions: it drains the eventfd
-//!   there, then takes what came in meanwhile and runs task work whose
-//!   signal it drained. So the line is readable while a completion waits,
-//!   and quiet once `poll` took the last one (a later signal finds it
-//!   quiet and fires it). A ring polled without pause never reads it. No
-//!   line with IOPOLL (completions appear only when the ring is polled) or
+//!   but `poll`, once it took completions, and only when the ring goes
+//!   quiet: a `poll` that finds nothing, or that took the last request in
+//!   flight, drains the eventfd, then takes what came in meanwhile and
+//!   runs task work whose signal it drained. So the line is readable while
+//!   a completion waits, quiet once nothing is in flight, and it wakes a
+//!   sleeper at most once for completions already taken; a ring that
+//!   completes something at every `poll` never reads it. No line with
+//!   IOPOLL (completions appear only when the ring is polled) or
 //!   COOP_TASKRUN (the kernel signals only once the sleeper itself runs
 //!   the task work).
 //! - A short read or write is resubmitted for the rest; a read that hits
@@ -894,7 +896,9 @@ impl UringQueue {
             self.getevents();
             n += self.reap(done);
         }
-        if self.line_dirty {
+        // While every poll finds completions the line is left alone: a
+        // waiter that wakes for it finds completions, or quiets it.
+        if self.line_dirty && (n == 0 || self.in_flight == 0) {
             n += self.quiet_line(done);
         }
         if self.iopoll_refused {
@@ -971,8 +975,8 @@ impl UringQueue {
         self.line_dirty = self.line.is_some();
     }
 
-    /// Quiet the interrupt line after `poll` took completions (see the
-    /// module's doc): drain the eventfd, then take what was posted in the
+    /// Quiet the interrupt line after `poll` took completions, once the
+    /// ring goes quiet (see the module's doc): drain the eventfd, then take what was posted in the
     /// meantime and run the task work that was queued (its signal went
     /// with the drain). Anything taken may have signalled after the
     /// drain: go round again, a bounded number of times (past that the
