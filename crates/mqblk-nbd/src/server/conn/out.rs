@@ -1,9 +1,10 @@
 //! A server connection's replies waiting to be written, in completion
-//! order, and how much of them the socket took. Above the wire
-//! (`wire.rs`), below the connection's state (`state.rs`), which holds one
-//! [`OutQueue`]; it knows nothing of the connection around it: a reply
-//! that leaves the queue is handed back to the caller, which returns its
-//! data buffer.
+//! order, and how much of them the socket took. Below the connection's
+//! state (`state.rs`), which holds one [`OutQueue`], and beside the wire
+//! (`wire.rs`), which it does not use: `reply.rs` gathers the queue's
+//! slices and writes them. It knows nothing of the connection around it:
+//! a reply that leaves the queue is handed back to the caller, which
+//! returns its data buffer.
 
 use std::collections::VecDeque;
 use std::io::IoSlice;

@@ -2,9 +2,9 @@
 //! socket in batches (through the I/O thread's scratch buffer), parsed,
 //! checked, and submitted as bios on the thread's context for the export,
 //! within the connection's bounds. Called by the connection's face
-//! (`mod.rs`); a request answered at once, and every completion, goes to
-//! `reply.rs` below; under that are the state (`state.rs`), the reply
-//! queue (`out.rs`) and the wire (`wire.rs`).
+//! (`mod.rs`); it answers a request at once through `reply.rs` below
+//! (which also turns completions into replies); under that are the state
+//! (`state.rs`), the reply queue (`out.rs`) and the wire (`wire.rs`).
 
 use std::io;
 use std::time::Instant;
