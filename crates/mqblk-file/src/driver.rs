@@ -226,6 +226,16 @@ impl Driver for FileDriver {
         matches!(self.engine, Engine::Uring(_))
     }
 
+    /// io_uring with `wait=poll`: the ring's eventfd, drained by `poll`
+    /// (see `uring.rs`). `wait=sleep` and psync complete from threads of
+    /// their own, which wake the contexts themselves.
+    fn irq_fd(&self, hq: &FileQueue) -> Option<std::os::fd::RawFd> {
+        match hq {
+            FileQueue::Uring(q) => q.irq_fd(),
+            FileQueue::Psync(_) => None,
+        }
+    }
+
     fn wait(&self, hq: &mut FileQueue, timeout: std::time::Duration) -> bool {
         match hq {
             FileQueue::Uring(q) => q.wait(timeout),

@@ -15,6 +15,21 @@
 //!   entries; it enters the kernel only when the kernel flags pending task
 //!   work (IORING_SQ_TASKRUN), or always with IOPOLL (the kernel polls the
 //!   device inside the call).
+//! - The interrupt line of `wait=poll` ([`UringQueue::irq_fd`]): an
+//!   eventfd registered with the ring, which the kernel signals as it
+//!   posts completions (and, on a DEFER_TASKRUN ring, as it queues their
+//!   task work), so that a context's completion fd, and so an event loop
+//!   or a future, sleeps until there is something to poll. Nobody reads it
+//!   but `poll`, once it took completions, and only when the ring goes
+//!   quiet: a `poll` that finds nothing, or that took the last request in
+//!   flight, drains the eventfd, then takes what came in meanwhile and
+//!   runs task work whose signal it drained. So the line is readable while
+//!   a completion waits, quiet once nothing is in flight, and it wakes a
+//!   sleeper at most once for completions already taken; a ring that
+//!   completes something at every `poll` never reads it. No line with
+//!   IOPOLL (completions appear only when the ring is polled) or
+//!   COOP_TASKRUN (the kernel signals only once the sleeper itself runs
+//!   the task work).
 //! - A short read or write is resubmitted for the rest; a read that hits
 //!   the end of the file is an I/O error.
 //! - A timed-out request (Linux `->timeout`): its slot is marked, and an
@@ -74,6 +89,8 @@ const UD_CANCEL: u64 = 2 << 32;
 const MAX_RING_ENTRIES: u32 = 32768;
 /// Longest the ring's drop waits for stray in-flight I/O, in 100 ms steps.
 const DROP_WAIT_STEPS: u32 = 100;
+/// Most drains of the interrupt line per `poll` (see `quiet_line`).
+const LINE_QUIET_ROUNDS: u32 = 4;
 
 /// How the ring's completion work is run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,6 +135,13 @@ impl RingConfig {
     pub fn entries_for(depth: u32) -> u32 {
         depth.max(8).next_power_of_two().min(MAX_RING_ENTRIES)
     }
+
+    /// Does a `wait=poll` ring get an interrupt line (see the module's
+    /// doc)? Not with IOPOLL, whose completions no interrupt announces,
+    /// nor with `taskrun=coop`, whose eventfd a sleeper cannot count on.
+    pub fn irq_line(&self) -> bool {
+        self.wait == WaitMode::Poll && !self.iopoll && self.taskrun != TaskRun::Coop
+    }
 }
 
 fn try_build(cfg: &RingConfig, flavor: Flavor, submit_all: bool) -> io::Result<IoUring> {
@@ -157,8 +181,10 @@ pub fn build_ring(cfg: &RingConfig, allow_defer: bool) -> io::Result<(IoUring, F
         (TaskRun::Off, _) => &[Flavor::Plain],
         // A sleeping waiter is woken through the eventfd, which a
         // COOP_TASKRUN ring only signals once the sleeper itself runs the
-        // completion work: never use it for sleeping.
+        // completion work: never use it for sleeping, nor for the
+        // interrupt line of `wait=poll`.
         (TaskRun::Auto, WaitMode::Sleep) => &[Flavor::Defer, Flavor::Plain],
+        (TaskRun::Auto, WaitMode::Poll) if cfg.irq_line() => &[Flavor::Defer, Flavor::Plain],
         (TaskRun::Auto, WaitMode::Poll) => &[Flavor::Defer, Flavor::Coop, Flavor::Plain],
     };
     let mut last = io::Error::from_raw_os_error(libc::EINVAL);
@@ -241,13 +267,7 @@ struct Irq {
 
 impl Irq {
     fn new(index: u16, hw: HwNotifier) -> io::Result<Irq> {
-        // SAFETY: eventfd takes no pointers.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd is a fresh descriptor that nothing else owns.
-        let efd = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
+        let efd = Arc::new(eventfd(libc::EFD_CLOEXEC)?);
         let stop = Arc::new(AtomicBool::new(false));
         let (e2, s2) = (efd.clone(), stop.clone());
         let thread = std::thread::Builder::new()
@@ -290,6 +310,17 @@ impl Drop for Irq {
     }
 }
 
+/// A new eventfd, with its count at 0.
+fn eventfd(flags: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: eventfd takes no pointers.
+    let fd = unsafe { libc::eventfd(0, flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// What a queue reports about its ring, for `mqblk info`.
 #[derive(Clone, Debug)]
 pub struct RingReport {
@@ -328,7 +359,14 @@ pub struct UringQueue {
     draining: bool,
     /// Operations the ring cannot carry (BLKDISCARD) run here.
     side: Option<PsyncQueue>,
+    /// The helper thread's eventfd of `wait=sleep`.
     irq: Option<Irq>,
+    /// The interrupt line of `wait=poll`: a non-blocking eventfd the ring
+    /// signals (see the module's doc).
+    line: Option<OwnedFd>,
+    /// Completions were taken, or task work run, since the line was last
+    /// drained: it may be readable for them.
+    line_dirty: bool,
     notes: Notes,
     /// A polled I/O answered EOPNOTSUPP: drop IOPOLL at the next chance.
     iopoll_refused: bool,
@@ -379,6 +417,11 @@ impl UringQueue {
             WaitMode::Sleep => Some(Irq::new(index, hw)?),
             WaitMode::Poll => None,
         };
+        let line = if cfg.irq_line() {
+            Some(eventfd(libc::EFD_CLOEXEC | libc::EFD_NONBLOCK)?)
+        } else {
+            None
+        };
         let iovec0 = libc::iovec {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
@@ -401,6 +444,8 @@ impl UringQueue {
             draining: false,
             side,
             irq,
+            line,
+            line_dirty: false,
             notes,
             iopoll_refused: false,
             force_async: false,
@@ -473,6 +518,9 @@ impl UringQueue {
         if let Some(irq) = &self.irq {
             sub.register_eventfd(irq.fd())?;
         }
+        if let Some(line) = &self.line {
+            sub.register_eventfd(line.as_raw_fd())?;
+        }
         Ok(())
     }
 
@@ -483,6 +531,12 @@ impl UringQueue {
             fixed_bufs: !self.fixed_bufs.is_empty(),
             fixed_file: self.fixed_file,
         }
+    }
+
+    /// The interrupt line of `wait=poll` (see the module's doc), the same
+    /// for the queue's life: a rebuilt ring is registered with it again.
+    pub fn irq_fd(&self) -> Option<RawFd> {
+        self.line.as_ref().map(|l| l.as_raw_fd())
     }
 
     /// Requests taken and not yet given back.
@@ -829,6 +883,9 @@ impl UringQueue {
             None => 0,
         };
         if self.in_flight == 0 {
+            if self.line_dirty {
+                n += self.quiet_line(done);
+            }
             return n;
         }
         if self.unsubmitted > 0 {
@@ -838,6 +895,11 @@ impl UringQueue {
         if n == 0 && self.should_enter() {
             self.getevents();
             n += self.reap(done);
+        }
+        // While every poll finds completions the line is left alone: a
+        // waiter that wakes for it finds completions, or quiets it.
+        if self.line_dirty && (n == 0 || self.in_flight == 0) {
+            n += self.quiet_line(done);
         }
         if self.iopoll_refused {
             self.iopoll_refused = false;
@@ -909,6 +971,39 @@ impl UringQueue {
                 .submitter()
                 .enter::<libc::sigset_t>(0, 0, flags, None)
         };
+        // The task work it ran signalled the line, completions or not.
+        self.line_dirty = self.line.is_some();
+    }
+
+    /// Quiet the interrupt line after `poll` took completions, once the
+    /// ring goes quiet (see the module's doc): drain the eventfd, then take what was posted in the
+    /// meantime and run the task work that was queued (its signal went
+    /// with the drain). Anything taken may have signalled after the
+    /// drain: go round again, a bounded number of times (past that the
+    /// line stays marked, and the next `poll` quiets it). Returns the
+    /// requests completed.
+    fn quiet_line(&mut self, done: &mut Completions<'_>) -> usize {
+        let mut n = 0;
+        for _ in 0..LINE_QUIET_ROUNDS {
+            let Some(line) = &self.line else {
+                self.line_dirty = false;
+                return n;
+            };
+            self.line_dirty = false;
+            let mut count = 0u64;
+            // SAFETY: read writes 8 bytes into `count`, a live local; the
+            // eventfd is non-blocking (EAGAIN: it was quiet already).
+            unsafe { libc::read(line.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+            n += self.reap(done);
+            if self.should_enter() {
+                self.getevents();
+                n += self.reap(done);
+            }
+            if !self.line_dirty {
+                break;
+            }
+        }
+        n
     }
 
     #[inline]
@@ -921,9 +1016,14 @@ impl UringQueue {
             resubmit,
             in_flight,
             iopoll_refused,
+            line,
+            line_dirty,
             ..
         } = self;
-        for cqe in ring.completion() {
+        let mut cq = ring.completion();
+        // Each completion posted signalled the line.
+        *line_dirty |= line.is_some() && !cq.is_empty();
+        for cqe in &mut cq {
             let ud = cqe.user_data();
             let res = cqe.result();
             let tag = (ud & 0xffff_ffff) as usize;

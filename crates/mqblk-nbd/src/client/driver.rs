@@ -38,7 +38,7 @@
 use std::io::{Read, Write};
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use mqblk_core::bio::{BioFlags, Op};
@@ -53,15 +53,19 @@ use mqblk_nbd_proto::consts::{
 use mqblk_nbd_proto::transmission::{
     decode_block_status, reply_header_len, ErrorPayload, ReplyHeader, CHUNK_HEADER_LEN,
 };
-use mqblk_nbd_proto::{NbdErrno, Request};
+use mqblk_nbd_proto::Request;
 
-use super::handshake::Negotiated;
+use super::handshake::{connect_negotiate, Negotiated};
 use super::irq::Irq;
+use super::queue::{cookie_of, lock, protocol, InFlight, Slot, Zombie, MAX_CHUNK_META};
 use super::receive::Receiver;
 use super::reconnect::{Link, Reconnect, GAVE_UP, UP};
 use super::send::TxBatch;
 use super::url::NbdUrl;
 use crate::transport::{ClientRx, ClientTx};
+
+/// How long a send may make no progress before the connection is failed.
+pub const SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The NBD client driver of one device.
 pub struct NbdDriver {
@@ -86,10 +90,6 @@ impl std::fmt::Debug for NbdDriver {
             .field("negotiated", &self.neg)
             .finish()
     }
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl NbdDriver {
@@ -148,12 +148,12 @@ impl NbdDriver {
         };
         let mut ctl = lock(&self.control);
         if ctl.is_none() {
-            let (tx, n) = super::connect_negotiate(url).map_err(|e| protocol(&e))?;
+            let (tx, n) = connect_negotiate(url).map_err(|e| protocol(&e))?;
             if n.base_allocation.is_none() {
                 return Ok(false);
             }
-            tx.socket().set_read_timeout(Some(super::SEND_TIMEOUT))?;
-            tx.socket().set_write_timeout(Some(super::SEND_TIMEOUT))?;
+            tx.socket().set_read_timeout(Some(SEND_TIMEOUT))?;
+            tx.socket().set_write_timeout(Some(SEND_TIMEOUT))?;
             let rx = tx.receiver()?;
             *ctl = Some((tx, rx));
         }
@@ -185,70 +185,6 @@ impl NbdDriver {
 
     fn block(&self) -> u32 {
         self.neg.block_size.map_or(512, |b| b.min.clamp(512, 65536))
-    }
-}
-
-/// A timed-out request whose reply is still due: the reply is drained.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Zombie {
-    pub(super) cookie: u64,
-    /// Data bytes a simple reply to it carries (a read's length).
-    pub(super) read_len: u64,
-}
-
-/// One tag's place on the connection.
-#[derive(Default)]
-pub(super) struct Slot {
-    /// The request waiting for its reply.
-    pub(super) rq: Option<RqRef>,
-    /// The cookie `rq` was sent with.
-    pub(super) cookie: u64,
-    /// Submissions on this tag so far (the cookie's high half).
-    gen: u32,
-    /// The first error of `rq`'s reply.
-    pub(super) err: Option<Status>,
-    pub(super) zombie: Option<Zombie>,
-    /// `rq`'s NBD command and command flags, to send it again after a
-    /// reconnect.
-    cmd: u16,
-    flags: u16,
-    /// Timeouts that found the parser inside this request's data.
-    stalls: u8,
-}
-
-/// The cookie of the `gen`-th submission on `tag`.
-#[inline]
-fn cookie_of(tag: usize, gen: u32) -> u64 {
-    (u64::from(gen) << 32) | tag as u64
-}
-
-/// The requests of one connection, by tag.
-pub(super) struct InFlight {
-    pub(super) slots: Box<[Slot]>,
-    /// Zombies not yet answered.
-    pub(super) zombies: u32,
-    /// Structured replies were negotiated.
-    pub(super) structured: bool,
-}
-
-impl InFlight {
-    /// The tag a reply's cookie names.
-    pub(super) fn tag_of(&self, cookie: u64) -> std::io::Result<u32> {
-        let tag = (cookie & 0xffff_ffff) as u32;
-        if (tag as usize) < self.slots.len() {
-            Ok(tag)
-        } else {
-            Err(protocol("reply to an unknown cookie"))
-        }
-    }
-
-    /// The reply to `tag`'s request is whole: complete it.
-    pub(super) fn finish(&mut self, tag: u32, done: &mut Completions<'_>) -> usize {
-        let slot = &mut self.slots[tag as usize];
-        let Some(rq) = slot.rq.take() else { return 0 };
-        let status = slot.err.take().unwrap_or(Status::Ok);
-        done.complete(rq, status);
-        1
     }
 }
 
@@ -439,17 +375,6 @@ fn lost(hq: &mut NbdQueue, why: &std::io::Error, done: &mut Completions<'_>) -> 
         }
     }
     fail_all(hq, done)
-}
-
-pub(super) fn status_of(e: NbdErrno) -> Status {
-    match e {
-        NbdErrno::Perm => Status::Invalid(InvalidKind::ReadOnly),
-        NbdErrno::NoSpc => Status::NoSpace,
-        NbdErrno::Inval | NbdErrno::Overflow => Status::Invalid(InvalidKind::Driver),
-        NbdErrno::NotSup => Status::NotSupported,
-        NbdErrno::Shutdown => Status::Shutdown,
-        NbdErrno::Io | NbdErrno::NoMem => Status::IoError,
-    }
 }
 
 impl Driver for NbdDriver {
@@ -785,11 +710,4 @@ fn block_status_on(
         }
     }
     Ok(())
-}
-
-/// Largest error or unknown-chunk payload the client reads.
-pub(super) const MAX_CHUNK_META: u32 = 64 * 1024;
-
-pub(super) fn protocol(why: &str) -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string())
 }

@@ -3,6 +3,8 @@
 //! `OPT_EXPORT_NAME` on servers without `OPT_GO`).
 
 use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use mqblk_nbd_proto::consts::{client_flags, handshake_flags, info, opt, rep, BASE_ALLOCATION};
@@ -12,7 +14,7 @@ use mqblk_nbd_proto::handshake::{
 };
 use mqblk_nbd_proto::{BlockSize, Info, InfoRequest};
 
-use super::url::NbdUrl;
+use super::url::{Address, NbdUrl};
 use crate::transport::{ClientTx, Socket};
 
 /// What negotiation settled.
@@ -80,6 +82,16 @@ fn rep_error(reply_type: u32, data: &[u8]) -> String {
     }
 }
 
+/// Connect to `addr`.
+pub fn connect(addr: &Address) -> std::io::Result<Socket> {
+    let s = match addr {
+        Address::Tcp(hp) => Socket::Tcp(TcpStream::connect(hp.as_str())?),
+        Address::Unix(p) => Socket::Unix(UnixStream::connect(p)?),
+    };
+    s.set_nodelay();
+    Ok(s)
+}
+
 /// Negotiate `export` on a connected socket. On success the socket is in
 /// the transmission phase.
 pub fn negotiate(s: &mut Socket, export: &str) -> Result<Negotiated, String> {
@@ -94,7 +106,7 @@ pub fn negotiate(s: &mut Socket, export: &str) -> Result<Negotiated, String> {
 /// Connect to `url` and negotiate, through TLS if the URL asks for it
 /// (`STARTTLS` first, then every option inside TLS).
 pub fn connect_negotiate(url: &NbdUrl) -> Result<(ClientTx, Negotiated), String> {
-    let mut s = super::connect(&url.address).map_err(|e| format!("connect: {e}"))?;
+    let mut s = connect(&url.address).map_err(|e| format!("connect: {e}"))?;
     let Some(tls) = &url.tls else {
         let n = negotiate(&mut s, &url.export)?;
         return Ok((ClientTx::Plain(s), n));

@@ -8,16 +8,20 @@
 //! `INFO_BLOCK_SIZE`) and the features (from the transmission flags) are
 //! known before the core sees the driver.
 
+// By call order, from the top down: each file uses only files below it.
 mod driver;
+
+mod reconnect;
+
+mod receive;
+mod send;
+
 mod handshake;
 mod irq;
-mod receive;
-mod reconnect;
-mod send;
+mod queue;
+
 pub mod url;
 
-use std::net::TcpStream;
-use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use mqblk_core::error::{Error, Result};
@@ -25,29 +29,14 @@ use mqblk_core::queue::{Device, DeviceConfig};
 use mqblk_core::spec::SpecOptions;
 use mqblk_nbd_proto::consts::transmission_flags as tf;
 
-pub use driver::{NbdDriver, NbdQueue};
-pub use handshake::{connect_negotiate, negotiate, Negotiated};
+pub use driver::{NbdDriver, NbdQueue, SEND_TIMEOUT};
+pub use handshake::{connect, connect_negotiate, negotiate, Negotiated};
 pub use url::{Address, NbdUrl, UrlTls};
-
-use crate::transport::Socket;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
-/// How long a send may make no progress before the connection is failed.
-pub const SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-
 /// Largest `conns`.
 pub const MAX_CONNS: u32 = 64;
-
-/// Connect to `addr`.
-pub fn connect(addr: &Address) -> std::io::Result<Socket> {
-    let s = match addr {
-        Address::Tcp(hp) => Socket::Tcp(TcpStream::connect(hp.as_str())?),
-        Address::Unix(p) => Socket::Unix(UnixStream::connect(p)?),
-    };
-    s.set_nodelay();
-    Ok(s)
-}
 
 /// Open an NBD export as a device. `url` is the spec's target; `opts`
 /// takes `conns`, `reconnect_ms` and the common options (`hw_queues` is the same as

@@ -20,7 +20,7 @@ use mqblk_nbd_proto::transmission::{
 };
 use mqblk_nbd_proto::NbdErrno;
 
-use super::driver::{protocol, status_of, InFlight, MAX_CHUNK_META};
+use super::queue::{protocol, status_of, InFlight, MAX_CHUNK_META};
 use crate::transport::ClientRx;
 
 /// Bytes of the receive buffer.

@@ -26,7 +26,9 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::driver::lock;
+use super::handshake::connect_negotiate;
+use super::irq::kick;
+use super::queue::lock;
 use super::url::NbdUrl;
 use crate::transport::ClientTx;
 
@@ -66,7 +68,7 @@ const PAUSE_MAX: Duration = Duration::from_millis(500);
 pub(super) fn start(
     rc: Arc<Reconnect>,
     link: Arc<Link>,
-    kick: OwnedFd,
+    kick_fd: OwnedFd,
     why: String,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     link.outcome.store(PENDING, Ordering::Release);
@@ -80,7 +82,7 @@ pub(super) fn start(
             } else {
                 link.outcome.store(GAVE_UP, Ordering::Release);
             }
-            super::irq::kick(&kick);
+            kick(&kick_fd);
         })
 }
 
@@ -97,7 +99,7 @@ fn run(rc: &Reconnect, link: &Link, why: &str) -> Option<ClientTx> {
         if link.closing.load(Ordering::Acquire) {
             return None;
         }
-        let failed = match super::connect_negotiate(&rc.url) {
+        let failed = match connect_negotiate(&rc.url) {
             Ok((tx, n)) if n.size == rc.size && n.flags == rc.flags => {
                 match tx.socket().set_write_timeout(Some(rc.send_timeout)) {
                     Ok(()) => {

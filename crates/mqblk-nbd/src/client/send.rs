@@ -10,7 +10,7 @@ use std::io::{self, IoSlice, Write};
 
 use mqblk_nbd_proto::Request;
 
-use super::driver::Slot;
+use super::queue::Slot;
 
 /// Slices gathered per `writev`.
 const IOV: usize = 64;

@@ -28,13 +28,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use mqblk_core::bio::Bio;
-use mqblk_core::error::Status;
 use mqblk_core::Context;
 use rustix::event::epoll;
 
-use super::conn::{Conn, End, Limbo};
-use super::{Listener, Shared};
+use super::conn::{Conn, Done, End, Limbo};
+use super::shared::{Listener, Shared};
 use crate::transport::Socket;
 
 const LISTENER: u64 = 0;
@@ -75,13 +73,6 @@ impl Peer {
             wake,
         })
     }
-}
-
-/// A finished I/O on its way back to its connection.
-pub(crate) struct Done {
-    pub(crate) private: u64,
-    pub(crate) status: Status,
-    pub(crate) bio: Bio,
 }
 
 /// The per-export context of this thread.
@@ -734,7 +725,8 @@ impl<'s> Loop<'s> {
             c.timer_at = None;
             match c.deadline() {
                 Some(d) if d <= now => {
-                    c.expired(self.sh, now, &mut self.log);
+                    let why = c.expired(self.sh);
+                    self.log.line(now, format_args!("{why}"));
                     self.mark_dirty(idx);
                 }
                 Some(d) => {

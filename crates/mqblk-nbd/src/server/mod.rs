@@ -9,64 +9,30 @@
 //! but the device's hardware queues. A connection is a non-blocking state
 //! machine (`conn`).
 
-mod conn;
+// By call order, from the top down: each file uses only files below it.
 mod event_loop;
+
+mod conn;
+
+mod shared;
+
 mod export;
 mod socket_path;
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use mqblk_nbd_proto::{ExportInfo, TlsMode};
 
 pub use export::{export_info, Export};
+pub use shared::{ConnLimits, ServerStats};
 pub use socket_path::lock_path;
 
-/// Per-connection bounds: what one client can make the server hold.
-#[derive(Clone, Copy, Debug)]
-pub struct ConnLimits {
-    /// Requests in flight (submitted or with a reply queued) per connection.
-    pub max_requests: u32,
-    /// Bytes of data buffers held per connection (in flight and cached).
-    /// At least the largest payload, so one request always fits.
-    pub max_bytes: u64,
-    /// A client that stops mid-message (or stops reading replies) for
-    /// this long is disconnected.
-    pub stall_timeout: Duration,
-    /// Negotiation must finish within this (qemu-nbd's default is 10 s;
-    /// nbdkit 1.32 has none).
-    pub handshake_timeout: Duration,
-    /// A connection in transmission with nothing in flight, nothing
-    /// queued and no partial message for this long is disconnected.
-    /// `None` (the default, as in nbdkit and qemu-nbd) keeps idle clients:
-    /// a virtual machine's disk may idle for hours.
-    pub idle_timeout: Option<Duration>,
-    /// Connections served at once; more are answered with a refusal and
-    /// closed.
-    pub max_connections: usize,
-    /// Connections served at once from one IP address (TCP only).
-    pub max_per_peer: usize,
-}
-
-impl Default for ConnLimits {
-    fn default() -> Self {
-        ConnLimits {
-            max_requests: 128,
-            max_bytes: 64 << 20,
-            stall_timeout: Duration::from_secs(30),
-            handshake_timeout: Duration::from_secs(10),
-            idle_timeout: None,
-            max_connections: 1024,
-            max_per_peer: 1024,
-        }
-    }
-}
+use shared::{Listener, Shared};
 
 /// Where to listen.
 #[derive(Clone, Debug)]
@@ -97,51 +63,6 @@ impl std::fmt::Debug for ServerConfig {
             .field("tls_mode", &self.tls_mode)
             .field("limits", &self.limits)
             .finish()
-    }
-}
-
-/// What the server shares with its connection threads.
-pub(crate) struct Shared {
-    pub(crate) exports: Vec<Export>,
-    pub(crate) infos: Vec<ExportInfo>,
-    pub(crate) tls_mode: TlsMode,
-    pub(crate) tls: Option<Arc<rustls::ServerConfig>>,
-    pub(crate) limits: ConnLimits,
-    pub(crate) shutdown: Arc<AtomicBool>,
-    pub(crate) stats: ServerStats,
-    /// Readable (edge) when the shutdown flag was set: every I/O thread has
-    /// the read end in its epoll set.
-    pub(crate) wake: (UnixStream, UnixStream),
-}
-
-/// Counters of a server's life.
-#[derive(Debug, Default)]
-pub struct ServerStats {
-    /// Connections accepted.
-    pub connections: AtomicU64,
-    /// Connections refused because `max_connections` (or the peer's
-    /// `max_per_peer`) were open.
-    pub refused: AtomicU64,
-    /// Connections closed for breaking the protocol (bad magic, oversize
-    /// payload, stall, bad option).
-    pub dropped: AtomicU64,
-    /// Requests answered.
-    pub requests: AtomicU64,
-    /// Requests answered with an error.
-    pub errors: AtomicU64,
-}
-
-pub(crate) enum Listener {
-    Tcp(TcpListener),
-    Unix(socket_path::ClaimedSocket),
-}
-
-impl Listener {
-    pub(crate) fn as_fd(&self) -> BorrowedFd<'_> {
-        match self {
-            Listener::Tcp(l) => l.as_fd(),
-            Listener::Unix(c) => c.listener.as_fd(),
-        }
     }
 }
 

@@ -1,0 +1,103 @@
+//! What the server shares with its I/O threads: the exports, the
+//! per-connection bounds, the counters, the listener and the shutdown
+//! wake. The bottom of the server's files but for the exports
+//! (`export.rs`) and the socket path (`socket_path.rs`): the server
+//! (`mod.rs`) fills it in, and the event loop (`event_loop.rs`) and its
+//! connections (`conn/`) read it.
+
+use std::net::TcpListener;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mqblk_nbd_proto::{ExportInfo, TlsMode};
+
+use super::export::Export;
+use super::socket_path::ClaimedSocket;
+
+/// Per-connection bounds: what one client can make the server hold.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnLimits {
+    /// Requests in flight (submitted or with a reply queued) per connection.
+    pub max_requests: u32,
+    /// Bytes of data buffers held per connection (in flight and cached).
+    /// At least the largest payload, so one request always fits.
+    pub max_bytes: u64,
+    /// A client that stops mid-message (or stops reading replies) for
+    /// this long is disconnected.
+    pub stall_timeout: Duration,
+    /// Negotiation must finish within this (qemu-nbd's default is 10 s;
+    /// nbdkit 1.32 has none).
+    pub handshake_timeout: Duration,
+    /// A connection in transmission with nothing in flight, nothing
+    /// queued and no partial message for this long is disconnected.
+    /// `None` (the default, as in nbdkit and qemu-nbd) keeps idle clients:
+    /// a virtual machine's disk may idle for hours.
+    pub idle_timeout: Option<Duration>,
+    /// Connections served at once; more are answered with a refusal and
+    /// closed.
+    pub max_connections: usize,
+    /// Connections served at once from one IP address (TCP only).
+    pub max_per_peer: usize,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        ConnLimits {
+            max_requests: 128,
+            max_bytes: 64 << 20,
+            stall_timeout: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: None,
+            max_connections: 1024,
+            max_per_peer: 1024,
+        }
+    }
+}
+
+/// What the server shares with its connection threads.
+pub(crate) struct Shared {
+    pub(crate) exports: Vec<Export>,
+    pub(crate) infos: Vec<ExportInfo>,
+    pub(crate) tls_mode: TlsMode,
+    pub(crate) tls: Option<Arc<rustls::ServerConfig>>,
+    pub(crate) limits: ConnLimits,
+    pub(crate) shutdown: Arc<AtomicBool>,
+    pub(crate) stats: ServerStats,
+    /// Readable (edge) when the shutdown flag was set: every I/O thread has
+    /// the read end in its epoll set.
+    pub(crate) wake: (UnixStream, UnixStream),
+}
+
+/// Counters of a server's life.
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    /// Connections accepted.
+    pub connections: AtomicU64,
+    /// Connections refused because `max_connections` (or the peer's
+    /// `max_per_peer`) were open.
+    pub refused: AtomicU64,
+    /// Connections closed for breaking the protocol (bad magic, oversize
+    /// payload, stall, bad option).
+    pub dropped: AtomicU64,
+    /// Requests answered.
+    pub requests: AtomicU64,
+    /// Requests answered with an error.
+    pub errors: AtomicU64,
+}
+
+pub(crate) enum Listener {
+    Tcp(TcpListener),
+    Unix(ClaimedSocket),
+}
+
+impl Listener {
+    pub(crate) fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Listener::Tcp(l) => l.as_fd(),
+            Listener::Unix(c) => c.listener.as_fd(),
+        }
+    }
+}
