@@ -244,8 +244,11 @@ impl BioSet {
             bio.status = status;
         }
         let delivery = node.delivery;
-        if let Some(w) = self.wakers[index as usize].take() {
-            w.wake();
+        // Only a waiter (a future) leaves a waker in its slot.
+        if delivery == Delivery::Waiter {
+            if let Some(w) = self.wakers[index as usize].take() {
+                w.wake();
+            }
         }
         delivery
     }

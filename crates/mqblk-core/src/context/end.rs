@@ -113,11 +113,13 @@ impl CtxState {
             bump(&sh.nsecs[g as usize], lat);
             drop_by(&sh.in_flight[rq.op.is_write() as usize], 1);
             run.push(&mut self.hist, g, lat);
-            // Partitions first: without them, one test of the context.
-            if let Some(p) = &self.parts {
-                if rq.part != crate::partition::NO_PART {
-                    let sectors = rq.size_bytes >> SECTOR_SHIFT;
-                    p.end(rq.part, g, sectors, lat, rq.op.is_write(), now_ns);
+            // Without partitions, one bit test of the feature word.
+            if self.feat & feat::PARTS != 0 {
+                if let Some(p) = &self.parts {
+                    if rq.part != crate::partition::NO_PART {
+                        let sectors = rq.size_bytes >> SECTOR_SHIFT;
+                        p.end(rq.part, g, sectors, lat, rq.op.is_write(), now_ns);
+                    }
                 }
             }
         }
