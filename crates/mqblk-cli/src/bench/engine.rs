@@ -50,7 +50,7 @@ struct Shared {
     progress: Vec<CachePadded<super::status::Live>>,
     /// Per job, per direction, for the averaged logs (written once per
     /// batch, only by jobs that log).
-    counters: Vec<CachePadded<super::log::Counters>>,
+    counters: Vec<CachePadded<super::counts::Counters>>,
 }
 
 impl Shared {
@@ -370,7 +370,7 @@ fn run_group(
         opened_cv: Condvar::new(),
         progress: super::status::Live::for_jobs(n),
         counters: (0..n)
-            .map(|_| CachePadded::new(super::log::Counters::default()))
+            .map(|_| CachePadded::new(super::counts::Counters::default()))
             .collect(),
     });
     let mut handles = Vec::with_capacity(n);
@@ -448,7 +448,7 @@ fn run_group(
             sd.write(false)?;
         }
         if let Some(l) = &mut logger {
-            let counters: Vec<&super::log::Counters> =
+            let counters: Vec<&super::counts::Counters> =
                 shared.counters.iter().map(|c| &**c).collect();
             l.tick(t0.elapsed().as_millis() as u64, &counters);
         }
