@@ -16,7 +16,7 @@ use mqblk::queue::QueueMode;
 use mqblk::spec::{parse_bool, parse_size};
 
 use super::hist::COARSENESS_MAX;
-use super::job::{BlockSizes, Distribution, JobSpec, RwMode};
+use super::job::{BlockSizes, Distribution, JobSpec, RwMode, VerifyKind};
 
 /// Every key, in job-file spelling (the command line writes `queue_mode` as
 /// `--queue-mode` and `hw_queues` as `--hw-queues`).
@@ -315,7 +315,7 @@ pub struct JobOptions {
     /// `iostats=`.
     pub iostats: Option<bool>,
     /// `verify=`; `Some(None)` is `verify=none`.
-    pub verify: Option<Option<super::verify::VerifyKind>>,
+    pub verify: Option<Option<VerifyKind>>,
     /// `do_verify=`.
     pub do_verify: Option<bool>,
     /// `verify_fatal=`.
@@ -761,7 +761,7 @@ impl JobOptions {
                 // sequence); mqblk's header carries those and a crc32c of
                 // the block, so meta is checked as crc32c, a superset.
                 let v = if v == "meta" { "crc32c" } else { v };
-                let kind = super::verify::VerifyKind::parse(v).map_err(|()| {
+                let kind = VerifyKind::parse(v).map_err(|()| {
                     bad(
                         raw,
                         format!("{expected}; other checksums: {FIO_ENGINE_HINT}"),
