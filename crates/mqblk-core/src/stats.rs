@@ -61,10 +61,11 @@ impl StatGroup {
 /// sums, differences, and the flat order of the C ABI's `mqblk_stats`.
 ///
 /// A counter kept per stat group lists its flat names, one per group in
-/// group order; one with three names is not kept for flushes (diskstats
-/// has no flush merges or sectors). The device-wide gauges, `in_flight`
-/// and `io_ticks_ms`, are not counters: a shard keeps no busy time, and a
-/// context's requests in flight are summed only over the whole device.
+/// group order; one with three names has no flat value for flushes
+/// (diskstats has no flush merges or sectors). The gauges, `in_flight` and
+/// `io_ticks_ms`, are not counters: they are the whole device's (a shard
+/// keeps no busy time), so a context's snapshot leaves them at 0, and a
+/// difference keeps the later snapshot's.
 macro_rules! stat_counters {
     (
         per_group {
