@@ -111,33 +111,16 @@ pub struct MqblkStats {
     pub errors: u64,
 }
 
+// The fields above are `DiskStats::flat`'s values in its order, which
+// core's one list of counters makes; a test holds the header's names to
+// `DiskStats::flat_names`.
 impl From<DiskStats> for MqblkStats {
     fn from(s: DiskStats) -> MqblkStats {
-        MqblkStats {
-            read_ios: s.ios[0],
-            read_merges: s.merges[0],
-            read_sectors: s.sectors[0],
-            read_ns: s.nsecs[0],
-            write_ios: s.ios[1],
-            write_merges: s.merges[1],
-            write_sectors: s.sectors[1],
-            write_ns: s.nsecs[1],
-            discard_ios: s.ios[2],
-            discard_merges: s.merges[2],
-            discard_sectors: s.sectors[2],
-            discard_ns: s.nsecs[2],
-            flush_ios: s.ios[3],
-            flush_ns: s.nsecs[3],
-            in_flight: s.in_flight,
-            io_ticks_ms: s.io_ticks_ms,
-            requests: s.requests,
-            bios: s.bios,
-            splits: s.splits,
-            bytes_copied: s.bytes_copied,
-            requeues: s.requeues,
-            timeouts: s.timeouts,
-            errors: s.errors,
-        }
+        // SAFETY: `MqblkStats` is `repr(C)` and has only `u64` fields, so
+        // its layout is that of `[u64; N]` with N its field count: no
+        // padding, and every bit pattern is a valid value. `transmute`
+        // refuses to compile unless N is `DiskStats::FLAT_LEN`.
+        unsafe { std::mem::transmute::<[u64; DiskStats::FLAT_LEN], MqblkStats>(s.flat()) }
     }
 }
 

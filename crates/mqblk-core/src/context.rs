@@ -174,23 +174,7 @@ impl Context {
 
     /// This context's own counters.
     pub fn stats(&self) -> DiskStats {
-        let mut s = DiskStats::default();
-        let sh: &StatShard = &self.st.stats;
-        for g in 0..crate::stats::NR_STAT_GROUPS {
-            s.ios[g] = sh.ios[g].load(std::sync::atomic::Ordering::Relaxed);
-            s.merges[g] = sh.merges[g].load(std::sync::atomic::Ordering::Relaxed);
-            s.sectors[g] = sh.sectors[g].load(std::sync::atomic::Ordering::Relaxed);
-            s.nsecs[g] = sh.nsecs[g].load(std::sync::atomic::Ordering::Relaxed);
-        }
-        let ld = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
-        s.requests = ld(&sh.requests);
-        s.bios = ld(&sh.bios);
-        s.splits = ld(&sh.splits);
-        s.bytes_copied = ld(&sh.bytes_copied);
-        s.requeues = ld(&sh.requeues);
-        s.timeouts = ld(&sh.timeouts);
-        s.errors = ld(&sh.errors);
-        s
+        self.st.stats.snapshot()
     }
 
     /// This context's latency histograms.

@@ -55,24 +55,165 @@ impl StatGroup {
     }
 }
 
-/// One context's counters. Written only by its context.
-#[derive(Debug, Default)]
-pub struct StatShard {
-    pub(crate) ios: [AtomicU64; NR_STAT_GROUPS],
-    pub(crate) merges: [AtomicU64; NR_STAT_GROUPS],
-    pub(crate) sectors: [AtomicU64; NR_STAT_GROUPS],
-    pub(crate) nsecs: [AtomicU64; NR_STAT_GROUPS],
-    pub(crate) in_flight: [AtomicU64; 2],
-    pub(crate) requests: AtomicU64,
-    pub(crate) bios: AtomicU64,
-    pub(crate) splits: AtomicU64,
-    pub(crate) bytes_copied: AtomicU64,
-    pub(crate) requeues: AtomicU64,
-    pub(crate) timeouts: AtomicU64,
-    pub(crate) errors: AtomicU64,
-    /// The next shard in [`DeviceStats`]'s list of every shard (set once,
-    /// under the registry lock, before the shard is published).
-    next: AtomicPtr<CachePadded<StatShard>>,
+/// Declares the layer's counters once, as `StatShard` (the atomics a
+/// context writes) and `DiskStats` (a snapshot) fields, and generates
+/// everything that goes over all of them: a shard's snapshot and reset,
+/// sums, differences, and the flat order of the C ABI's `mqblk_stats`.
+///
+/// A counter kept per stat group lists its flat names, one per group in
+/// group order; one with three names has no flat value for flushes
+/// (diskstats has no flush merges or sectors). The gauges, `in_flight` and
+/// `io_ticks_ms`, are not counters: they are the whole device's (a shard
+/// keeps no busy time), so a context's snapshot leaves them at 0, and a
+/// difference keeps the later snapshot's.
+macro_rules! stat_counters {
+    (
+        per_group {
+            $( $(#[$gdoc:meta])* $g:ident [$($gname:literal),+], )*
+        }
+        single {
+            $( $(#[$sdoc:meta])* $s:ident, )*
+        }
+    ) => {
+        /// One context's counters. Written only by its context.
+        #[derive(Debug, Default)]
+        pub struct StatShard {
+            $( $(#[$gdoc])* pub(crate) $g: [AtomicU64; NR_STAT_GROUPS], )*
+            /// Requests started and not ended: reads, then writes (Linux
+            /// `in_flight[rw]`).
+            pub(crate) in_flight: [AtomicU64; 2],
+            $( $(#[$sdoc])* pub(crate) $s: AtomicU64, )*
+            /// The next shard in [`DeviceStats`]'s list of every shard (set
+            /// once, under the registry lock, before the shard is
+            /// published).
+            next: AtomicPtr<CachePadded<StatShard>>,
+        }
+
+        impl StatShard {
+            /// This context's counters (without the device's gauges: its
+            /// in-flight count and busy time stay 0).
+            pub(crate) fn snapshot(&self) -> DiskStats {
+                DiskStats {
+                    $( $g: std::array::from_fn(|g| self.$g[g].load(Relaxed)), )*
+                    $( $s: self.$s.load(Relaxed), )*
+                    ..DiskStats::default()
+                }
+            }
+
+            /// Zero every counter, for reuse by a new context.
+            fn reset(&self) {
+                $( for c in &self.$g { c.store(0, Relaxed); } )*
+                for c in &self.in_flight {
+                    c.store(0, Relaxed);
+                }
+                $( self.$s.store(0, Relaxed); )*
+            }
+        }
+
+        /// A snapshot of a device's counters: the 17 `/proc/diskstats`
+        /// fields (with 512-byte sectors and milliseconds) plus the layer's
+        /// own counters.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct DiskStats {
+            $( $(#[$gdoc])* pub $g: [u64; NR_STAT_GROUPS], )*
+            /// Requests in flight now (field 9).
+            pub in_flight: u64,
+            /// Milliseconds the device had I/O in flight (field 10).
+            pub io_ticks_ms: u64,
+            $( $(#[$sdoc])* pub $s: u64, )*
+        }
+
+        impl DiskStats {
+            /// How many values [`DiskStats::flat`] gives.
+            pub const FLAT_LEN: usize =
+                [$($($gname,)+)*].len() + 2 + [$(stringify!($s)),*].len();
+
+            /// Apply `f` to each counter of `self` and the same counter of
+            /// `o` (the gauges are left alone).
+            fn each_counter(&mut self, o: &DiskStats, f: impl Fn(u64, u64) -> u64) {
+                $( for g in 0..NR_STAT_GROUPS {
+                    self.$g[g] = f(self.$g[g], o.$g[g]);
+                } )*
+                $( self.$s = f(self.$s, o.$s); )*
+            }
+
+            /// The values in the order of the C ABI's `mqblk_stats`: each
+            /// group's counters (read, write, discard, flush), then the
+            /// gauges, then the layer's own counters.
+            pub fn flat(&self) -> [u64; DiskStats::FLAT_LEN] {
+                let groups = [$( (&self.$g, [$($gname),+].len()), )*];
+                let mut out = [0; DiskStats::FLAT_LEN];
+                let mut i = 0;
+                for g in 0..NR_STAT_GROUPS {
+                    for (values, kept) in groups {
+                        if g < kept {
+                            out[i] = values[g];
+                            i += 1;
+                        }
+                    }
+                }
+                for v in [self.in_flight, self.io_ticks_ms, $(self.$s),*] {
+                    out[i] = v;
+                    i += 1;
+                }
+                debug_assert_eq!(i, DiskStats::FLAT_LEN);
+                out
+            }
+
+            /// The names of [`DiskStats::flat`]'s values, in its order (the
+            /// field names of the C ABI's `mqblk_stats`).
+            pub fn flat_names() -> [&'static str; DiskStats::FLAT_LEN] {
+                let groups: [&[&'static str]; [$(stringify!($g)),*].len()] =
+                    [$( &[$($gname),+], )*];
+                let mut out = [""; DiskStats::FLAT_LEN];
+                let mut i = 0;
+                for g in 0..NR_STAT_GROUPS {
+                    for names in groups {
+                        if let Some(name) = names.get(g) {
+                            out[i] = name;
+                            i += 1;
+                        }
+                    }
+                }
+                for name in ["in_flight", "io_ticks_ms", $(stringify!($s)),*] {
+                    out[i] = name;
+                    i += 1;
+                }
+                out
+            }
+        }
+    };
+}
+
+// Every counter of the layer: a new one is a line here (and a field of
+// the C ABI's `MqblkStats`, which a test holds to this order).
+stat_counters! {
+    per_group {
+        /// Completed I/Os per group.
+        ios ["read_ios", "write_ios", "discard_ios", "flush_ios"],
+        /// Merged I/Os per group.
+        merges ["read_merges", "write_merges", "discard_merges"],
+        /// Sectors per group.
+        sectors ["read_sectors", "write_sectors", "discard_sectors"],
+        /// Nanoseconds spent per group.
+        nsecs ["read_ns", "write_ns", "discard_ns", "flush_ns"],
+    }
+    single {
+        /// Requests built (one per tag use).
+        requests,
+        /// Bios submitted.
+        bios,
+        /// Bios split to fit the limits.
+        splits,
+        /// Bytes copied through bounce buffers.
+        bytes_copied,
+        /// Requests the driver answered busy.
+        requeues,
+        /// Requests that timed out.
+        timeouts,
+        /// Requests that completed with an error.
+        errors,
+    }
 }
 
 impl StatShard {
@@ -80,29 +221,6 @@ impl StatShard {
     #[inline]
     fn has_in_flight(&self) -> bool {
         self.in_flight[0].load(Relaxed) != 0 || self.in_flight[1].load(Relaxed) != 0
-    }
-
-    /// Zero every counter, for reuse by a new context.
-    fn reset(&self) {
-        let all = self
-            .ios
-            .iter()
-            .chain(&self.merges)
-            .chain(&self.sectors)
-            .chain(&self.nsecs)
-            .chain(&self.in_flight)
-            .chain([
-                &self.requests,
-                &self.bios,
-                &self.splits,
-                &self.bytes_copied,
-                &self.requeues,
-                &self.timeouts,
-                &self.errors,
-            ]);
-        for c in all {
-            c.store(0, Relaxed);
-        }
     }
 }
 
@@ -118,77 +236,29 @@ pub(crate) fn drop_by(c: &AtomicU64, n: u64) {
     c.store(c.load(Relaxed).wrapping_sub(n), Relaxed);
 }
 
-/// A snapshot of a device's counters: the 17 `/proc/diskstats` fields (with
-/// 512-byte sectors and milliseconds) plus the layer's own counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DiskStats {
-    /// Completed I/Os per group.
-    pub ios: [u64; NR_STAT_GROUPS],
-    /// Merged I/Os per group.
-    pub merges: [u64; NR_STAT_GROUPS],
-    /// Sectors per group.
-    pub sectors: [u64; NR_STAT_GROUPS],
-    /// Nanoseconds spent per group.
-    pub nsecs: [u64; NR_STAT_GROUPS],
-    /// Requests in flight now (field 9).
-    pub in_flight: u64,
-    /// Milliseconds the device had I/O in flight (field 10).
-    pub io_ticks_ms: u64,
-    /// Requests built (one per tag use).
-    pub requests: u64,
-    /// Bios submitted.
-    pub bios: u64,
-    /// Bios split to fit the limits.
-    pub splits: u64,
-    /// Bytes copied through bounce buffers.
-    pub bytes_copied: u64,
-    /// Requests the driver answered busy.
-    pub requeues: u64,
-    /// Requests that timed out.
-    pub timeouts: u64,
-    /// Requests that completed with an error.
-    pub errors: u64,
-}
-
 impl DiskStats {
     fn add_shard(&mut self, s: &StatShard) {
-        for g in 0..NR_STAT_GROUPS {
-            self.ios[g] += s.ios[g].load(Relaxed);
-            self.merges[g] += s.merges[g].load(Relaxed);
-            self.sectors[g] += s.sectors[g].load(Relaxed);
-            self.nsecs[g] += s.nsecs[g].load(Relaxed);
-        }
+        self.each_counter(&s.snapshot(), u64::wrapping_add);
         self.in_flight = self
             .in_flight
             .wrapping_add(s.in_flight[0].load(Relaxed))
             .wrapping_add(s.in_flight[1].load(Relaxed));
-        self.requests += s.requests.load(Relaxed);
-        self.bios += s.bios.load(Relaxed);
-        self.splits += s.splits.load(Relaxed);
-        self.bytes_copied += s.bytes_copied.load(Relaxed);
-        self.requeues += s.requeues.load(Relaxed);
-        self.timeouts += s.timeouts.load(Relaxed);
-        self.errors += s.errors.load(Relaxed);
     }
 
     /// Add `o`'s counters to these (busy time included: callers that know
     /// better fix it up).
     pub fn add(&mut self, o: &DiskStats) {
-        for g in 0..NR_STAT_GROUPS {
-            self.ios[g] += o.ios[g];
-            self.merges[g] += o.merges[g];
-            self.sectors[g] += o.sectors[g];
-            self.nsecs[g] += o.nsecs[g];
-        }
+        self.each_counter(o, u64::wrapping_add);
         self.in_flight = self.in_flight.wrapping_add(o.in_flight);
         self.io_ticks_ms += o.io_ticks_ms;
-        self.requests += o.requests;
-        self.bios += o.bios;
-        self.splits += o.splits;
-        self.bytes_copied += o.bytes_copied;
-        self.requeues += o.requeues;
-        self.timeouts += o.timeouts;
-        self.errors += o.errors;
+    }
+
+    /// What the counters did since `start`, a snapshot of the same shard or
+    /// device taken earlier; the gauges are this snapshot's.
+    pub fn since(&self, start: &DiskStats) -> DiskStats {
+        let mut d = *self;
+        d.each_counter(start, u64::wrapping_sub);
+        d
     }
 
     /// The 17 diskstats fields after major, minor and name, in order.
@@ -675,6 +745,90 @@ mod tests {
         let s = d.snapshot();
         assert_eq!(s.in_flight, 1);
         assert!(s.io_ticks_ms >= 50, "{}", s.io_ticks_ms);
+    }
+
+    #[test]
+    fn a_shard_snapshot_and_its_difference_cover_every_counter() {
+        let d = DeviceStats::new();
+        let sh = d.register();
+        bump(&sh.ios[1], 3);
+        bump(&sh.errors, 1);
+        let start = sh.snapshot();
+        bump(&sh.ios[1], 2);
+        bump(&sh.merges[0], 4);
+        bump(&sh.requeues, 5);
+        bump(&sh.in_flight[1], 1);
+        let end = sh.snapshot();
+        assert_eq!(end.ios[1], 5);
+        assert_eq!(end.requeues, 5);
+        assert_eq!(end.in_flight, 0, "a context's snapshot keeps no gauge");
+        let delta = end.since(&start);
+        assert_eq!(delta.ios[1], 2);
+        assert_eq!(delta.merges[0], 4);
+        assert_eq!(delta.requeues, 5);
+        assert_eq!(delta.errors, 0);
+        let mut sum = start;
+        sum.add(&delta);
+        assert_eq!(sum, end);
+        drop_by(&sh.in_flight[1], 1);
+        d.retire(&sh, &Histograms::new());
+        assert_eq!(
+            sh.snapshot(),
+            DiskStats::default(),
+            "a retired shard is zeroed"
+        );
+        assert_eq!(
+            d.snapshot().requeues,
+            5,
+            "and its counts stay with the device"
+        );
+    }
+
+    #[test]
+    fn the_flat_order_is_group_by_group_then_gauges_then_the_layer_s() {
+        let names = DiskStats::flat_names();
+        assert_eq!(DiskStats::FLAT_LEN, 23);
+        assert_eq!(
+            names[..8],
+            [
+                "read_ios",
+                "read_merges",
+                "read_sectors",
+                "read_ns",
+                "write_ios",
+                "write_merges",
+                "write_sectors",
+                "write_ns"
+            ]
+        );
+        assert_eq!(
+            names[12..16],
+            ["flush_ios", "flush_ns", "in_flight", "io_ticks_ms"]
+        );
+        assert_eq!(names[16], "requests");
+        assert_eq!(names[22], "errors");
+        let s = DiskStats {
+            ios: [1, 2, 3, 4],
+            merges: [5, 6, 7, 8],
+            sectors: [9, 10, 11, 12],
+            nsecs: [13, 14, 15, 16],
+            in_flight: 17,
+            io_ticks_ms: 18,
+            requests: 19,
+            errors: 25,
+            ..DiskStats::default()
+        };
+        let flat = s.flat();
+        let at = |name: &str| flat[names.iter().position(|n| *n == name).unwrap()];
+        assert_eq!(at("read_merges"), 5);
+        assert_eq!(at("discard_sectors"), 11);
+        assert_eq!(at("flush_ios"), 4);
+        assert_eq!(at("flush_ns"), 16);
+        assert_eq!(at("io_ticks_ms"), 18);
+        assert_eq!(at("requests"), 19);
+        assert_eq!(at("errors"), 25);
+        assert!(!flat.contains(&8), "no flush merges, as in diskstats");
+        assert!(!flat.contains(&12), "no flush sectors");
     }
 
     #[test]

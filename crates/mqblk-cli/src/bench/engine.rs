@@ -50,7 +50,7 @@ struct Shared {
     progress: Vec<CachePadded<super::status::Live>>,
     /// Per job, per direction, for the averaged logs (written once per
     /// batch, only by jobs that log).
-    counters: Vec<CachePadded<super::log::Counters>>,
+    counters: Vec<CachePadded<super::counts::Counters>>,
 }
 
 impl Shared {
@@ -335,11 +335,7 @@ pub fn run(
                 let (a, b) = (&mut t.layer, r.layer);
                 a.allocs += b.allocs;
                 a.ios += b.ios;
-                a.bytes_copied += b.bytes_copied;
-                a.requests += b.requests;
-                a.bios += b.bios;
-                a.merges += b.merges;
-                a.splits += b.splits;
+                a.stats.add(&b.stats);
                 a.cpu_ns += b.cpu_ns;
                 a.interrupted |= b.interrupted;
                 t
@@ -370,7 +366,7 @@ fn run_group(
         opened_cv: Condvar::new(),
         progress: super::status::Live::for_jobs(n),
         counters: (0..n)
-            .map(|_| CachePadded::new(super::log::Counters::default()))
+            .map(|_| CachePadded::new(super::counts::Counters::default()))
             .collect(),
     });
     let mut handles = Vec::with_capacity(n);
@@ -448,7 +444,7 @@ fn run_group(
             sd.write(false)?;
         }
         if let Some(l) = &mut logger {
-            let counters: Vec<&super::log::Counters> =
+            let counters: Vec<&super::counts::Counters> =
                 shared.counters.iter().map(|c| &**c).collect();
             l.tick(t0.elapsed().as_millis() as u64, &counters);
         }
@@ -491,11 +487,7 @@ fn run_group(
             .map_err(|_| anyhow::anyhow!("a job thread panicked"))??;
         recorded.push(rec);
         layer.ios += r.read.ios + r.write.ios + r.trim.ios;
-        layer.bytes_copied += stats.bytes_copied;
-        layer.requests += stats.requests;
-        layer.bios += stats.bios;
-        layer.merges += stats.merges.iter().sum::<u64>();
-        layer.splits += stats.splits;
+        layer.stats.add(&stats);
         layer.cpu_ns += r.usr_ns + r.sys_ns;
         results.push(r);
     }
@@ -1012,14 +1004,7 @@ fn job_thread<V: Hook>(
     }
     shared.end.wait();
 
-    let mut stats = stats_end;
-    stats.requests -= stats_start.requests;
-    stats.bios -= stats_start.bios;
-    stats.bytes_copied -= stats_start.bytes_copied;
-    stats.splits -= stats_start.splits;
-    for g in 0..stats.merges.len() {
-        stats.merges[g] -= stats_start.merges[g];
-    }
+    let stats = stats_end.since(&stats_start);
     let m = Measured {
         read,
         write,

@@ -23,7 +23,7 @@
 //! non-zero bins, in vectors sized before the run (grown only if a run
 //! outlasts them).
 
-use super::sample::DIRECTIONS;
+use super::counts::DIRECTIONS;
 
 /// fio's `FIO_IO_U_PLAT_BITS`: 2^6 bins per power of two.
 pub const PLAT_BITS: u32 = 6;

@@ -77,6 +77,40 @@ impl RwMode {
     }
 }
 
+/// The checksum of `verify=` (where it goes in a block is the verify
+/// module's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerifyKind {
+    /// CRC-32C (Castagnoli), fio's `crc32c` (and `crc32c-intel`).
+    Crc32c,
+    /// MD5, fio's `md5`.
+    Md5,
+    /// SHA-256, fio's `sha256`.
+    Sha256,
+}
+
+impl VerifyKind {
+    /// Parse fio's names; `None` for `verify=none`/`0`, `Err` for unknown.
+    pub fn parse(s: &str) -> Result<Option<VerifyKind>, ()> {
+        match s {
+            "crc32c" | "crc32c-intel" => Ok(Some(VerifyKind::Crc32c)),
+            "md5" => Ok(Some(VerifyKind::Md5)),
+            "sha256" => Ok(Some(VerifyKind::Sha256)),
+            "none" | "0" => Ok(None),
+            _ => Err(()),
+        }
+    }
+
+    /// fio's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            VerifyKind::Crc32c => "crc32c",
+            VerifyKind::Md5 => "md5",
+            VerifyKind::Sha256 => "sha256",
+        }
+    }
+}
+
 /// fio's `random_distribution=`: how random offsets are drawn.
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 #[allow(clippy::large_enum_variant)]
@@ -295,7 +329,7 @@ pub struct JobSpec {
     /// `randseed=`.
     pub randseed: u64,
     /// `verify=` (None: `verify=none`).
-    pub verify: Option<super::verify::VerifyKind>,
+    pub verify: Option<VerifyKind>,
     /// `do_verify=` (default 1): read back what was written after the run.
     pub do_verify: bool,
     /// `verify_fatal=` (default 0): stop the job at the first mismatch.

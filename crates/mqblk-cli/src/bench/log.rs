@@ -38,52 +38,13 @@
 //! file from scratch, a shared one appended to (fio's `flush_log`).
 
 use std::io::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 
 use anyhow::{Context as _, Result};
 
+use super::counts::{Counters, Sums, DIRECTIONS};
 use super::job::JobSpec;
-use super::sample::{load_sums, IoSample, Recorded, SampleLog, Sums, DIRECTIONS};
-
-/// A job's counts as its thread publishes them, per fio direction (read,
-/// write, trim).
-#[derive(Default)]
-pub struct Counters {
-    /// Completed I/Os.
-    pub ios: [AtomicU64; DIRECTIONS],
-    /// Bytes transferred.
-    pub bytes: [AtomicU64; DIRECTIONS],
-    /// I/Os whose latencies are summed below (for the latency logs).
-    pub lat_ios: [AtomicU64; DIRECTIONS],
-    /// Their lat summed, in nanoseconds.
-    pub lat_ns: [AtomicU64; DIRECTIONS],
-    /// Their slat summed.
-    pub slat_ns: [AtomicU64; DIRECTIONS],
-    /// Their clat summed.
-    pub clat_ns: [AtomicU64; DIRECTIONS],
-}
-
-impl Counters {
-    /// Publish the latency sums (the job thread, once per batch).
-    #[inline]
-    pub fn publish_latency(&self, sums: &[Sums; DIRECTIONS]) {
-        for (d, s) in sums.iter().enumerate() {
-            self.lat_ios[d].store(s.ios, Relaxed);
-            self.lat_ns[d].store(s.lat_ns, Relaxed);
-            self.slat_ns[d].store(s.slat_ns, Relaxed);
-            self.clat_ns[d].store(s.clat_ns, Relaxed);
-        }
-    }
-
-    /// Publish (the job thread, once per batch).
-    #[inline]
-    pub fn publish(&self, ios: [u64; DIRECTIONS], bytes: [u64; DIRECTIONS]) {
-        for d in 0..DIRECTIONS {
-            self.ios[d].store(ios[d], Relaxed);
-            self.bytes[d].store(bytes[d], Relaxed);
-        }
-    }
-}
+use super::sample::{IoSample, Recorded, SampleLog};
 
 /// fio's priority value of a job's I/O (`ioprio_value`: class << 13 |
 /// level, with Linux's classes, 1 real time, 2 best effort, 3 idle); 0
@@ -321,7 +282,7 @@ impl Logger {
             }
             log.last = (ios, bytes);
             for d in 0..DIRECTIONS {
-                let now = load_sums(c, d);
+                let now = c.sums(d);
                 let last = std::mem::replace(&mut log.last_lat[d], now);
                 let n = now.ios.saturating_sub(last.ios);
                 if n == 0 {

@@ -16,6 +16,8 @@
 //!   on read-back.
 //! - [`pattern`]: where each I/O goes (rw, offset, distribution).
 //! - [`engine`]: runs the jobs, one thread and one context each.
+//! - [`counts`]: a job's counts per fio direction, published once per
+//!   batch for the averaged logs.
 //! - [`sample`]: the job's own per-I/O latencies (slat, clat, lat), taken
 //!   only when a log or the report asks.
 //! - [`hist`]: fio's latency bins, counted per completion for the
@@ -39,6 +41,8 @@ pub mod verify;
 pub mod pattern;
 
 pub mod engine;
+
+pub mod counts;
 
 pub mod sample;
 

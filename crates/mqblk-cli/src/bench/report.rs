@@ -456,11 +456,11 @@ pub fn json(specs: &[JobSpec], run: &RunResult) -> Value {
             "allocs_per_io": l.allocs_per_io(),
             "allocs": l.allocs,
             "ios": l.ios,
-            "bytes_copied": l.bytes_copied,
-            "requests": l.requests,
-            "bios": l.bios,
-            "merges": l.merges,
-            "splits": l.splits,
+            "bytes_copied": l.stats.bytes_copied,
+            "requests": l.stats.requests,
+            "bios": l.stats.bios,
+            "merges": l.merges(),
+            "splits": l.stats.splits,
             "ns_per_io_cpu": l.ns_per_io_cpu(),
             "cpu_ns": l.cpu_ns,
             "descriptor_bytes": l.descriptor_bytes,
@@ -689,10 +689,10 @@ fn write_group(
 
 fn write_layer(out: &mut String, run: &RunResult) {
     let l = &run.layer;
-    let per_bio = if l.bios == 0 {
+    let per_bio = if l.stats.bios == 0 {
         0.0
     } else {
-        l.requests as f64 / l.bios as f64
+        l.stats.requests as f64 / l.stats.bios as f64
     };
     let _ = writeln!(
         out,
@@ -718,12 +718,15 @@ fn write_layer(out: &mut String, run: &RunResult) {
         l.allocs_per_io(),
         l.allocs,
         l.ios,
-        l.bytes_copied
+        l.stats.bytes_copied
     );
     let _ = writeln!(
         out,
         "  requests={}, bios={}, requests/bios={per_bio:.3}, merges={}, splits={}",
-        l.requests, l.bios, l.merges, l.splits
+        l.stats.requests,
+        l.stats.bios,
+        l.merges(),
+        l.stats.splits
     );
     let _ = writeln!(
         out,
@@ -816,11 +819,11 @@ mod tests {
                 queue_mode: "mq".into(),
                 allocs: 0,
                 ios: 8_000_000,
-                bytes_copied: 0,
-                requests: 8_000_000,
-                bios: 8_000_000,
-                merges: 0,
-                splits: 0,
+                stats: mqblk::DiskStats {
+                    requests: 8_000_000,
+                    bios: 8_000_000,
+                    ..mqblk::DiskStats::default()
+                },
                 cpu_ns: 5_800_000_000,
                 descriptor_bytes: 256,
                 ..LayerResult::default()

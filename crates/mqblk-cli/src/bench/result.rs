@@ -64,16 +64,9 @@ pub struct LayerResult {
     pub allocs: u64,
     /// I/Os in the measured phase (all jobs).
     pub ios: u64,
-    /// Bounce-copied bytes (measured phase).
-    pub bytes_copied: u64,
-    /// Requests built (measured phase).
-    pub requests: u64,
-    /// Bios submitted (measured phase).
-    pub bios: u64,
-    /// Merges (measured phase).
-    pub merges: u64,
-    /// Splits (measured phase).
-    pub splits: u64,
+    /// The layer's counters (requests, bios, merges, splits, bounce-copied
+    /// bytes...), summed over every job's context for the measured phase.
+    pub stats: mqblk::DiskStats,
     /// CPU time of all job threads, ns.
     pub cpu_ns: u64,
     /// Bytes of a request plus its bio, for one I/O in flight.
@@ -97,6 +90,11 @@ pub struct DeviceAlignment {
 }
 
 impl LayerResult {
+    /// Merges, all groups.
+    pub fn merges(&self) -> u64 {
+        self.stats.merges.iter().sum()
+    }
+
     /// Heap allocations per I/O.
     pub fn allocs_per_io(&self) -> f64 {
         if self.ios == 0 {

@@ -22,25 +22,13 @@
 //! the run ends. With `write_hist_log` (and `log_hist_msec`), each
 //! completion's clat is counted in fio's bins ([`super::hist`]).
 
-use std::sync::atomic::Ordering::Relaxed;
-
 use mqblk::stats::{Histograms, StatGroup};
-use mqblk::{Bio, Op};
+use mqblk::Bio;
 
+use super::counts::{direction, Counters, Sums, DIRECTIONS};
 use super::hist::HistLog;
 use super::job::JobSpec;
-use super::log::Counters;
 use super::verify::HOOK_PRIVATE_MASK;
-
-/// fio's data directions in logs: 0 read, 1 write (and write-zeroes),
-/// 2 trim (discard).
-pub const DIRECTIONS: usize = 3;
-
-/// fio's direction of an operation (flushes are never logged).
-#[inline]
-pub fn direction(op: Op) -> usize {
-    StatGroup::of(op) as usize
-}
 
 /// The two stamps of an I/O in flight.
 #[derive(Clone, Copy, Debug, Default)]
@@ -56,19 +44,6 @@ struct Stamp {
 pub struct Pending {
     slot: u32,
     start_ns: u64,
-}
-
-/// One direction's latencies summed (for the averaged logs).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Sums {
-    /// Completions summed.
-    pub ios: u64,
-    /// Their latencies (submission to completion), ns.
-    pub lat_ns: u64,
-    /// Their submission latencies, ns.
-    pub slat_ns: u64,
-    /// Their completion latencies, ns.
-    pub clat_ns: u64,
 }
 
 /// One completed I/O, for the per-I/O logs (`log_avg_msec=0`).
@@ -404,19 +379,10 @@ impl Recorder {
     }
 }
 
-/// Load the published sums of one direction.
-pub fn load_sums(c: &Counters, d: usize) -> Sums {
-    Sums {
-        ios: c.lat_ios[d].load(Relaxed),
-        lat_ns: c.lat_ns[d].load(Relaxed),
-        slat_ns: c.slat_ns[d].load(Relaxed),
-        clat_ns: c.clat_ns[d].load(Relaxed),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mqblk::Op;
 
     fn job() -> JobSpec {
         JobSpec {

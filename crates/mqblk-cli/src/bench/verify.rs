@@ -40,7 +40,7 @@ use std::fmt::Write as _;
 
 use mqblk::{Bio, Completion, Context, Device, Op};
 
-use super::job::JobSpec;
+use super::job::{JobSpec, VerifyKind};
 
 /// fio's verify header magic.
 pub const MAGIC: u16 = 0xacca;
@@ -60,38 +60,9 @@ const GEN_ZERO: u32 = 0x4000_0000;
 /// generation or [`GEN_ZERO`]): it reads as zeros or as that.
 const GEN_TRIMMED: u32 = 0x8000_0000;
 
-/// The checksum of `verify=`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum VerifyKind {
-    /// CRC-32C (Castagnoli), fio's `crc32c` (and `crc32c-intel`).
-    Crc32c,
-    /// MD5, fio's `md5`.
-    Md5,
-    /// SHA-256, fio's `sha256`.
-    Sha256,
-}
-
+// The layout side of the job's `verify=` kind: what each checksum writes
+// where.
 impl VerifyKind {
-    /// Parse fio's names; `None` for `verify=none`/`0`, `Err` for unknown.
-    pub fn parse(s: &str) -> Result<Option<VerifyKind>, ()> {
-        match s {
-            "crc32c" | "crc32c-intel" => Ok(Some(VerifyKind::Crc32c)),
-            "md5" => Ok(Some(VerifyKind::Md5)),
-            "sha256" => Ok(Some(VerifyKind::Sha256)),
-            "none" | "0" => Ok(None),
-            _ => Err(()),
-        }
-    }
-
-    /// fio's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            VerifyKind::Crc32c => "crc32c",
-            VerifyKind::Md5 => "md5",
-            VerifyKind::Sha256 => "sha256",
-        }
-    }
-
     fn code(self) -> u8 {
         match self {
             VerifyKind::Crc32c => 1,

@@ -157,11 +157,11 @@ impl Runner {
             ];
         }
         let l = &run.layer;
-        f.requests = l.requests;
-        f.bios = l.bios;
-        f.merges = l.merges;
-        f.splits = l.splits;
-        f.bytes_copied = l.bytes_copied;
+        f.requests = l.stats.requests;
+        f.bios = l.stats.bios;
+        f.merges = l.merges();
+        f.splits = l.stats.splits;
+        f.bytes_copied = l.stats.bytes_copied;
         f.ns_per_io_cpu = l.ns_per_io_cpu();
         f.allocs_per_io = l.allocs_per_io();
         f.descriptor_bytes = l.descriptor_bytes as u64;
