@@ -8,10 +8,12 @@
 //! Each lower device (a leg) is named by its own mqblk spec and opened
 //! through the caller's opener (`mqblk::open`), so any device kind stacks,
 //! stacked devices included. The pipeline is the table ([`table`]), the
-//! targets ([`target`]), the legs ([`legs`]), the limits stacked from the
+//! targets ([`target`]), the legs ([`legs`]) and the lower ranges the
+//! lines map onto, never two on one ([`extent`]), the limits stacked from the
 //! legs' ([`limits`]), and the driver that sends child bios and completes
 //! their parent (`stacked`).
 
+pub mod extent;
 pub mod legs;
 pub mod limits;
 mod stacked;
@@ -23,6 +25,7 @@ use std::sync::{Arc, Mutex, Weak};
 use mqblk_core::spec::SpecOptions;
 use mqblk_core::{Device, DeviceConfig, Error, Result};
 
+pub use extent::{Overlap, Use};
 pub use legs::{LegId, LegSet, Legs, Opener};
 pub use table::{Table, TableError, TableLine};
 pub use target::mirror;

@@ -48,6 +48,9 @@ pub struct TableError {
     pub what: String,
     /// What is wrong, and what was expected.
     pub reason: String,
+    /// For a lower range that another line or leg already maps: both, and
+    /// the sectors they share.
+    pub overlap: Option<Box<crate::extent::Overlap>>,
 }
 
 impl TableError {
@@ -58,6 +61,7 @@ impl TableError {
             field,
             what: what.to_string(),
             reason: reason.into(),
+            overlap: None,
         }
     }
 }

@@ -39,6 +39,7 @@ use mqblk_core::driver::{Op, Status};
 use mqblk_core::{Device, Error, Result};
 
 use super::{Ctor, EndAction, Io, Route, Target};
+use crate::extent::Use;
 use crate::legs::{LegId, Legs};
 use crate::table::TableError;
 use log::{Found, Geometry, Log};
@@ -201,7 +202,7 @@ impl Mirror {
         for i in 0..ndevs {
             let at = devs_at + 1 + 2 * i;
             let offset = c.num(at + 1, "offset")?;
-            let id = c.leg(at, offset, c.line.len)?;
+            let id = c.leg_as(at, offset, c.line.len, &format!("leg {i}"), Use::All)?;
             if let Some(j) = legs.iter().position(|l| l.id == id) {
                 return Err(c.err(
                     at,
