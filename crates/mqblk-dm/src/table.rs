@@ -81,6 +81,10 @@ impl std::error::Error for TableError {}
 /// Largest table accepted, in lines.
 pub const MAX_LINES: usize = 1 << 16;
 
+/// Largest table file read, in bytes: [`MAX_LINES`] lines of 256 bytes.
+/// A larger file (or `/dev/zero`) is refused after reading one byte more.
+pub const FILE_BYTES_MAX: u64 = (MAX_LINES as u64) << 8;
+
 /// Parse a table: lines separated by newlines (a file) or by `;` (the
 /// inline `dm-table:` form). `#` starts a comment.
 pub fn parse(text: &str) -> Result<Table, TableError> {

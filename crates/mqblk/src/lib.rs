@@ -16,6 +16,7 @@ pub use mqblk_core::*;
 /// Partition tables (GPT, MBR): parsing, and reading a device's table.
 pub use mqblk_part as part;
 
+pub mod input;
 mod part_open;
 pub use part_open::register_partitions;
 
