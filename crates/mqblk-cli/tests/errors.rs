@@ -68,6 +68,14 @@ const TABLE: &[(&[&str], &str)] = &[
         "mqblk: error: device \"file:d/missing.img\": file0: d/missing.img does not exist; to create it, give its size, as in file:d/missing.img,size=1G",
     ),
     (
+        &["info", "/dev/mqblk-no-such-disk"],
+        "mqblk: note: reading the bare path /dev/mqblk-no-such-disk as the file device file:/dev/mqblk-no-such-disk",
+    ),
+    (
+        &["info", "file:/dev/mqblk-no-such-disk"],
+        "mqblk: error: device \"file:/dev/mqblk-no-such-disk\": file0: /dev/mqblk-no-such-disk does not exist: there is no such device (`lsblk` lists the block devices); mqblk creates no files under /dev",
+    ),
+    (
         &["info", "file:d/new.img,size=1M"],
         "mqblk: error: device \"file:d/new.img,size=1M\": file0: d/new.img does not exist, and a read-only open (ro=1, which `mqblk info` and read-only workloads use) creates nothing; create it with a writable open (file:d/new.img,size=1048576) or `truncate -s SIZE d/new.img`",
     ),

@@ -122,6 +122,25 @@ pub fn open(cfg: &FileConfig) -> Result<(File, Geometry), String> {
     r
 }
 
+/// True for a path under `/dev` (but `/dev/shm`, a tmpfs for files): a
+/// missing one is a device that is not there, never a file to create.
+fn is_device_path(path: &std::path::Path) -> bool {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    // `..` is not resolved by `absolute`; a path that climbs is judged by
+    // its components as written.
+    let mut at = std::path::PathBuf::new();
+    for c in abs.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                at.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => at.push(c),
+        }
+    }
+    at.starts_with("/dev") && !at.starts_with("/dev/shm")
+}
+
 /// What a non-regular, non-block file is, for errors.
 fn kind_name(ft: &std::fs::FileType) -> &'static str {
     if ft.is_dir() {
@@ -164,6 +183,12 @@ fn open_inner(cfg: &FileConfig, created: &mut bool) -> Result<(File, Geometry), 
             ));
         }
     } else {
+        if is_device_path(path) {
+            return Err(format!(
+                "{shown} does not exist: there is no such device (`lsblk` lists the block \
+                 devices); mqblk creates no files under /dev"
+            ));
+        }
         let parent = path
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
