@@ -252,3 +252,40 @@ fn bad_invocations_and_their_first_error_line() {
     assert_eq!(names(&root.join("d")), ["f.img"], "nothing left behind");
     assert_eq!(names(&root), ["d"], "nothing left behind");
 }
+
+/// A ram device larger than the machine's memory opens (it is sparse),
+/// with one warning on stderr, however many such devices there are.
+#[test]
+fn a_ram_device_past_memory_is_warned_of_once() {
+    let sectors = (100u64 << 40) / 512;
+    let table = format!(
+        "dm-table:0 {sectors} linear ram,size=100T,hw_queues=1 0;{sectors} {sectors} linear ram,size=100T,hw_queues=2 0"
+    );
+    for spec in ["ram,size=100T", table.as_str()] {
+        let o = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+            .args(["info", spec])
+            .output()
+            .expect("run the mqblk binary");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{spec}: {err}");
+        let warnings: Vec<&str> = err
+            .lines()
+            .filter(|l| l.starts_with("mqblk: warning: ram"))
+            .collect();
+        assert_eq!(warnings.len(), 1, "{spec}: {err}");
+        assert!(
+            warnings[0].contains(
+                "is 102400.0 GiB (109951162777600 bytes), more than this machine's memory"
+            ),
+            "{}",
+            warnings[0]
+        );
+    }
+    // A small one: no word.
+    let o = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+        .args(["info", "ram,size=1M"])
+        .output()
+        .expect("run the mqblk binary");
+    assert!(o.status.success());
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("warning"));
+}
