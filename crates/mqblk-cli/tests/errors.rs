@@ -40,7 +40,7 @@ const TABLE: &[(&[&str], &str)] = &[
     ),
     (
         &["info", "nul"],
-        "mqblk: error: invalid device spec \"nul\": unknown device kind `nul`; built in: null, ram, file, nbd, rbd",
+        "mqblk: error: invalid device spec \"nul\": unknown device kind `nul` (did you mean `null`?); built in: null, ram,size=SIZE, file:PATH, nbd://HOST:PORT/EXPORT, nbds://HOST:PORT/EXPORT, rbd:POOL/IMAGE, dm:TABLE_FILE, dm-table:LINE;LINE...",
     ),
     // Files: what is wrong, and what to do.
     (
@@ -110,7 +110,7 @@ const TABLE: &[(&[&str], &str)] = &[
     ),
     (
         &["bench", "--device", "nul"],
-        "mqblk: error: invalid device spec \"nul\": unknown device kind `nul`; built in: null, ram, file, nbd, rbd",
+        "mqblk: error: invalid device spec \"nul\": unknown device kind `nul` (did you mean `null`?); built in: null, ram,size=SIZE, file:PATH, nbd://HOST:PORT/EXPORT, nbds://HOST:PORT/EXPORT, rbd:POOL/IMAGE, dm:TABLE_FILE, dm-table:LINE;LINE...",
     ),
     (
         &["bench", "--filename=d/missing.img"],
@@ -184,6 +184,19 @@ const TABLE: &[(&[&str], &str)] = &[
     (
         &["serve", "--socket", "d/s", "--export", "a", "--export", "b", "ram,size=1M"],
         "mqblk: error: 2 --export names for 1 devices: give one name per device",
+    ),
+    // An unquoted dm-table, split by the shell.
+    (
+        &["info", "dm-table:0", "1000", "linear", "ram,size=1M", "0"],
+        "mqblk: error: unknown option 1000 for `mqblk info`; a dm-table spec holds spaces, and the shell split it there: quote it whole, as in 'dm-table:0 1000 linear ram,size=1M 0' (`mqblk info --help` lists every option)",
+    ),
+    (
+        &["bench", "--device", "dm-table:0", "8", "zero", "--runtime=1"],
+        "mqblk: error: unknown option zero for `mqblk bench`; a dm-table spec holds spaces, and the shell split it there: quote it whole, as in --device 'dm-table:0 8 zero' (`mqblk bench --help` lists every option)",
+    ),
+    (
+        &["bench", "--device=dm-table:0", "8"],
+        "mqblk: error: cannot open job file 8: No such file or directory (os error 2); a dm-table spec holds spaces, and the shell split it there: quote it whole, as in --device='dm-table:0 8'",
     ),
     // stat.
     (
