@@ -8,6 +8,7 @@
 //!   file, exposes a prefix of a larger target, and grows an existing
 //!   file only with `create=1`;
 //! - read-only: the open mode, and BLKROGET;
+//! - a regular file is locked as qemu locks images ([`crate::lock`]);
 //! - rotational and write cache: the block device's `queue/` in sysfs;
 //! - discard and write-zeroes: probed, not assumed (fallocate past the end
 //!   of a file, which changes nothing; sysfs limits for a block device).
@@ -101,6 +102,8 @@ pub struct Geometry {
     pub blockdev: Option<(u32, u32)>,
     /// Things the user should know (fallbacks taken, options ignored).
     pub notes: Vec<String>,
+    /// The image lock of a regular file (`lock=1`), held as long as this.
+    pub lock: Option<std::sync::Arc<crate::lock::ImageLock>>,
 }
 
 fn os_err(context: String, e: io::Error) -> String {
@@ -272,6 +275,17 @@ fn open_inner(cfg: &FileConfig, created: &mut bool) -> Result<(File, Geometry), 
             "{shown} is {}; expected a regular file or a block device",
             kind_name(&ft)
         ));
+    };
+    // Locked before anything changes it (a grow with create=1).
+    let lock = if kind == TargetKind::Regular && cfg.lock {
+        Some(std::sync::Arc::new(crate::lock::take(
+            &file,
+            &meta,
+            path,
+            !cfg.read_only,
+        )?))
+    } else {
+        None
     };
     let fd = file.as_raw_fd();
     let mut notes = Vec::new();
@@ -501,6 +515,7 @@ fn open_inner(cfg: &FileConfig, created: &mut bool) -> Result<(File, Geometry), 
             write_zeroes,
             blockdev,
             notes,
+            lock,
         },
     ))
 }
