@@ -17,6 +17,9 @@ use std::path::Path;
 /// Most `/proc/PID/fdinfo` entries read while looking for a lock's holder.
 const FDINFO_SCAN_MAX: usize = 1 << 16;
 
+/// Longest wait for a lock that no process holds any more to go.
+const ORPHAN_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// A whole-file lock request of type `l_type` (`F_RDLCK`, `F_WRLCK`).
 fn whole_file(l_type: libc::c_int) -> libc::flock {
     libc::flock {
@@ -65,27 +68,41 @@ pub(crate) fn take(
 ) -> Result<ImageLock, String> {
     let fd = file.as_raw_fd();
     let shown = path.display();
-    let mut fl = whole_file(if write { libc::F_WRLCK } else { libc::F_RDLCK });
-    // SAFETY: F_OFD_SETLK reads one `struct flock`, which points at a live
-    // local of that type.
-    let r = unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &mut fl as *mut libc::flock) };
-    if r == 0 {
-        let file = file
-            .try_clone()
-            .map_err(|e| format!("cannot keep the lock of {shown}: {e}"))?;
-        return Ok(ImageLock { file, write });
-    }
-    let e = std::io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EAGAIN) | Some(libc::EACCES) => {}
-        Some(libc::EINVAL) | Some(libc::ENOLCK) | Some(libc::EOPNOTSUPP) => {
-            return Err(format!(
-                "cannot lock {shown} ({e}): its file system takes no OFD locks; add lock=off \
-                 to open it unlocked"
-            ))
+    let started = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(10);
+    let holders = loop {
+        let mut fl = whole_file(if write { libc::F_WRLCK } else { libc::F_RDLCK });
+        // SAFETY: F_OFD_SETLK reads one `struct flock`, which points at a
+        // live local of that type.
+        let r = unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &mut fl as *mut libc::flock) };
+        if r == 0 {
+            let file = file
+                .try_clone()
+                .map_err(|e| format!("cannot keep the lock of {shown}: {e}"))?;
+            return Ok(ImageLock { file, write });
         }
-        _ => return Err(format!("cannot lock {shown}: {e}")),
-    }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EACCES) => {}
+            Some(libc::EINVAL) | Some(libc::ENOLCK) | Some(libc::EOPNOTSUPP) => {
+                return Err(format!(
+                    "cannot lock {shown} ({e}): its file system takes no OFD locks; add \
+                     lock=off to open it unlocked"
+                ))
+            }
+            _ => return Err(format!("cannot lock {shown}: {e}")),
+        }
+        // A lock that no process's descriptor holds belongs to a file the
+        // kernel is still letting go of (the io_uring ring of a process
+        // that just exited): it goes within moments, so wait for it, a
+        // bounded while.
+        let holders = holders(meta);
+        if !holders.is_empty() || started.elapsed() >= ORPHAN_LOCK_WAIT {
+            break holders;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_millis(200));
+    };
     // Who has it, and how: F_OFD_GETLK gives the type, never the pid (an
     // OFD lock has no owner process), so the pid is looked up in fdinfo.
     let mut probe = whole_file(if write { libc::F_WRLCK } else { libc::F_RDLCK });
@@ -93,7 +110,7 @@ pub(crate) fn take(
     // local of that type.
     let r = unsafe { libc::fcntl(fd, libc::F_OFD_GETLK, &mut probe as *mut libc::flock) };
     let held_write = r != 0 || i32::from(probe.l_type) != libc::F_RDLCK;
-    let holder = match holders(meta).first() {
+    let holder = match holders.first() {
         Some(&pid) if pid == std::process::id() => {
             format!("this process (pid {pid}: another device on the same file)")
         }
