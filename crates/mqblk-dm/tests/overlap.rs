@@ -251,3 +251,23 @@ fn a_delay_may_read_and_write_one_range_but_not_overlap_another_line() {
         .unwrap_err();
     assert!(e.to_string().contains("overlap line 1's device"), "{e}");
 }
+
+#[test]
+fn a_mirror_leg_is_not_replaced_by_a_device_the_table_already_maps() {
+    let dev =
+        open("0 64 mirror core 1 8 2 ram,size=32k 0 ram,size=64k 0;64 64 linear ram,size=64k 64")
+            .unwrap();
+    let h = mqblk_dm::find(dev.name()).unwrap();
+    let other_line = h.legs().get(1).unwrap();
+    assert_eq!(h.legs().specs()[1], "ram,size=64k");
+    let window = other_line.remap(0, 32 << 10, "w", false, None).unwrap();
+    for new in [other_line, window] {
+        let e = mqblk_dm::mirror::replace(&dev, 0, new, "again", &mut |_| {})
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`again` is the device of the table's leg 1 (ram,size=64k)"),
+            "{e}"
+        );
+    }
+}

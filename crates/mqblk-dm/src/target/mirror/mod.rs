@@ -807,6 +807,22 @@ pub fn replace(
             m.spec_of(leg)
         )));
     }
+    // The new leg must not be, or be a window of, a device the table
+    // already maps onto: its sectors would hold two ranges.
+    let base = |d: &Device| d.remapped_from().map_or_else(|| d.clone(), |(b, _)| b);
+    let new_base = base(&new);
+    if let Some(i) = m
+        .all
+        .all()
+        .iter()
+        .position(|d| d.as_ref().is_some_and(|d| base(d).same(&new_base)))
+    {
+        return Err(bad(format!(
+            "`{new_spec}` is the device of the table's leg {i} ({}), or a window of it: \
+             its sectors would hold two ranges of the table; give a device of its own",
+            m.all.specs()[i]
+        )));
+    }
     if new.capacity_bytes() < l.offset_bytes + m.len_bytes {
         return Err(bad(format!(
             "`{new_spec}` has {} bytes; the leg needs {} from offset {}",
