@@ -278,12 +278,7 @@ fn open_inner(cfg: &FileConfig, created: &mut bool) -> Result<(File, Geometry), 
     };
     // Locked before anything changes it (a grow with create=1).
     let lock = if kind == TargetKind::Regular && cfg.lock {
-        Some(std::sync::Arc::new(crate::lock::take(
-            &file,
-            &meta,
-            path,
-            !cfg.read_only,
-        )?))
+        crate::lock::take(&file, &meta, path, !cfg.read_only)?.map(std::sync::Arc::new)
     } else {
         None
     };

@@ -7,7 +7,10 @@
 //!
 //! OFD locks belong to an open file, not a process: two opens in one
 //! process conflict as two processes do, and closing any other descriptor
-//! of the file keeps the lock (a POSIX lock would be lost).
+//! of the file keeps the lock (a POSIX lock would be lost). A child forked
+//! after its parent locked the file holds the same open file, and so the
+//! same lock: its own open of the file is covered by it, as fio's job
+//! processes open the device their parent sized.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -31,6 +34,23 @@ fn whole_file(l_type: libc::c_int) -> libc::flock {
     }
 }
 
+/// A file this process, or the parent it was forked from, locked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Taken {
+    dev: u64,
+    ino: u64,
+    /// The process that took the lock.
+    pid: u32,
+    write: bool,
+}
+
+/// The locks taken in this process (and, in a forked child, its parent's).
+static TAKEN: std::sync::Mutex<Vec<Taken>> = std::sync::Mutex::new(Vec::new());
+
+fn taken() -> std::sync::MutexGuard<'static, Vec<Taken>> {
+    TAKEN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A lock held on an image, released when this is dropped: with the
 /// device, not when the kernel lets go of the file (an io_uring ring
 /// holds it a while after it is closed).
@@ -39,12 +59,27 @@ pub struct ImageLock {
     /// A descriptor of the locked open file (a `dup`: the same open file,
     /// so the same lock).
     file: File,
+    taken: Taken,
+}
+
+impl ImageLock {
     /// Exclusive (to write) rather than shared.
-    pub write: bool,
+    pub fn write(&self) -> bool {
+        self.taken.write
+    }
 }
 
 impl Drop for ImageLock {
     fn drop(&mut self) {
+        if self.taken.pid != std::process::id() {
+            // A forked child's copy: the lock is the parent's to let go.
+            return;
+        }
+        let mut all = taken();
+        if let Some(i) = all.iter().position(|t| *t == self.taken) {
+            all.swap_remove(i);
+        }
+        drop(all);
         let mut fl = whole_file(libc::F_UNLCK);
         // SAFETY: F_OFD_SETLK reads one `struct flock`, which points at a
         // live local of that type; the descriptor is open (owned by `file`).
@@ -59,13 +94,20 @@ impl Drop for ImageLock {
 }
 
 /// Lock `file` (at `path`, described by `meta`) for writing (`write`) or
-/// reading, or say who holds it.
+/// reading, or say who holds it. `None`: the lock this process inherited
+/// from the parent that took it covers the open.
 pub(crate) fn take(
     file: &File,
     meta: &std::fs::Metadata,
     path: &Path,
     write: bool,
-) -> Result<ImageLock, String> {
+) -> Result<Option<ImageLock>, String> {
+    let me = Taken {
+        dev: meta.dev(),
+        ino: meta.ino(),
+        pid: std::process::id(),
+        write,
+    };
     let fd = file.as_raw_fd();
     let shown = path.display();
     let started = std::time::Instant::now();
@@ -79,7 +121,8 @@ pub(crate) fn take(
             let file = file
                 .try_clone()
                 .map_err(|e| format!("cannot keep the lock of {shown}: {e}"))?;
-            return Ok(ImageLock { file, write });
+            taken().push(me);
+            return Ok(Some(ImageLock { file, taken: me }));
         }
         let e = std::io::Error::last_os_error();
         match e.raw_os_error() {
@@ -91,6 +134,12 @@ pub(crate) fn take(
                 ))
             }
             _ => return Err(format!("cannot lock {shown}: {e}")),
+        }
+        let inherited = taken()
+            .iter()
+            .any(|t| (t.dev, t.ino) == (me.dev, me.ino) && t.pid != me.pid && (t.write || !write));
+        if inherited {
+            return Ok(None);
         }
         // A lock that no process's descriptor holds belongs to a file the
         // kernel is still letting go of (the io_uring ring of a process
