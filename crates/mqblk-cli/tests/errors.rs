@@ -287,9 +287,8 @@ fn a_ram_device_past_memory_is_warned_of_once() {
             .collect();
         assert_eq!(warnings.len(), 1, "{spec}: {err}");
         assert!(
-            warnings[0].contains(
-                "is 102400.0 GiB (109951162777600 bytes), more than this machine's memory"
-            ),
+            warnings[0]
+                .contains("is 100.0 TiB (109951162777600 bytes), more than this machine's memory"),
             "{}",
             warnings[0]
         );

@@ -135,8 +135,13 @@ pub fn past_memory_warning(name: &str, size_bytes: u64, memory_bytes: u64) -> Op
     })
 }
 
+/// `bytes` in GiB, or in TiB from 1 TiB on.
 fn gib(bytes: u64) -> String {
-    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+    if bytes >= 1 << 40 {
+        format!("{:.1} TiB", bytes as f64 / (1u64 << 40) as f64)
+    } else {
+        format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+    }
 }
 
 /// The machine's memory (`MemTotal` of `/proc/meminfo`), if known.
@@ -166,7 +171,7 @@ mod tests {
     #[test]
     fn a_device_past_memory_is_warned_of_with_both_sizes() {
         let w = past_memory_warning("ram3", 100 << 40, 24 << 30).unwrap();
-        assert!(w.starts_with("ram3 is 102400.0 GiB (109951162777600 bytes), more than this machine's memory of 24.0 GiB (25769803776 bytes)"), "{w}");
+        assert!(w.starts_with("ram3 is 100.0 TiB (109951162777600 bytes), more than this machine's memory of 24.0 GiB (25769803776 bytes)"), "{w}");
         assert_eq!(past_memory_warning("ram3", 24 << 30, 24 << 30), None);
         assert!(memory_bytes().is_some_and(|m| m > 0));
     }
