@@ -1,6 +1,7 @@
 //! Two processes on one image, as qemu keeps them apart: a bench that
 //! would write an image `mqblk serve` exports read-write is refused, named
-//! by the server's pid, before any I/O; `lock=0` opts out.
+//! by the server's pid, before any I/O; `lock=0` opts out. qemu's own
+//! locks and mqblk's keep each other out too.
 
 use std::io::Read;
 use std::os::unix::net::UnixStream;
@@ -90,4 +91,66 @@ fn a_bench_writing_a_served_image_is_refused_naming_the_server() {
     // With the server gone, the image is free.
     let (ok, err) = bench(&spec);
     assert!(ok, "{err}");
+}
+
+#[test]
+fn qemu_and_mqblk_keep_each_other_from_writing_one_image() {
+    mqblk_test_support::require_tool("qemu-io");
+    let d = Scratch::new("image-lock-qemu");
+    let img = d.file("disk.img", 1 << 20);
+    let spec = format!("file:{}", img.display());
+    // mqblk serves it read-write: qemu-io may not write it.
+    let srv = serve(&spec, &d.path().join("s.sock"));
+    let q = Command::new("qemu-io")
+        .args(["-f", "raw", "-c", "write 0 4k"])
+        .arg(&img)
+        .output()
+        .expect("run qemu-io");
+    let qerr = String::from_utf8_lossy(&q.stderr);
+    assert!(!q.status.success(), "qemu-io wrote a served image: {qerr}");
+    assert!(qerr.contains("Failed to lock byte"), "{qerr}");
+    drop(srv);
+    // Once the server's lock is gone (a bench may write again)...
+    let (ok, err) = bench(&spec);
+    assert!(ok, "{err}");
+    // ...qemu-io holds it open: a bench may not write it, and is told who.
+    let mut held = Command::new("qemu-io")
+        .args(["-f", "raw", "-c", "sleep 60000"])
+        .arg(&img)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start qemu-io");
+    // Wait until qemu-io has locked it (a bench before would lock it
+    // first, and keep qemu-io out instead).
+    let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&img).unwrap());
+    let t = Instant::now();
+    while !std::fs::read_to_string("/proc/locks")
+        .unwrap()
+        .lines()
+        .any(|l| l.contains("OFDLCK") && l.contains(&format!(":{ino} ")))
+    {
+        assert!(
+            held.try_wait().unwrap().is_none(),
+            "qemu-io could not open the image"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "qemu-io never locked it"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (ok, err) = bench(&spec);
+    let _ = held.kill();
+    let _ = held.wait();
+    assert!(!ok, "a bench wrote an image qemu-io holds");
+    assert!(
+        err.contains(&format!(
+            "{} is locked: pid {} (qemu-io) has it open",
+            img.display(),
+            held.id()
+        )),
+        "{err}"
+    );
 }
