@@ -15,9 +15,13 @@
 #define NR_BUFS 8
 #define BUF_LEN 4096u
 
+/* The thread's last error message says what was wrong (the spec and the
+ * reason, the device, offset and limit); the code's text is a fallback. */
 static int fail(const char *what, int rc)
 {
-	fprintf(stderr, "%s: %s (%s)\n", what, mqblk_strerror(rc), mqblk_get_error_msg());
+	const char *msg = mqblk_get_error_msg();
+
+	fprintf(stderr, "%s: %s\n", what, *msg ? msg : mqblk_strerror(rc));
 	return 1;
 }
 
@@ -115,7 +119,7 @@ int main(int argc, char **argv)
 
 		rc = mqblk_open("nosuchdevice", &bad);
 	}
-	printf("opening \"nosuchdevice\": %s: %s\n", mqblk_strerror(rc), mqblk_get_error_msg());
+	printf("opening \"nosuchdevice\" failed (%d): %s\n", rc, mqblk_get_error_msg());
 
 	mqblk_queue_get_stats(q, &st);
 	printf("queue stats: %llu reads, %llu writes, %llu discards, %llu flushes, %llu bios, %llu requests, %llu bytes copied\n",

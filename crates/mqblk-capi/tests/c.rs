@@ -230,6 +230,30 @@ fn the_c_example_builds_with_its_makefile_and_runs_under_valgrind() {
         out.contains("completion fd: write-zeroes completed: success"),
         "{out}"
     );
+    // A failure says what was wrong, once.
+    assert!(
+        out.contains(
+            "opening \"nosuchdevice\" failed (-3): invalid device spec \"nosuchdevice\": unknown device kind `nosuchdevice`;"
+        ),
+        "{out}"
+    );
+    assert!(
+        !out.contains("invalid device spec: invalid device spec"),
+        "{out}"
+    );
+    let bad = Command::new(build.join("hello"))
+        .arg("nul")
+        .env("LD_LIBRARY_PATH", prefix().join("lib"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with(
+            "mqblk_open: invalid device spec \"nul\": unknown device kind `nul` (did you mean `null`?); built in: "
+        ),
+        "{err}"
+    );
 }
 
 #[test]

@@ -458,6 +458,35 @@ fn try_parse_from(args: Vec<String>) -> Result<Cli, clap::Error> {
     Ok(cli)
 }
 
+/// The hint for a `dm-table:` spec given unquoted.
+const SPLIT_DM_TABLE: &str =
+    "a dm-table spec holds spaces, and the shell split it there: quote it whole";
+
+/// A `dm-table:` spec the shell split at its spaces (it was not quoted),
+/// put back together and quoted: the argument holding `dm-table:` and the
+/// words after it up to the next option.
+fn split_dm_table(args: &[String]) -> Option<String> {
+    let i = args.iter().position(|a| a.contains("dm-table:"))?;
+    let at = args[i].find("dm-table:")?;
+    if args[i].contains(' ') {
+        // Quoted: whatever follows is another argument.
+        return None;
+    }
+    let mut prefix = args[i][..at].to_string();
+    if prefix.is_empty() && i > 0 && args[i - 1].starts_with("--") {
+        prefix = format!("{} ", args[i - 1]);
+    }
+    let words: Vec<&str> = std::iter::once(&args[i][at..])
+        .chain(
+            args[i + 1..]
+                .iter()
+                .map(String::as_str)
+                .take_while(|a| !a.starts_with('-')),
+        )
+        .collect();
+    (words.len() > 1).then(|| format!("{prefix}'{}'", words.join(" ")))
+}
+
 /// Parse the command line; an unknown option is answered with the nearest
 /// known one and the subcommand's help, not clap's `-- --x` tip.
 fn parse_cli() -> Cli {
@@ -486,7 +515,10 @@ fn parse_cli() -> Cli {
         longs.extend(bench::options::KEYS);
     }
     let mut msg = format!("mqblk: error: unknown option {arg} for `mqblk {sub}`");
-    if let Some(near) = mqblk::spec::nearest(name, longs.iter().copied()) {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(quoted) = split_dm_table(&args).filter(|_| !arg.starts_with('-')) {
+        msg.push_str(&format!("; {SPLIT_DM_TABLE}, as in {quoted}"));
+    } else if let Some(near) = mqblk::spec::nearest(name, longs.iter().copied()) {
         msg.push_str(&format!("; did you mean --{near}?"));
     }
     msg.push_str(&format!(" (`mqblk {sub} --help` lists every option)"));
@@ -558,7 +590,11 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // One line, with every cause: `{:#}` joins the chain with `: `.
-            eprintln!("mqblk: error: {e:#}");
+            let args: Vec<String> = std::env::args().collect();
+            match split_dm_table(&args) {
+                Some(quoted) => eprintln!("mqblk: error: {e:#}; {SPLIT_DM_TABLE}, as in {quoted}"),
+                None => eprintln!("mqblk: error: {e:#}"),
+            }
             std::process::ExitCode::FAILURE
         }
     }
@@ -934,6 +970,35 @@ fn info_command(args: &InfoArgs) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_split_dm_table_is_put_back_together_and_quoted() {
+        let args = |s: &str| -> Vec<String> { s.split(' ').map(str::to_string).collect() };
+        assert_eq!(
+            super::split_dm_table(&args(
+                "mqblk bench --device dm-table:0 8 linear ram,size=1M 0 --runtime=1"
+            ))
+            .as_deref(),
+            Some("--device 'dm-table:0 8 linear ram,size=1M 0'")
+        );
+        assert_eq!(
+            super::split_dm_table(&args("mqblk info --device=dm-table:0 8 zero")).as_deref(),
+            Some("--device='dm-table:0 8 zero'")
+        );
+        assert_eq!(
+            super::split_dm_table(&args("mqblk info dm-table:0 8 zero")).as_deref(),
+            Some("'dm-table:0 8 zero'")
+        );
+        assert_eq!(super::split_dm_table(&args("mqblk info null x")), None);
+        let quoted = vec![
+            "mqblk".to_string(),
+            "bench".into(),
+            "--device".into(),
+            "dm-table:0 8 zero".into(),
+            "job.fio".into(),
+        ];
+        assert_eq!(super::split_dm_table(&quoted), None);
+    }
+
     use super::*;
     use clap::CommandFactory;
 

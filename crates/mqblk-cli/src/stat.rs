@@ -95,12 +95,16 @@ struct Row {
 
 fn read_rows(dir: &Path) -> Result<(Vec<Row>, u64, bool)> {
     let path = dir.join("mqblk.json");
-    let text = std::fs::read_to_string(&path).with_context(|| {
-        format!(
-            "reading {} (is a bench running with --stats-dir?)",
-            path.display()
-        )
-    })?;
+    let text = match mqblk::input::read_text_capped(
+        &path,
+        "stats file",
+        mqblk::input::STATS_JSON_BYTES_MAX,
+    ) {
+        Err(e @ mqblk::input::InputError::Io { .. }) => {
+            bail!("{e} (is a bench running with --stats-dir?)")
+        }
+        r => r?,
+    };
     let v: Value =
         serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
     let u = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);

@@ -40,7 +40,7 @@ const TABLE: &[(&[&str], &str)] = &[
     ),
     (
         &["info", "nul"],
-        "mqblk: error: invalid device spec \"nul\": unknown device kind `nul`; built in: null, ram, file, nbd, rbd",
+        "mqblk: error: invalid device spec \"nul\": unknown device kind `nul` (did you mean `null`?); built in: null, ram,size=SIZE, file:PATH, nbd://HOST:PORT/EXPORT, nbds://HOST:PORT/EXPORT, rbd:POOL/IMAGE, dm:TABLE_FILE, dm-table:LINE;LINE...",
     ),
     // Files: what is wrong, and what to do.
     (
@@ -66,6 +66,14 @@ const TABLE: &[(&[&str], &str)] = &[
     (
         &["info", "file:d/missing.img"],
         "mqblk: error: device \"file:d/missing.img\": file0: d/missing.img does not exist; to create it, give its size, as in file:d/missing.img,size=1G",
+    ),
+    (
+        &["info", "/dev/mqblk-no-such-disk"],
+        "mqblk: note: reading the bare path /dev/mqblk-no-such-disk as the file device file:/dev/mqblk-no-such-disk",
+    ),
+    (
+        &["info", "file:/dev/mqblk-no-such-disk"],
+        "mqblk: error: device \"file:/dev/mqblk-no-such-disk\": file0: /dev/mqblk-no-such-disk does not exist: there is no such device (`lsblk` lists the block devices); mqblk creates no files under /dev",
     ),
     (
         &["info", "file:d/new.img,size=1M"],
@@ -102,7 +110,7 @@ const TABLE: &[(&[&str], &str)] = &[
     ),
     (
         &["bench", "--device", "nul"],
-        "mqblk: error: invalid device spec \"nul\": unknown device kind `nul`; built in: null, ram, file, nbd, rbd",
+        "mqblk: error: invalid device spec \"nul\": unknown device kind `nul` (did you mean `null`?); built in: null, ram,size=SIZE, file:PATH, nbd://HOST:PORT/EXPORT, nbds://HOST:PORT/EXPORT, rbd:POOL/IMAGE, dm:TABLE_FILE, dm-table:LINE;LINE...",
     ),
     (
         &["bench", "--filename=d/missing.img"],
@@ -177,6 +185,19 @@ const TABLE: &[(&[&str], &str)] = &[
         &["serve", "--socket", "d/s", "--export", "a", "--export", "b", "ram,size=1M"],
         "mqblk: error: 2 --export names for 1 devices: give one name per device",
     ),
+    // An unquoted dm-table, split by the shell.
+    (
+        &["info", "dm-table:0", "1000", "linear", "ram,size=1M", "0"],
+        "mqblk: error: unknown option 1000 for `mqblk info`; a dm-table spec holds spaces, and the shell split it there: quote it whole, as in 'dm-table:0 1000 linear ram,size=1M 0' (`mqblk info --help` lists every option)",
+    ),
+    (
+        &["bench", "--device", "dm-table:0", "8", "zero", "--runtime=1"],
+        "mqblk: error: unknown option zero for `mqblk bench`; a dm-table spec holds spaces, and the shell split it there: quote it whole, as in --device 'dm-table:0 8 zero' (`mqblk bench --help` lists every option)",
+    ),
+    (
+        &["bench", "--device=dm-table:0", "8"],
+        "mqblk: error: cannot open job file 8: No such file or directory (os error 2); a dm-table spec holds spaces, and the shell split it there: quote it whole, as in --device='dm-table:0 8'",
+    ),
     // stat.
     (
         &["stat"],
@@ -243,4 +264,40 @@ fn bad_invocations_and_their_first_error_line() {
     assert_eq!(std::fs::metadata(&img).unwrap().len(), 16 << 20);
     assert_eq!(names(&root.join("d")), ["f.img"], "nothing left behind");
     assert_eq!(names(&root), ["d"], "nothing left behind");
+}
+
+/// A ram device larger than the machine's memory opens (it is sparse),
+/// with one warning on stderr, however many such devices there are.
+#[test]
+fn a_ram_device_past_memory_is_warned_of_once() {
+    let sectors = (100u64 << 40) / 512;
+    let table = format!(
+        "dm-table:0 {sectors} linear ram,size=100T,hw_queues=1 0;{sectors} {sectors} linear ram,size=100T,hw_queues=2 0"
+    );
+    for spec in ["ram,size=100T", table.as_str()] {
+        let o = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+            .args(["info", spec])
+            .output()
+            .expect("run the mqblk binary");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{spec}: {err}");
+        let warnings: Vec<&str> = err
+            .lines()
+            .filter(|l| l.starts_with("mqblk: warning: ram"))
+            .collect();
+        assert_eq!(warnings.len(), 1, "{spec}: {err}");
+        assert!(
+            warnings[0]
+                .contains("is 100.0 TiB (109951162777600 bytes), more than this machine's memory"),
+            "{}",
+            warnings[0]
+        );
+    }
+    // A small one: no word.
+    let o = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+        .args(["info", "ram,size=1M"])
+        .output()
+        .expect("run the mqblk binary");
+    assert!(o.status.success());
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("warning"));
 }

@@ -89,11 +89,16 @@ impl Legs {
 pub struct LegSet<'a> {
     opener: Opener<'a>,
     legs: std::sync::Arc<Legs>,
+    pub(crate) claims: crate::extent::Claims,
 }
 
 impl<'a> LegSet<'a> {
     pub(crate) fn new(opener: Opener<'a>, legs: std::sync::Arc<Legs>) -> LegSet<'a> {
-        LegSet { opener, legs }
+        LegSet {
+            opener,
+            legs,
+            claims: crate::extent::Claims::default(),
+        }
     }
 
     /// The leg for `spec`, opened now unless the table named it before.

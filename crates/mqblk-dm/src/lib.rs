@@ -8,10 +8,12 @@
 //! Each lower device (a leg) is named by its own mqblk spec and opened
 //! through the caller's opener (`mqblk::open`), so any device kind stacks,
 //! stacked devices included. The pipeline is the table ([`table`]), the
-//! targets ([`target`]), the legs ([`legs`]), the limits stacked from the
+//! targets ([`target`]), the legs ([`legs`]) and the lower ranges the
+//! lines map onto, never two on one ([`extent`]), the limits stacked from the
 //! legs' ([`limits`]), and the driver that sends child bios and completes
 //! their parent (`stacked`).
 
+pub mod extent;
 pub mod legs;
 pub mod limits;
 mod stacked;
@@ -23,6 +25,7 @@ use std::sync::{Arc, Mutex, Weak};
 use mqblk_core::spec::SpecOptions;
 use mqblk_core::{Device, DeviceConfig, Error, Result};
 
+pub use extent::{Overlap, Use};
 pub use legs::{LegId, LegSet, Legs, Opener};
 pub use table::{Table, TableError, TableLine};
 pub use target::mirror;
@@ -96,9 +99,27 @@ fn table_error(spec: &str, e: TableError) -> Error {
 /// Open `dm:PATH` (the table in a file). `opts` are the common device
 /// options (`hw_queues`, `queue_depth`, ...).
 pub fn open_path(path: &str, opts: SpecOptions, opener: Opener<'_>) -> Result<Device> {
+    use std::io::Read as _;
     let spec = format!("dm:{path}");
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::spec(&spec, format!("cannot read the table file {path}: {e}")))?;
+    let cannot =
+        |e: std::io::Error| Error::spec(&spec, format!("cannot read the table file {path}: {e}"));
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .map_err(cannot)?
+        .take(table::FILE_BYTES_MAX + 1)
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    if bytes.len() as u64 > table::FILE_BYTES_MAX {
+        return Err(Error::spec(
+            &spec,
+            format!(
+                "the table file {path} is larger than {} bytes, the most mqblk reads of a dm table (is it the right file?)",
+                table::FILE_BYTES_MAX
+            ),
+        ));
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|_| Error::spec(&spec, format!("the table file {path} is not UTF-8 text")))?;
     open_text(&spec, &text, opts, opener)
 }
 

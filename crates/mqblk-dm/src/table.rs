@@ -48,6 +48,9 @@ pub struct TableError {
     pub what: String,
     /// What is wrong, and what was expected.
     pub reason: String,
+    /// For a lower range that another line or leg already maps: both, and
+    /// the sectors they share.
+    pub overlap: Option<Box<crate::extent::Overlap>>,
 }
 
 impl TableError {
@@ -58,6 +61,7 @@ impl TableError {
             field,
             what: what.to_string(),
             reason: reason.into(),
+            overlap: None,
         }
     }
 }
@@ -76,6 +80,10 @@ impl std::error::Error for TableError {}
 
 /// Largest table accepted, in lines.
 pub const MAX_LINES: usize = 1 << 16;
+
+/// Largest table file read, in bytes: [`MAX_LINES`] lines of 256 bytes.
+/// A larger file (or `/dev/zero`) is refused after reading one byte more.
+pub const FILE_BYTES_MAX: u64 = (MAX_LINES as u64) << 8;
 
 /// Parse a table: lines separated by newlines (a file) or by `;` (the
 /// inline `dm-table:` form). `#` starts a comment.

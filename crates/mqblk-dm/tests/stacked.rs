@@ -102,7 +102,7 @@ proptest! {
 
 #[test]
 fn contexts_on_several_threads_share_the_table() {
-    let dev = open("0 256 striped 2 8 ram,size=64k 0 ram,size=64k 0");
+    let dev = open("0 256 striped 2 8 ram,size=64k,hw_queues=1 0 ram,size=64k,hw_queues=2 0");
     std::thread::scope(|s| {
         for t in 0..2u8 {
             let dev = dev.clone();

@@ -109,6 +109,10 @@ pub struct FileConfig {
     pub taskrun: TaskRun,
     /// `ro=1`: open read-only (also taken by the common options).
     pub read_only: bool,
+    /// `lock=1` (default): lock a regular file as qemu locks its images,
+    /// shared to read and exclusive to write (an OFD lock held while the
+    /// device is open); `lock=0` opens it unlocked (qemu's `locking=off`).
+    pub lock: bool,
 }
 
 impl FileConfig {
@@ -128,6 +132,7 @@ impl FileConfig {
             workers: DEFAULT_WORKERS,
             taskrun: TaskRun::Auto,
             read_only: false,
+            lock: true,
         }
     }
 
@@ -195,6 +200,9 @@ impl FileConfig {
         }
         if let Some(b) = o.take_bool("create")? {
             c.create = b;
+        }
+        if let Some(b) = o.take_bool("lock")? {
+            c.lock = b;
         }
         if let Some(n) = o.take_u64("workers")? {
             if !(1..=u64::from(MAX_WORKERS)).contains(&n) {
@@ -292,6 +300,8 @@ mod tests {
         let c = parse("file:/x,iopoll=1,sqpoll=1,fixed_bufs=16m").unwrap();
         assert!(c.iopoll && c.sqpoll);
         assert_eq!(c.fixed_bufs_bytes, 16 << 20);
+        assert!(c.lock, "images are locked by default");
+        assert!(!parse("file:/x,lock=off").unwrap().lock);
     }
 
     #[test]
@@ -309,6 +319,7 @@ mod tests {
             ("file:/x,create=1", "create="),
             ("file:/x,create=1,size=1G,ro=1", "create="),
             ("file:/x,create=maybe", "create="),
+            ("file:/x,lock=maybe", "lock="),
         ] {
             let e = parse(s).unwrap_err().to_string();
             assert!(e.contains(key), "{s}: {e}");

@@ -8,6 +8,7 @@
 //!   file, exposes a prefix of a larger target, and grows an existing
 //!   file only with `create=1`;
 //! - read-only: the open mode, and BLKROGET;
+//! - a regular file is locked as qemu locks images ([`crate::lock`]);
 //! - rotational and write cache: the block device's `queue/` in sysfs;
 //! - discard and write-zeroes: probed, not assumed (fallocate past the end
 //!   of a file, which changes nothing; sysfs limits for a block device).
@@ -101,6 +102,8 @@ pub struct Geometry {
     pub blockdev: Option<(u32, u32)>,
     /// Things the user should know (fallbacks taken, options ignored).
     pub notes: Vec<String>,
+    /// The image lock of a regular file (`lock=1`), held as long as this.
+    pub lock: Option<std::sync::Arc<crate::lock::ImageLock>>,
 }
 
 fn os_err(context: String, e: io::Error) -> String {
@@ -120,6 +123,25 @@ pub fn open(cfg: &FileConfig) -> Result<(File, Geometry), String> {
         let _ = std::fs::remove_file(&cfg.path);
     }
     r
+}
+
+/// True for a path under `/dev` (but `/dev/shm`, a tmpfs for files): a
+/// missing one is a device that is not there, never a file to create.
+fn is_device_path(path: &std::path::Path) -> bool {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    // `..` is not resolved by `absolute`; a path that climbs is judged by
+    // its components as written.
+    let mut at = std::path::PathBuf::new();
+    for c in abs.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                at.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => at.push(c),
+        }
+    }
+    at.starts_with("/dev") && !at.starts_with("/dev/shm")
 }
 
 /// What a non-regular, non-block file is, for errors.
@@ -164,6 +186,12 @@ fn open_inner(cfg: &FileConfig, created: &mut bool) -> Result<(File, Geometry), 
             ));
         }
     } else {
+        if is_device_path(path) {
+            return Err(format!(
+                "{shown} does not exist: there is no such device (`lsblk` lists the block \
+                 devices); mqblk creates no files under /dev"
+            ));
+        }
         let parent = path
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
@@ -247,6 +275,12 @@ fn open_inner(cfg: &FileConfig, created: &mut bool) -> Result<(File, Geometry), 
             "{shown} is {}; expected a regular file or a block device",
             kind_name(&ft)
         ));
+    };
+    // Locked before anything changes it (a grow with create=1).
+    let lock = if kind == TargetKind::Regular && cfg.lock {
+        crate::lock::take(&file, &meta, path, !cfg.read_only)?.map(std::sync::Arc::new)
+    } else {
+        None
     };
     let fd = file.as_raw_fd();
     let mut notes = Vec::new();
@@ -476,6 +510,7 @@ fn open_inner(cfg: &FileConfig, created: &mut bool) -> Result<(File, Geometry), 
             write_zeroes,
             blockdev,
             notes,
+            lock,
         },
     ))
 }

@@ -28,7 +28,8 @@
 //! any fallback taken are reported by [`info()`](fn@info).
 //!
 //! Modules, in the order a request meets them: [`config`] and [`discover`]
-//! (control plane), [`driver`], then the engines ([`uring`], [`psync`])
+//! with its image lock ([`lock`]; control plane), [`driver`], then the
+//! engines ([`uring`], [`psync`])
 //! over the shared [`target`].
 //!
 //! ```no_run
@@ -43,6 +44,8 @@
 pub mod config;
 
 pub mod discover;
+
+pub mod lock;
 
 pub mod info;
 

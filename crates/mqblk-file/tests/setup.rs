@@ -160,6 +160,20 @@ fn geometry_comes_from_discovery() {
 }
 
 #[test]
+fn a_missing_path_under_dev_is_a_missing_device_never_a_file_to_create() {
+    let p = std::path::Path::new("/dev/mqblk-no-such-disk");
+    for opts in ["", "size=1M", "size=1M,create=1"] {
+        let e = open(p, opts).unwrap_err().to_string();
+        assert!(
+            e.contains("/dev/mqblk-no-such-disk does not exist: there is no such device"),
+            "{opts}: {e}"
+        );
+        assert!(!e.contains("size=1G"), "{e}");
+        assert!(!p.exists(), "{opts}: created {}", p.display());
+    }
+}
+
+#[test]
 fn setup_errors_say_what_to_do() {
     let s = Scratch::new("errors");
     let e = open(&s.path("missing.img"), "").unwrap_err().to_string();

@@ -9,7 +9,7 @@
 //!
 //! [`DeviceConfig::take_common`]: mqblk_core::queue::DeviceConfig::take_common
 
-use mqblk_core::error::Result;
+use mqblk_core::error::{Error, Result};
 use mqblk_core::limits::SECTOR_SIZE;
 use mqblk_core::spec::{parse_size, SpecOptions};
 
@@ -81,7 +81,7 @@ pub struct NullConfig {
     /// When requests complete (`completion`, default inline).
     pub completion: CompletionMode,
     /// Delay of the timer mode in nanoseconds (`completion_nsec`, default
-    /// 10000). Ignored by the other modes.
+    /// 10000). Refused with the other modes, where it would do nothing.
     pub completion_nsec: u64,
     /// Keep written data and return it on reads (`memory_backed`, default
     /// off: data is never touched).
@@ -114,8 +114,8 @@ pub struct NullConfig {
     /// Declare native FUA when the write cache is on (`fua`, default 1, as
     /// null_blk's `blk_queue_write_cache(q, true, true)`). With `fua=0` the
     /// core emulates a FUA write as the write followed by a flush, and the
-    /// driver ignores a FUA flag that reaches it anyway. Ignored without a
-    /// cache.
+    /// driver ignores a FUA flag that reaches it anyway. Refused without a
+    /// cache, where it would do nothing.
     pub fua: bool,
 }
 
@@ -178,6 +178,14 @@ impl NullConfig {
                 .ok_or_else(|| o.error("completion", &raw, "inline, deferred or timer"))?;
         }
         if let Some(ns) = o.take_u64("completion_nsec")? {
+            if c.completion != CompletionMode::Timer {
+                return Err(does_nothing(
+                    o,
+                    &format!("completion_nsec={ns}"),
+                    &format!("completion={}", c.completion),
+                    "it is the delay of completion=timer: add completion=timer, or drop completion_nsec",
+                ));
+            }
             c.completion_nsec = ns;
         }
         if let Some(b) = o.take_bool("memory_backed")? {
@@ -232,6 +240,14 @@ impl NullConfig {
             c.cache_size_bytes = n;
         }
         if let Some(b) = o.take_bool("fua")? {
+            if !c.has_write_cache() {
+                return Err(does_nothing(
+                    o,
+                    &format!("fua={}", u8::from(b)),
+                    "no write cache",
+                    "it says how the cache takes FUA writes: add memory_backed=1,cache_size=SIZE, or drop fua",
+                ));
+            }
             c.fua = b;
         }
         Ok(c)
@@ -248,10 +264,22 @@ impl NullConfig {
     }
 }
 
+/// A key given where it does nothing: refused, as an unknown key is, so
+/// that a run never quietly differs from what its spec says.
+fn does_nothing(o: &SpecOptions, option: &str, mode: &str, why: &str) -> Error {
+    Error::spec(
+        o.spec(),
+        format!("option {option} does nothing with {mode}; {why}"),
+    )
+}
+
 /// Take one fault_attr pair: an interval (any u32) and a probability in
-/// percent (0 to 100).
+/// percent (0 to 100). An interval alone fails every Nth request
+/// (probability 100), as a null_blk user means by it; a probability alone
+/// rolls on every request.
 fn take_fault(o: &mut SpecOptions, interval_key: &str, probability_key: &str) -> Result<FaultAttr> {
     let mut attr = FaultAttr::OFF;
+    let mut interval_given = false;
     if let Some(n) = o.take_u64(interval_key)? {
         attr.interval = u32::try_from(n).map_err(|_| {
             o.error(
@@ -260,6 +288,7 @@ fn take_fault(o: &mut SpecOptions, interval_key: &str, probability_key: &str) ->
                 "0 to 4294967295 (0 or 1: every request)",
             )
         })?;
+        interval_given = true;
     }
     if let Some(p) = o.take_u64(probability_key)? {
         if p > 100 {
@@ -270,13 +299,14 @@ fn take_fault(o: &mut SpecOptions, interval_key: &str, probability_key: &str) ->
             ));
         }
         attr.probability = p as u8;
+    } else if interval_given {
+        attr.probability = 100;
     }
     Ok(attr)
 }
 
 #[cfg(test)]
 mod tests {
-    use mqblk_core::error::Error;
     use mqblk_core::spec;
 
     use super::*;
@@ -440,6 +470,69 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(msg.contains("block_size"), "{msg}");
+    }
+
+    #[test]
+    fn an_interval_alone_fails_every_nth_request() {
+        for key in ["error", "timeout", "requeue"] {
+            let c = parse(&format!("null,{key}_interval=10")).unwrap();
+            let attr = [c.error, c.timeout, c.requeue];
+            assert!(attr.iter().filter(|a| a.is_enabled()).count() == 1);
+            assert!(attr.contains(&FaultAttr {
+                interval: 10,
+                probability: 100
+            }));
+        }
+        // Every 10th request, and no other.
+        let c = parse("null,error_interval=10").unwrap();
+        let mut f = crate::fault::FaultState::new(c.error);
+        let mut rng = crate::fault::FaultRng::new(1, 0);
+        let failed: Vec<u32> = (1..=40).filter(|_| f.should_fail(&mut rng)).collect();
+        assert_eq!(failed.len(), 4);
+        // A probability given with it still counts.
+        assert_eq!(
+            parse("null,error_interval=10,error_probability=0")
+                .unwrap()
+                .error
+                .probability,
+            0
+        );
+    }
+
+    #[test]
+    fn a_key_that_does_nothing_in_its_mode_is_refused_naming_both() {
+        for (s, want) in [
+            (
+                "null,completion_nsec=5000",
+                "option completion_nsec=5000 does nothing with completion=inline",
+            ),
+            (
+                "null,completion=deferred,completion_nsec=5000",
+                "option completion_nsec=5000 does nothing with completion=deferred",
+            ),
+            (
+                "null,fua=0",
+                "option fua=0 does nothing with no write cache",
+            ),
+        ] {
+            let msg = match parse(s) {
+                Err(e @ Error::Spec { .. }) => e.to_string(),
+                other => panic!("{s}: expected a spec error, got {other:?}"),
+            };
+            assert!(msg.contains(want), "{msg}");
+        }
+        // Where they do something, they are taken.
+        assert_eq!(
+            parse("null,completion=timer,completion_nsec=5000")
+                .unwrap()
+                .completion_nsec,
+            5000
+        );
+        assert!(
+            !parse("null,memory_backed=1,cache_size=4k,fua=0")
+                .unwrap()
+                .fua
+        );
     }
 
     #[test]

@@ -83,8 +83,13 @@ fn names_count_up_and_options_are_checked() {
 #[test]
 fn memory_backed_round_trips_in_every_completion_mode() {
     for mode in ["inline", "deferred", "timer"] {
+        let nsec = if mode == "timer" {
+            ",completion_nsec=20000"
+        } else {
+            ""
+        };
         let dev = open(&format!(
-            "null,size=64M,memory_backed=1,completion={mode},completion_nsec=20000,hw_queues=2"
+            "null,size=64M,memory_backed=1,completion={mode}{nsec},hw_queues=2"
         ));
         let mut c = ctx(&dev);
         // Unwritten space reads as zeros.
@@ -150,7 +155,18 @@ fn error_injection_at_probability_100_fails_every_read() {
 
 #[test]
 fn error_injection_by_interval() {
-    let dev = open("null,size=16M,error_interval=4,error_probability=100,hw_queues=1");
+    // An interval alone means every Nth request fails, as with the
+    // probability at 100.
+    for spec in [
+        "null,size=16M,error_interval=4,error_probability=100,hw_queues=1",
+        "null,size=16M,error_interval=4,hw_queues=1",
+    ] {
+        every_fourth_read_fails(spec);
+    }
+}
+
+fn every_fourth_read_fails(spec: &str) {
+    let dev = open(spec);
     let mut c = ctx(&dev);
     let mut b = IoBuf::page_aligned(4096);
     for i in 1..=40u64 {
@@ -160,7 +176,7 @@ fn error_injection_by_interval() {
         } else {
             Status::Ok
         };
-        assert_eq!(s, expect, "request {i}");
+        assert_eq!(s, expect, "{spec}: request {i}");
     }
 }
 

@@ -43,7 +43,7 @@ pub mod driver;
 pub mod store;
 mod xarray;
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use mqblk_core::error::{Error, Result};
@@ -96,7 +96,83 @@ pub fn create(cfg: RamConfig, mut dev: DeviceConfig) -> Result<(Device, Arc<Stor
         reason,
     })?;
     dev.capacity_bytes = cfg.size_bytes;
+    let size_bytes = cfg.size_bytes;
     let driver = RamDriver::new(cfg, &dev);
     let store = driver.store().clone();
-    Ok((Device::new(driver, dev)?, store))
+    let device = Device::new(driver, dev)?;
+    warn_past_memory(device.name(), size_bytes);
+    Ok((device, store))
+}
+
+/// Set once the warning of [`warn_past_memory`] was printed.
+static WARNED_PAST_MEMORY: AtomicBool = AtomicBool::new(false);
+
+/// Warn once per process, on stderr, when a ram device is larger than the
+/// machine's memory: it opens, being sparse, and works until what is
+/// written to it outgrows memory.
+fn warn_past_memory(name: &str, size_bytes: u64) {
+    let Some(memory_bytes) = memory_bytes() else {
+        return;
+    };
+    if let Some(w) = past_memory_warning(name, size_bytes, memory_bytes) {
+        if !WARNED_PAST_MEMORY.swap(true, Ordering::Relaxed) {
+            eprintln!("mqblk: warning: {w}");
+        }
+    }
+}
+
+/// The warning for a device of `size_bytes` on a machine of
+/// `memory_bytes`, if it is larger.
+pub fn past_memory_warning(name: &str, size_bytes: u64, memory_bytes: u64) -> Option<String> {
+    (size_bytes > memory_bytes).then(|| {
+        format!(
+            "{name} is {} ({size_bytes} bytes), more than this machine's memory of {} \
+             ({memory_bytes} bytes): it opens, being sparse, but it cannot hold more data \
+             than memory does (discard what is no longer needed, or make it smaller)",
+            gib(size_bytes),
+            gib(memory_bytes)
+        )
+    })
+}
+
+/// `bytes` in GiB, or in TiB from 1 TiB on.
+fn gib(bytes: u64) -> String {
+    if bytes >= 1 << 40 {
+        format!("{:.1} TiB", bytes as f64 / (1u64 << 40) as f64)
+    } else {
+        format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+    }
+}
+
+/// The machine's memory (`MemTotal` of `/proc/meminfo`), if known.
+fn memory_bytes() -> Option<u64> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    std::fs::File::open("/proc/meminfo")
+        .ok()?
+        .take(64 << 10)
+        .read_to_string(&mut text)
+        .ok()?;
+    let kib: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    kib.checked_mul(1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_device_past_memory_is_warned_of_with_both_sizes() {
+        let w = past_memory_warning("ram3", 100 << 40, 24 << 30).unwrap();
+        assert!(w.starts_with("ram3 is 100.0 TiB (109951162777600 bytes), more than this machine's memory of 24.0 GiB (25769803776 bytes)"), "{w}");
+        assert_eq!(past_memory_warning("ram3", 24 << 30, 24 << 30), None);
+        assert!(memory_bytes().is_some_and(|m| m > 0));
+    }
 }

@@ -16,6 +16,7 @@ pub use mqblk_core::*;
 /// Partition tables (GPT, MBR): parsing, and reading a device's table.
 pub use mqblk_part as part;
 
+pub mod input;
 mod part_open;
 pub use part_open::register_partitions;
 
@@ -100,12 +101,33 @@ fn open_kind(s: mqblk_core::spec::DeviceSpec) -> Result<Device> {
             let t = s.target.unwrap_or_default();
             mqblk_dm::open_inline(&t, s.options, &open)
         }
-        other => Err(Error::spec(
-            s.options.spec(),
-            format!("unknown device kind `{other}`; built in: null, ram, file, nbd, rbd"),
-        )),
+        other => {
+            let near = mqblk_core::spec::nearest(other, KINDS.iter().map(|(k, _)| *k))
+                .map(|k| format!(" (did you mean `{k}`?)"))
+                .unwrap_or_default();
+            let kinds: Vec<&str> = KINDS.iter().map(|(_, shown)| *shown).collect();
+            Err(Error::spec(
+                s.options.spec(),
+                format!(
+                    "unknown device kind `{other}`{near}; built in: {}",
+                    kinds.join(", ")
+                ),
+            ))
+        }
     }
 }
+
+/// The device kinds [`open_kind`] knows, each with its shape for errors.
+const KINDS: &[(&str, &str)] = &[
+    ("null", "null"),
+    ("ram", "ram,size=SIZE"),
+    ("file", "file:PATH"),
+    ("nbd", "nbd://HOST:PORT/EXPORT"),
+    ("nbds", "nbds://HOST:PORT/EXPORT"),
+    ("rbd", "rbd:POOL/IMAGE"),
+    ("dm", "dm:TABLE_FILE"),
+    ("dm-table", "dm-table:LINE;LINE..."),
+];
 
 /// `rbd:POOL/IMAGE[@SNAP]`: a Ceph RBD image.
 #[cfg(feature = "rbd")]

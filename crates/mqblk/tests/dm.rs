@@ -298,3 +298,20 @@ fn flakey_fails_while_down_and_works_while_up() {
     ctx.read_at(&mut back, 0).unwrap();
     assert_eq!(back, data);
 }
+
+#[test]
+fn a_table_file_past_the_cap_is_refused_naming_the_file_and_the_cap() {
+    let t = std::time::Instant::now();
+    let e = mqblk::open("dm:/dev/zero").unwrap_err().to_string();
+    let secs = t.elapsed().as_secs_f64();
+    assert!(
+        e.contains(&format!(
+            "the table file /dev/zero is larger than {} bytes",
+            mqblk_dm::table::FILE_BYTES_MAX
+        )),
+        "{e}"
+    );
+    // A bound on a hang (it used to read on until memory ran out), not a
+    // speed claim: the cap is 16 MiB.
+    assert!(secs < 1.0, "{secs} s");
+}

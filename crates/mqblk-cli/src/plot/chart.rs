@@ -56,7 +56,8 @@ fn ensure_font() -> Result<()> {
             .into_iter()
             .chain(FONT_CANDIDATES.iter().map(PathBuf::from));
         for path in candidates {
-            let Ok(bytes) = std::fs::read(&path) else {
+            let Ok(bytes) = mqblk::input::read_capped(&path, "font", mqblk::input::FONT_BYTES_MAX)
+            else {
                 continue;
             };
             // The font table keeps a 'static reference for the process.

@@ -67,7 +67,7 @@ fn values(text: &str) -> Vec<Value> {
 /// The jobs of the last report in `path` that has any.
 pub fn load(path: &Path) -> Result<Vec<Job>> {
     let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        mqblk::input::read_text_capped(path, "plot input", mqblk::input::PLOT_INPUT_BYTES_MAX)?;
     let file = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())

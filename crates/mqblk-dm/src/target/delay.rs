@@ -11,6 +11,7 @@
 use mqblk_core::driver::Op;
 
 use super::{Ctor, Io, Route, Target};
+use crate::extent::Use;
 use crate::legs::LegId;
 use crate::table::TableError;
 
@@ -69,7 +70,15 @@ impl Delay {
                     format!("{ms} ms; expected at most {MAX_DELAY_MS} (an hour)"),
                 ));
             }
-            let leg = c.leg(3 * t, offset, c.line.len)?;
+            // Reads and writes of one block may go to one lower block (the
+            // usual `delay DEV 0 R DEV 0 W`); a flush carries no data.
+            let (what, use_) = match (n / 3, t) {
+                (1, _) => ("device", Use::All),
+                (_, 0) => ("read device", Use::Only("reads")),
+                (_, 1) => ("write device", Use::Only("writes")),
+                _ => ("flush device", Use::NoData),
+            };
+            let leg = c.leg_as(3 * t, offset, c.line.len, what, use_)?;
             classes.push(Class {
                 leg,
                 offset_bytes: offset << 9,

@@ -27,6 +27,7 @@ pub use zero::Zero;
 use mqblk_core::driver::{BioFlags, Op, Status};
 use mqblk_core::QueueLimits;
 
+use crate::extent::Use;
 use crate::legs::{LegId, LegSet};
 use crate::table::{TableError, TableLine};
 
@@ -255,8 +256,22 @@ impl Ctor<'_, '_> {
     }
 
     /// Open the leg named by argument `i`, and check that `sectors` sectors
-    /// from `offset` (argument `i + 1`'s value) lie inside it.
+    /// from `offset` (argument `i + 1`'s value) lie inside it, and that no
+    /// other line or leg maps onto them ([`crate::extent`]).
     pub fn leg(&mut self, i: usize, offset: u64, sectors: u64) -> Result<LegId, TableError> {
+        self.leg_as(i, offset, sectors, "device", Use::All)
+    }
+
+    /// As [`Ctor::leg`], for a leg that `what` names in errors ("stripe 1")
+    /// and that gets the I/O `use_` says.
+    pub fn leg_as(
+        &mut self,
+        i: usize,
+        offset: u64,
+        sectors: u64,
+        what: &str,
+        use_: Use,
+    ) -> Result<LegId, TableError> {
         let spec = self.arg(i, "device")?.to_string();
         let (id, dev) = self
             .legs
@@ -273,6 +288,14 @@ impl Ctor<'_, '_> {
                 ),
             ));
         }
+        self.legs.claims.claim(
+            &dev,
+            &spec,
+            (self.line.line, 4 + i),
+            what,
+            use_,
+            offset..offset + sectors,
+        )?;
         Ok(id)
     }
 }

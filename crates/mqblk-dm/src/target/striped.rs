@@ -4,6 +4,7 @@
 use mqblk_core::QueueLimits;
 
 use super::{Ctor, Io, Route, Target};
+use crate::extent::Use;
 use crate::legs::LegId;
 use crate::table::TableError;
 
@@ -53,7 +54,7 @@ impl Striped {
         let mut stripes = Vec::with_capacity(n as usize);
         for s in 0..n as usize {
             let offset = c.num(2 + 2 * s + 1, "offset")?;
-            let leg = c.leg(2 + 2 * s, offset, width)?;
+            let leg = c.leg_as(2 + 2 * s, offset, width, &format!("stripe {s}"), Use::All)?;
             stripes.push((leg, offset << 9));
         }
         c.no_more(2 + 2 * n as usize)?;

@@ -39,6 +39,7 @@ use mqblk_core::driver::{Op, Status};
 use mqblk_core::{Device, Error, Result};
 
 use super::{Ctor, EndAction, Io, Route, Target};
+use crate::extent::Use;
 use crate::legs::{LegId, Legs};
 use crate::table::TableError;
 use log::{Found, Geometry, Log};
@@ -201,7 +202,7 @@ impl Mirror {
         for i in 0..ndevs {
             let at = devs_at + 1 + 2 * i;
             let offset = c.num(at + 1, "offset")?;
-            let id = c.leg(at, offset, c.line.len)?;
+            let id = c.leg_as(at, offset, c.line.len, &format!("leg {i}"), Use::All)?;
             if let Some(j) = legs.iter().position(|l| l.id == id) {
                 return Err(c.err(
                     at,
@@ -804,6 +805,22 @@ pub fn replace(
         return Err(bad(format!(
             "leg {leg} ({}) is also used by another line of the table",
             m.spec_of(leg)
+        )));
+    }
+    // The new leg must not be, or be a window of, a device the table
+    // already maps onto: its sectors would hold two ranges.
+    let base = |d: &Device| d.remapped_from().map_or_else(|| d.clone(), |(b, _)| b);
+    let new_base = base(&new);
+    if let Some(i) = m
+        .all
+        .all()
+        .iter()
+        .position(|d| d.as_ref().is_some_and(|d| base(d).same(&new_base)))
+    {
+        return Err(bad(format!(
+            "`{new_spec}` is the device of the table's leg {i} ({}), or a window of it: \
+             its sectors would hold two ranges of the table; give a device of its own",
+            m.all.specs()[i]
         )));
     }
     if new.capacity_bytes() < l.offset_bytes + m.len_bytes {

@@ -1,0 +1,79 @@
+//! Every file mqblk reads has a size cap: pointed at `/dev/zero`, each
+//! command fails at once with an error naming the file and the cap,
+//! instead of reading until memory runs out.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use mqblk_test_support::Scratch;
+
+/// Run mqblk with `args`; it must fail, within `bound` (a hang bound: the
+/// commands used to read on for as long as they were let), and the last
+/// line of stderr is returned.
+fn fails(args: &[&str], bound: Duration) -> String {
+    let t = Instant::now();
+    let o = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+        .args(args)
+        .output()
+        .expect("run the mqblk binary");
+    let took = t.elapsed();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "{args:?} succeeded: {err}");
+    assert!(took < bound, "{args:?} took {took:?}: {err}");
+    err.lines().last().unwrap_or_default().to_string()
+}
+
+#[test]
+fn plot_of_dev_zero_fails_within_a_second_naming_the_file_and_the_cap() {
+    let d = Scratch::new("cap-plot");
+    let out = d.path().join("fig");
+    let e = fails(
+        &["plot", "/dev/zero", "--out", out.to_str().unwrap()],
+        Duration::from_secs(1),
+    );
+    assert_eq!(
+        e,
+        format!(
+            "mqblk: error: the plot input /dev/zero is larger than {} bytes, the most mqblk reads of a plot input (is it the right file?)",
+            64 << 20
+        )
+    );
+}
+
+#[test]
+fn stat_of_a_dev_zero_stats_file_fails_naming_it_and_the_cap() {
+    let d = Scratch::new("cap-stat");
+    let json = d.path().join("mqblk.json");
+    std::os::unix::fs::symlink("/dev/zero", &json).unwrap();
+    let e = fails(
+        &["stat", d.path().to_str().unwrap()],
+        Duration::from_secs(1),
+    );
+    assert_eq!(
+        e,
+        format!(
+            "mqblk: error: the stats file {} is larger than {} bytes, the most mqblk reads of a stats file (is it the right file?)",
+            json.display(),
+            16 << 20
+        )
+    );
+    // A missing one still says what to do.
+    std::fs::remove_file(&json).unwrap();
+    let e = fails(
+        &["stat", d.path().to_str().unwrap()],
+        Duration::from_secs(5),
+    );
+    assert!(e.ends_with("(is a bench running with --stats-dir?)"), "{e}");
+}
+
+#[test]
+fn a_dm_table_file_of_dev_zero_fails_naming_it_and_the_cap() {
+    let e = fails(&["info", "dm:/dev/zero"], Duration::from_secs(1));
+    assert!(
+        e.contains(&format!(
+            "the table file /dev/zero is larger than {} bytes, the most mqblk reads of a dm table",
+            16 << 20
+        )),
+        "{e}"
+    );
+}
