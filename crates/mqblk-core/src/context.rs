@@ -38,7 +38,7 @@ use crate::bioset::{BioSet, Delivery};
 use crate::buf::IoBuf;
 use crate::error::{Error, Result, Status};
 use crate::queue::{Device, DeviceInner};
-use crate::stats::{DiskStats, Histograms, StatShard};
+use crate::stats::{DiskStats, Histograms};
 
 mod data;
 mod end;
@@ -61,8 +61,13 @@ pub(crate) enum Waiting {
     /// Its bio ended: take it.
     Ready,
     /// The waker was handed to what wakes it (the hardware queue's notify,
-    /// or itself).
-    Subscribed,
+    /// or itself). With requests in flight that can time out, the future
+    /// must also be woken `recheck` from now: only a poll notices a
+    /// timeout.
+    Subscribed {
+        /// When to poll again at the latest.
+        recheck: Option<Duration>,
+    },
     /// The waker must sleep on this fd (the context's completion fd), and
     /// be woken when it is readable.
     OnFd(std::os::fd::RawFd),
@@ -467,13 +472,15 @@ impl Context {
             if notify.seq() != seen {
                 waker.wake_by_ref();
             }
-            Waiting::Subscribed
+            Waiting::Subscribed {
+                recheck: self.st.timeout_recheck(),
+            }
         } else if hq.irq_fd.is_none() && !self.st.has_deferred() && polls < SPIN_BUDGET {
             // A driver that completes only when polled, with no interrupt
             // line: poll again at once, for a while (as an SPDK reactor
             // does).
             waker.wake_by_ref();
-            Waiting::Subscribed
+            Waiting::Subscribed { recheck: None }
         } else {
             // ...or when the completion fd says a poll would make
             // progress: the driver's interrupt line, a throttled bio's
@@ -482,7 +489,7 @@ impl Context {
                 Ok(fd) => Waiting::OnFd(fd),
                 Err(_) => {
                     waker.wake_by_ref();
-                    Waiting::Subscribed
+                    Waiting::Subscribed { recheck: None }
                 }
             }
         };

@@ -28,6 +28,7 @@ use std::os::fd::RawFd;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context as TaskCx, Poll, Wake, Waker};
+use std::time::Instant;
 
 use crate::bio::Bio;
 use crate::buf::IoBuf;
@@ -69,11 +70,11 @@ impl AsyncContext {
     }
 
     /// Have `waker` woken once `fd` (the context's completion fd) is
-    /// readable.
-    fn sleep_on(&self, fd: RawFd, waker: &Waker) {
+    /// readable, or at `deadline`, whichever comes first.
+    fn sleep_on(&self, fd: Option<RawFd>, deadline: Option<Instant>, waker: &Waker) {
         let mut watch = self.watch.borrow_mut();
-        if watch.as_ref().is_none_or(|w| w.fd != fd) {
-            match FdWatch::start(fd) {
+        if watch.is_none() {
+            match FdWatch::start() {
                 Ok(w) => *watch = Some(w),
                 Err(_) => {
                     // No thread to be had: poll again rather than hang.
@@ -83,7 +84,7 @@ impl AsyncContext {
             }
         }
         if let Some(w) = watch.as_ref() {
-            w.arm(waker);
+            w.arm(fd, deadline, waker);
         }
     }
 
@@ -155,15 +156,22 @@ impl Future for BioFuture<'_> {
                 this.state = State::Done;
                 Poll::Ready(ctx.take_waiter(idx))
             }
-            // check_waiter handed the waker to what wakes it.
-            Waiting::Subscribed => {
+            // check_waiter handed the waker to what wakes it; a request
+            // that can time out wakes it by then at the latest, since
+            // only a poll notices a timeout.
+            Waiting::Subscribed { recheck } => {
                 this.polls = this.polls.saturating_add(1);
+                drop(ctx);
+                if let Some(after) = recheck {
+                    this.actx
+                        .sleep_on(None, Some(Instant::now() + after), cx.waker());
+                }
                 Poll::Pending
             }
             Waiting::OnFd(fd) => {
                 this.polls = this.polls.saturating_add(1);
                 drop(ctx);
-                this.actx.sleep_on(fd, cx.waker());
+                this.actx.sleep_on(Some(fd), None, cx.waker());
                 Poll::Pending
             }
         }
@@ -181,106 +189,140 @@ impl Drop for BioFuture<'_> {
 }
 
 /// A thread that wakes a future's waker when a completion fd becomes
-/// readable: the reactor an executor does not have for our fds. It sleeps
-/// on a condition variable until a waker is armed, then in poll(2) on the
-/// fd and its own stop eventfd; each arming wakes one waker once.
+/// readable, or when a deadline passes: the reactor an executor does not
+/// have for our fds and timeouts. It sleeps on a condition variable until
+/// a waker is armed, then in poll(2) on the fd (if any) and its own kick
+/// eventfd, up to the deadline (if any); each arming wakes one waker once.
 struct FdWatch {
-    fd: RawFd,
     shared: Arc<WatchShared>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
+/// What the watch thread waits for.
+#[derive(Default)]
+struct Armed {
+    waker: Option<Waker>,
+    fd: Option<RawFd>,
+    deadline: Option<Instant>,
+    quit: bool,
+}
+
 struct WatchShared {
-    waker: std::sync::Mutex<Option<Waker>>,
-    armed: std::sync::Condvar,
-    stop: EventFd,
-    quit: std::sync::atomic::AtomicBool,
+    armed: std::sync::Mutex<Armed>,
+    cv: std::sync::Condvar,
+    /// Interrupts the thread's poll(2) when it is re-armed or stopped.
+    kick: EventFd,
 }
 
 impl WatchShared {
-    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Waker>> {
-        self.waker.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Armed> {
+        self.armed.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 impl FdWatch {
-    /// Start the thread for `fd`, which must stay open until this is
-    /// dropped (the context outlives its watch: see `AsyncContext`).
-    fn start(fd: RawFd) -> std::io::Result<FdWatch> {
+    /// Start the thread. An fd it is armed with must stay open until this
+    /// is dropped (the context outlives its watch: see `AsyncContext`).
+    fn start() -> std::io::Result<FdWatch> {
         let shared = Arc::new(WatchShared {
-            waker: std::sync::Mutex::new(None),
-            armed: std::sync::Condvar::new(),
-            stop: EventFd::new()?,
-            quit: std::sync::atomic::AtomicBool::new(false),
+            armed: std::sync::Mutex::new(Armed::default()),
+            cv: std::sync::Condvar::new(),
+            kick: EventFd::new()?,
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("mqblk-fdwatch".into())
-            .spawn(move || watch_loop(fd, &s))?;
+            .spawn(move || watch_loop(&s))?;
         Ok(FdWatch {
-            fd,
             shared,
             thread: Some(thread),
         })
     }
 
-    /// Wake `waker` once the fd is readable (replacing an earlier one).
-    fn arm(&self, waker: &Waker) {
-        let mut slot = self.shared.slot();
-        if !slot.as_ref().is_some_and(|w| w.will_wake(waker)) {
-            *slot = Some(waker.clone());
+    /// Wake `waker` once `fd` is readable or `deadline` passes (replacing
+    /// what was armed before).
+    fn arm(&self, fd: Option<RawFd>, deadline: Option<Instant>, waker: &Waker) {
+        let mut a = self.shared.lock();
+        // An armed deadline that comes first stays (the future polls then
+        // and arms again): re-arming costs the thread a wake-up.
+        let deadline = match (a.waker.is_some(), a.deadline, deadline) {
+            (true, Some(old), Some(new)) if a.fd == fd && old <= new => Some(old),
+            _ => deadline,
+        };
+        let moved = a.fd != fd || a.deadline != deadline;
+        if !a.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            a.waker = Some(waker.clone());
         }
-        self.shared.armed.notify_one();
+        a.fd = fd;
+        a.deadline = deadline;
+        drop(a);
+        self.shared.cv.notify_one();
+        if moved {
+            self.shared.kick.signal();
+        }
     }
 }
 
 impl Drop for FdWatch {
     fn drop(&mut self) {
-        self.shared
-            .quit
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        self.shared.stop.signal();
-        drop(self.shared.slot());
-        self.shared.armed.notify_one();
+        self.shared.lock().quit = true;
+        self.shared.cv.notify_one();
+        self.shared.kick.signal();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }
 }
 
-fn watch_loop(fd: RawFd, s: &WatchShared) {
-    use std::sync::atomic::Ordering::SeqCst;
+fn watch_loop(s: &WatchShared) {
     loop {
-        {
-            let mut slot = s.slot();
-            while slot.is_none() && !s.quit.load(SeqCst) {
-                slot = s.armed.wait(slot).unwrap_or_else(|e| e.into_inner());
+        let (fd, deadline) = {
+            let mut a = s.lock();
+            while a.waker.is_none() && !a.quit {
+                a = s.cv.wait(a).unwrap_or_else(|e| e.into_inner());
             }
-        }
-        if s.quit.load(SeqCst) {
-            return;
-        }
+            if a.quit {
+                return;
+            }
+            (a.fd, a.deadline)
+        };
+        let timeout_ms = match deadline {
+            None => -1,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                // Rounded up: never wake before the deadline.
+                left.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32
+            }
+        };
         let mut fds = [
             libc::pollfd {
-                fd,
+                fd: s.kick.raw(),
                 events: libc::POLLIN,
                 revents: 0,
             },
             libc::pollfd {
-                fd: s.stop.raw(),
+                fd: fd.unwrap_or(-1),
                 events: libc::POLLIN,
                 revents: 0,
             },
         ];
-        // SAFETY: `fds` is a live array of two pollfds; both fds are open
-        // (the completion fd until this thread is joined, the stop fd as
-        // long as `s`).
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-        if s.quit.load(SeqCst) {
+        // SAFETY: `fds` is a live array of two pollfds; the kick fd lives
+        // as long as `s`, and the armed fd stays open until this thread is
+        // joined (a negative fd is ignored by poll).
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+        if fds[0].revents != 0 {
+            // Re-armed or stopped: look again.
+            s.kick.drain();
+        }
+        let fired =
+            (rc > 0 && fds[1].revents != 0) || deadline.is_some_and(|d| Instant::now() >= d);
+        let mut a = s.lock();
+        if a.quit {
             return;
         }
-        if rc > 0 && fds[0].revents != 0 {
-            if let Some(w) = s.slot().take() {
+        if fired && a.fd == fd && a.deadline == deadline {
+            if let Some(w) = a.waker.take() {
+                drop(a);
                 w.wake();
             }
         }

@@ -210,21 +210,30 @@ impl CtxState {
         Ok(raw)
     }
 
+    /// How long a sleeper may go before a poll must look for timed-out
+    /// requests (None: nothing in flight can time out).
+    pub(super) fn timeout_recheck(&self) -> Option<Duration> {
+        if self.in_flight == 0 || self.timeout_ms == 0 {
+            return None;
+        }
+        // The coarse clock that deadlines are read from lags by up to a
+        // few milliseconds: wake a little after.
+        Some(Duration::from_millis(u64::from(self.timeout_ms) + 10))
+    }
+
     /// A caller about to sleep on the completion fd with requests in
     /// flight: have the fd's timer fire by the time the oldest of them
     /// can have timed out, since only a poll notices a timeout (the
     /// blocking waits poll every few milliseconds; a sleeping future
     /// would not). A throttled bio's earlier time stays.
     pub(super) fn arm_timeout_wake(&mut self) {
-        if self.in_flight == 0 || self.timeout_ms == 0 {
+        let Some(after) = self.timeout_recheck() else {
             return;
-        }
+        };
         let Some(t) = self.fd_timer.as_mut() else {
             return;
         };
-        // The coarse clock that deadlines are read from lags by up to a
-        // few milliseconds: wake a little after.
-        let at = clock::now_ns() + (u64::from(self.timeout_ms) + 10) * 1_000_000;
+        let at = clock::now_ns() + after.as_nanos() as u64;
         let at = match self.throttled.front() {
             Some(&(first, _)) => first.min(at),
             None => at,
