@@ -619,10 +619,7 @@ impl Drop for Context {
         for up in st.forwards.drain(..) {
             dev.hw_queues[st.hwq as usize].notify.unforward(&up);
         }
-        match &st.window {
-            None => dev.stats.retire(&st.stats, &st.hist),
-            Some(w) => w.stats.retire(&st.stats, &st.hist),
-        }
+        state::seen_stats(&st.window, dev).retire(&st.stats, &st.hist);
         if let Some(p) = st.parts.take() {
             p.retire();
         }

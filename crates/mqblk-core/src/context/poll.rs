@@ -6,7 +6,7 @@
 //! submission runs here, after the reap and the callbacks, so completions
 //! never recurse into submission.
 
-use super::state::CtxState;
+use super::state::{self, CtxState};
 use super::wait::{Bound, Step};
 use crate::bio::Completion;
 use crate::bioset::Delivery;
@@ -51,10 +51,7 @@ impl CtxState {
         let mut n = 0;
         // What the callbacks see of the device: a view's window, or the
         // device itself (looked up once per batch, not per bio).
-        let info = match &self.window {
-            None => &dev.info,
-            Some(w) => &w.info,
-        };
+        let info = state::seen_info(&self.window, dev);
         while let Some(idx) = self.ended.pop_front() {
             let node = self.bioset.node_mut(idx);
             if node.delivery == Delivery::Orphan || node.bio.is_none() {

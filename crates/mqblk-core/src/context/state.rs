@@ -139,10 +139,7 @@ impl CtxState {
             0 => (2 * total + dev.cfg.plug_max as usize).max(64),
             n => n as usize,
         };
-        let stats = match &window {
-            None => dev.stats.register(),
-            Some(v) => v.stats.register(),
-        };
+        let stats = seen_stats(&window, dev).register();
         let mut st = CtxState {
             feat: 0,
             fast: FastCheck::default(),
@@ -245,20 +242,14 @@ impl CtxState {
     /// device's, or its view's.
     #[inline]
     pub(super) fn info<'a>(&'a self, dev: &'a DeviceInner) -> &'a QueueInfo {
-        match &self.window {
-            None => &dev.info,
-            Some(w) => &w.info,
-        }
+        seen_info(&self.window, dev)
     }
 
     /// The stats this context's requests go to: the device's, or its
     /// view's.
     #[inline]
     pub(super) fn dstats<'a>(&'a self, dev: &'a DeviceInner) -> &'a DeviceStats {
-        match &self.window {
-            None => &dev.stats,
-            Some(w) => &w.stats,
-        }
+        seen_stats(&self.window, dev)
     }
 
     /// Linux blk_partition_remap, for a context on a remapped view: a user
@@ -314,5 +305,29 @@ impl CtxState {
         Some(std::time::Duration::from_nanos(
             at.saturating_sub(clock::now_ns()),
         ))
+    }
+}
+
+/// The queue facts a context sees: its window's, or the device's.
+#[inline]
+pub(super) fn seen_info<'a>(
+    window: &'a Option<Arc<crate::remap::View>>,
+    dev: &'a DeviceInner,
+) -> &'a QueueInfo {
+    match window {
+        None => &dev.info,
+        Some(w) => &w.info,
+    }
+}
+
+/// The stats a context's requests count in: its window's, or the device's.
+#[inline]
+pub(super) fn seen_stats<'a>(
+    window: &'a Option<Arc<crate::remap::View>>,
+    dev: &'a DeviceInner,
+) -> &'a DeviceStats {
+    match window {
+        None => &dev.stats,
+        Some(w) => &w.stats,
     }
 }
