@@ -445,7 +445,7 @@ def main(argv):
     names = argv or sorted(
         d for d in os.listdir(crates_dir) if os.path.isdir(os.path.join(crates_dir, d, "src"))
     )
-    circles = 0
+    circles, crates = 0, 0
     for name in names:
         src = os.path.join(crates_dir, name, "src")
         if not os.path.isdir(src):
@@ -465,6 +465,8 @@ def main(argv):
         comps = components(graph)
         if not comps:
             print("circles: none")
+        else:
+            crates += 1
         for comp in comps:
             circles += 1
             print("circle: %s" % " ".join(comp))
@@ -474,7 +476,10 @@ def main(argv):
                         line, text = why[(a, b)]
                         print("  %s -> %s  (%s:%d %s)" % (a, b, a, line, text))
         print()
-    print("crates with circles: %d component(s) in all" % circles if circles else "no circles")
+    if circles:
+        print("%d circle(s) in %d crate(s)" % (circles, crates))
+    else:
+        print("no circles")
     return 1 if circles else 0
 
 
