@@ -25,6 +25,9 @@ import sys
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The start of a string literal: "", b"", c"", r#""#, br"", cr#""#.
+STRING_START = re.compile(r"(b|c)?(r)?(#*)\"")
+NUMBER = re.compile(r"[0-9][0-9A-Za-z_.]*")
 
 
 def tokens(text):
@@ -53,15 +56,11 @@ def tokens(text):
                 else:
                     line += text[i] == "\n"
                     i += 1
-        elif c == '"' or (
-            c in "bcr" and re.match(r"(b|c)?r?#*\"|(b|c)\"", text[i : i + 64] or "")
-        ):
+        elif c == '"' or (c in "bcr" and STRING_START.match(text, i)):
             # A string: "...", b"...", c"...", r#"..."#, br"...", cr#"..."#.
-            m = re.match(r"(b|c)?(r)?(#*)\"", text[i:])
-            if m is None:
-                m = re.match(r"(b|c)?()()\"", text[i:])
+            m = STRING_START.match(text, i)
             raw, hashes = m.group(2), m.group(3)
-            i += m.end()
+            i = m.end()
             if raw:
                 end = text.find('"' + hashes, i)
                 end = n if end < 0 else end
@@ -99,7 +98,7 @@ def tokens(text):
                 word, i = m.group(0), m.end()
             out.append((word, line))
         elif c.isdigit():
-            m = re.compile(r"[0-9][0-9A-Za-z_.]*").match(text, i)
+            m = NUMBER.match(text, i)
             # 1..2 is two numbers and a range: stop a number at `..`.
             num = m.group(0).split("..")[0]
             i += max(len(num), 1)
@@ -325,7 +324,7 @@ class Crate:
             if starts and toks[i + 1][0] == "::" and not (
                 prev == "in" and i >= 2 and toks[i - 2][0] == "("
             ):
-                base = self.base(t, prev, cur, i, toks)
+                base = self.base(t, cur)
                 if base is not None:
                     j, paths = self.path_tree(toks, i + 1, base)
                     for p, shown in paths:
@@ -341,7 +340,7 @@ class Crate:
     def children(self, cur):
         return {p[-1] for p in self.modules if len(p) == len(cur) + 1 and p[:-1] == cur}
 
-    def base(self, t, prev, cur, i, toks):
+    def base(self, t, cur):
         """The module path a path starting with the word `t` starts from."""
         if t == "crate":
             return ()
