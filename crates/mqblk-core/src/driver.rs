@@ -76,6 +76,99 @@ pub struct Extent {
     pub zero: bool,
 }
 
+/// Builds the answer of [`Driver::extents`] for the asked range
+/// `[offset_bytes, offset_bytes + len_bytes)`: each run pushed is clipped to
+/// that range, and a run that continues the last extent with the same `hole`
+/// and `zero` grows it instead of starting a new one. Runs are pushed in
+/// order and without gaps, as the answer must be; after clipping, an empty
+/// run is dropped.
+///
+/// ```
+/// use mqblk_core::driver::{Extent, ExtentBuilder};
+///
+/// let mut out = Vec::new();
+/// let mut b = ExtentBuilder::new(&mut out, 1000, 9000);
+/// b.push(0, 4096, false, false); // clipped to start at 1000
+/// b.push(4096, 4096, false, false); // merged with the run before
+/// b.push_until(8192, false, false); // already covered: nothing
+/// b.fill_rest(true, true); // a hole up to 10000
+/// assert_eq!(
+///     out,
+///     [
+///         Extent { offset_bytes: 1000, len_bytes: 7192, hole: false, zero: false },
+///         Extent { offset_bytes: 8192, len_bytes: 1808, hole: true, zero: true },
+///     ]
+/// );
+/// ```
+#[derive(Debug)]
+pub struct ExtentBuilder<'a> {
+    out: &'a mut Vec<Extent>,
+    /// Where the extents pushed so far end (the asked offset before any).
+    reached_bytes: u64,
+    /// End of the asked range (saturated at `u64::MAX`).
+    end_bytes: u64,
+}
+
+impl<'a> ExtentBuilder<'a> {
+    /// A builder appending to `out` the extents of `[offset_bytes,
+    /// offset_bytes + len_bytes)`. `out` should hold nothing of this range
+    /// yet.
+    pub fn new(out: &'a mut Vec<Extent>, offset_bytes: u64, len_bytes: u64) -> Self {
+        Self {
+            out,
+            reached_bytes: offset_bytes,
+            end_bytes: offset_bytes.saturating_add(len_bytes),
+        }
+    }
+
+    /// Add the run `[offset_bytes, offset_bytes + len_bytes)`, clipped to
+    /// the asked range and to start where the runs before it end. It must
+    /// not start after that: extents have no gaps.
+    pub fn push(&mut self, offset_bytes: u64, len_bytes: u64, hole: bool, zero: bool) {
+        let start = offset_bytes.max(self.reached_bytes);
+        let end = offset_bytes.saturating_add(len_bytes).min(self.end_bytes);
+        if start >= end {
+            return;
+        }
+        debug_assert!(
+            offset_bytes <= self.reached_bytes,
+            "extent at {offset_bytes} leaves a gap after {}",
+            self.reached_bytes
+        );
+        self.reached_bytes = end;
+        if let Some(last) = self.out.last_mut() {
+            let contiguous = last.offset_bytes + last.len_bytes == start;
+            if contiguous && last.hole == hole && last.zero == zero {
+                last.len_bytes += end - start;
+                return;
+            }
+        }
+        self.out.push(Extent {
+            offset_bytes: start,
+            len_bytes: end - start,
+            hole,
+            zero,
+        });
+    }
+
+    /// Cover `[reached_bytes(), end_bytes)` (clipped) with one run of this
+    /// kind: nothing if the runs pushed so far already reach `end_bytes`.
+    pub fn push_until(&mut self, end_bytes: u64, hole: bool, zero: bool) {
+        let from = self.reached_bytes;
+        self.push(from, end_bytes.saturating_sub(from), hole, zero);
+    }
+
+    /// Cover the rest of the asked range with one run of this kind.
+    pub fn fill_rest(&mut self, hole: bool, zero: bool) {
+        self.push_until(self.end_bytes, hole, zero);
+    }
+
+    /// Where the runs pushed so far end: the asked offset before the first.
+    pub fn reached_bytes(&self) -> u64 {
+        self.reached_bytes
+    }
+}
+
 /// A block driver. Three required methods move requests; everything else has
 /// a safe default.
 pub trait Driver: Send + Sync + 'static {
@@ -242,5 +335,116 @@ impl<D: Driver> HwQueueOps for Bound<D> {
     }
     fn irq_fd(&self) -> Option<std::os::fd::RawFd> {
         self.driver.irq_fd(&self.hq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Extent, ExtentBuilder};
+
+    fn ext(offset_bytes: u64, len_bytes: u64, hole: bool) -> Extent {
+        Extent {
+            offset_bytes,
+            len_bytes,
+            hole,
+            zero: hole,
+        }
+    }
+
+    #[test]
+    fn runs_of_one_kind_merge() {
+        let mut out = Vec::new();
+        let mut b = ExtentBuilder::new(&mut out, 0, 400);
+        b.push(0, 100, true, true);
+        b.push(100, 100, true, true);
+        b.push(200, 50, false, false);
+        b.push(250, 150, false, false);
+        assert_eq!(b.reached_bytes(), 400);
+        assert_eq!(out, [ext(0, 200, true), ext(200, 200, false)]);
+    }
+
+    #[test]
+    fn runs_are_clipped_to_the_asked_range() {
+        let mut out = Vec::new();
+        let mut b = ExtentBuilder::new(&mut out, 4096, 8192);
+        b.push(0, 4096, true, true); // wholly before: dropped
+        b.push(4096 - 512, 4096, false, false);
+        b.push(8192 - 512, 8192, true, true);
+        b.push(16384, 4096, false, false); // wholly after: dropped
+        assert_eq!(out, [ext(4096, 3584, false), ext(7680, 4608, true)]);
+    }
+
+    #[test]
+    fn a_different_zero_flag_starts_a_new_extent() {
+        let mut out = Vec::new();
+        let mut b = ExtentBuilder::new(&mut out, 0, 300);
+        b.push(0, 100, false, false);
+        b.push(100, 100, false, true);
+        b.push(200, 100, false, true);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[1].offset_bytes, 100);
+        assert_eq!(out[1].len_bytes, 200);
+        assert!(out[1].zero);
+        assert!(!out[1].hole);
+    }
+
+    #[test]
+    fn push_until_fills_from_where_the_runs_reach() {
+        let mut out = Vec::new();
+        let mut b = ExtentBuilder::new(&mut out, 100, 400);
+        b.push_until(50, false, false); // before the range: nothing
+        b.push_until(200, true, true);
+        b.push_until(150, false, false); // already covered: nothing
+        b.push_until(300, false, false);
+        b.push_until(1000, false, false);
+        assert_eq!(out, [ext(100, 100, true), ext(200, 300, false)]);
+    }
+
+    #[test]
+    fn fill_rest_covers_to_the_end_once() {
+        let mut out = Vec::new();
+        let mut b = ExtentBuilder::new(&mut out, 10, 90);
+        b.fill_rest(true, true);
+        b.fill_rest(false, false); // nothing is left
+        assert_eq!(b.reached_bytes(), 100);
+        assert_eq!(out, [ext(10, 90, true)]);
+    }
+
+    #[test]
+    fn empty_range_and_empty_runs_push_nothing() {
+        let mut out = Vec::new();
+        let mut b = ExtentBuilder::new(&mut out, 512, 0);
+        b.push(0, 4096, false, false);
+        b.fill_rest(true, true);
+        assert_eq!(b.reached_bytes(), 512);
+        let mut b = ExtentBuilder::new(&mut out, 0, 100);
+        b.push(0, 0, false, false);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_range_past_u64_max_saturates() {
+        let mut out = Vec::new();
+        let mut b = ExtentBuilder::new(&mut out, u64::MAX - 10, 100);
+        b.push(u64::MAX - 20, 100, true, true);
+        assert_eq!(out, [ext(u64::MAX - 10, 10, true)]);
+    }
+
+    #[test]
+    fn an_extent_already_in_out_is_not_grown() {
+        let mut out = vec![ext(0, 100, true)];
+        let mut b = ExtentBuilder::new(&mut out, 200, 100);
+        b.fill_rest(true, true);
+        assert_eq!(out, [ext(0, 100, true), ext(200, 100, true)]);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "leaves a gap")]
+    fn a_gap_is_a_bug() {
+        let mut out = Vec::new();
+        let mut b = ExtentBuilder::new(&mut out, 0, 300);
+        b.push(0, 100, false, false);
+        b.push(200, 100, true, true);
     }
 }

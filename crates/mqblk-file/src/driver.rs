@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use mqblk_core::bio::Op;
 use mqblk_core::driver::{
-    Completions, Driver, Extent, HwQueueSetup, QueueRq, RqRef, TimeoutAction,
+    Completions, Driver, Extent, ExtentBuilder, HwQueueSetup, QueueRq, RqRef, TimeoutAction,
 };
 use mqblk_core::error::{Error, Result, Status};
 use mqblk_core::limits::{Features, QueueLimits, SECTOR_SIZE};
@@ -301,16 +301,7 @@ impl Driver for FileDriver {
             return Ok(false);
         }
         let end = offset_bytes.saturating_add(len_bytes);
-        let mut push = |from: u64, to: u64, hole: bool| {
-            if from < to {
-                out.push(Extent {
-                    offset_bytes: from,
-                    len_bytes: to - from,
-                    hole,
-                    zero: hole,
-                });
-            }
-        };
+        let mut b = ExtentBuilder::new(out, offset_bytes, len_bytes);
         let mut pos = offset_bytes;
         while pos < end {
             let data = match seek(self.target.fd, pos, libc::SEEK_DATA) {
@@ -328,12 +319,12 @@ impl Driver for FileDriver {
                     return Ok(false);
                 }
             };
-            push(pos, data.min(end), true);
+            b.push_until(data, true, true);
             if data >= end {
                 break;
             }
             let hole = seek(self.target.fd, data, libc::SEEK_HOLE).unwrap_or(end);
-            push(data, hole.min(end), false);
+            b.push_until(hole, false, false);
             pos = hole;
         }
         Ok(true)

@@ -20,7 +20,7 @@ use mqblk_core::bio::{BioFlags, Op};
 use mqblk_core::clock;
 use mqblk_core::driver::Completions;
 use mqblk_core::driver::RqRef;
-use mqblk_core::driver::{Driver, Extent, HwQueueSetup, QueueRq, TimeoutAction};
+use mqblk_core::driver::{Driver, Extent, ExtentBuilder, HwQueueSetup, QueueRq, TimeoutAction};
 use mqblk_core::error::{Error, Result, Status};
 use mqblk_core::limits::{Features, QueueLimits, SECTOR_SIZE};
 use mqblk_core::queue::DeviceConfig;
@@ -324,30 +324,12 @@ impl Driver for NullDriver {
             resident.sort_unstable();
             resident.dedup();
         }
-        let mut push = |from: u64, to: u64, hole: bool| {
-            let (from, to) = (from.max(offset_bytes), to.min(end));
-            if from >= to {
-                return;
-            }
-            match out.last_mut() {
-                Some(e) if e.hole == hole && e.offset_bytes + e.len_bytes == from => {
-                    e.len_bytes += to - from
-                }
-                _ => out.push(Extent {
-                    offset_bytes: from,
-                    len_bytes: to - from,
-                    hole,
-                    zero: hole,
-                }),
-            }
-        };
-        let mut at = first;
+        let mut b = ExtentBuilder::new(out, offset_bytes, len_bytes);
         for p in resident {
-            push(at * page, p * page, true);
-            push(p * page, (p + 1) * page, false);
-            at = p + 1;
+            b.push_until(p * page, true, true);
+            b.push_until((p + 1) * page, false, false);
         }
-        push(at * page, last * page, true);
+        b.fill_rest(true, true);
         Ok(true)
     }
 

@@ -29,9 +29,14 @@ fn check(ss: u32, img: &[u8]) {
     }
 }
 
+/// The largest random image. Under Miri, most of the time goes to drawing
+/// the bytes: there the images reach past the GPT header of 512-byte
+/// sectors, not further.
+const RANDOM_IMAGE_BYTES: usize = if cfg!(miri) { 2048 } else { 8192 };
+
 proptest! {
     #[test]
-    fn random_bytes(mut img in proptest::collection::vec(any::<u8>(), 0..8192), mbr in any::<bool>(), ss in prop_oneof![Just(512u32), Just(4096)]) {
+    fn random_bytes(mut img in proptest::collection::vec(any::<u8>(), 0..RANDOM_IMAGE_BYTES), mbr in any::<bool>(), ss in prop_oneof![Just(512u32), Just(4096)]) {
         if mbr && img.len() >= 512 {
             img[510] = 0x55;
             img[511] = 0xaa;

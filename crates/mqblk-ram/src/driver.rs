@@ -14,7 +14,7 @@ use std::sync::Arc;
 use mqblk_core::bio::Op;
 use mqblk_core::driver::Completions;
 use mqblk_core::driver::RqRef;
-use mqblk_core::driver::{Driver, Extent, HwQueueSetup, QueueRq};
+use mqblk_core::driver::{Driver, Extent, ExtentBuilder, HwQueueSetup, QueueRq};
 use mqblk_core::error::{Result, Status};
 use mqblk_core::limits::{Features, QueueLimits, SECTOR_SIZE};
 use mqblk_core::queue::DeviceConfig;
@@ -141,30 +141,12 @@ impl Driver for RamDriver {
             return Ok(true);
         }
         let (first, last) = (offset_bytes / page, end.div_ceil(page));
-        let mut push = |from: u64, to: u64, hole: bool| {
-            let (from, to) = (from.max(offset_bytes), to.min(end));
-            if from >= to {
-                return;
-            }
-            match out.last_mut() {
-                Some(e) if e.hole == hole && e.offset_bytes + e.len_bytes == from => {
-                    e.len_bytes += to - from
-                }
-                _ => out.push(Extent {
-                    offset_bytes: from,
-                    len_bytes: to - from,
-                    hole,
-                    zero: hole,
-                }),
-            }
-        };
-        let mut at = first;
+        let mut b = ExtentBuilder::new(out, offset_bytes, len_bytes);
         for run in self.store.resident_runs(first, last) {
-            push(at * page, run.start * page, true);
-            push(run.start * page, run.end * page, false);
-            at = run.end;
+            b.push_until(run.start * page, true, true);
+            b.push_until(run.end.saturating_mul(page), false, false);
         }
-        push(at * page, last.saturating_mul(page), true);
+        b.fill_rest(true, true);
         Ok(true)
     }
 }

@@ -49,7 +49,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use libc::{c_int, c_void, iovec};
 use mqblk_core::bio::Op;
 use mqblk_core::driver::{
-    Completions, Driver, Extent, HwNotifier, HwQueueSetup, QueueRq, RqRef, TimeoutAction,
+    Completions, Driver, Extent, ExtentBuilder, HwNotifier, HwQueueSetup, QueueRq, RqRef,
+    TimeoutAction,
 };
 use mqblk_core::error::{Error, InvalidKind, Result, Status};
 use mqblk_core::limits::{Features, QueueLimits};
@@ -753,11 +754,8 @@ impl Driver for RbdDriver {
         if offset_bytes >= end {
             return Ok(true);
         }
-        let mut acc = ExtentAcc {
-            out,
-            pos: offset_bytes,
-            end,
-        };
+        // The gaps between the runs the diff reports are holes.
+        let mut acc = ExtentBuilder::new(out, offset_bytes, end - offset_bytes);
         // SAFETY: the callback gets &mut acc back as its argument, only
         // during this call.
         let r = unsafe {
@@ -769,54 +767,14 @@ impl Driver for RbdDriver {
                 1,
                 1,
                 Some(extent_cb),
-                (&mut acc as *mut ExtentAcc<'_>).cast(),
+                (&mut acc as *mut ExtentBuilder<'_>).cast(),
             )
         };
         if r < 0 {
             return Ok(false);
         }
-        let pos = acc.pos;
-        acc.push(pos, end, true);
+        acc.fill_rest(true, true);
         Ok(true)
-    }
-}
-
-/// Builds the extent list from diff callbacks.
-struct ExtentAcc<'a> {
-    out: &'a mut Vec<Extent>,
-    pos: u64,
-    end: u64,
-}
-
-impl ExtentAcc<'_> {
-    fn push(&mut self, from: u64, to: u64, hole: bool) {
-        let from = from.max(self.pos);
-        let to = to.min(self.end);
-        if from >= to {
-            return;
-        }
-        if from > self.pos {
-            let p = self.pos;
-            self.push_run(p, from, true);
-        }
-        self.push_run(from, to, hole);
-    }
-
-    fn push_run(&mut self, from: u64, to: u64, hole: bool) {
-        if let Some(last) = self.out.last_mut() {
-            if last.hole == hole && last.offset_bytes + last.len_bytes == from {
-                last.len_bytes += to - from;
-                self.pos = to;
-                return;
-            }
-        }
-        self.out.push(Extent {
-            offset_bytes: from,
-            len_bytes: to - from,
-            hole,
-            zero: hole,
-        });
-        self.pos = to;
     }
 }
 
@@ -826,9 +784,11 @@ unsafe extern "C" fn extent_cb(
     exists: c_int,
     arg: *mut c_void,
 ) -> c_int {
-    // SAFETY: arg is the &mut ExtentAcc passed to rbd_diff_iterate2, which
-    // calls back only during that call, on its thread.
-    let acc = unsafe { &mut *(arg as *mut ExtentAcc<'_>) };
-    acc.push(off, off.saturating_add(len as u64), exists == 0);
+    // SAFETY: arg is the &mut ExtentBuilder passed to rbd_diff_iterate2,
+    // which calls back only during that call, on its thread.
+    let acc = unsafe { &mut *(arg as *mut ExtentBuilder<'_>) };
+    let hole = exists == 0;
+    acc.push_until(off, true, true);
+    acc.push(off, len as u64, hole, hole);
     0
 }
