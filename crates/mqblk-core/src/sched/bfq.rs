@@ -21,10 +21,10 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::elevator::{Elevator, ElevatorType};
 use crate::clock;
 use crate::ioprio::IoPrioClass;
 use crate::request::{Request, RqRef};
-use crate::sched::{Elevator, ElevatorType};
 
 /// bfq's tunables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

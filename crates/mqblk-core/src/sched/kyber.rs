@@ -15,10 +15,10 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use super::elevator::{Elevator, ElevatorType};
 use crate::bio::Op;
 use crate::clock;
 use crate::request::{Request, RqRef};
-use crate::sched::{Elevator, ElevatorType};
 
 /// kyber's tunables (Linux's sysfs names, in nanoseconds).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

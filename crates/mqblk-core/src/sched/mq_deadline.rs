@@ -16,10 +16,10 @@
 
 use std::sync::Arc;
 
+use super::elevator::{Elevator, ElevatorType};
 use crate::clock;
 use crate::ioprio::IoPrioClass;
 use crate::request::RqRef;
-use crate::sched::{Elevator, ElevatorType};
 
 /// mq-deadline's tunables (Linux's sysfs names).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

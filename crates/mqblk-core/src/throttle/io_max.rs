@@ -6,8 +6,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
+use super::token_bucket::TokenBucket;
 use crate::bio::Op;
-use crate::throttle::TokenBucket;
 
 /// The four `io.max` limits; 0 is no limit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
