@@ -20,6 +20,7 @@
 
 mod alloc_count;
 mod bench;
+mod open;
 mod partitions;
 mod plot;
 mod qos;
@@ -37,6 +38,7 @@ use clap::{Args, Parser, Subcommand};
 
 use bench::options::JobOptions;
 use bench::report::{self, Format};
+use open::{device_spec, open_error, open_read_only};
 
 #[global_allocator]
 static GLOBAL: alloc_count::CountingAlloc = alloc_count::CountingAlloc;
@@ -524,44 +526,6 @@ fn parse_cli() -> Cli {
     msg.push_str(&format!(" (`mqblk {sub} --help` lists every option)"));
     eprintln!("{msg}");
     std::process::exit(2);
-}
-
-/// A device spec as given, or `file:PATH` for a bare path (with a note):
-/// a head that reads as a path, or that names an existing file and no
-/// device kind (`disk.img`).
-fn device_spec(arg: &str) -> String {
-    let t = arg.trim();
-    let head = t.split(',').next().unwrap_or(t);
-    let kinds = ["null", "nullb", "ram", "file", "nbd"];
-    let path = mqblk::spec::looks_like_path(t)
-        || (!head.contains(':')
-            && !kinds.contains(&head.to_ascii_lowercase().as_str())
-            && std::path::Path::new(head).exists());
-    if path {
-        eprintln!("mqblk: note: reading the bare path {head} as the file device file:{head}");
-        format!("file:{t}")
-    } else {
-        arg.to_string()
-    }
-}
-
-/// A device-open error, with the spec it came from unless it already
-/// names it (a spec error quotes the spec itself).
-pub(crate) fn open_error(e: mqblk::Error, spec: &str) -> anyhow::Error {
-    match e {
-        e @ mqblk::Error::Spec { .. } => anyhow::Error::new(e),
-        e => anyhow::Error::new(e).context(format!("device {spec:?}")),
-    }
-}
-
-/// Open `spec` read-only (`ro=1` unless the spec sets `ro=`): info and
-/// read-only exports never ask for write access.
-fn open_read_only(spec: &str) -> mqblk::Result<mqblk::Device> {
-    let mut parsed = mqblk::spec::parse(spec)?;
-    if !parsed.options.contains("ro") {
-        parsed.options.set("ro", "1");
-    }
-    mqblk::open_parsed(parsed)
 }
 
 fn main() -> std::process::ExitCode {

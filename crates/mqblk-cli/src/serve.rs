@@ -15,6 +15,8 @@ use anyhow::{bail, Context as _, Result};
 use clap::{Args, ValueEnum};
 use mqblk_nbd::{ConnLimits, Export, Listen, Server, ServerConfig, TlsMode};
 
+use crate::open::{device_spec, open_error, open_read_only};
+
 /// TLS policy on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum TlsArg {
@@ -157,7 +159,7 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         .specs
         .iter()
         .chain(&args.device)
-        .map(|d| crate::device_spec(d))
+        .map(|d| device_spec(d))
         .collect();
     if devices.is_empty() {
         bail!(
@@ -213,11 +215,11 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
             ),
         };
         let dev = if args.read_only {
-            crate::open_read_only(spec)
+            open_read_only(spec)
         } else {
             mqblk::open(spec)
         }
-        .map_err(|e| crate::open_error(e, spec))?;
+        .map_err(|e| open_error(e, spec))?;
         let kind = mqblk::spec::parse(spec).map(|s| s.kind).unwrap_or_default();
         opened.push(dev.clone());
         let mut e = Export::new(name, dev.clone());

@@ -23,6 +23,7 @@ use super::result::{DeviceAlignment, DirResult, JobResult, LayerResult, RunResul
 use super::sample::{Recorded, Recorder};
 use super::verify::{Hook, NoVerify, Verifier};
 use crate::alloc_count;
+use crate::open::open_error;
 
 const PHASE_RAMP: u8 = 0;
 const PHASE_MEASURE: u8 = 1;
@@ -111,7 +112,7 @@ fn open_devices(jobs: &[JobSpec]) -> Result<Vec<Vec<Device>>> {
                 devs.push(d.clone());
                 continue;
             }
-            let mut parsed = mqblk::spec::parse(spec).map_err(|e| crate::open_error(e, spec))?;
+            let mut parsed = mqblk::spec::parse(spec).map_err(|e| open_error(e, spec))?;
             if let Some(m) = &job.queue_mode {
                 parsed.options.set("queue_mode", m);
             }
@@ -140,7 +141,7 @@ fn open_devices(jobs: &[JobSpec]) -> Result<Vec<Vec<Device>>> {
             let whole_disk = job.stats_dir.is_some()
                 && !parsed.options.contains("part")
                 && !matches!(parsed.kind.as_str(), "null" | "nullb" | "ram");
-            let dev = mqblk::open_parsed(parsed).map_err(|e| crate::open_error(e, spec))?;
+            let dev = mqblk::open_parsed(parsed).map_err(|e| open_error(e, spec))?;
             // A table that cannot be read is said, and the disk is
             // measured all the same.
             if whole_disk {

@@ -13,12 +13,14 @@
 //! Where the seed's figure is not recorded in this repository, the table
 //! says so instead of a number.
 //!
-//! Modules: [`point`] runs one point, [`table`] writes tables, and one
-//! module per experiment.
+//! Modules: [`point`] runs one point, [`table`] writes tables, [`outcome`]
+//! is what an experiment hands back, and one module per experiment.
 
 pub mod point;
 
 pub mod table;
+
+pub mod outcome;
 
 pub mod readv;
 
@@ -38,9 +40,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::plot::chart::Figure;
+use outcome::Outcome;
 pub use point::Runner;
-use table::{SeedRow, Table};
 
 /// `mqblk repro`'s arguments.
 #[derive(clap::Args, Debug)]
@@ -56,18 +57,6 @@ pub struct ReproArgs {
     /// The output directory (default: mqblk-repro/NAME).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-}
-
-/// What an experiment hands back to be written.
-pub struct Outcome {
-    /// Every point, one row each.
-    pub points: Table,
-    /// The seed's figures beside ours.
-    pub seed: Vec<SeedRow>,
-    /// The plot.
-    pub figure: Figure,
-    /// What a reader should know (the workload, the seed's method).
-    pub notes: Vec<String>,
 }
 
 /// One experiment.

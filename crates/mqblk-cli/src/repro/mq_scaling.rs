@@ -9,9 +9,9 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::iorl::MODES;
-use super::point::{cell, job};
+use super::outcome::Outcome;
+use super::point::{cell, job, Runner};
 use super::table::{SeedRow, Table};
-use super::{Outcome, Runner};
 use crate::bench::job::RwMode;
 use crate::plot::chart::{format_value, Axis, Figure, LineChart, Panel, Scale, Series, Unit};
 

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::point::{cell, job};
+use super::outcome::Outcome;
+use super::point::{cell, job, Runner};
 use super::table::{SeedRow, Table, NOT_RECORDED};
-use super::{Outcome, Runner};
 use crate::bench::job::RwMode;
 use crate::plot::chart::{Axis, BarChart, Figure, Panel, Scale, Unit};
 

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 
-use super::point::{cell, job};
+use super::outcome::Outcome;
+use super::point::{cell, job, Runner};
 use super::table::{SeedRow, Table, NOT_RECORDED};
-use super::{Outcome, Runner};
 use crate::bench::job::RwMode;
 use crate::plot::chart::{Axis, Figure, LineChart, Panel, Scale, Series, Unit};
 
