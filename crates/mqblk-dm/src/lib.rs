@@ -16,6 +16,7 @@
 pub mod extent;
 pub mod legs;
 pub mod limits;
+mod overlap;
 mod stacked;
 pub mod table;
 pub mod target;
