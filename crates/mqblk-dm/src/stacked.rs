@@ -19,7 +19,7 @@ use mqblk_core::driver::{
 use mqblk_core::{Bio, Context, Device};
 
 use crate::legs::{LegId, Legs};
-use crate::target::{EndAction, Io, Route, Target};
+use crate::target::target_type::{EndAction, Io, Route, Target};
 
 /// One line of the table, built.
 pub(crate) struct Line {

@@ -38,10 +38,11 @@ use std::time::Duration;
 use mqblk_core::driver::{Op, Status};
 use mqblk_core::{Device, Error, Result};
 
-use super::{Ctor, EndAction, Io, Route, Target};
 use crate::extent::Use;
 use crate::legs::{LegId, Legs};
 use crate::table::TableError;
+use crate::target::ctor::Ctor;
+use crate::target::target_type::{EndAction, Io, Route, Target};
 use log::{Found, Geometry, Log};
 use region::{Bits, Pending};
 
