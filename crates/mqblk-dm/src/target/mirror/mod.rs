@@ -778,7 +778,8 @@ pub fn replace(
 ) -> Result<Progress> {
     let name = dev.name().to_string();
     let bad = |why: String| Error::spec(format!("{name} (mirror replace)"), why);
-    let handle = crate::find(&name).ok_or_else(|| bad("not an open stacked device".into()))?;
+    let handle =
+        crate::handle::find(&name).ok_or_else(|| bad("not an open stacked device".into()))?;
     let (ti, mirror) = handle
         .targets()
         .iter()
