@@ -467,10 +467,11 @@ impl Target for Mirror {
 
 /// Rebuild leg `leg` (0-based, in table order) of the mirror in stacked
 /// device `dev` onto `new` (opened from `new_spec`), online: the new device
-/// is put in with [`Legs::replace`], every region is marked out of sync,
-/// and the regions are copied from a live leg while I/O goes on. Blocks the
-/// calling thread until the copy is done, calling `progress` after each
-/// region. The device's first mirror line is the one rebuilt.
+/// is put in with [`Legs::replace`](crate::legs::Legs::replace), every
+/// region is marked out of sync, and the regions are copied from a live leg
+/// while I/O goes on. Blocks the calling thread until the copy is done,
+/// calling `progress` after each region. The device's first mirror line is
+/// the one rebuilt.
 pub fn replace(
     dev: &Device,
     leg: usize,
