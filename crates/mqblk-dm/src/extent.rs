@@ -10,6 +10,7 @@
 
 use mqblk_core::Device;
 
+pub use crate::overlap::Overlap;
 use crate::table::TableError;
 
 /// What a line does with the lower range it names.
@@ -24,19 +25,6 @@ pub enum Use {
     Only(&'static str),
     /// No data lands there (`delay`'s flush device): nothing to check.
     NoData,
-}
-
-/// Two lines, or two legs of one line, over the same lower sectors.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Overlap {
-    /// The lower device's spec, as the later line names it.
-    pub spec: String,
-    /// The earlier claim: its line and field.
-    pub first: (usize, usize),
-    /// The later claim: its line and field.
-    pub second: (usize, usize),
-    /// The sectors of the lower device both map onto, `start..end`.
-    pub sectors: std::ops::Range<u64>,
 }
 
 /// One lower range a line maps onto.

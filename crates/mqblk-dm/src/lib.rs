@@ -14,83 +14,30 @@
 //! their parent (`stacked`).
 
 pub mod extent;
+mod handle;
 pub mod legs;
 pub mod limits;
+mod overlap;
 mod stacked;
 pub mod table;
 pub mod target;
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 
 use mqblk_core::spec::SpecOptions;
 use mqblk_core::{Device, DeviceConfig, Error, Result};
 
 pub use extent::{Overlap, Use};
+pub use handle::{find, Handle};
 pub use legs::{LegId, LegSet, Legs, Opener};
 pub use table::{Table, TableError, TableLine};
 pub use target::mirror;
 pub use target::Target;
 
+use handle::register;
 use stacked::{Line, Stacked};
 
-/// A stacked device's control handle: its table, legs and targets, for
-/// `mqblk dm status` and run-time changes. Found by device name with
-/// [`find`].
-pub struct Handle {
-    name: String,
-    table: Table,
-    legs: Arc<Legs>,
-    targets: Vec<Arc<dyn Target>>,
-}
-
-impl Handle {
-    /// The device's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The table it was built from.
-    pub fn table(&self) -> &Table {
-        &self.table
-    }
-
-    /// Its legs.
-    pub fn legs(&self) -> &Arc<Legs> {
-        &self.legs
-    }
-
-    /// The target of each line, in order.
-    pub fn targets(&self) -> &[Arc<dyn Target>] {
-        &self.targets
-    }
-
-    /// One line per table line, as `dmsetup status` prints:
-    /// `START LENGTH TARGET STATUS`.
-    pub fn status(&self) -> Vec<String> {
-        self.table
-            .lines
-            .iter()
-            .zip(&self.targets)
-            .map(|(l, t)| {
-                format!("{} {} {} {}", l.start, l.len, l.target, t.status())
-                    .trim_end()
-                    .to_string()
-            })
-            .collect()
-    }
-}
-
-static REGISTRY: Mutex<Vec<(String, Weak<Handle>)>> = Mutex::new(Vec::new());
 static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-
-/// The handle of the stacked device named `name`, while it is open.
-pub fn find(name: &str) -> Option<Arc<Handle>> {
-    let mut r = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
-    r.retain(|(_, w)| w.strong_count() > 0);
-    r.iter()
-        .find(|(n, _)| n == name)
-        .and_then(|(_, w)| w.upgrade())
-}
 
 fn table_error(spec: &str, e: TableError) -> Error {
     Error::spec(spec, format!("dm table {e}"))
@@ -200,12 +147,6 @@ fn remap_linear(
     )?;
     register(name, &handle);
     Ok(Some(dev))
-}
-
-fn register(name: &str, handle: &Arc<Handle>) {
-    let mut r = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
-    r.retain(|(_, w)| w.strong_count() > 0);
-    r.push((name.to_string(), Arc::downgrade(handle)));
 }
 
 /// A linear device of `len_bytes` over `lower` from `offset_bytes` (a

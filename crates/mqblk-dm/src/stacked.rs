@@ -19,7 +19,7 @@ use mqblk_core::driver::{
 use mqblk_core::{Bio, Context, Device};
 
 use crate::legs::{LegId, Legs};
-use crate::target::{EndAction, Io, Route, Target};
+use crate::target::target_type::{EndAction, Io, Route, Target};
 
 /// One line of the table, built.
 pub(crate) struct Line {
@@ -39,7 +39,7 @@ pub(crate) struct Stacked {
     /// Lines whose target has a say in flushes (`delay`, `flakey`).
     pub(crate) flush_lines: Vec<u32>,
     /// Keeps the control handle alive while the device is.
-    pub(crate) _handle: Arc<crate::Handle>,
+    pub(crate) _handle: Arc<crate::handle::Handle>,
 }
 
 /// A request waiting for its children.

@@ -50,7 +50,7 @@ pub struct TableError {
     pub reason: String,
     /// For a lower range that another line or leg already maps: both, and
     /// the sectors they share.
-    pub overlap: Option<Box<crate::extent::Overlap>>,
+    pub overlap: Option<Box<crate::overlap::Overlap>>,
 }
 
 impl TableError {

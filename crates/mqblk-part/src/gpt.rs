@@ -5,8 +5,8 @@
 //! is wrong with each.
 
 use crate::error::{Error, GptProblem, Result, Warning};
+use crate::read::Read;
 use crate::table::{Disk, Guid, Label, PartType, Partition, PartitionTable};
-use crate::Read;
 
 /// `EFI PART`.
 const SIGNATURE: &[u8; 8] = b"EFI PART";

@@ -18,13 +18,12 @@
 pub mod error;
 pub mod gpt;
 pub mod mbr;
+pub mod read;
 pub mod table;
 
 pub use error::{Error, GptProblem, Result, Warning};
+pub use read::Read;
 pub use table::{partition_name, Disk, Guid, Label, PartType, Partition, PartitionTable};
-
-/// Reads `buf.len()` bytes (whole sectors) from logical sector `lba`.
-pub type Read<'a> = dyn FnMut(u64, &mut [u8]) -> std::io::Result<()> + 'a;
 
 /// Parse the partition table of `disk`, reading sectors through `read`.
 /// `Ok(None)`: sector 0 has no boot signature, so there is no table.

@@ -5,8 +5,8 @@
 //! logical partitions from 5 in chain order.
 
 use crate::error::{Error, Result, Warning};
+use crate::read::Read;
 use crate::table::{Disk, Label, PartType, Partition, PartitionTable};
-use crate::Read;
 
 /// The boot signature at bytes 510 and 511.
 pub(crate) const BOOT_SIGNATURE: [u8; 2] = [0x55, 0xaa];

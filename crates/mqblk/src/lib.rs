@@ -44,7 +44,7 @@ pub fn open(spec: &str) -> Result<Device> {
 /// Open an already parsed spec (the bench adds its overrides to it first).
 pub fn open_parsed(mut s: mqblk_core::spec::DeviceSpec) -> Result<Device> {
     match s.options.take_str("part") {
-        Some(n) => part_open::open_partition(s, &n),
+        Some(n) => part_open::open_partition(s, &n, &open_kind),
         None => open_kind(s),
     }
 }

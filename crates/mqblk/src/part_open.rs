@@ -19,10 +19,14 @@ fn extent_bytes(table: &PartitionTable, p: &Partition) -> (u64, u64) {
     (p.start_sector * ss, sectors * ss)
 }
 
-/// `SPEC,part=N`: open the disk `s` names (without `part`), read its
-/// table, and open partition `number` over it, named as Linux names it
-/// (`nullb0p3`, `sda3`).
-pub(crate) fn open_partition(s: DeviceSpec, number: &str) -> Result<Device> {
+/// `SPEC,part=N`: open the disk `s` names (without `part`) with
+/// `open_disk`, read its table, and open partition `number` over it, named
+/// as Linux names it (`nullb0p3`, `sda3`).
+pub(crate) fn open_partition(
+    s: DeviceSpec,
+    number: &str,
+    open_disk: &dyn Fn(DeviceSpec) -> Result<Device>,
+) -> Result<Device> {
     let spec = s.options.spec().to_string();
     let n: u32 = match number.parse() {
         Ok(n) if n >= 1 => n,
@@ -33,7 +37,7 @@ pub(crate) fn open_partition(s: DeviceSpec, number: &str) -> Result<Device> {
             ))
         }
     };
-    let disk = crate::open_kind(s)?;
+    let disk = open_disk(s)?;
     let table = match mqblk_part::read_table(&disk) {
         Ok(Some(t)) => t,
         Ok(None) => {

@@ -10,7 +10,8 @@
 
 use mqblk_core::driver::Op;
 
-use super::{Ctor, Io, Route, Target};
+use super::ctor::Ctor;
+use super::target_type::{Io, Route, Target};
 use crate::extent::Use;
 use crate::legs::LegId;
 use crate::table::TableError;
@@ -47,7 +48,7 @@ impl Delay {
                 format!(
                     "`{}` is one too many; `delay` takes {}",
                     c.line.args[9],
-                    super::usage("delay")
+                    super::ctor::usage("delay")
                 ),
             ));
         }
@@ -56,7 +57,7 @@ impl Delay {
             return Err(c.err(
                 n,
                 ["device", "offset", "delay"][n % 3],
-                format!("missing; `delay` takes {}", super::usage("delay")),
+                format!("missing; `delay` takes {}", super::ctor::usage("delay")),
             ));
         }
         let mut classes = Vec::with_capacity(3);

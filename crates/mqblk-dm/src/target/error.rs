@@ -2,7 +2,8 @@
 
 use mqblk_core::driver::Status;
 
-use super::{Ctor, Io, Route, Target};
+use super::ctor::Ctor;
+use super::target_type::{Io, Route, Target};
 use crate::legs::LegId;
 use crate::table::TableError;
 

@@ -5,7 +5,8 @@
 
 use mqblk_core::driver::Status;
 
-use super::{Ctor, Io, Route, Target};
+use super::ctor::Ctor;
+use super::target_type::{Io, Route, Target};
 use crate::legs::LegId;
 use crate::table::TableError;
 
@@ -54,7 +55,7 @@ impl Flakey {
                 format!(
                     "`{}`: feature arguments (drop_writes, error_writes, corrupt_bio_byte, ...) are not supported; `flakey` takes {}",
                     c.line.args[4],
-                    super::usage("flakey")
+                    super::ctor::usage("flakey")
                 ),
             ));
         }

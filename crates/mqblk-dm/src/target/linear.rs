@@ -1,7 +1,8 @@
 //! `linear DEV OFFSET`: the target's range is `DEV`'s sectors from
 //! `OFFSET` on (Linux dm-linear).
 
-use super::{Ctor, Io, Route, Target};
+use super::ctor::Ctor;
+use super::target_type::{Io, Route, Target};
 use crate::legs::LegId;
 use crate::table::TableError;
 

@@ -3,7 +3,8 @@
 
 use mqblk_core::QueueLimits;
 
-use super::{Ctor, Io, Route, Target};
+use super::ctor::Ctor;
+use super::target_type::{Io, Route, Target};
 use crate::extent::Use;
 use crate::legs::LegId;
 use crate::table::TableError;

@@ -1,6 +1,7 @@
 //! `zero`: reads return zeros, writes are dropped (Linux dm-zero).
 
-use super::{Ctor, Io, Route, Target};
+use super::ctor::Ctor;
+use super::target_type::{Io, Route, Target};
 use crate::legs::LegId;
 use crate::table::TableError;
 

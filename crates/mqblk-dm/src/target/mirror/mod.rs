@@ -29,6 +29,7 @@
 mod log;
 mod recovery;
 mod region;
+mod state;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -38,70 +39,22 @@ use std::time::Duration;
 use mqblk_core::driver::{Op, Status};
 use mqblk_core::{Device, Error, Result};
 
-use super::{Ctor, EndAction, Io, Route, Target};
 use crate::extent::Use;
-use crate::legs::{LegId, Legs};
+use crate::legs::LegId;
 use crate::table::TableError;
+use crate::target::ctor::Ctor;
+use crate::target::target_type::{EndAction, Io, Route, Target};
 use log::{Found, Geometry, Log};
 use region::{Bits, Pending};
 
 pub use recovery::Progress;
+use state::{Inner, Leg, Turn, LIVE, REBUILD_SHIFT, RECOVERING, TURNS};
+pub use state::{LegState, CLEAN_PERIOD};
 
 /// Most legs a mirror takes.
 pub const MAX_LEGS: usize = 4;
 /// Most regions (the region size must grow with the device past this).
 pub const MAX_REGIONS: u64 = 1 << 24;
-/// How often the cleaner clears the bits of idle regions.
-pub const CLEAN_PERIOD: Duration = Duration::from_millis(250);
-
-// The state word: which legs are live (read and written), which are being
-// rebuilt (written where already copied), and whether a recovery runs.
-const LIVE: u32 = 0xf;
-const REBUILD_SHIFT: u32 = 4;
-const REBUILD: u32 = 0xf << REBUILD_SHIFT;
-const RECOVERING: u32 = 1 << 8;
-
-/// Read round-robin counters, one cache line per hardware queue.
-#[repr(align(64))]
-#[derive(Debug, Default)]
-struct Turn(AtomicU32);
-const TURNS: usize = 64;
-
-/// One leg of the mirror.
-#[derive(Clone, Copy, Debug)]
-struct Leg {
-    id: LegId,
-    offset_bytes: u64,
-}
-
-/// The state shared by the target, its cleaner and its recovery thread.
-pub(crate) struct Inner {
-    line: usize,
-    len_bytes: u64,
-    region_shift: u32,
-    nr_regions: u64,
-    legs: Vec<Leg>,
-    all: Arc<Legs>,
-    state: AtomicU32,
-    /// Set on the log (durably, for a disk log) before a write is sent.
-    dirty: Bits,
-    /// Not yet copied to the legs being rebuilt.
-    nosync: Bits,
-    /// Being copied: writes are requeued.
-    locked: Bits,
-    /// Written since the cleaner last looked.
-    recent: Bits,
-    pending: Pending,
-    turns: Box<[Turn]>,
-    log: Log,
-    stop: AtomicBool,
-    /// Held by whoever runs a recovery.
-    recovery: Mutex<()>,
-    /// Bytes copied by recoveries so far, and the current one's goal.
-    copied_bytes: AtomicU64,
-    goal_bytes: AtomicU64,
-    done_bytes: AtomicU64,
-}
 
 /// The mirror target.
 pub struct Mirror {
@@ -116,18 +69,6 @@ impl std::fmt::Debug for Mirror {
             .field("legs", &self.inner.legs)
             .finish()
     }
-}
-
-/// How each leg stands (`dmsetup status`'s health letters).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LegState {
-    /// In sync, read and written (`A`).
-    Live,
-    /// Being rebuilt: written where already copied, never read (`A`, with
-    /// fewer regions in sync).
-    Rebuilding,
-    /// Failed: no I/O goes to it (`D`).
-    Failed,
 }
 
 impl Mirror {
@@ -375,217 +316,6 @@ impl Mirror {
 }
 
 impl Inner {
-    #[inline]
-    fn region(&self, offset_bytes: u64) -> u64 {
-        offset_bytes >> self.region_shift
-    }
-
-    fn region_len(&self, r: u64) -> u64 {
-        let start = r << self.region_shift;
-        (self.len_bytes - start).min(1 << self.region_shift)
-    }
-
-    fn index_of(&self, leg: LegId) -> Option<usize> {
-        self.legs.iter().position(|l| l.id == leg)
-    }
-
-    fn leg_states(&self) -> Vec<LegState> {
-        let s = self.state.load(Ordering::SeqCst);
-        (0..self.legs.len())
-            .map(|i| {
-                if s & (1 << i) != 0 {
-                    LegState::Live
-                } else if s & (1 << (i as u32 + REBUILD_SHIFT)) != 0 {
-                    LegState::Rebuilding
-                } else {
-                    LegState::Failed
-                }
-            })
-            .collect()
-    }
-
-    fn spec_of(&self, i: usize) -> String {
-        self.all
-            .specs()
-            .get(self.legs[i].id as usize)
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    /// Take leg `i` out of service; say so the first time.
-    #[cold]
-    fn fail_leg(&self, i: usize, what: &str, status: Status) {
-        let bits = (1u32 << i) | (1u32 << (i as u32 + REBUILD_SHIFT));
-        let old = self.state.fetch_and(!bits, Ordering::SeqCst);
-        if old & bits != 0 {
-            eprintln!(
-                "mqblk: mirror (table line {}): leg {i} ({}) failed a {what} ({status:?}); it is out, and the mirror is degraded",
-                self.line,
-                self.spec_of(i)
-            );
-        }
-    }
-
-    /// The `n`th set bit of `mask` (n < popcount).
-    #[inline]
-    fn nth_leg(mask: u32, n: u32) -> usize {
-        let mut m = mask;
-        for _ in 0..n {
-            m &= m - 1;
-        }
-        m.trailing_zeros() as usize
-    }
-
-    #[inline]
-    fn map_read(&self, io: &Io, hwq: u16, route: &mut Route) {
-        let live = self.state.load(Ordering::Relaxed) & LIVE;
-        if live == 0 {
-            route.fail(Status::IoError);
-            return;
-        }
-        let t = &self.turns[hwq as usize % TURNS].0;
-        let k = t.load(Ordering::Relaxed);
-        t.store(k.wrapping_add(1), Ordering::Relaxed);
-        let i = Inner::nth_leg(live, k % live.count_ones());
-        let l = self.legs[i];
-        route.to_leg(l.id, l.offset_bytes + io.offset_bytes);
-    }
-
-    #[inline]
-    fn map_write(&self, io: &Io, route: &mut Route) {
-        let r = self.region(io.offset_bytes);
-        let n = self.legs.len() as u32;
-        // Count the children first, then look at the region: the copier
-        // and the cleaner set their bit, then look at the count.
-        self.pending.add(r, n);
-        let s = self.state.load(Ordering::SeqCst);
-        if s & RECOVERING != 0 && self.locked.test(r) {
-            self.pending.sub(r, n);
-            route.requeue();
-            return;
-        }
-        if !self.log.is_core() {
-            if !self.dirty.test(r) {
-                if let Err(e) = self.mark_dirty(r) {
-                    eprintln!(
-                        "mqblk: mirror (table line {}): region {r} cannot be marked dirty, so the write fails: {e}",
-                        self.line
-                    );
-                    self.pending.sub(r, n);
-                    route.fail(Status::IoError);
-                    return;
-                }
-            }
-            if !self.recent.test(r) {
-                self.recent.set(r);
-            }
-        }
-        let rebuild = (s & REBUILD) >> REBUILD_SHIFT;
-        let to = if rebuild != 0 && !self.nosync.test(r) {
-            (s & LIVE) | rebuild
-        } else {
-            s & LIVE
-        };
-        let mut sent = 0;
-        for (i, l) in self.legs.iter().enumerate() {
-            if to & (1 << i) != 0 {
-                route.to_leg(l.id, l.offset_bytes + io.offset_bytes);
-                sent += 1;
-            }
-        }
-        if sent < n {
-            self.pending.sub(r, n - sent);
-        }
-        if sent == 0 {
-            route.fail(Status::IoError);
-        }
-    }
-
-    /// The rare path: make region `r`'s bit durable before its first write.
-    #[cold]
-    #[inline(never)]
-    fn mark_dirty(&self, r: u64) -> std::result::Result<(), String> {
-        let mut g = self.log.lock();
-        if !self.dirty.set(r) {
-            // Set by another queue, which wrote it out under this lock; or
-            // set back by the cleaner, never having been written clear.
-            return Ok(());
-        }
-        let w = (r >> 6) as usize;
-        self.log.write_out(&mut g, &self.dirty, w, w)
-    }
-
-    /// The cleaner: every period, clear the bits of regions with no write
-    /// in flight, none since the last look and nothing left to copy, and
-    /// write them out. Nothing is cleared while a leg is failed: the
-    /// regions written meanwhile must be copied when it comes back.
-    fn clean_loop(&self) {
-        let tick = Duration::from_millis(10);
-        let mut waited = Duration::ZERO;
-        while !self.stop.load(Ordering::Relaxed) {
-            std::thread::sleep(tick);
-            waited += tick;
-            if waited < CLEAN_PERIOD {
-                continue;
-            }
-            waited = Duration::ZERO;
-            if let Err(e) = self.clean(false) {
-                eprintln!("mqblk: mirror (table line {}): log cleaner: {e}", self.line);
-            }
-        }
-    }
-
-    /// One pass of the cleaner (`all`: at close, recent writes too).
-    fn clean(&self, all: bool) -> std::result::Result<(), String> {
-        let s = self.state.load(Ordering::SeqCst);
-        let n = self.legs.len() as u32;
-        if (s & LIVE) | ((s & REBUILD) >> REBUILD_SHIFT) != (1 << n) - 1 {
-            return Ok(());
-        }
-        let mut changed: Option<(usize, usize)> = None;
-        for w in 0..self.dirty.nr_words() {
-            let d = self.dirty.word(w).load(Ordering::SeqCst);
-            let recent = self.recent.word(w).swap(0, Ordering::SeqCst);
-            if d == 0 {
-                continue;
-            }
-            let ns = self.nosync.word(w).load(Ordering::SeqCst);
-            let mut cand = d & !ns & if all { u64::MAX } else { !recent };
-            let busy = |b: u32| self.pending.get(((w as u64) << 6) + u64::from(b)) != 0;
-            let mut m = cand;
-            while m != 0 {
-                let b = m.trailing_zeros();
-                m &= m - 1;
-                if busy(b) {
-                    cand &= !(1 << b);
-                }
-            }
-            if cand == 0 {
-                continue;
-            }
-            self.dirty.word(w).fetch_and(!cand, Ordering::SeqCst);
-            // A write that counted itself before the clear saw the bit set
-            // and is on its way: give it its bit back.
-            let mut m = cand;
-            while m != 0 {
-                let b = m.trailing_zeros();
-                m &= m - 1;
-                if busy(b) || self.nosync.test(((w as u64) << 6) + u64::from(b)) {
-                    self.dirty.word(w).fetch_or(1 << b, Ordering::SeqCst);
-                    cand &= !(1 << b);
-                }
-            }
-            if cand != 0 {
-                changed = Some(changed.map_or((w, w), |(a, _)| (a, w)));
-            }
-        }
-        if let Some((a, b)) = changed {
-            let mut g = self.log.lock();
-            self.log.write_out(&mut g, &self.dirty, a, b)?;
-        }
-        Ok(())
-    }
-
     fn resync_at_open(self: Arc<Self>) {
         let _running = self.recovery.lock().unwrap_or_else(|e| e.into_inner());
         let regions = self.nosync.count();
@@ -606,33 +336,6 @@ impl Inner {
                 self.line
             ),
         }
-    }
-
-    /// A recovery ended: legs rebuilt and still there go live if every
-    /// region was copied.
-    fn finish_recovery(&self) -> String {
-        let all_copied = self.nosync.count() == 0;
-        let _ = self
-            .state
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| {
-                let rebuilt = (s & REBUILD) >> REBUILD_SHIFT;
-                Some(if all_copied {
-                    (s & LIVE) | rebuilt
-                } else {
-                    s & !RECOVERING
-                })
-            });
-        self.health()
-    }
-
-    fn health(&self) -> String {
-        self.leg_states()
-            .iter()
-            .map(|s| match s {
-                LegState::Live | LegState::Rebuilding => 'A',
-                LegState::Failed => 'D',
-            })
-            .collect()
     }
 }
 
@@ -764,10 +467,11 @@ impl Target for Mirror {
 
 /// Rebuild leg `leg` (0-based, in table order) of the mirror in stacked
 /// device `dev` onto `new` (opened from `new_spec`), online: the new device
-/// is put in with [`Legs::replace`], every region is marked out of sync,
-/// and the regions are copied from a live leg while I/O goes on. Blocks the
-/// calling thread until the copy is done, calling `progress` after each
-/// region. The device's first mirror line is the one rebuilt.
+/// is put in with [`Legs::replace`](crate::legs::Legs::replace), every
+/// region is marked out of sync, and the regions are copied from a live leg
+/// while I/O goes on. Blocks the calling thread until the copy is done,
+/// calling `progress` after each region. The device's first mirror line is
+/// the one rebuilt.
 pub fn replace(
     dev: &Device,
     leg: usize,
@@ -777,7 +481,8 @@ pub fn replace(
 ) -> Result<Progress> {
     let name = dev.name().to_string();
     let bad = |why: String| Error::spec(format!("{name} (mirror replace)"), why);
-    let handle = crate::find(&name).ok_or_else(|| bad("not an open stacked device".into()))?;
+    let handle =
+        crate::handle::find(&name).ok_or_else(|| bad("not an open stacked device".into()))?;
     let (ti, mirror) = handle
         .targets()
         .iter()

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use mqblk_core::Context;
 
-use super::{Inner, LIVE, REBUILD, REBUILD_SHIFT};
+use super::state::{Inner, LIVE, REBUILD, REBUILD_SHIFT};
 
 /// How far a recovery has got.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,0 +1,318 @@
+//! The state a mirror's target, cleaner and recovery share ([`Inner`]):
+//! the state word of live and rebuilding legs, the region bitmaps and the
+//! log, and the mapping of reads and writes onto the legs.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mqblk_core::driver::Status;
+
+use super::log::Log;
+use super::region::{Bits, Pending};
+use crate::legs::{LegId, Legs};
+use crate::target::target_type::{Io, Route};
+
+/// How often the cleaner clears the bits of idle regions.
+pub const CLEAN_PERIOD: Duration = Duration::from_millis(250);
+
+// The state word: which legs are live (read and written), which are being
+// rebuilt (written where already copied), and whether a recovery runs.
+pub(super) const LIVE: u32 = 0xf;
+pub(super) const REBUILD_SHIFT: u32 = 4;
+pub(super) const REBUILD: u32 = 0xf << REBUILD_SHIFT;
+pub(super) const RECOVERING: u32 = 1 << 8;
+
+/// Read round-robin counters, one cache line per hardware queue.
+#[repr(align(64))]
+#[derive(Debug, Default)]
+pub(super) struct Turn(pub(super) AtomicU32);
+pub(super) const TURNS: usize = 64;
+
+/// One leg of the mirror.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Leg {
+    pub(super) id: LegId,
+    pub(super) offset_bytes: u64,
+}
+
+/// The state shared by the target, its cleaner and its recovery thread.
+pub(crate) struct Inner {
+    pub(super) line: usize,
+    pub(super) len_bytes: u64,
+    pub(super) region_shift: u32,
+    pub(super) nr_regions: u64,
+    pub(super) legs: Vec<Leg>,
+    pub(super) all: Arc<Legs>,
+    pub(super) state: AtomicU32,
+    /// Set on the log (durably, for a disk log) before a write is sent.
+    pub(super) dirty: Bits,
+    /// Not yet copied to the legs being rebuilt.
+    pub(super) nosync: Bits,
+    /// Being copied: writes are requeued.
+    pub(super) locked: Bits,
+    /// Written since the cleaner last looked.
+    pub(super) recent: Bits,
+    pub(super) pending: Pending,
+    pub(super) turns: Box<[Turn]>,
+    pub(super) log: Log,
+    pub(super) stop: AtomicBool,
+    /// Held by whoever runs a recovery.
+    pub(super) recovery: Mutex<()>,
+    /// Bytes copied by recoveries so far, and the current one's goal.
+    pub(super) copied_bytes: AtomicU64,
+    pub(super) goal_bytes: AtomicU64,
+    pub(super) done_bytes: AtomicU64,
+}
+
+/// How each leg stands (`dmsetup status`'s health letters).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LegState {
+    /// In sync, read and written (`A`).
+    Live,
+    /// Being rebuilt: written where already copied, never read (`A`, with
+    /// fewer regions in sync).
+    Rebuilding,
+    /// Failed: no I/O goes to it (`D`).
+    Failed,
+}
+
+impl Inner {
+    #[inline]
+    pub(super) fn region(&self, offset_bytes: u64) -> u64 {
+        offset_bytes >> self.region_shift
+    }
+
+    pub(super) fn region_len(&self, r: u64) -> u64 {
+        let start = r << self.region_shift;
+        (self.len_bytes - start).min(1 << self.region_shift)
+    }
+
+    pub(super) fn index_of(&self, leg: LegId) -> Option<usize> {
+        self.legs.iter().position(|l| l.id == leg)
+    }
+
+    pub(super) fn leg_states(&self) -> Vec<LegState> {
+        let s = self.state.load(Ordering::SeqCst);
+        (0..self.legs.len())
+            .map(|i| {
+                if s & (1 << i) != 0 {
+                    LegState::Live
+                } else if s & (1 << (i as u32 + REBUILD_SHIFT)) != 0 {
+                    LegState::Rebuilding
+                } else {
+                    LegState::Failed
+                }
+            })
+            .collect()
+    }
+
+    pub(super) fn spec_of(&self, i: usize) -> String {
+        self.all
+            .specs()
+            .get(self.legs[i].id as usize)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Take leg `i` out of service; say so the first time.
+    #[cold]
+    pub(super) fn fail_leg(&self, i: usize, what: &str, status: Status) {
+        let bits = (1u32 << i) | (1u32 << (i as u32 + REBUILD_SHIFT));
+        let old = self.state.fetch_and(!bits, Ordering::SeqCst);
+        if old & bits != 0 {
+            eprintln!(
+                "mqblk: mirror (table line {}): leg {i} ({}) failed a {what} ({status:?}); it is out, and the mirror is degraded",
+                self.line,
+                self.spec_of(i)
+            );
+        }
+    }
+
+    /// The `n`th set bit of `mask` (n < popcount).
+    #[inline]
+    pub(super) fn nth_leg(mask: u32, n: u32) -> usize {
+        let mut m = mask;
+        for _ in 0..n {
+            m &= m - 1;
+        }
+        m.trailing_zeros() as usize
+    }
+
+    #[inline]
+    pub(super) fn map_read(&self, io: &Io, hwq: u16, route: &mut Route) {
+        let live = self.state.load(Ordering::Relaxed) & LIVE;
+        if live == 0 {
+            route.fail(Status::IoError);
+            return;
+        }
+        let t = &self.turns[hwq as usize % TURNS].0;
+        let k = t.load(Ordering::Relaxed);
+        t.store(k.wrapping_add(1), Ordering::Relaxed);
+        let i = Inner::nth_leg(live, k % live.count_ones());
+        let l = self.legs[i];
+        route.to_leg(l.id, l.offset_bytes + io.offset_bytes);
+    }
+
+    #[inline]
+    pub(super) fn map_write(&self, io: &Io, route: &mut Route) {
+        let r = self.region(io.offset_bytes);
+        let n = self.legs.len() as u32;
+        // Count the children first, then look at the region: the copier
+        // and the cleaner set their bit, then look at the count.
+        self.pending.add(r, n);
+        let s = self.state.load(Ordering::SeqCst);
+        if s & RECOVERING != 0 && self.locked.test(r) {
+            self.pending.sub(r, n);
+            route.requeue();
+            return;
+        }
+        if !self.log.is_core() {
+            if !self.dirty.test(r) {
+                if let Err(e) = self.mark_dirty(r) {
+                    eprintln!(
+                        "mqblk: mirror (table line {}): region {r} cannot be marked dirty, so the write fails: {e}",
+                        self.line
+                    );
+                    self.pending.sub(r, n);
+                    route.fail(Status::IoError);
+                    return;
+                }
+            }
+            if !self.recent.test(r) {
+                self.recent.set(r);
+            }
+        }
+        let rebuild = (s & REBUILD) >> REBUILD_SHIFT;
+        let to = if rebuild != 0 && !self.nosync.test(r) {
+            (s & LIVE) | rebuild
+        } else {
+            s & LIVE
+        };
+        let mut sent = 0;
+        for (i, l) in self.legs.iter().enumerate() {
+            if to & (1 << i) != 0 {
+                route.to_leg(l.id, l.offset_bytes + io.offset_bytes);
+                sent += 1;
+            }
+        }
+        if sent < n {
+            self.pending.sub(r, n - sent);
+        }
+        if sent == 0 {
+            route.fail(Status::IoError);
+        }
+    }
+
+    /// The rare path: make region `r`'s bit durable before its first write.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn mark_dirty(&self, r: u64) -> std::result::Result<(), String> {
+        let mut g = self.log.lock();
+        if !self.dirty.set(r) {
+            // Set by another queue, which wrote it out under this lock; or
+            // set back by the cleaner, never having been written clear.
+            return Ok(());
+        }
+        let w = (r >> 6) as usize;
+        self.log.write_out(&mut g, &self.dirty, w, w)
+    }
+
+    /// The cleaner: every period, clear the bits of regions with no write
+    /// in flight, none since the last look and nothing left to copy, and
+    /// write them out. Nothing is cleared while a leg is failed: the
+    /// regions written meanwhile must be copied when it comes back.
+    pub(super) fn clean_loop(&self) {
+        let tick = Duration::from_millis(10);
+        let mut waited = Duration::ZERO;
+        while !self.stop.load(Ordering::Relaxed) {
+            std::thread::sleep(tick);
+            waited += tick;
+            if waited < CLEAN_PERIOD {
+                continue;
+            }
+            waited = Duration::ZERO;
+            if let Err(e) = self.clean(false) {
+                eprintln!("mqblk: mirror (table line {}): log cleaner: {e}", self.line);
+            }
+        }
+    }
+
+    /// One pass of the cleaner (`all`: at close, recent writes too).
+    pub(super) fn clean(&self, all: bool) -> std::result::Result<(), String> {
+        let s = self.state.load(Ordering::SeqCst);
+        let n = self.legs.len() as u32;
+        if (s & LIVE) | ((s & REBUILD) >> REBUILD_SHIFT) != (1 << n) - 1 {
+            return Ok(());
+        }
+        let mut changed: Option<(usize, usize)> = None;
+        for w in 0..self.dirty.nr_words() {
+            let d = self.dirty.word(w).load(Ordering::SeqCst);
+            let recent = self.recent.word(w).swap(0, Ordering::SeqCst);
+            if d == 0 {
+                continue;
+            }
+            let ns = self.nosync.word(w).load(Ordering::SeqCst);
+            let mut cand = d & !ns & if all { u64::MAX } else { !recent };
+            let busy = |b: u32| self.pending.get(((w as u64) << 6) + u64::from(b)) != 0;
+            let mut m = cand;
+            while m != 0 {
+                let b = m.trailing_zeros();
+                m &= m - 1;
+                if busy(b) {
+                    cand &= !(1 << b);
+                }
+            }
+            if cand == 0 {
+                continue;
+            }
+            self.dirty.word(w).fetch_and(!cand, Ordering::SeqCst);
+            // A write that counted itself before the clear saw the bit set
+            // and is on its way: give it its bit back.
+            let mut m = cand;
+            while m != 0 {
+                let b = m.trailing_zeros();
+                m &= m - 1;
+                if busy(b) || self.nosync.test(((w as u64) << 6) + u64::from(b)) {
+                    self.dirty.word(w).fetch_or(1 << b, Ordering::SeqCst);
+                    cand &= !(1 << b);
+                }
+            }
+            if cand != 0 {
+                changed = Some(changed.map_or((w, w), |(a, _)| (a, w)));
+            }
+        }
+        if let Some((a, b)) = changed {
+            let mut g = self.log.lock();
+            self.log.write_out(&mut g, &self.dirty, a, b)?;
+        }
+        Ok(())
+    }
+
+    /// A recovery ended: legs rebuilt and still there go live if every
+    /// region was copied.
+    pub(super) fn finish_recovery(&self) -> String {
+        let all_copied = self.nosync.count() == 0;
+        let _ = self
+            .state
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| {
+                let rebuilt = (s & REBUILD) >> REBUILD_SHIFT;
+                Some(if all_copied {
+                    (s & LIVE) | rebuilt
+                } else {
+                    s & !RECOVERING
+                })
+            });
+        self.health()
+    }
+
+    pub(super) fn health(&self) -> String {
+        self.leg_states()
+            .iter()
+            .map(|s| match s {
+                LegState::Live | LegState::Rebuilding => 'A',
+                LegState::Failed => 'D',
+            })
+            .collect()
+    }
+}
