@@ -44,7 +44,7 @@ impl CtxState {
     /// Validate the bio in slot `idx` (just filled or reused, owned by this
     /// context, in no request) and send it down the pipeline. The common
     /// bio (a plain read or write that is valid and fits, on a context with
-    /// no window and no admission) is checked in one pass and goes straight
+    /// no window) is checked in one pass and, once admitted, goes straight
     /// to its request; any other takes the full checks.
     #[inline]
     pub(super) fn submit_node(&mut self, dev: &DeviceInner, idx: u32) {
@@ -61,12 +61,24 @@ impl CtxState {
             self.submit_plain(dev, idx);
             return;
         }
+        self.submit_other(dev, idx);
+    }
+
+    /// A bio on a context with a window or admission, or one the fused
+    /// check does not admit. Admission still takes the fused check.
+    #[inline(never)]
+    fn submit_other(&mut self, dev: &DeviceInner, idx: u32) {
+        if !self.on(feat::WINDOW) && self.fast.admits(self.bioset.bio(idx)) {
+            if !self.admit(dev, idx) {
+                self.submit_plain(dev, idx);
+            }
+            return;
+        }
         self.submit_checked(dev, idx);
     }
 
     /// The full checks: the device's limits and features, the window,
     /// admission, then the bio's flush sequence or its data stage.
-    #[inline(never)]
     fn submit_checked(&mut self, dev: &DeviceInner, idx: u32) {
         let (op, flags, mut status) = {
             let bio = self.bioset.bio(idx);
