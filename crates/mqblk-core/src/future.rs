@@ -275,58 +275,91 @@ impl Drop for FdWatch {
 }
 
 fn watch_loop(s: &WatchShared) {
+    let mut a = s.lock();
     loop {
-        let (fd, deadline) = {
-            let mut a = s.lock();
-            while a.waker.is_none() && !a.quit {
-                a = s.cv.wait(a).unwrap_or_else(|e| e.into_inner());
-            }
-            if a.quit {
-                return;
-            }
-            (a.fd, a.deadline)
-        };
-        let timeout_ms = match deadline {
-            None => -1,
-            Some(d) => {
-                let left = d.saturating_duration_since(Instant::now());
-                // Rounded up: never wake before the deadline.
-                left.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32
-            }
-        };
-        let mut fds = [
-            libc::pollfd {
-                fd: s.kick.raw(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: fd.unwrap_or(-1),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: `fds` is a live array of two pollfds; the kick fd lives
-        // as long as `s`, and the armed fd stays open until this thread is
-        // joined (a negative fd is ignored by poll).
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
-        if fds[0].revents != 0 {
-            // Re-armed or stopped: look again.
-            s.kick.drain();
-        }
-        let fired =
-            (rc > 0 && fds[1].revents != 0) || deadline.is_some_and(|d| Instant::now() >= d);
-        let mut a = s.lock();
         if a.quit {
             return;
         }
+        if a.waker.is_none() {
+            a = s.cv.wait(a).unwrap_or_else(|e| e.into_inner());
+            continue;
+        }
+        let (fd, deadline) = (a.fd, a.deadline);
+        let fired = match (fd, deadline) {
+            (None, None) => true,
+            (None, Some(d)) => {
+                // Only a deadline: the condition variable's timed wait
+                // (re-arming notifies it).
+                let now = Instant::now();
+                if now >= d {
+                    true
+                } else {
+                    a =
+                        s.cv.wait_timeout(a, d - now)
+                            .unwrap_or_else(|e| e.into_inner())
+                            .0;
+                    continue;
+                }
+            }
+            (Some(fd), deadline) => {
+                drop(a);
+                let ready = wait_readable(fd, &s.kick, deadline);
+                a = s.lock();
+                ready || deadline.is_some_and(|d| Instant::now() >= d)
+            }
+        };
+        // Re-armed meanwhile: look again at what is armed now.
         if fired && a.fd == fd && a.deadline == deadline {
             if let Some(w) = a.waker.take() {
                 drop(a);
                 w.wake();
+                a = s.lock();
             }
         }
     }
+}
+
+/// Wait until `fd` is readable (true), the kick fd is, or `deadline`
+/// passes (false).
+#[cfg(not(miri))]
+fn wait_readable(fd: RawFd, kick: &EventFd, deadline: Option<Instant>) -> bool {
+    let timeout_ms = match deadline {
+        None => -1,
+        Some(d) => {
+            let left = d.saturating_duration_since(Instant::now());
+            // Rounded up: never wake before the deadline.
+            left.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32
+        }
+    };
+    let mut fds = [
+        libc::pollfd {
+            fd: kick.raw(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // SAFETY: `fds` is a live array of two pollfds; the kick fd lives as
+    // long as the watch, and the armed fd stays open until its thread is
+    // joined.
+    let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+    if fds[0].revents != 0 {
+        // Re-armed or stopped: the caller looks again.
+        kick.drain();
+    }
+    rc > 0 && fds[1].revents != 0
+}
+
+/// Miri has no poll(2): say the fd is readable, so the future polls
+/// again (it spins, as it would on a driver with no interrupt line).
+#[cfg(miri)]
+fn wait_readable(_fd: RawFd, _kick: &EventFd, _deadline: Option<Instant>) -> bool {
+    std::thread::yield_now();
+    true
 }
 
 struct ThreadWaker(std::thread::Thread);
