@@ -182,27 +182,13 @@ impl HwInner {
         while self.in_driver < self.budget {
             let Some(rq) = src.next() else { break };
             let last = src.is_empty() || self.in_driver + 1 >= self.budget;
-            rq.transition(RqState::Queued, RqState::InFlight);
-            if deadline_ms != 0 {
-                rq.arm_timeout(self.index, deadline_ms);
+            if let Err(rq) = self.issue(rq, last, done, deadline_ms, &mut out) {
+                debug_assert!(self.dispatch.len() < self.dispatch.capacity());
+                self.dispatch.push_front(rq);
+                need_commit = true;
+                break;
             }
-            let before = done.len();
-            match self.ops.queue_rq(rq, last, &mut Completions::new(done)) {
-                QueueRq::Issued => {
-                    out.issued += 1;
-                    self.in_driver += 1;
-                    self.in_driver -= (done.len() - before) as u32;
-                    need_commit = !last;
-                }
-                QueueRq::Busy(rq) => {
-                    rq.transition(RqState::InFlight, RqState::Queued);
-                    debug_assert!(self.dispatch.len() < self.dispatch.capacity());
-                    self.dispatch.push_front(rq);
-                    out.busy += 1;
-                    need_commit = true;
-                    break;
-                }
-            }
+            need_commit = !last;
         }
         if need_commit {
             self.ops.commit_rqs();
@@ -243,21 +229,13 @@ impl HwInner {
                 None => !src.is_empty(),
             };
             let last = self.dispatch.is_empty() && !more || self.in_driver + 1 >= self.budget;
-            rq.transition(RqState::Queued, RqState::InFlight);
-            if deadline_ms != 0 {
-                rq.arm_timeout(self.index, deadline_ms);
-            }
             let before = done.len();
-            match self.ops.queue_rq(rq, last, &mut Completions::new(done)) {
-                QueueRq::Issued => {
-                    out.issued += 1;
-                    self.in_driver += 1;
-                    self.in_driver -= (done.len() - before) as u32;
+            match self.issue(rq, last, done, deadline_ms, &mut out) {
+                Ok(()) => {
                     self.tell_elevator(&done[before..]);
                     need_commit = !last;
                 }
-                QueueRq::Busy(rq) => {
-                    rq.transition(RqState::InFlight, RqState::Queued);
+                Err(rq) => {
                     match self.elevator.as_mut() {
                         Some(e) => e.requeue(rq),
                         None => {
@@ -265,7 +243,6 @@ impl HwInner {
                             self.dispatch.push_front(rq);
                         }
                     }
-                    out.busy += 1;
                     need_commit = true;
                     break;
                 }
@@ -275,6 +252,38 @@ impl HwInner {
             self.ops.commit_rqs();
         }
         out
+    }
+
+    /// Hand `rq` to the driver (`last`: no more follow in this batch).
+    /// What it completed inline lands in `done`. The request comes back,
+    /// queued again, if the driver was busy.
+    #[inline(always)]
+    fn issue(
+        &mut self,
+        rq: RqRef,
+        last: bool,
+        done: &mut Vec<RqRef>,
+        deadline_ms: u64,
+        out: &mut DispatchOutcome,
+    ) -> Result<(), RqRef> {
+        rq.transition(RqState::Queued, RqState::InFlight);
+        if deadline_ms != 0 {
+            rq.arm_timeout(self.index, deadline_ms);
+        }
+        let before = done.len();
+        match self.ops.queue_rq(rq, last, &mut Completions::new(done)) {
+            QueueRq::Issued => {
+                out.issued += 1;
+                self.in_driver += 1;
+                self.in_driver -= (done.len() - before) as u32;
+                Ok(())
+            }
+            QueueRq::Busy(rq) => {
+                rq.transition(RqState::InFlight, RqState::Queued);
+                out.busy += 1;
+                Err(rq)
+            }
+        }
     }
 
     /// True if requests wait on the dispatch list or in the elevator.
