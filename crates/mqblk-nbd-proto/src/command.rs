@@ -102,6 +102,12 @@ pub fn check(s: &Session, r: &Request) -> Result<Command, NbdErrno> {
         allowed |= cmd_flags::FUA;
     }
     let (offset, len) = (r.offset, r.len);
+    let writes = matches!(r.cmd, cmd::WRITE | cmd::TRIM | cmd::WRITE_ZEROES);
+    // A read-only export refuses every write as such (EPERM, as qemu-nbd
+    // and nbdkit answer), even one whose kind it does not advertise.
+    if writes && has(tf::READ_ONLY) {
+        return Err(NbdErrno::Perm);
+    }
     match r.cmd {
         cmd::READ => {
             if has(tf::SEND_DF) {
@@ -133,10 +139,6 @@ pub fn check(s: &Session, r: &Request) -> Result<Command, NbdErrno> {
             return Err(NbdErrno::Inval);
         }
         return Ok(Command::Flush);
-    }
-    let writes = matches!(r.cmd, cmd::WRITE | cmd::TRIM | cmd::WRITE_ZEROES);
-    if writes && has(tf::READ_ONLY) {
-        return Err(NbdErrno::Perm);
     }
     let end = offset.checked_add(u64::from(len));
     if end.is_none_or(|e| e > s.size) {
@@ -245,6 +247,17 @@ mod tests {
         let ro = session(tf::READ_ONLY | tf::SEND_TRIM);
         assert_eq!(check(&ro, &req(cmd::WRITE, 0, 0, 512)), Err(NbdErrno::Perm));
         assert_eq!(check(&ro, &req(cmd::TRIM, 0, 0, 512)), Err(NbdErrno::Perm));
+        // A read-only export does not advertise trim or write-zeroes; they
+        // are refused as writes all the same, not as unknown commands.
+        let bare_ro = session(tf::READ_ONLY);
+        assert_eq!(
+            check(&bare_ro, &req(cmd::TRIM, 0, 0, 512)),
+            Err(NbdErrno::Perm)
+        );
+        assert_eq!(
+            check(&bare_ro, &req(cmd::WRITE_ZEROES, 0, 0, 512)),
+            Err(NbdErrno::Perm)
+        );
         assert_eq!(
             check(&s, &req(cmd::WRITE, cmd_flags::FUA, 512, 512)),
             Ok(Command::Write {
