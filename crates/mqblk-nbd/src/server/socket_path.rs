@@ -221,9 +221,17 @@ impl Drop for ClaimedSocket {
         if std::fs::symlink_metadata(&self.path).is_ok_and(|m| id_of(&m) == self.id) {
             let _ = std::fs::remove_file(&self.path);
         }
-        let l = &self.lock;
-        if l.created && std::fs::symlink_metadata(&l.path).is_ok_and(|m| id_of(&m) == l.id) {
-            let _ = std::fs::remove_file(&l.path);
+        // The lock goes next (a field), with its file.
+    }
+}
+
+impl Drop for SocketLock {
+    /// The lock file goes with the lock, if this server made it: after a
+    /// refused claim (something else listens at the path) as after a run.
+    fn drop(&mut self) {
+        if self.created && std::fs::symlink_metadata(&self.path).is_ok_and(|m| id_of(&m) == self.id)
+        {
+            let _ = std::fs::remove_file(&self.path);
         }
     }
 }
@@ -280,6 +288,10 @@ mod tests {
         let e = claim(&other).unwrap_err();
         assert!(e.contains("a server is listening on it"), "{e}");
         assert!(other.exists());
+        assert!(
+            !lock_path(&other).exists(),
+            "the refused claim left its lock file behind"
+        );
         drop(first);
         assert!(!p.exists(), "the socket it bound is removed");
         assert!(!lock_path(&p).exists(), "the lock it created is removed");
