@@ -166,6 +166,10 @@ fn a_busy_tcp_port_is_said_once() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert_eq!(
         err.lines().next().unwrap_or(""),
-        format!("mqblk: error: cannot listen on {addr}: Address already in use (os error 98)")
+        format!(
+            "mqblk: error: cannot listen on {addr}: Address already in use (os error 98); \
+             another server listens on that port: stop it, or choose another with \
+             --listen HOST:PORT (`ss -ltnp` shows who has it)"
+        )
     );
 }

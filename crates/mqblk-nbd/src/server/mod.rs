@@ -139,8 +139,24 @@ impl Server {
         let io = |what: String| move |source| ServerError::Io { what, source };
         let listener = match listen {
             Listen::Tcp(addr) => {
-                let l = TcpListener::bind(addr.as_str())
-                    .map_err(io(format!("cannot listen on {addr}")))?;
+                let l = TcpListener::bind(addr.as_str()).map_err(|e| {
+                    // Say what to do, not only what failed.
+                    let next = match e.kind() {
+                        std::io::ErrorKind::AddrInUse => {
+                            "another server listens on that port: stop it, or choose \
+                             another with --listen HOST:PORT (`ss -ltnp` shows who has it)"
+                        }
+                        std::io::ErrorKind::PermissionDenied => {
+                            "ports below 1024 need root or CAP_NET_BIND_SERVICE: choose \
+                             one from 1024 up"
+                        }
+                        std::io::ErrorKind::AddrNotAvailable => {
+                            "no interface of this machine has that address"
+                        }
+                        _ => return io(format!("cannot listen on {addr}"))(e),
+                    };
+                    ServerError::Config(format!("cannot listen on {addr}: {e}; {next}"))
+                })?;
                 l.set_nonblocking(true)
                     .map_err(io("set_nonblocking".into()))?;
                 Listener::Tcp(l)

@@ -24,7 +24,7 @@ pub(crate) struct ClaimedSocket {
     path: PathBuf,
     /// `(st_dev, st_ino)` of the socket this server bound.
     id: (u64, u64),
-    lock: SocketLock,
+    _lock: SocketLock,
 }
 
 #[derive(Debug)]
@@ -110,7 +110,7 @@ pub(crate) fn claim(path: &Path) -> Result<ClaimedSocket, String> {
         listener,
         path: path.to_path_buf(),
         id,
-        lock,
+        _lock: lock,
     })
 }
 
