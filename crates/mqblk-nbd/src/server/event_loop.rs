@@ -110,11 +110,18 @@ struct Loop<'s> {
     dirty: Vec<u32>,
     scratch: Box<[u8]>,
     accepting: bool,
+    /// After an accept error (out of descriptors, say), when to listen
+    /// again: the listener stays readable, so it is taken out of the epoll
+    /// set meanwhile rather than spun on.
+    accept_resume: Option<Instant>,
     draining: bool,
     /// Refused connections being answered.
     refusing: usize,
     log: LogLimit,
 }
+
+/// How long the listener rests after an accept error.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// At most one line a second for what a flood can cause (refusals,
 /// deadlines), with a count of the lines held back.
@@ -201,6 +208,7 @@ pub(crate) fn run(
         dirty: Vec::with_capacity(64),
         scratch: vec![0u8; SCRATCH_BYTES].into_boxed_slice(),
         accepting: true,
+        accept_resume: None,
         draining: false,
         refusing: 0,
         log: LogLimit::default(),
@@ -213,6 +221,23 @@ pub(crate) fn run(
         if lp.draining && lp.open_conns() == 0 {
             break;
         }
+        if let Some(at) = lp.accept_resume {
+            if Instant::now() >= at {
+                lp.accept_resume = None;
+                if lp.accepting {
+                    let again = epoll::add(
+                        &lp.epoll,
+                        lfd,
+                        epoll::EventData::new_u64(LISTENER),
+                        epoll::EventFlags::IN | epoll::EventFlags::EXCLUSIVE,
+                    );
+                    if let Err(e) = again {
+                        eprintln!("mqblk serve: epoll_ctl: {e}");
+                        break;
+                    }
+                }
+            }
+        }
         let rearmed = lp.arm_completion_fds();
         let timeout = if rearmed {
             Some(rustix::event::Timespec {
@@ -221,6 +246,22 @@ pub(crate) fn run(
             })
         } else {
             lp.next_timeout()
+        };
+        let timeout = match lp.accept_resume {
+            Some(at) => {
+                // Round up to a whole millisecond, as next_timeout does.
+                let d =
+                    at.saturating_duration_since(Instant::now()) + Duration::from_nanos(999_999);
+                let resume = rustix::event::Timespec {
+                    tv_sec: d.as_secs() as i64,
+                    tv_nsec: i64::from(d.subsec_millis()) * 1_000_000,
+                };
+                Some(match timeout {
+                    Some(t) if (t.tv_sec, t.tv_nsec) < (resume.tv_sec, resume.tv_nsec) => t,
+                    _ => resume,
+                })
+            }
+            None => timeout,
         };
         events.clear();
         let r = epoll::wait(
@@ -355,8 +396,18 @@ impl<'s> Loop<'s> {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     // Out of descriptors and the like: the listener stays
-                    // readable, so back off by leaving it to the next wake.
-                    eprintln!("mqblk serve: accept: {e}");
+                    // readable, so it leaves the epoll set for a while
+                    // (connections wait in the backlog), and the line is
+                    // said at most once a second.
+                    self.log.line(
+                        now,
+                        format_args!(
+                            "accept: {e}; accepting again in {} ms",
+                            ACCEPT_BACKOFF.as_millis()
+                        ),
+                    );
+                    let _ = epoll::delete(&self.epoll, listener.as_fd());
+                    self.accept_resume = Some(now + ACCEPT_BACKOFF);
                     return;
                 }
             };
