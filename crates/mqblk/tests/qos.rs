@@ -295,6 +295,43 @@ fn a_limit_set_later_on_a_group_holds_its_bios_back() {
     assert_eq!(ctx.in_flight(), 0);
 }
 
+/// A limit set while a context is already submitting holds its next bios
+/// back: setting it moves the device's gate, so the context, which tests
+/// admission as one bit of its feature word, looks again at its next bio.
+#[test]
+fn a_limit_set_on_a_running_context_holds_its_next_bios_back() {
+    let dev = mqblk::open("null,size=16M,completion=inline").expect("open");
+    let g = dev
+        .create_group("running", mqblk::GroupConfig::default())
+        .expect("create");
+    let mut ctx = dev.context_in(&g).expect("context");
+    let mut buf = dev.alloc_buf(4096);
+    // Unlimited, and past the gate already.
+    for i in 0..10u64 {
+        ctx.read_at(buf.as_mut_slice(), i * 4096).expect("read");
+    }
+    g.set_burst_ms(0);
+    g.set_limits(IoMaxLimits {
+        riops: 1,
+        ..Default::default()
+    });
+    for i in 0..3u64 {
+        ctx.submit(mqblk::Bio::read_at(i * 4096, dev.alloc_buf(4096)))
+            .expect("submit");
+    }
+    ctx.unplug();
+    let done = ctx.poll(|c| c.result().expect("read"));
+    assert!(done <= 1, "{done} reads went at once under riops=1");
+    assert_eq!(ctx.in_flight() as usize, 3 - done);
+    // Lifted again: what is held goes, and new bios go at once.
+    g.set_limits(IoMaxLimits::default());
+    let mut done = done;
+    while done < 3 {
+        done += ctx.poll_wait(1, |c| c.result().expect("read"));
+    }
+    assert_eq!(ctx.in_flight(), 0);
+}
+
 /// A driver that holds what it is given until a poll, counting the writes
 /// it holds at once.
 mod holding {
