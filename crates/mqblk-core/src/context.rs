@@ -262,16 +262,51 @@ impl Context {
         self.st.forwards.push(up.0.clone());
     }
 
+    /// A request of this context's hardware queue that passed its timeout
+    /// (`timeout_ms`) while its driver still holds it, if one was found
+    /// since the last call: the driver cannot give back its memory yet (a
+    /// backend that does not answer), so the bio has not completed, but a
+    /// caller that would rather stop than wait can stop now. The bio comes
+    /// back, with a status, when the driver lets go. Control plane: takes
+    /// the hardware queue's lock; call it when a wait came back empty.
+    pub fn take_overdue(&self) -> Option<crate::request::Overdue> {
+        self.dev.hw_queues[self.st.hwq as usize].take_overdue()
+    }
+
     /// Like [`Context::poll`], but waits until at least `min` completions
     /// were delivered or nothing is left in flight. The wait is bounded by
     /// the request timeout plus a grace period (every request ends by its
     /// timeout): past it, this returns what was delivered.
-    pub fn poll_wait(&mut self, min: usize, mut f: impl FnMut(Completion<'_>)) -> usize {
+    pub fn poll_wait(&mut self, min: usize, f: impl FnMut(Completion<'_>)) -> usize {
+        self.poll_wait_bounded(min, Bound::Timeout, f)
+    }
+
+    /// [`Context::poll_wait`] that also returns once `limit` has passed,
+    /// with what was delivered by then (perhaps nothing): a loop that must
+    /// notice a stop request (a signal, a deadline) while its device does
+    /// not answer waits with this. The clock is read only once the wait
+    /// has spun without success.
+    pub fn poll_wait_for(
+        &mut self,
+        min: usize,
+        limit: std::time::Duration,
+        f: impl FnMut(Completion<'_>),
+    ) -> usize {
+        self.poll_wait_bounded(min, Bound::For(limit), f)
+    }
+
+    #[inline]
+    fn poll_wait_bounded(
+        &mut self,
+        min: usize,
+        bound: Bound,
+        mut f: impl FnMut(Completion<'_>),
+    ) -> usize {
         let mut n = self.poll(&mut f);
         if n >= min || (self.st.in_flight == 0 && !self.st.has_deferred()) {
             return n;
         }
-        self.st.reap_until(&self.dev, Bound::Timeout, |st, dev| {
+        self.st.reap_until(&self.dev, bound, |st, dev| {
             st.quiet_fd();
             st.progress(dev);
             let got = st.deliver(dev, &mut f);

@@ -51,6 +51,9 @@ pub(crate) struct HwInner {
     timeout_ms: u32,
     next_scan_ms: u64,
     expired: Vec<u32>,
+    /// The first request found past its timeout that the driver still
+    /// held, until a context takes it ([`HwQueue::take_overdue`]).
+    overdue: Option<crate::request::Overdue>,
     /// Dispatch is stopped (Linux `blk_mq_quiesce_queue`): requests wait in
     /// the software queues and the dispatch list until it is lifted.
     pub(crate) quiesced: bool,
@@ -89,6 +92,7 @@ impl HwQueue {
                 timeout_ms,
                 next_scan_ms: 0,
                 expired: Vec::with_capacity(total),
+                overdue: None,
                 quiesced: false,
                 elevator: None,
             })),
@@ -114,6 +118,12 @@ impl HwQueue {
     ) -> DispatchOutcome {
         let deadline_ms = deadline_after(timeout_ms);
         self.lock().dispatch(sw, done, deadline_ms)
+    }
+
+    /// The first request found past its timeout that the driver still
+    /// holds, if one was found since the last call (control plane).
+    pub(crate) fn take_overdue(&self) -> Option<crate::request::Overdue> {
+        self.lock().overdue.take()
     }
 
     /// Reap the driver into `done`; then dispatch again what waits (the
@@ -375,8 +385,15 @@ impl HwInner {
             self.in_driver -= n;
             self.tell_elevator(&done[before..]);
             timed_out += n;
-            if action == TimeoutAction::ResetTimer && n == 0 {
-                tags.rearm(tag, now_ms + u64::from(self.timeout_ms));
+            if n == 0 {
+                // Still held: past its timeout, but its memory is the
+                // driver's until it lets go.
+                if self.overdue.is_none() {
+                    self.overdue = Some(tags.overdue(tag));
+                }
+                if action == TimeoutAction::ResetTimer {
+                    tags.rearm(tag, now_ms + u64::from(self.timeout_ms));
+                }
             }
         }
         expired.clear();

@@ -76,6 +76,7 @@ pub use ioprio::{IoPrio, IoPrioClass};
 pub use limits::{Features, QueueInfo, QueueLimits};
 pub use partition::PartitionRange;
 pub use queue::{Device, DeviceConfig, Frozen, LimitOverrides, QueueMode, Quiesced};
+pub use request::Overdue;
 pub use stats::{DiskStats, Histograms};
 
 /// Bytes of a request plus its bio slot, for one in-flight I/O (Linux

@@ -59,6 +59,38 @@ pub(crate) struct RqAtomics {
     pub(crate) state: AtomicU8,
     pub(crate) hwq: std::sync::atomic::AtomicU16,
     pub(crate) deadline_ms: AtomicU64,
+    /// What the request is (op in the top byte, sectors below), and where
+    /// (its first sector): stored with the deadline, so that a request
+    /// its driver holds past it can be named ([`Overdue`]).
+    pub(crate) what: AtomicU64,
+    pub(crate) sector: AtomicU64,
+}
+
+/// A request that passed its timeout while its driver still holds it
+/// (Linux's "timing out command" with `BLK_EH_RESET_TIMER`): the driver
+/// cannot give its memory back yet, so it has not completed, but its
+/// caller may act on the timeout (stop, report, exit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Overdue {
+    /// The operation.
+    pub op: Op,
+    /// Byte offset on the device.
+    pub offset_bytes: u64,
+    /// Length in bytes.
+    pub len_bytes: u64,
+}
+
+impl RqAtomics {
+    /// The request these atomics describe, as it was when its timeout was
+    /// armed.
+    pub(crate) fn overdue(&self) -> Overdue {
+        let what = self.what.load(Ordering::Relaxed);
+        Overdue {
+            op: Op::from_repr((what >> 56) as u8).unwrap_or(Op::Read),
+            offset_bytes: self.sector.load(Ordering::Relaxed) << crate::op::SECTOR_SHIFT,
+            len_bytes: (what & ((1 << 56) - 1)) << crate::op::SECTOR_SHIFT,
+        }
+    }
 }
 
 /// A block request. Drivers see it through [`RqRef`].
@@ -138,6 +170,10 @@ impl Request {
         a.hwq.store(hwq, Ordering::Relaxed);
         if a.deadline_ms.load(Ordering::Relaxed) == 0 {
             a.deadline_ms.store(ms, Ordering::Relaxed);
+            let sectors = self.size_bytes >> crate::op::SECTOR_SHIFT;
+            a.what
+                .store((self.op as u64) << 56 | sectors, Ordering::Relaxed);
+            a.sector.store(self.sector, Ordering::Relaxed);
         }
     }
 

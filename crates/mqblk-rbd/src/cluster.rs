@@ -76,6 +76,9 @@ fn cstring(s: &str) -> CString {
 #[derive(Debug)]
 pub(crate) struct Cluster {
     ptr: ffi::rados_t,
+    /// The device's `io_timeout_ms` (0: none): also how long closing an
+    /// image may take before it is left to finish in the background.
+    timeout_ms: u32,
 }
 
 // SAFETY: a librados cluster handle may be used from any thread (librados
@@ -105,7 +108,7 @@ impl Cluster {
         if r < 0 {
             return Err(call_error("rados_create", r));
         }
-        let c = Cluster { ptr };
+        let c = Cluster { ptr, timeout_ms };
         let conf = opts.conf.as_deref().map(cstring);
         // SAFETY: c.ptr is a fresh cluster handle; conf is NUL-terminated
         // or null (librados' default search).
@@ -196,7 +199,7 @@ pub(crate) fn timeout_secs(timeout_ms: u32) -> String {
 #[derive(Debug)]
 pub(crate) struct IoCtx {
     ptr: ffi::rados_ioctx_t,
-    _cluster: Arc<Cluster>,
+    cluster: Arc<Cluster>,
 }
 
 // SAFETY: an I/O context may be used from any thread for the calls made
@@ -226,10 +229,7 @@ impl IoCtx {
         if r < 0 {
             return Err(call_error(format!("opening pool {pool}"), r));
         }
-        Ok(IoCtx {
-            ptr,
-            _cluster: cluster,
-        })
+        Ok(IoCtx { ptr, cluster })
     }
 
     /// Create `image` of `size_bytes` unless it exists. Returns true if it
@@ -252,8 +252,17 @@ impl IoCtx {
 #[derive(Debug)]
 pub(crate) struct Image {
     pub(crate) ptr: ffi::rbd_image_t,
-    _io: Arc<IoCtx>,
+    io: Arc<IoCtx>,
+    /// `pool/image`, for the message of a close that does not finish.
+    name: String,
 }
+
+/// An image handle on its way to `rbd_close` on another thread.
+struct Closing(ffi::rbd_image_t);
+
+// SAFETY: the handle is closed once, by the thread it is sent to; nothing
+// else uses it after Drop gave it away.
+unsafe impl Send for Closing {}
 
 // SAFETY: librbd's image handle is thread-safe for the asynchronous I/O
 // calls, `rbd_poll_io_events` (a lock-free queue inside) and the
@@ -263,10 +272,49 @@ unsafe impl Send for Image {}
 unsafe impl Sync for Image {}
 
 impl Drop for Image {
+    /// Close the image, waiting at most one `io_timeout_ms`: with the
+    /// cluster gone, `rbd_close` waits for librados (releasing the
+    /// exclusive lock, dropping the watch) for several op timeouts. Past
+    /// the bound it is left to finish on its thread, which keeps the I/O
+    /// context and cluster alive until it does; the process may exit
+    /// before.
     fn drop(&mut self) {
-        // SAFETY: ptr came from rbd_open; the driver drops an image only
-        // when no I/O of it is in flight (or leaks it: see the driver).
-        unsafe { ffi::rbd_close(self.ptr) };
+        let closing = Closing(self.ptr);
+        let close = move |c: Closing| {
+            // SAFETY: ptr came from rbd_open and is closed once, here; the
+            // driver drops an image only when no I/O of it is in flight
+            // (or leaks it: see the driver).
+            unsafe { ffi::rbd_close(c.0) };
+        };
+        let bound = self.io.cluster.timeout_ms;
+        if bound == 0 {
+            close(closing);
+            return;
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let io = self.io.clone();
+        let spawned = std::thread::Builder::new()
+            .name("rbd-close".into())
+            .spawn(move || {
+                close(closing);
+                drop(io);
+                let _ = tx.send(());
+            });
+        if let Err(e) = spawned {
+            eprintln!(
+                "mqblk: rbd {}: cannot start the close thread ({e}); not closed",
+                self.name
+            );
+            return;
+        }
+        let bound = std::time::Duration::from_millis(u64::from(bound));
+        if rx.recv_timeout(bound).is_err() {
+            eprintln!(
+                "mqblk: rbd {}: closing the image did not finish within io_timeout_ms ({bound:?}); \
+                 it goes on in the background (is the cluster down?)",
+                self.name
+            );
+        }
     }
 }
 
@@ -313,7 +361,11 @@ impl Image {
                 r,
             ));
         }
-        Ok(Image { ptr, _io: io })
+        Ok(Image {
+            ptr,
+            io,
+            name: format!("{}/{}", t.pool, t.image),
+        })
     }
 
     /// Flush librbd's cache (synchronous; control plane).
