@@ -256,6 +256,15 @@ struct BenchArgs {
     #[arg(long = "verify_fatal", alias = "verify-fatal", value_name = "0|1")]
     verify_fatal: Option<String>,
 
+    /// Which failed I/Os a job goes on past: none (default: a job stops at
+    /// its first I/O error, as fio's), read, write, io, verify or all.
+    #[arg(
+        long = "continue_on_error",
+        alias = "continue-on-error",
+        value_name = "none|read|write|io|verify|all"
+    )]
+    continue_on_error: Option<String>,
+
     /// Bytes each job transfers before it ends (fio's io_size; default: --size).
     #[arg(long = "io_size", alias = "io_limit", value_name = "BYTES")]
     io_size: Option<String>,
@@ -588,6 +597,11 @@ impl BenchArgs {
             ("verify", "verify", &self.verify),
             ("do_verify", "do_verify", &self.do_verify),
             ("verify_fatal", "verify_fatal", &self.verify_fatal),
+            (
+                "continue_on_error",
+                "continue_on_error",
+                &self.continue_on_error,
+            ),
             ("io_size", "io_size", &self.io_size),
             ("number_ios", "number_ios", &self.number_ios),
             ("fsync", "fsync", &self.fsync),
@@ -709,7 +723,7 @@ fn bench_command(args: &BenchArgs) -> Result<()> {
         out.write_all(report::starting(&jobs).as_bytes())?;
         out.flush()?;
     }
-    let run = bench::engine::run(prepared, &status, &stop)?;
+    let (run, teardown) = bench::engine::run(prepared, &status, &stop)?;
     let interrupted = match signal.load(Ordering::Relaxed) {
         0 => None,
         sig => {
@@ -725,22 +739,66 @@ fn bench_command(args: &BenchArgs) -> Result<()> {
         }
     }
     out.flush()?;
-    if let Some(sig) = interrupted {
-        drop(out);
-        std::process::exit(128 + sig as i32);
-    }
+    drop(out);
+    let outcome = bench_outcome(&run);
 
+    // Report first, then close. After an error or a signal the devices get
+    // CLOSE_BOUND: a backend that died may never let go, and the process
+    // exit returns what it holds.
+    drop(_control);
+    let ended_badly = interrupted.is_some() || outcome.is_err();
+    let open = teardown.close(ended_badly.then_some(CLOSE_BOUND));
+    let code = match (interrupted, &outcome) {
+        (Some(sig), _) => Some(128 + sig as i32),
+        (None, Err(_)) if !open.is_empty() => Some(1),
+        _ => None,
+    };
+    if !open.is_empty() {
+        eprintln!(
+            "mqblk: {} did not close within {CLOSE_BOUND:?} (its backend does not answer); \
+             exiting without waiting",
+            open.join(", ")
+        );
+    }
+    if let Some(code) = code {
+        if let Err(e) = &outcome {
+            eprintln!("mqblk: error: {e:#}");
+        }
+        let _ = std::io::stderr().flush();
+        if open.is_empty() {
+            std::process::exit(code);
+        }
+        // Threads of a backend that never answered still run: skip the
+        // exit handlers (a C library's destructors would race them).
+        // SAFETY: _exit ends the process at once; stdout and stderr were
+        // flushed above, and nothing else needs a destructor to run.
+        unsafe { libc::_exit(code) };
+    }
+    outcome
+}
+
+/// How long the devices may take to close after a run that ended on an
+/// error or a signal.
+const CLOSE_BOUND: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The run's verdict: an error naming the failed I/Os or the mismatches.
+fn bench_outcome(run: &bench::result::RunResult) -> Result<()> {
     let failed: Vec<String> = run
         .jobs
         .iter()
         .filter(|j| j.first_error.is_some() || j.read.errors + j.write.errors > 0)
         .map(|j| {
             format!(
-                "{} (job {}): {} errors, first: {}",
+                "{} (job {}): {} errors, first: {}{}",
                 j.name,
                 j.index,
-                j.read.errors + j.write.errors,
-                j.first_error.as_deref().unwrap_or("unknown")
+                j.read.errors + j.write.errors + j.trim.errors,
+                j.first_error.as_deref().unwrap_or("unknown"),
+                if j.stopped_at.is_some() {
+                    " (the job stopped there: continue_on_error=none)"
+                } else {
+                    ""
+                }
             )
         })
         .collect();

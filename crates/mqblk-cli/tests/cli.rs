@@ -284,12 +284,14 @@ fn bench_prints_fio_text() {
 /// Fault injection: every 1000th request fails. A bio that failed once and
 /// is resubmitted in place (as the bench does) starts clean, so the error
 /// rate the bench reports is the injected one, 0.1%, within 1% of it.
+/// `continue_on_error=read` keeps the job going past them.
 #[test]
 fn injected_error_rate_is_what_the_bench_reports() {
     let o = mqblk(&[
         "bench",
         "--device",
         "null,size=1G,hw_queues=1,error_interval=1000,error_probability=100",
+        "--continue_on_error=read",
         "--rw=randread",
         "--bs=4k",
         "--iodepth=1",
@@ -307,4 +309,60 @@ fn injected_error_rate_is_what_the_bench_reports() {
         (rate - 0.001).abs() <= 0.001 * 0.01 + 1.0 / ios,
         "error rate {rate} ({errors} of {ios}), injected 0.001"
     );
+}
+
+/// fio's default, continue_on_error=none: a job stops at its first I/O
+/// error, names it (direction, length, offset, error) and exits non-zero.
+/// `continue_on_error=write` does not cover a read.
+#[test]
+fn a_job_stops_at_its_first_io_error_unless_told_to_go_on() {
+    for extra in [None, Some("--continue_on_error=write")] {
+        let mut args = vec![
+            "bench",
+            "--device",
+            "null,size=1G,hw_queues=1,error_interval=1000,error_probability=100",
+            "--rw=randread",
+            "--bs=4k",
+            "--iodepth=1",
+            "--size=400M",
+            "--output-format=json",
+        ];
+        args.extend(extra);
+        let o = mqblk(&args);
+        let (out, err) = (stdout(&o), stderr(&o));
+        assert_eq!(o.status.code(), Some(1), "{extra:?}: {err}");
+        let v: serde_json::Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let job = &v["jobs"][0];
+        // The 1000th request fails; the job issues nothing after it.
+        assert_eq!(job["read"]["total_ios"], 1000, "{extra:?}: {job}");
+        assert_eq!(job["read"]["errors"], 1, "{extra:?}");
+        let stopped = job["stopped_at"].as_str().unwrap_or_default();
+        assert!(
+            stopped.starts_with("read of 4096 bytes at offset ") && stopped.contains(" on nullb0"),
+            "{extra:?}: {stopped}"
+        );
+        assert!(
+            err.contains("the job stops (continue_on_error=none"),
+            "{err}"
+        );
+        assert!(err.contains("read of 4096 bytes at offset"), "{err}");
+    }
+    // `all` goes on to the end.
+    let o = mqblk(&[
+        "bench",
+        "--device",
+        "null,size=1G,hw_queues=1,error_interval=1000,error_probability=100",
+        "--continue_on_error=all",
+        "--rw=randread",
+        "--bs=4k",
+        "--iodepth=1",
+        "--size=40M",
+        "--output-format=json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["jobs"][0]["read"]["total_ios"], 10240);
+    assert_eq!(v["jobs"][0]["read"]["errors"], 10);
+    assert!(v["jobs"][0]["stopped_at"].is_null());
+    assert_eq!(o.status.code(), Some(1), "errors still fail the run");
 }

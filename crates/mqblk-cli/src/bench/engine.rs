@@ -10,6 +10,7 @@
 //! stamps ([`super::sample`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Barrier, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,6 +22,7 @@ use super::job::JobSpec;
 use super::pattern::{Offsets, Rng};
 use super::result::{DeviceAlignment, DirResult, JobResult, LayerResult, RunResult};
 use super::sample::{Recorded, Recorder};
+use super::teardown::Teardown;
 use super::verify::{Hook, NoVerify, Verifier};
 use crate::alloc_count;
 use crate::open::open_error;
@@ -35,13 +37,24 @@ const ARENA_NOTE_PREFIX: &str = "fixed_bufs=";
 /// Stopped by a signal: drain, but skip the verify phase.
 const PHASE_ABORT: u8 = 3;
 
+/// Longest a job waits for a completion before it looks at the phase
+/// again: a job whose device does not answer still sees a stop in time.
+const STOP_CHECK: Duration = Duration::from_millis(100);
+/// After a signal, how long the supervisor waits for the jobs' figures
+/// before it reports without those still blocked in their device (the
+/// run must end within 2 s of the signal, report first).
+const STOP_GRACE: Duration = Duration::from_millis(1500);
+
+/// What a job thread hands the supervisor, once: its figures, or why it
+/// could not run.
+type JobMsg = (usize, Result<(JobResult, mqblk::DiskStats, Recorded)>);
+
 /// State shared by the supervisor and the job threads.
 struct Shared {
     phase: AtomicU8,
     measuring: AtomicUsize,
     finished: AtomicUsize,
     start: Barrier,
-    end: Barrier,
     /// Jobs that have opened their context: each opens in job order, so
     /// the hardware queue a job lands on (contexts go round-robin over the
     /// queues) is the same from run to run, as is who shares it.
@@ -82,6 +95,8 @@ struct Measured {
     sys_ns: u64,
     stats: mqblk::DiskStats,
     first_error: Option<String>,
+    /// The I/O error that stopped the job (continue_on_error=).
+    stopped_at: Option<String>,
 }
 
 /// Open the devices of every job section, with the bench's overrides added.
@@ -300,13 +315,19 @@ impl Prepared {
 
 /// Run all prepared jobs (numjobs expanded) concurrently and measure them.
 /// Setting `stop` (a signal) ends the run as the runtime would: the jobs
-/// stop issuing, drain what is in flight, and their results are returned;
-/// the verify phase is skipped.
+/// stop issuing and hand over their figures, and the verify phase is
+/// skipped. A job blocked in a device that does not answer is reported
+/// without its figures after [`STOP_GRACE`]; it keeps its bios (and so the
+/// memory its device may still write) until it ends or the process exits.
+///
+/// The devices stay open, and the job threads that are still draining
+/// stay running, in the returned [`Teardown`]: the caller reports first,
+/// then closes them with a bound.
 pub fn run(
     prepared: Prepared,
     status: &super::status::StatusOptions,
     stop: &AtomicBool,
-) -> Result<RunResult> {
+) -> Result<(RunResult, Teardown)> {
     let alignment = prepared.alignment();
     let Prepared {
         mut plan,
@@ -319,13 +340,22 @@ pub fn run(
         groups.push((start, plan.split_off(start), verifiers.split_off(start)));
     }
     let mut total: Option<RunResult> = None;
+    let mut teardown = Teardown::default();
     for (group, (base, plan, verifiers)) in groups.into_iter().rev().enumerate() {
-        // A signal ends the run after the group it stopped; the first
-        // group always runs, so that there is a report.
-        if stop.load(Relaxed) && total.is_some() {
+        // A signal or a failed job ends the run after the group it
+        // stopped; the first group always runs, so that there is a report.
+        if (stop.load(Relaxed) || total.as_ref().is_some_and(failed)) && total.is_some() {
             break;
         }
-        let mut r = run_group(base, plan, verifiers, alignment.clone(), status, stop)?;
+        let mut r = run_group(
+            base,
+            plan,
+            verifiers,
+            alignment.clone(),
+            status,
+            stop,
+            &mut teardown,
+        )?;
         for j in &mut r.jobs {
             j.group = group;
         }
@@ -339,11 +369,24 @@ pub fn run(
                 a.stats.add(&b.stats);
                 a.cpu_ns += b.cpu_ns;
                 a.interrupted |= b.interrupted;
+                a.unfinished += b.unfinished;
                 t
             }
         });
+        // A later group waits for this one's devices to be quiet, as fio's
+        // stonewall does (a healthy device's jobs are done already).
+        if !stop.load(Relaxed) && !total.as_ref().is_some_and(failed) {
+            teardown.join_jobs();
+        }
     }
-    total.ok_or_else(|| anyhow::anyhow!("no jobs ran"))
+    let total = total.ok_or_else(|| anyhow::anyhow!("no jobs ran"))?;
+    Ok((total, teardown))
+}
+
+/// Whether a job of the run stopped at an I/O error: later stonewall
+/// groups do not run, as fio's do not after a job's error.
+fn failed(r: &RunResult) -> bool {
+    r.jobs.iter().any(|j| j.stopped_at.is_some())
 }
 
 /// Run one stonewall group's jobs (numjobs expanded) at once; `base` is
@@ -355,6 +398,7 @@ fn run_group(
     alignment: Vec<DeviceAlignment>,
     status: &super::status::StatusOptions,
     stop: &AtomicBool,
+    teardown: &mut Teardown,
 ) -> Result<RunResult> {
     let n = plan.len();
     let shared = Arc::new(Shared {
@@ -362,7 +406,6 @@ fn run_group(
         measuring: AtomicUsize::new(0),
         finished: AtomicUsize::new(0),
         start: Barrier::new(n + 1),
-        end: Barrier::new(n + 1),
         opened: Mutex::new(0),
         opened_cv: Condvar::new(),
         progress: super::status::Live::for_jobs(n),
@@ -370,17 +413,22 @@ fn run_group(
             .map(|_| CachePadded::new(super::counts::Counters::default()))
             .collect(),
     });
-    let mut handles = Vec::with_capacity(n);
+    let (tx, rx) = mpsc::channel::<JobMsg>();
     for (index, (job, dev)) in plan.iter().cloned().enumerate() {
         let verifier = verifiers[index].take();
         let shared = shared.clone();
+        let tx = tx.clone();
         let h = std::thread::Builder::new()
             .name(format!("{}.{}", job.name, base + index))
             .spawn(move || match verifier {
-                Some(v) => job_thread(base, index, job, dev, shared, v),
-                None => job_thread(base, index, job, dev, shared, NoVerify::default()),
+                Some(v) => job_thread(base, index, job, dev, shared, v, tx),
+                None => job_thread(base, index, job, dev, shared, NoVerify::default(), tx),
             })?;
-        handles.push(h);
+        teardown.handles.push(h);
+    }
+    drop(tx);
+    for (_, dev) in &plan {
+        teardown.keep(dev);
     }
     alloc_count::exclude_this_thread();
 
@@ -453,8 +501,8 @@ fn run_group(
     }
     if stop.load(Relaxed) {
         eprintln!(
-            "mqblk: stopping: draining the I/O in flight, then reporting (a second signal \
-             exits at once)"
+            "mqblk: stopping: reporting what ran; a device that does not answer gets {STOP_GRACE:?} \
+             (a second signal exits at once)"
         );
     }
     shared.phase.store(
@@ -465,12 +513,40 @@ fn run_group(
         },
         Relaxed,
     );
-    while shared.finished.load(Relaxed) < n {
-        std::thread::sleep(Duration::from_micros(200));
+    // Each job hands over its figures once: a job stopped by a signal or
+    // by an error before it drains, any other after its verify phase. A
+    // signal (now, or while waiting) gives the jobs STOP_GRACE.
+    let mut got: Vec<Option<_>> = (0..n).map(|_| None).collect();
+    let mut left = n;
+    let mut deadline = None;
+    let mut allocs_end = None;
+    while left > 0 {
+        if deadline.is_none() && stop.load(Relaxed) {
+            shared.phase.store(PHASE_ABORT, Relaxed);
+            deadline = Some(Instant::now() + STOP_GRACE);
+        }
+        if allocs_end.is_none() && shared.finished.load(Relaxed) == n {
+            allocs_end = Some(alloc_count::allocations());
+        }
+        let wait = deadline.map_or(Duration::from_millis(50), |d| {
+            d.saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(50))
+        });
+        match rx.recv_timeout(wait) {
+            Ok((i, r)) => {
+                got[i] = Some(r);
+                left -= 1;
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    break;
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
     }
-    let allocs_end = alloc_count::allocations();
+    let allocs_end = allocs_end.unwrap_or_else(alloc_count::allocations);
     status.finish();
-    shared.end.wait();
 
     let mut results = Vec::with_capacity(n);
     let mut layer = LayerResult {
@@ -482,10 +558,21 @@ fn run_group(
         ..LayerResult::default()
     };
     let mut recorded = Vec::with_capacity(n);
-    for h in handles {
-        let (r, stats, rec) = h
-            .join()
-            .map_err(|_| anyhow::anyhow!("a job thread panicked"))??;
+    for (index, r) in got.into_iter().enumerate() {
+        let (r, stats, rec) = match r {
+            Some(r) => r?,
+            None => {
+                // Blocked in its device past the grace: reported without
+                // its figures; its thread keeps its bios.
+                layer.unfinished += 1;
+                let (job, dev) = &plan[index];
+                (
+                    JobResult::unfinished(&job.name, base + index, dev.name(), STOP_GRACE),
+                    mqblk::DiskStats::default(),
+                    Recorded::default(),
+                )
+            }
+        };
         recorded.push(rec);
         layer.ios += r.read.ios + r.write.ios + r.trim.ios;
         layer.stats.add(&stats);
@@ -729,7 +816,8 @@ fn job_thread<V: Hook>(
     dev: Device,
     shared: Arc<Shared>,
     mut hook: V,
-) -> Result<(JobResult, mqblk::DiskStats, Recorded)> {
+    tx: Sender<JobMsg>,
+) {
     // Set up everything before the start barrier: the measured phase
     // allocates nothing.
     let setup = (|| -> Result<_> {
@@ -783,8 +871,8 @@ fn job_thread<V: Hook>(
         Err(e) => {
             shared.measuring.fetch_add(1, Relaxed);
             shared.finished.fetch_add(1, Relaxed);
-            shared.end.wait();
-            return Err(e);
+            let _ = tx.send((index, Err(e)));
+            return;
         }
     };
     if !job.startdelay.is_zero() {
@@ -820,11 +908,13 @@ fn job_thread<V: Hook>(
     // Data bios set aside while their slot carries a discard or a
     // write-zeroes, to be taken back by the next data I/O.
     let mut spare: Vec<Bio> = Vec::new();
-    let mut first_error: Option<mqblk::Status> = None;
+    let mut first_error: Option<FailedIo> = None;
+    // continue_on_error=: an error it does not name stops the job.
+    let keep_going = job.continue_on_error;
+    let mut failed = false;
     let paced = pace_ns.is_some();
     let variable = job.block_sizes != super::job::BlockSizes::Fixed;
     let fsync_every = job.fsync_every;
-    let mut first_error_at = 0u64;
     let mut issued_bytes = 0u64;
     let mut measuring = false;
     let mut t_start = 0u64;
@@ -837,7 +927,7 @@ fn job_thread<V: Hook>(
 
     loop {
         let phase = shared.phase.load(Relaxed);
-        if phase >= PHASE_STOP || hook.stopped() {
+        if phase >= PHASE_STOP || hook.stopped() || failed {
             break;
         }
         if !measuring && phase == PHASE_MEASURE {
@@ -912,9 +1002,13 @@ fn job_thread<V: Hook>(
         }
         // Reap; a finished bio is aimed at its next offset and resubmitted in
         // place (no copy), unless this job has issued all it should.
-        ctx.poll_wait(1, |mut c| {
+        let reaped = ctx.poll_wait_for(1, STOP_CHECK, |mut c| {
             if c.bio().op() == Op::Flush {
                 // fsync=N's flush: not an I/O of the mix.
+                if !c.status().is_ok() && !keep_going.write {
+                    failed = true;
+                    first_error.get_or_insert(FailedIo::of(&c));
+                }
                 return;
             }
             if fsync_every > 0 && c.bio().op() == Op::Write {
@@ -937,16 +1031,17 @@ fn job_thread<V: Hook>(
                 dir.bytes += c.bio().len_bytes();
             } else {
                 dir.errors += 1;
-                if first_error.is_none() {
-                    first_error = Some(c.status());
-                    first_error_at = c.bio().offset_bytes();
+                first_error.get_or_insert(FailedIo::of(&c));
+                if !keep_going.goes_on_after(c.bio().op()) {
+                    failed = true;
                 }
             }
             hook.complete(&c);
             if !thinktime.is_zero() {
                 std::thread::sleep(thinktime);
             }
-            if (issued_bytes < bytes_limit || !measuring) && !hook.stopped() && in_place {
+            if (issued_bytes < bytes_limit || !measuring) && !hook.stopped() && !failed && in_place
+            {
                 let (op, sector, len) = offsets.next();
                 let op = hook.retarget(op);
                 let bio = c.bio_mut();
@@ -958,6 +1053,28 @@ fn job_thread<V: Hook>(
                 free.push(c.into_bio());
             }
         });
+        if reaped == 0 && ctx.in_flight() > 0 {
+            // Nothing came back for STOP_CHECK: has the device held an I/O
+            // past its timeout (a backend that died)? That is the job's
+            // error now, though the bio comes back only when the driver
+            // lets go of its memory.
+            if let Some(o) = ctx.take_overdue() {
+                match o.op {
+                    Op::Read => read.errors += 1,
+                    Op::Discard => trim.errors += 1,
+                    _ => write.errors += 1,
+                }
+                first_error.get_or_insert(FailedIo {
+                    op: o.op,
+                    offset: o.offset_bytes,
+                    len: o.len_bytes,
+                    status: mqblk::Status::Timeout,
+                });
+                if !keep_going.goes_on_after(o.op) {
+                    failed = true;
+                }
+            }
+        }
         progress.publish(read.ios, write.ios, ctx.histograms());
         if logs {
             counters.publish(
@@ -979,8 +1096,56 @@ fn job_thread<V: Hook>(
     let t_end = mqblk::clock::now_ns();
     let cpu_end = mqblk::clock::thread_cpu_ns();
     let stats_end = ctx.stats();
+    if failed {
+        if let Some(e) = &first_error {
+            eprintln!(
+                "mqblk: job {}: {}; the job stops (continue_on_error=none: fio's default)",
+                job.name,
+                e.describe(dev.name())
+            );
+        }
+    }
     shared.finished.fetch_add(1, Relaxed);
-    // Drain without counting.
+    let mut m = Measured {
+        read,
+        write,
+        trim,
+        runtime_ns: t_end.saturating_sub(t_start),
+        usr_ns: cpu_end.0.saturating_sub(cpu_start.0),
+        sys_ns: cpu_end.1.saturating_sub(cpu_start.1),
+        stats: stats_end.since(&stats_start),
+        first_error: first_error.map(|e| e.describe(dev.name())),
+        stopped_at: None,
+    };
+    if failed {
+        m.stopped_at = m.first_error.clone();
+    }
+    // Stopped by a signal or an error: the figures go to the supervisor
+    // now, before the drain, which waits for a device that may not answer.
+    // The bios stay in this thread until they come back.
+    if failed || shared.phase.load(Relaxed) == PHASE_ABORT {
+        let r = finish_job(base, index, &job, &dev, &ctx, &mut hook, m, rec);
+        let _ = tx.send((index, Ok(r)));
+        drain(&mut ctx, &mut hook, &mut free);
+        return;
+    }
+    drain(&mut ctx, &mut hook, &mut free);
+    // Every slot holds a data bio again, for the verify phase.
+    free.retain(|b| b.op().has_data());
+    free.append(&mut spare);
+    if job.end_fsync {
+        if let Err(e) = ctx.flush() {
+            eprintln!("mqblk: job {}: end_fsync: {e}", job.name);
+        }
+    }
+    // fio's verify phase: read back what was written (not measured).
+    hook.verify_phase(&mut ctx, &mut free);
+    let r = finish_job(base, index, &job, &dev, &ctx, &mut hook, m, rec);
+    let _ = tx.send((index, Ok(r)));
+}
+
+/// Wait for every bio in flight, without counting it.
+fn drain<V: Hook>(ctx: &mut mqblk::Context, hook: &mut V, free: &mut Vec<Bio>) {
     while ctx.in_flight() > 0 || ctx.ready() > 0 {
         ctx.poll_wait(1, |c| {
             if c.bio().op() == Op::Flush {
@@ -990,33 +1155,58 @@ fn job_thread<V: Hook>(
             free.push(c.into_bio())
         });
     }
-    // Every slot holds a data bio again, for the verify phase.
-    free.retain(|b| b.op().has_data());
-    free.append(&mut spare);
-    if job.end_fsync {
-        if let Err(e) = ctx.flush() {
-            eprintln!("mqblk: job {}: end_fsync: {e}", job.name);
+}
+
+/// The I/O a job saw fail first.
+struct FailedIo {
+    op: Op,
+    offset: u64,
+    len: u64,
+    status: mqblk::Status,
+}
+
+impl FailedIo {
+    fn of(c: &mqblk::Completion<'_>) -> FailedIo {
+        FailedIo {
+            op: c.bio().op(),
+            offset: c.bio().offset_bytes(),
+            len: c.bio().len_bytes(),
+            status: c.status(),
         }
     }
-    // fio's verify phase: read back what was written (not measured);
-    // skipped when a signal stopped the run.
-    if shared.phase.load(Relaxed) != PHASE_ABORT {
-        hook.verify_phase(&mut ctx, &mut free);
-    }
-    shared.end.wait();
 
-    let stats = stats_end.since(&stats_start);
-    let m = Measured {
-        read,
-        write,
-        trim,
-        runtime_ns: t_end.saturating_sub(t_start),
-        usr_ns: cpu_end.0.saturating_sub(cpu_start.0),
-        sys_ns: cpu_end.1.saturating_sub(cpu_start.1),
-        stats,
-        first_error: first_error
-            .map(|s| format!("{s} at offset {first_error_at} on {}", dev.name())),
-    };
+    /// As fio says it: the direction, the length, the offset, the error.
+    fn describe(&self, device: &str) -> String {
+        let what = match self.op {
+            Op::Read => "read",
+            Op::Write => "write",
+            Op::Flush => "flush",
+            Op::Discard => "trim",
+            Op::WriteZeroes => "write-zeroes",
+        };
+        if self.op == Op::Flush {
+            format!("{what} on {device} failed: {}", self.status)
+        } else {
+            format!(
+                "{what} of {} bytes at offset {} on {device} failed: {}",
+                self.len, self.offset, self.status
+            )
+        }
+    }
+}
+
+/// A job's figures, as the report takes them.
+#[allow(clippy::too_many_arguments)]
+fn finish_job<V: Hook>(
+    base: usize,
+    index: usize,
+    job: &JobSpec,
+    dev: &Device,
+    ctx: &mqblk::Context,
+    hook: &mut V,
+    m: Measured,
+    rec: Option<Recorder>,
+) -> (JobResult, mqblk::DiskStats, Recorded) {
     let mut recorded = rec.map(Recorder::finish).unwrap_or_default();
     // The job's own stamps, when it took them (lat = slat + clat for each
     // I/O, as fio's); otherwise the layer's histograms, which start when a
@@ -1026,7 +1216,7 @@ fn job_thread<V: Hook>(
         Some(s) => (s.clat, Some(s.slat), Some(s.lat)),
         None => (ctx.histograms().clone(), None, None),
     };
-    Ok((
+    (
         JobResult {
             name: job.name.clone(),
             index: base + index,
@@ -1043,11 +1233,12 @@ fn job_thread<V: Hook>(
             usr_ns: m.usr_ns,
             sys_ns: m.sys_ns,
             first_error: m.first_error,
+            stopped_at: m.stopped_at,
             verify: hook.result(),
         },
         m.stats,
         recorded,
-    ))
+    )
 }
 
 #[cfg(test)]
@@ -1062,7 +1253,6 @@ mod tests {
             measuring: AtomicUsize::new(0),
             finished: AtomicUsize::new(0),
             start: Barrier::new(1),
-            end: Barrier::new(1),
             opened: Mutex::new(0),
             opened_cv: Condvar::new(),
             progress: super::super::status::Live::for_jobs(n),

@@ -111,6 +111,51 @@ impl VerifyKind {
     }
 }
 
+/// fio's `continue_on_error=`: which failed I/Os a job goes on past. By
+/// default (`none`) a job stops at its first I/O error, as fio's does: it
+/// issues nothing more, waits for what is in flight, and reports the I/O
+/// that failed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ContinueOnError {
+    /// Go on past a failed read.
+    pub read: bool,
+    /// Go on past a failed write, trim, write-zeroes or flush (fio counts
+    /// them all as writes).
+    pub write: bool,
+    /// Go on past a verify mismatch, even with `verify_fatal=1`.
+    pub verify: bool,
+}
+
+impl ContinueOnError {
+    /// Parse fio's values: none, read, write, io, verify, all, and 0 and 1
+    /// (fio's older boolean form: none and all).
+    pub fn parse(s: &str) -> Option<ContinueOnError> {
+        let (read, write, verify) = match s {
+            "none" | "0" => (false, false, false),
+            "read" => (true, false, false),
+            "write" => (false, true, false),
+            "io" => (true, true, false),
+            "verify" => (false, false, true),
+            "all" | "1" => (true, true, true),
+            _ => return None,
+        };
+        Some(ContinueOnError {
+            read,
+            write,
+            verify,
+        })
+    }
+
+    /// Whether a job goes on after `op` failed.
+    pub fn goes_on_after(self, op: mqblk::Op) -> bool {
+        if op == mqblk::Op::Read {
+            self.read
+        } else {
+            self.write
+        }
+    }
+}
+
 /// fio's `random_distribution=`: how random offsets are drawn.
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 #[allow(clippy::large_enum_variant)]
@@ -334,6 +379,8 @@ pub struct JobSpec {
     pub do_verify: bool,
     /// `verify_fatal=` (default 0): stop the job at the first mismatch.
     pub verify_fatal: bool,
+    /// `continue_on_error=` (default none: stop at the first I/O error).
+    pub continue_on_error: ContinueOnError,
     /// `trim_percentage=N`: N% of a verify job's writes are discards.
     pub trim_percentage: u8,
     /// `trim_verify_zero=1`: a discarded block must read as zeros (default
@@ -448,6 +495,7 @@ impl Default for JobSpec {
             verify: None,
             do_verify: true,
             verify_fatal: false,
+            continue_on_error: ContinueOnError::default(),
             trim_percentage: 0,
             trim_verify_zero: false,
             write_zeroes_percentage: 0,

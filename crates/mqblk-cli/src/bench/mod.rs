@@ -28,6 +28,8 @@
 //! - [`log`]: fio's bandwidth, IOPS and latency logs, and the files of
 //!   the histogram log.
 //! - [`report`]: fio's text and JSON output, plus the layer's own figures.
+//! - [`teardown`]: after the report, the job threads end and the devices
+//!   close, within a bound when the run ended on an error or a signal.
 
 // Pipeline order; one group per stage so that rustfmt keeps the order.
 pub mod options;
@@ -55,3 +57,5 @@ pub mod result;
 pub mod log;
 
 pub mod report;
+
+pub mod teardown;

@@ -422,6 +422,11 @@ pub fn json(specs: &[JobSpec], run: &RunResult) -> Value {
             if let Some(e) = &job.first_error {
                 v["error_message"] = json!(e);
             }
+            if let Some(e) = &job.stopped_at {
+                // continue_on_error= did not name it: nothing was issued
+                // after it.
+                v["stopped_at"] = json!(e);
+            }
             v["verify_errors"] = json!(verify_errors(job));
             if let Some(r) = &job.verify {
                 v["verify"] = json!({
@@ -811,6 +816,7 @@ mod tests {
             usr_ns: 2_900_000_000,
             sys_ns: 10_000_000,
             first_error: None,
+            stopped_at: None,
             verify: None,
         };
         let run = RunResult {

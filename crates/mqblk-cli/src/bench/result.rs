@@ -51,8 +51,40 @@ pub struct JobResult {
     pub sys_ns: u64,
     /// First error message, if any.
     pub first_error: Option<String>,
+    /// The failed I/O that stopped the job (`continue_on_error=` did not
+    /// name it): the job issued nothing after it.
+    pub stopped_at: Option<String>,
     /// What `verify=` found, if it was on.
     pub verify: Option<super::verify::VerifyResult>,
+}
+
+impl JobResult {
+    /// A job that did not hand over its figures within `grace` of a
+    /// signal: its device held it.
+    pub fn unfinished(name: &str, index: usize, device: &str, grace: std::time::Duration) -> Self {
+        JobResult {
+            name: name.to_string(),
+            index,
+            group: 0,
+            device: device.to_string(),
+            read: DirResult::default(),
+            write: DirResult::default(),
+            trim: DirResult::default(),
+            clat: Histograms::default(),
+            clat_valid: false,
+            slat: None,
+            lat: None,
+            runtime_ns: 0,
+            usr_ns: 0,
+            sys_ns: 0,
+            first_error: Some(format!(
+                "still waiting for {device} {grace:?} after the signal: reported without its \
+                 figures"
+            )),
+            stopped_at: None,
+            verify: None,
+        }
+    }
 }
 
 /// The layer's own figures for the whole run (the `mqblk` JSON object).
@@ -75,6 +107,9 @@ pub struct LayerResult {
     pub alignment: Vec<DeviceAlignment>,
     /// A signal stopped the run before its end: the figures are partial.
     pub interrupted: bool,
+    /// Jobs still blocked in their device when the run was reported (after
+    /// a signal): reported without figures.
+    pub unfinished: usize,
 }
 
 /// What a device asks of offsets, lengths and buffer addresses.

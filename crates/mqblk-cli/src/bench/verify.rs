@@ -893,7 +893,9 @@ pub fn for_job(plan: &[(JobSpec, Device)], index: usize) -> anyhow::Result<Optio
         index as u16,
         seed,
         job.do_verify,
-        job.verify_fatal,
+        // continue_on_error=verify (or all) goes on past a mismatch, as
+        // fio's does even with verify_fatal=1.
+        job.verify_fatal && !job.continue_on_error.verify,
         read_only,
     );
     Ok(Some(v.with_mix(

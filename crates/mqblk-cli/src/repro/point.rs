@@ -112,8 +112,9 @@ impl Runner {
         let prepared =
             engine::prepare(jobs).with_context(|| format!("point {label}: opening its devices"))?;
         let stop = AtomicBool::new(false);
-        let run = engine::run(prepared, &StatusOptions::quiet(), &stop)
+        let (run, teardown) = engine::run(prepared, &StatusOptions::quiet(), &stop)
             .with_context(|| format!("point {label}: running"))?;
+        teardown.close(None);
         if let Some(e) = run.jobs.iter().find_map(|j| j.first_error.as_ref()) {
             anyhow::bail!("point {label}: I/O error: {e}");
         }

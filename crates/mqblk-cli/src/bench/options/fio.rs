@@ -119,10 +119,9 @@ pub const NOTED_KEYS: &[(&str, &str)] = &[
     ("buffer_pattern", "write data is mqblk's own"),
     ("buffer_compress_percentage", "write data is mqblk's own"),
     (
-        "continue_on_error",
-        "errors are counted and the job goes on",
+        "ignore_error",
+        "mqblk goes on past the errors continue_on_error= names, whatever their errno",
     ),
-    ("ignore_error", "errors are counted and the job goes on"),
     ("error_dump", "the first error is reported"),
     ("verify_dump", "mismatches are reported"),
     ("verify_async", "verification runs in the job thread"),

@@ -10,7 +10,7 @@ use mqblk::queue::QueueMode;
 use mqblk::spec::parse_size;
 
 use crate::bench::hist::COARSENESS_MAX;
-use crate::bench::job::{BlockSizes, Distribution, RwMode, VerifyKind};
+use crate::bench::job::{BlockSizes, ContinueOnError, Distribution, RwMode, VerifyKind};
 
 use super::fio::FIO_ENGINE_HINT;
 use super::layer::JobOptions;
@@ -217,6 +217,17 @@ pub const TABLE: &[Entry] = &[
         "verify_fatal",
         "1 or 0 (default 0: 1 stops the job at the first mismatch)",
         |o, v| put(&mut o.verify_fatal, v.bool()),
+    ),
+    key(
+        "continue_on_error",
+        "none, read, write, io, verify or all (default none: a job stops at its first I/O \
+         error)",
+        |o, v| {
+            put(
+                &mut o.continue_on_error,
+                ContinueOnError::parse(v.text).ok_or_else(|| v.bad()),
+            )
+        },
     ),
     key(
         "trim_percentage",

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::bench::job::{BlockSizes, Distribution, JobSpec, RwMode, VerifyKind};
+use crate::bench::job::{BlockSizes, ContinueOnError, Distribution, JobSpec, RwMode, VerifyKind};
 
 use super::values::JOBS_MAX;
 
@@ -71,6 +71,8 @@ job_options! {
     do_verify: bool,
     /// `verify_fatal=`.
     verify_fatal: bool,
+    /// `continue_on_error=`.
+    continue_on_error: ContinueOnError,
     /// `trim_percentage=`.
     trim_percentage: u8,
     /// `trim_verify_zero=`.
@@ -197,6 +199,7 @@ impl JobOptions {
             verify: self.verify.unwrap_or(d.verify),
             do_verify: self.do_verify.unwrap_or(d.do_verify),
             verify_fatal: self.verify_fatal.unwrap_or(d.verify_fatal),
+            continue_on_error: self.continue_on_error.unwrap_or(d.continue_on_error),
             trim_percentage: self.trim_percentage.unwrap_or(d.trim_percentage),
             trim_verify_zero: self.trim_verify_zero.unwrap_or(d.trim_verify_zero),
             write_zeroes_percentage: self
