@@ -69,9 +69,21 @@ pub struct ServeArgs {
     #[arg(long = "tls-key", value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
 
-    /// TLS policy (default: on with a certificate, off without).
+    /// TLS policy (default: require with --tls-verify-peer, on with a
+    /// certificate, off without).
     #[arg(long, value_enum, value_name = "off|on|require")]
     pub tls: Option<TlsArg>,
+
+    /// Serve only clients whose TLS certificate a CA in FILE (PEM) signed,
+    /// as nbdkit's --tls-verify-peer does: a client with no certificate,
+    /// or one nobody in FILE signed, fails its TLS handshake. Implies
+    /// --tls=require.
+    #[arg(
+        long = "tls-verify-peer",
+        value_name = "CA_FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_verify_peer: Option<PathBuf>,
 
     /// Requests in flight per connection.
     #[arg(long = "max-requests", value_name = "N", default_value_t = DEFAULTS.max_requests)]
@@ -223,6 +235,30 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
     if args.stall_timeout == 0 {
         bail!("--stall-timeout 0: expected at least 1 second");
     }
+    let verify = args.tls_verify_peer.as_deref();
+    let tls_mode = match (args.tls, args.tls_cert.is_some()) {
+        (Some(TlsArg::Off), _) | (None, false) => TlsMode::Off,
+        (None, true) if verify.is_some() => TlsMode::Require,
+        (Some(TlsArg::On), _) | (None, true) => TlsMode::On,
+        (Some(TlsArg::Require), _) => TlsMode::Require,
+    };
+    if verify.is_some() && tls_mode != TlsMode::Require {
+        bail!(
+            "--tls-verify-peer with --tls={}: a plaintext client would be served with no \
+             certificate at all; use --tls=require (the default with --tls-verify-peer)",
+            if tls_mode == TlsMode::On { "on" } else { "off" }
+        );
+    }
+    if tls_mode != TlsMode::Off && args.tls_cert.is_none() {
+        bail!(
+            "--tls={} needs --tls-cert and --tls-key",
+            if tls_mode == TlsMode::On {
+                "on"
+            } else {
+                "require"
+            }
+        );
+    }
     let mut exports = Vec::with_capacity(devices.len());
     let mut opened = Vec::with_capacity(devices.len());
     for (i, spec) in devices.iter().enumerate() {
@@ -254,27 +290,12 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         e.description = format!("mqblk {spec}");
         exports.push(e);
     }
-    let tls_mode = match (args.tls, args.tls_cert.is_some()) {
-        (Some(TlsArg::Off), _) | (None, false) => TlsMode::Off,
-        (Some(TlsArg::On), _) | (None, true) => TlsMode::On,
-        (Some(TlsArg::Require), _) => TlsMode::Require,
-    };
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(c), Some(k)) => {
-            Some(mqblk_nbd::tls::server_config(c, k).map_err(anyhow::Error::msg)?)
+            Some(mqblk_nbd::tls::server_config(c, k, verify).map_err(anyhow::Error::msg)?)
         }
         _ => None,
     };
-    if tls_mode != TlsMode::Off && tls.is_none() {
-        bail!(
-            "--tls={} needs --tls-cert and --tls-key",
-            if tls_mode == TlsMode::On {
-                "on"
-            } else {
-                "require"
-            }
-        );
-    }
     let limits = ConnLimits {
         max_requests: args.max_requests,
         max_bytes: args.max_mib << 20,

@@ -721,7 +721,9 @@ impl<'s> Loop<'s> {
             }
         }
         if let Err(end) = result {
-            conn.fail(end, self.sh);
+            if let Some(line) = conn.fail(end, self.sh) {
+                self.log.line(now, format_args!("{line}"));
+            }
         }
         if conn.more {
             conn.dirty = true;
