@@ -69,47 +69,76 @@ pub struct ServeArgs {
     #[arg(long = "tls-key", value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
 
-    /// TLS policy (default: on with a certificate, off without).
+    /// TLS policy (default: require with --tls-verify-peer, on with a
+    /// certificate, off without).
     #[arg(long, value_enum, value_name = "off|on|require")]
     pub tls: Option<TlsArg>,
 
+    /// Serve only clients whose TLS certificate a CA in FILE (PEM) signed,
+    /// as nbdkit's --tls-verify-peer does: a client with no certificate,
+    /// or one nobody in FILE signed, fails its TLS handshake. Implies
+    /// --tls=require.
+    #[arg(
+        long = "tls-verify-peer",
+        value_name = "CA_FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_verify_peer: Option<PathBuf>,
+
     /// Requests in flight per connection.
-    #[arg(long = "max-requests", value_name = "N", default_value_t = 128)]
+    #[arg(long = "max-requests", value_name = "N", default_value_t = DEFAULTS.max_requests)]
     pub max_requests: u32,
 
     /// Buffer memory per connection, in MiB (at least 32: one maximum
     /// request).
-    #[arg(long = "max-mib", value_name = "MIB", default_value_t = 64)]
+    #[arg(long = "max-mib", value_name = "MIB", default_value_t = DEFAULTS.max_bytes >> 20)]
     pub max_mib: u64,
 
     /// Seconds a client may stall mid-message (or not read replies)
     /// before it is disconnected.
-    #[arg(long = "stall-timeout", value_name = "SECONDS", default_value_t = 30)]
+    #[arg(
+        long = "stall-timeout",
+        value_name = "SECONDS",
+        default_value_t = DEFAULTS.stall_timeout.as_secs()
+    )]
     pub stall_timeout: u64,
 
     /// Connections served at once; more are refused with a message.
-    #[arg(long = "max-connections", value_name = "N", default_value_t = 1024)]
+    #[arg(
+        long = "max-connections",
+        value_name = "N",
+        default_value_t = DEFAULTS.max_connections
+    )]
     pub max_connections: usize,
 
-    /// Connections served at once from one IP address.
+    /// Connections served at once from one IP address (one /64 for
+    /// IPv6); more are refused with a message. Below --max-connections by
+    /// default, so that one address cannot take every slot.
     #[arg(
         long = "max-connections-per-peer",
         value_name = "N",
-        default_value_t = 1024
+        default_value_t = DEFAULTS.max_per_peer
     )]
     pub max_per_peer: usize,
 
-    /// Milliseconds a client has to finish negotiating.
+    /// Milliseconds a client has to finish negotiating (TLS included).
     #[arg(
         long = "handshake-timeout-ms",
         value_name = "MS",
-        default_value_t = 10_000
+        default_value_t = DEFAULTS.handshake_timeout.as_millis() as u64
     )]
     pub handshake_timeout_ms: u64,
 
-    /// Milliseconds a connection may idle (nothing in flight) before it is
-    /// closed; 0 keeps idle connections (the default, as nbdkit does).
-    #[arg(long = "idle-timeout-ms", value_name = "MS", default_value_t = 0)]
+    /// Milliseconds a connection may idle (nothing in flight, nothing
+    /// asked or answered) before it is closed and its memory freed. 0
+    /// keeps idle connections: use it for clients that idle for long and
+    /// do not reconnect (a kernel nbd-client mount without -persist, qemu
+    /// without reconnect-delay).
+    #[arg(
+        long = "idle-timeout-ms",
+        value_name = "MS",
+        default_value_t = DEFAULTS.idle_timeout.map_or(0, |d| d.as_millis() as u64)
+    )]
     pub idle_timeout_ms: u64,
 
     /// I/O threads, each an event loop over its share of the connections
@@ -122,6 +151,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SOCKET")]
     pub control: Option<std::path::PathBuf>,
 }
+
+/// The server's own defaults, which the options' defaults are.
+const DEFAULTS: ConnLimits = ConnLimits::DEFAULT;
 
 /// Check a `--listen` address: `HOST:PORT` with a port of 0 to 65535
 /// (`[::1]:PORT` for IPv6).
@@ -203,6 +235,30 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
     if args.stall_timeout == 0 {
         bail!("--stall-timeout 0: expected at least 1 second");
     }
+    let verify = args.tls_verify_peer.as_deref();
+    let tls_mode = match (args.tls, args.tls_cert.is_some()) {
+        (Some(TlsArg::Off), _) | (None, false) => TlsMode::Off,
+        (None, true) if verify.is_some() => TlsMode::Require,
+        (Some(TlsArg::On), _) | (None, true) => TlsMode::On,
+        (Some(TlsArg::Require), _) => TlsMode::Require,
+    };
+    if verify.is_some() && tls_mode != TlsMode::Require {
+        bail!(
+            "--tls-verify-peer with --tls={}: a plaintext client would be served with no \
+             certificate at all; use --tls=require (the default with --tls-verify-peer)",
+            if tls_mode == TlsMode::On { "on" } else { "off" }
+        );
+    }
+    if tls_mode != TlsMode::Off && args.tls_cert.is_none() {
+        bail!(
+            "--tls={} needs --tls-cert and --tls-key",
+            if tls_mode == TlsMode::On {
+                "on"
+            } else {
+                "require"
+            }
+        );
+    }
     let mut exports = Vec::with_capacity(devices.len());
     let mut opened = Vec::with_capacity(devices.len());
     for (i, spec) in devices.iter().enumerate() {
@@ -234,27 +290,12 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         e.description = format!("mqblk {spec}");
         exports.push(e);
     }
-    let tls_mode = match (args.tls, args.tls_cert.is_some()) {
-        (Some(TlsArg::Off), _) | (None, false) => TlsMode::Off,
-        (Some(TlsArg::On), _) | (None, true) => TlsMode::On,
-        (Some(TlsArg::Require), _) => TlsMode::Require,
-    };
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(c), Some(k)) => {
-            Some(mqblk_nbd::tls::server_config(c, k).map_err(anyhow::Error::msg)?)
+            Some(mqblk_nbd::tls::server_config(c, k, verify).map_err(anyhow::Error::msg)?)
         }
         _ => None,
     };
-    if tls_mode != TlsMode::Off && tls.is_none() {
-        bail!(
-            "--tls={} needs --tls-cert and --tls-key",
-            if tls_mode == TlsMode::On {
-                "on"
-            } else {
-                "require"
-            }
-        );
-    }
     let limits = ConnLimits {
         max_requests: args.max_requests,
         max_bytes: args.max_mib << 20,

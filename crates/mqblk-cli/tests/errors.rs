@@ -174,6 +174,10 @@ const TABLE: &[(&[&str], &str)] = &[
         "mqblk: error: --max-mib 8: expected at least 32, so that one request of up to 32 MiB fits in a connection's buffers",
     ),
     (
+        &["serve", "--socket", "d/s", "--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-verify-peer", "ca.pem", "--tls=on", "ram,size=1M"],
+        "mqblk: error: --tls-verify-peer with --tls=on: a plaintext client would be served with no certificate at all; use --tls=require (the default with --tls-verify-peer)",
+    ),
+    (
         &["serve", "--socket", "d/s", "--max-connections=0", "ram,size=1M"],
         "mqblk: error: --max-connections 0: expected at least 1 connection at once",
     ),

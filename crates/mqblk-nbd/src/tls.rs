@@ -1,6 +1,7 @@
 //! TLS through rustls (TLS 1.2 and 1.3, the ring provider): the server's
-//! certificate chain and key from PEM files (clients are not asked for
-//! certificates), and the client's CA and optional certificate from a
+//! certificate chain and key from PEM files, and optionally the CA whose
+//! signature every client certificate must carry (nbdkit's
+//! `--tls-verify-peer`); the client's CA and optional certificate from a
 //! directory laid out as libnbd's `tls-certificates`.
 
 use std::path::Path;
@@ -10,8 +11,15 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// Build the server's TLS configuration from a PEM certificate chain and a
-/// PEM private key (PKCS#8, PKCS#1 or SEC1).
-pub fn server_config(cert_pem: &Path, key_pem: &Path) -> Result<Arc<rustls::ServerConfig>, String> {
+/// PEM private key (PKCS#8, PKCS#1 or SEC1). With `client_ca` (a PEM file
+/// of one or more CA certificates), a client must present a certificate
+/// that one of them signed, or its TLS handshake fails; without it,
+/// clients are not asked for a certificate.
+pub fn server_config(
+    cert_pem: &Path,
+    key_pem: &Path,
+    client_ca: Option<&Path>,
+) -> Result<Arc<rustls::ServerConfig>, String> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert_pem)
         .map_err(|e| format!("{}: {e}", cert_pem.display()))?
         .collect::<Result<_, _>>()
@@ -25,13 +33,39 @@ pub fn server_config(cert_pem: &Path, key_pem: &Path) -> Result<Arc<rustls::Serv
     let key =
         PrivateKeyDer::from_pem_file(key_pem).map_err(|e| format!("{}: {e}", key_pem.display()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let cfg = rustls::ServerConfig::builder_with_provider(provider)
+    let b = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_no_client_auth()
+        .map_err(|e| e.to_string())?;
+    let b = match client_ca {
+        None => b.with_no_client_auth(),
+        Some(ca) => {
+            let roots = read_roots(ca)?;
+            let verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
+                    .build()
+                    .map_err(|e| format!("{}: {e}", ca.display()))?;
+            b.with_client_cert_verifier(verifier)
+        }
+    };
+    let cfg = b
         .with_single_cert(certs, key)
         .map_err(|e| format!("certificate and key do not make a TLS configuration: {e}"))?;
     Ok(Arc::new(cfg))
+}
+
+/// The CA certificates of a PEM file (at least one).
+fn read_roots(path: &Path) -> Result<rustls::RootCertStore, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(path).map_err(|e| format!("{}: {e}", path.display()))? {
+        let c = c.map_err(|e| format!("{}: {e}", path.display()))?;
+        roots
+            .add(c)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if roots.is_empty() {
+        return Err(format!("{}: no certificate in the file", path.display()));
+    }
+    Ok(roots)
 }
 
 /// The client's TLS configuration, as libnbd's `tls-certificates=DIR`:
@@ -47,15 +81,7 @@ pub fn client_config(dir: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, St
                 .into(),
         );
     };
-    let ca = dir.join("ca-cert.pem");
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(&ca).map_err(|e| format!("{}: {e}", ca.display()))? {
-        let c = c.map_err(|e| format!("{}: {e}", ca.display()))?;
-        roots.add(c).map_err(|e| format!("{}: {e}", ca.display()))?;
-    }
-    if roots.is_empty() {
-        return Err(format!("{}: no certificate in the file", ca.display()));
-    }
+    let roots = read_roots(&dir.join("ca-cert.pem"))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let b = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

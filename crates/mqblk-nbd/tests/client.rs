@@ -223,8 +223,10 @@ fn a_dropped_connection_fails_in_flight_bios_and_never_hangs() {
             assert_eq!(c.status(), Status::IoError);
         });
     }
+    // No timeout is involved: the client sees the end of the stream as
+    // soon as the server dies, so 1 s is scheduling alone.
     assert!(
-        t.elapsed() < Duration::from_secs(20),
+        t.elapsed() < Duration::from_secs(1),
         "failing the in-flight bios took {:?}",
         t.elapsed()
     );

@@ -17,9 +17,15 @@ const READS: u64 = 6;
 const LEN: usize = 4096;
 const REPLY: usize = 16 + LEN;
 
+/// The device's time per request (`completion_nsec`).
+const SERVICE: Duration = Duration::from_secs(1);
+
 fn connect(srv: &TestServer) -> RawClient {
     let s = UnixStream::connect(&srv.socket).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    // The device answers one request a second: each reply comes within
+    // that of the one before, late only by scheduling (a second more).
+    s.set_read_timeout(Some(SERVICE + Duration::from_secs(1)))
+        .unwrap();
     RawClient::handshake(s, "", false)
 }
 
@@ -29,7 +35,10 @@ fn a_full_device_queue_does_not_hold_up_the_other_connections_of_its_thread() {
     let srv = TestServer::start_on_threads(
         vec![export(
             "",
-            "null,size=16M,completion=timer,completion_nsec=1000000000,queue_depth=1,hw_queues=1",
+            &format!(
+                "null,size=16M,completion=timer,completion_nsec={},queue_depth=1,hw_queues=1",
+                SERVICE.as_nanos()
+            ),
         )],
         1,
     );

@@ -4,8 +4,9 @@
 //! hanging, the connection stays usable (the late reply is drained, never
 //! written into the caller's buffer), and dropping the device returns.
 //!
-//! The bounds below only prove that nothing hangs: each is the timeout
-//! plus a generous grace, far below the server's delay.
+//! Each bound below is the timeout plus one second: the request ends by
+//! its deadline (late only by scheduling on a loaded machine), far before
+//! the server's delay would have ended it.
 
 mod common;
 
@@ -16,9 +17,9 @@ use mqblk::{Bio, Status};
 
 /// The requests' timeout in these tests.
 const TIMEOUT_MS: u64 = 500;
-/// What "returns in bounded time" allows on top of the timeout: far below
-/// the server's delay, far above any scheduling noise.
-const GRACE: Duration = Duration::from_secs(10);
+/// What a bound allows on top of the timeout: scheduling on a loaded
+/// 2-core machine, never a second timeout.
+const GRACE: Duration = Duration::from_secs(1);
 
 fn bound() -> Duration {
     Duration::from_millis(TIMEOUT_MS) + GRACE
@@ -127,7 +128,11 @@ fn a_write_the_server_holds_times_out_and_reads_still_work() {
     let err = ctx.write_at(&pattern(9, 4096), 0).unwrap_err();
     println!("write held by the server: {err} after {:?}", t.elapsed());
     assert_eq!(err.status(), Status::Timeout, "{err}");
-    assert!(t.elapsed() < bound());
+    assert!(
+        t.elapsed() < bound(),
+        "the timed-out write took {:?}",
+        t.elapsed()
+    );
     // Once the late reply has come and gone, the connection still reads;
     // the timed-out write did land in the end (Timeout means "unknown",
     // not "not done").

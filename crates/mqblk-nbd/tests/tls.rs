@@ -1,6 +1,8 @@
 //! TLS: nbdinfo connects with `nbds://` using a certificate chain the test
 //! makes (rcgen: a CA and a server certificate for localhost), and under
-//! `TlsMode::Require` plaintext clients are refused.
+//! `TlsMode::Require` plaintext clients are refused. With a client CA
+//! (`serve --tls-verify-peer`), only clients whose certificate that CA
+//! signed are served.
 
 mod common;
 
@@ -16,20 +18,64 @@ use rcgen::{
 
 const T: Duration = Duration::from_secs(60);
 
+/// A certificate authority made for a test.
+struct Ca {
+    key: KeyPair,
+    cert: rcgen::Certificate,
+}
+
+impl Ca {
+    fn new(name: &str) -> Ca {
+        let key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name.push(DnType::CommonName, name);
+        ca.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let cert = ca.self_signed(&key).unwrap();
+        Ca { key, cert }
+    }
+}
+
+/// The parameters of a client certificate.
+fn client_params(name: &str) -> CertificateParams {
+    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.distinguished_name.push(DnType::CommonName, name);
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    // qemu checks that a client certificate permits key encipherment.
+    p.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    p
+}
+
+/// Write a client certificate and its key into `dir` as libnbd and qemu
+/// look for them (client-cert.pem, client-key.pem): signed by `ca`, or
+/// self-signed.
+fn client_cert(dir: &std::path::Path, ca: Option<&Ca>) {
+    let key = KeyPair::generate().unwrap();
+    let p = client_params("mqblk test client");
+    let cert = match ca {
+        Some(ca) => p.signed_by(&key, &ca.cert, &ca.key).unwrap(),
+        None => p.self_signed(&key).unwrap(),
+    };
+    std::fs::write(dir.join("client-cert.pem"), cert.pem()).unwrap();
+    std::fs::write(dir.join("client-key.pem"), key.serialize_pem()).unwrap();
+}
+
 /// Write ca-cert.pem (for libnbd) and server cert/key files into `dir`.
 fn make_certs(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(DnType::CommonName, "mqblk test CA");
-    ca.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let (cert, key, _) = make_certs_and_ca(dir);
+    (cert, key)
+}
 
+/// The same, and the CA that signed them.
+fn make_certs_and_ca(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, Ca) {
+    let ca = Ca::new("mqblk test CA");
     let key = KeyPair::generate().unwrap();
     let mut p = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
     p.subject_alt_names
@@ -42,19 +88,19 @@ fn make_certs(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf)
         KeyUsagePurpose::DigitalSignature,
         KeyUsagePurpose::KeyEncipherment,
     ];
-    let cert = p.signed_by(&key, &ca_cert, &ca_key).unwrap();
+    let cert = p.signed_by(&key, &ca.cert, &ca.key).unwrap();
 
-    std::fs::write(dir.join("ca-cert.pem"), ca_cert.pem()).unwrap();
+    std::fs::write(dir.join("ca-cert.pem"), ca.cert.pem()).unwrap();
     let cert_path = dir.join("server-cert.pem");
     let key_path = dir.join("server-key.pem");
     std::fs::write(&cert_path, cert.pem()).unwrap();
     std::fs::write(&key_path, key.serialize_pem()).unwrap();
-    (cert_path, key_path)
+    (cert_path, key_path, ca)
 }
 
 fn tls_server(mode: TlsMode, dir: &TempDir) -> TestServer {
     let (cert, key) = make_certs(dir.path());
-    let cfg = mqblk_nbd::tls::server_config(&cert, &key).expect("TLS config");
+    let cfg = mqblk_nbd::tls::server_config(&cert, &key, None).expect("TLS config");
     TestServer::start_with(
         vec![export("secure", "ram,size=32M")],
         ConnLimits::default(),
@@ -225,4 +271,161 @@ fn the_client_driver_speaks_tls() {
     assert!(err.to_string().contains("TLS"), "{err}");
     let _ = kit.kill();
     let _ = kit.wait();
+}
+
+/// `--tls-verify-peer`: the server asks every client for a certificate and
+/// serves only those its CA signed. nbdinfo (GnuTLS), qemu-img (GnuTLS,
+/// through a `tls-creds-x509` object) and mqblk's own client (rustls) each
+/// present: a certificate the CA signed (served, data round-trips), a
+/// self-signed one, one another CA signed, and none (each refused).
+#[test]
+fn verify_peer_serves_only_client_certificates_the_ca_signed() {
+    require("nbdinfo");
+    require("qemu-img");
+    let dir = TempDir::new("tls-verify");
+    let (cert, key, ca) = make_certs_and_ca(dir.path());
+    let ca_file = dir.path().join("ca-cert.pem");
+    let cfg = mqblk_nbd::tls::server_config(&cert, &key, Some(&ca_file)).expect("TLS config");
+    let srv = TestServer::start_with(
+        vec![export("secure", "ram,size=32M")],
+        ConnLimits::default(),
+        TlsMode::Require,
+        Some(cfg),
+        true,
+    );
+    let port = srv.tcp.unwrap().port();
+    // Each client's certificate directory: its own certificate (if any),
+    // and in ca-cert.pem the CA that signed the server's certificate and
+    // the CA that signed the client's own: qemu refuses to present a
+    // certificate its own CA file does not vouch for. It refuses a
+    // self-signed one outright (it is not a CA), so only nbdinfo and
+    // mqblk present that. (GnuTLS, under nbdinfo and qemu, sends no
+    // certificate whose issuer is not among the CAs the server names;
+    // mqblk's client sends its certificate whatever the server names.)
+    let client_dir = |tag: &str, signer: Option<Option<&Ca>>| {
+        let d = TempDir::new(tag);
+        let mut cas = std::fs::read_to_string(&ca_file).unwrap();
+        if let Some(signer) = signer {
+            client_cert(d.path(), signer);
+            if let Some(ca) = signer {
+                cas.push_str(&ca.cert.pem());
+            }
+        }
+        std::fs::write(d.path().join("ca-cert.pem"), cas).unwrap();
+        d
+    };
+    let other = Ca::new("another CA");
+    let signed = client_dir("tls-signed", Some(Some(&ca)));
+    // (what, directory, whether qemu can present it)
+    let cases = [
+        ("self-signed", client_dir("tls-self", Some(None)), false),
+        (
+            "signed by another CA",
+            client_dir("tls-other-ca", Some(Some(&other))),
+            true,
+        ),
+        ("no certificate", client_dir("tls-none", None), true),
+    ];
+    let uri = |d: &TempDir| {
+        format!(
+            "nbds://localhost:{port}/secure?tls-certificates={}",
+            d.path().display()
+        )
+    };
+    let qemu_img = |d: &TempDir| {
+        run_timeout(
+            Command::new("qemu-img")
+                .arg("info")
+                .arg("--object")
+                .arg(format!(
+                    "tls-creds-x509,id=tls0,endpoint=client,dir={}",
+                    d.path().display()
+                ))
+                .arg("--image-opts")
+                .arg(format!(
+                    "driver=nbd,host=localhost,port={port},export=secure,tls-creds=tls0"
+                )),
+            T,
+        )
+    };
+
+    // Signed by the CA: served, by each client.
+    let out = run_ok(Command::new("nbdinfo").arg("--json").arg(uri(&signed)), T);
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["TLS"], true, "{out}");
+    assert_eq!(j["exports"][0]["export-size"], 32u64 << 20);
+    let q = qemu_img(&signed);
+    assert!(
+        q.status.success(),
+        "qemu-img with a signed certificate: {}",
+        String::from_utf8_lossy(&q.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&q.stdout).contains("33554432"),
+        "{}",
+        String::from_utf8_lossy(&q.stdout)
+    );
+    let dev = mqblk::open(&uri(&signed)).expect("a signed certificate is served");
+    let mut ctx = dev.context().unwrap();
+    let data = pattern(21, 1 << 20);
+    ctx.write_at(&data, 1 << 20).unwrap();
+    let mut back = vec![0u8; data.len()];
+    ctx.read_at(&mut back, 1 << 20).unwrap();
+    assert!(back == data, "data round trip with a verified client");
+    drop(ctx);
+    drop(dev);
+
+    // Anything else: refused, by each client.
+    let dropped = |srv: &TestServer| {
+        srv.server
+            .stats()
+            .dropped
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    for (what, d, qemu) in &cases {
+        let before = dropped(&srv);
+        let o = run_timeout(Command::new("nbdinfo").arg(uri(d)), T);
+        assert!(
+            !o.status.success(),
+            "nbdinfo with {what} was served: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+        println!(
+            "nbdinfo with {what}: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        );
+        if *qemu {
+            let q = qemu_img(d);
+            assert!(
+                !q.status.success(),
+                "qemu-img with {what} was served: {}",
+                String::from_utf8_lossy(&q.stdout)
+            );
+            println!(
+                "qemu-img with {what}: {}",
+                String::from_utf8_lossy(&q.stderr).trim()
+            );
+        }
+        let err = mqblk::open(&uri(d)).expect_err(what);
+        println!("mqblk with {what}: {err}");
+        assert!(
+            err.to_string()
+                .contains("the server refused this client's TLS certificate"),
+            "{what}: {err}"
+        );
+        // Each client reached the server, and was dropped there.
+        let clients = 2 + u64::from(*qemu);
+        assert_eq!(
+            dropped(&srv) - before,
+            clients,
+            "{what}: the server dropped {} connections, not {clients}",
+            dropped(&srv) - before
+        );
+    }
+    // Plaintext is refused too (--tls-verify-peer implies require).
+    let plain = run_timeout(
+        Command::new("nbdinfo").arg(format!("nbd://localhost:{port}/secure")),
+        T,
+    );
+    assert!(!plain.status.success(), "plaintext was served");
 }

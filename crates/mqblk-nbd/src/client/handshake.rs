@@ -37,8 +37,37 @@ pub struct Negotiated {
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
 fn read_exact<S: Read>(s: &mut S, buf: &mut [u8]) -> Result<(), String> {
-    s.read_exact(buf)
-        .map_err(|e| format!("reading from the server: {e}"))
+    s.read_exact(buf).map_err(|e| {
+        certificate_refused(&e).unwrap_or_else(|| format!("reading from the server: {e}"))
+    })
+}
+
+/// What to tell the user when the server's TLS alert in `e` says it
+/// refused this client's certificate (or its lack of one).
+fn certificate_refused(e: &std::io::Error) -> Option<String> {
+    use rustls::AlertDescription as A;
+    let Some(rustls::Error::AlertReceived(alert)) = e.get_ref()?.downcast_ref::<rustls::Error>()
+    else {
+        return None;
+    };
+    matches!(
+        alert,
+        A::BadCertificate
+            | A::UnsupportedCertificate
+            | A::CertificateRevoked
+            | A::CertificateExpired
+            | A::CertificateUnknown
+            | A::UnknownCA
+            | A::CertificateRequired
+            | A::AccessDenied
+    )
+    .then(|| {
+        format!(
+            "the server refused this client's TLS certificate (alert {alert:?}): it serves \
+             only clients with a certificate its CA signed, read from client-cert.pem and \
+             client-key.pem in tls-certificates=DIR"
+        )
+    })
 }
 
 fn read_reply<S: Read>(s: &mut S, want_opt: u32) -> Result<(OptionReplyHeader, Vec<u8>), String> {
@@ -129,8 +158,9 @@ pub fn connect_negotiate(url: &NbdUrl) -> Result<(ClientTx, Negotiated), String>
         .map_err(|e| format!("TLS server name {:?}: {e}", tls.hostname))?;
     let mut conn = rustls::ClientConnection::new(cfg, name).map_err(|e| format!("TLS: {e}"))?;
     while conn.is_handshaking() {
-        conn.complete_io(&mut s)
-            .map_err(|e| format!("TLS handshake: {e}"))?;
+        conn.complete_io(&mut s).map_err(|e| {
+            certificate_refused(&e).unwrap_or_else(|| format!("TLS handshake: {e}"))
+        })?;
     }
     let n = options(
         &mut rustls::Stream::new(&mut conn, &mut s),

@@ -459,24 +459,30 @@ impl<'s> Loop<'s> {
                 lim.max_connections
             ));
         }
-        if let Some(ip) = peer {
+        if let Some(ip) = peer.map(peer_key) {
             let n = a.per_peer.get(&ip).copied().unwrap_or(0);
             if n >= lim.max_per_peer {
+                let who = match ip {
+                    IpAddr::V6(_) => format!("{ip}/64"),
+                    IpAddr::V4(_) => ip.to_string(),
+                };
                 return Some(format!(
-                    "{ip} already has its limit of {} connections (--max-connections-per-peer)",
+                    "{who} already has its limit of {} connections (--max-connections-per-peer)",
                     lim.max_per_peer
                 ));
             }
             a.per_peer.insert(ip, n + 1);
         }
         a.total += 1;
+        self.sh.stats.open.fetch_add(1, Ordering::Relaxed);
         None
     }
 
     fn release(&self, peer: Option<IpAddr>, admission: &Mutex<Admission>) {
         let mut a = admission.lock().unwrap_or_else(|p| p.into_inner());
         a.total -= 1;
-        if let Some(ip) = peer {
+        self.sh.stats.open.fetch_sub(1, Ordering::Relaxed);
+        if let Some(ip) = peer.map(peer_key) {
             if let Some(n) = a.per_peer.get_mut(&ip) {
                 *n -= 1;
                 if *n == 0 {
@@ -715,7 +721,9 @@ impl<'s> Loop<'s> {
             }
         }
         if let Err(end) = result {
-            conn.fail(end, self.sh);
+            if let Some(line) = conn.fail(end, self.sh) {
+                self.log.line(now, format_args!("{line}"));
+            }
         }
         if conn.more {
             conn.dirty = true;
@@ -791,9 +799,40 @@ impl<'s> Loop<'s> {
     }
 }
 
+/// The peer a connection is counted against: its IPv4 address (an
+/// IPv4-mapped IPv6 one included), or the /64 network of its IPv6 address,
+/// since one host commonly holds a whole /64.
+fn peer_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(
+                u128::from(v6) & !((1u128 << 64) - 1),
+            )),
+        },
+    }
+}
+
 /// Refused connections answered at once per thread.
 const REFUSING_MAX: usize = 64;
 /// Rounds of connections and contexts per wake-up before sleeping: the
 /// loop goes back to epoll (with a zero timeout if work remains), so new
 /// connections and deadlines are never starved.
 const SETTLE_ROUNDS_MAX: u32 = 64;
+
+#[cfg(test)]
+mod tests {
+    use super::peer_key;
+    use std::net::IpAddr;
+
+    #[test]
+    fn peers_are_ipv4_addresses_or_ipv6_slash_64s() {
+        let k = |s: &str| peer_key(s.parse::<IpAddr>().unwrap()).to_string();
+        assert_eq!(k("127.0.0.2"), "127.0.0.2");
+        assert_eq!(k("::ffff:127.0.0.2"), "127.0.0.2");
+        assert_eq!(k("2001:db8:1:2:3:4:5:6"), "2001:db8:1:2::");
+        assert_eq!(k("2001:db8:1:2:ffff::1"), "2001:db8:1:2::");
+        assert_ne!(k("2001:db8:1:3::1"), k("2001:db8:1:2::1"));
+    }
+}

@@ -32,28 +32,45 @@ pub struct ConnLimits {
     /// nbdkit 1.32 has none).
     pub handshake_timeout: Duration,
     /// A connection in transmission with nothing in flight, nothing
-    /// queued and no partial message for this long is disconnected.
-    /// `None` (the default, as in nbdkit and qemu-nbd) keeps idle clients:
-    /// a virtual machine's disk may idle for hours.
+    /// queued and no partial message for this long (since its last
+    /// request or reply) is disconnected, and everything it held is
+    /// freed. On by default (5 minutes), so that clients
+    /// which connect and then say nothing cannot hold the server's slots
+    /// for ever; `None` keeps idle clients (a virtual machine's disk, or
+    /// the kernel's `nbd-client` without `-persist`, may idle for hours
+    /// and does not reconnect).
     pub idle_timeout: Option<Duration>,
     /// Connections served at once; more are answered with a refusal and
     /// closed.
     pub max_connections: usize,
-    /// Connections served at once from one IP address (TCP only).
+    /// Connections served at once from one IP address (TCP only). Below
+    /// `max_connections` by default (an eighth of it), so that one address
+    /// cannot take every slot.
     pub max_per_peer: usize,
+}
+
+impl ConnLimits {
+    /// The defaults (also `mqblk serve`'s): no client can exhaust them.
+    /// Idle connections go after 5 minutes, and one address holds at most
+    /// an eighth of the slots.
+    pub const DEFAULT: ConnLimits = ConnLimits {
+        max_requests: 128,
+        max_bytes: 64 << 20,
+        stall_timeout: Duration::from_secs(30),
+        handshake_timeout: Duration::from_secs(10),
+        // 5 minutes: Linux's NFS server closes idle TCP connections after
+        // about 6.
+        idle_timeout: Some(Duration::from_secs(300)),
+        max_connections: 1024,
+        // Enough for a host with 8 virtual machines of 16 connections
+        // each, and 8 such hosts to fill the server.
+        max_per_peer: 128,
+    };
 }
 
 impl Default for ConnLimits {
     fn default() -> Self {
-        ConnLimits {
-            max_requests: 128,
-            max_bytes: 64 << 20,
-            stall_timeout: Duration::from_secs(30),
-            handshake_timeout: Duration::from_secs(10),
-            idle_timeout: None,
-            max_connections: 1024,
-            max_per_peer: 1024,
-        }
+        ConnLimits::DEFAULT
     }
 }
 
@@ -76,6 +93,9 @@ pub(crate) struct Shared {
 pub struct ServerStats {
     /// Connections accepted.
     pub connections: AtomicU64,
+    /// Connections served now: counted in when admitted, out when closed
+    /// and everything they held is freed.
+    pub open: AtomicU64,
     /// Connections refused because `max_connections` (or the peer's
     /// `max_per_peer`) were open.
     pub refused: AtomicU64,

@@ -399,3 +399,88 @@ impl Drop for Nbdkit {
         self.kill();
     }
 }
+
+/// A TCP connection to `to` from the loopback address `from` (any of
+/// 127.0.0.0/8 is this machine), so that a test can be several peers.
+pub fn connect_from(from: std::net::Ipv4Addr, to: std::net::SocketAddr) -> std::net::TcpStream {
+    use rustix::net::{AddressFamily, SocketType};
+    let fd = rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).expect("socket");
+    rustix::net::bind(&fd, &std::net::SocketAddrV4::new(from, 0)).expect("bind the source address");
+    rustix::net::connect(&fd, &to).expect("connect");
+    std::net::TcpStream::from(fd)
+}
+
+/// Raise the soft limit of open files to `n` (or the hard limit, if
+/// lower): a test that holds many client sockets and the in-process
+/// server's side of each needs more than the usual 1,024.
+pub fn raise_fd_limit(n: u64) {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the live struct we pass.
+    let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
+    assert_eq!(got, 0, "getrlimit");
+    if r.rlim_cur < n && r.rlim_max > r.rlim_cur {
+        r.rlim_cur = r.rlim_max.min(n);
+        // SAFETY: setrlimit reads the live struct we pass.
+        let set = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) };
+        assert_eq!(set, 0, "setrlimit");
+    }
+    assert!(
+        r.rlim_cur >= n,
+        "open files are limited to {} (hard limit {}), the test needs {n}",
+        r.rlim_cur,
+        r.rlim_max
+    );
+}
+
+/// How a negotiation with `OPT_GO` ended.
+#[derive(Debug)]
+pub enum Go {
+    /// In transmission.
+    Served,
+    /// Refused, with the server's message.
+    Refused(u32, String),
+    /// The server closed without an answer.
+    Closed,
+}
+
+/// Greeting, flags, `OPT_GO` for the default export: whether the server
+/// serves this connection.
+pub fn go<S: Read + Write>(s: &mut S) -> Go {
+    use mqblk_nbd_proto::consts::{opt, rep};
+    use mqblk_nbd_proto::handshake::{encode_option, OptionReplyHeader};
+    let mut g = [0u8; 18];
+    if s.read_exact(&mut g).is_err() {
+        return Go::Closed;
+    }
+    s.write_all(&3u32.to_be_bytes()).unwrap();
+    let mut d = Vec::new();
+    mqblk_nbd_proto::InfoRequest {
+        name: "",
+        requests: vec![],
+    }
+    .encode(&mut d);
+    let mut v = Vec::new();
+    encode_option(opt::GO, &d, &mut v);
+    if s.write_all(&v).is_err() {
+        return Go::Closed;
+    }
+    loop {
+        let mut h = [0u8; 20];
+        if s.read_exact(&mut h).is_err() {
+            return Go::Closed;
+        }
+        let h = OptionReplyHeader::decode(&h).unwrap();
+        let mut d = vec![0u8; h.len as usize];
+        if s.read_exact(&mut d).is_err() {
+            return Go::Closed;
+        }
+        match h.reply_type {
+            rep::ACK => return Go::Served,
+            rep::INFO => {}
+            t => return Go::Refused(t, String::from_utf8_lossy(&d).into_owned()),
+        }
+    }
+}

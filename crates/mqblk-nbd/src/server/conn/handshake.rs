@@ -101,7 +101,7 @@ impl Conn<'_> {
             match conn.read_tls(&mut rd) {
                 Ok(_) => {
                     conn.process_new_packets()
-                        .map_err(|e| End::Dropped(format!("TLS handshake failed: {e}")))?;
+                        .map_err(|e| End::Io(io::Error::new(io::ErrorKind::InvalidData, e)))?;
                 }
                 Err(e) => return Err(End::Dropped(format!("TLS: {e}"))),
             }

@@ -61,6 +61,17 @@ use out::OutQueue;
 use state::{Closing, Phase};
 use wire::Wire;
 
+/// The TLS error inside `e`, if it says the client's certificate was
+/// missing or not signed by the CA the server trusts.
+fn refused_certificate(e: &std::io::Error) -> Option<&rustls::Error> {
+    let tls = e.get_ref()?.downcast_ref::<rustls::Error>()?;
+    matches!(
+        tls,
+        rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
+    )
+    .then_some(tls)
+}
+
 /// An accepted socket, before it is a connection.
 pub(crate) struct Limbo {
     pub(crate) sock: Socket,
@@ -233,8 +244,11 @@ impl<'s> Conn<'s> {
         self.hs_out = Vec::new();
     }
 
-    /// The connection failed: count it, and close it.
-    pub(crate) fn fail(&mut self, end: End, sh: &Shared) {
+    /// The connection failed: count it, and close it. Returns the line
+    /// to log (the event loop logs it, at its rate) when the failure is
+    /// one an operator wants to see: a client certificate refused.
+    pub(crate) fn fail(&mut self, end: End, sh: &Shared) -> Option<String> {
+        let mut line = None;
         match end {
             End::Closed => {}
             End::Dropped(why) => {
@@ -245,12 +259,18 @@ impl<'s> Conn<'s> {
             }
             End::Io(e) => {
                 sh.stats.dropped.fetch_add(1, Ordering::Relaxed);
-                if std::env::var_os("MQBLK_NBD_DEBUG").is_some() {
+                if let Some(why) = refused_certificate(&e) {
+                    line = Some(format!(
+                        "refused {}: its TLS client certificate: {why}",
+                        self.who()
+                    ));
+                } else if std::env::var_os("MQBLK_NBD_DEBUG").is_some() {
                     eprintln!("mqblk serve: connection failed: {e}");
                 }
             }
         }
         self.abort();
+        line
     }
 
     /// The server is stopping: finish what is in flight, then close.

@@ -262,6 +262,11 @@ impl Conn<'_> {
             while let Some(o) = self.out.pop_written() {
                 self.drop_out(o);
             }
+            if self.out.is_empty() {
+                // Idle time counts from the last reply too: a request that
+                // took long does not leave its client idle on its answer.
+                self.last_active = now;
+            }
         }
         let tls_out = if self.writable {
             match self.wire.push_tls() {
