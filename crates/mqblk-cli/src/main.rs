@@ -779,7 +779,7 @@ fn bench_command(args: &BenchArgs) -> Result<()> {
 
 /// How long the devices may take to close after a run that ended on an
 /// error or a signal.
-const CLOSE_BOUND: std::time::Duration = std::time::Duration::from_secs(1);
+const CLOSE_BOUND: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The run's verdict: an error naming the failed I/Os or the mismatches.
 fn bench_outcome(run: &bench::result::RunResult) -> Result<()> {

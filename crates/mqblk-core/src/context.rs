@@ -267,8 +267,9 @@ impl Context {
     /// since the last call: the driver cannot give back its memory yet (a
     /// backend that does not answer), so the bio has not completed, but a
     /// caller that would rather stop than wait can stop now. The bio comes
-    /// back, with a status, when the driver lets go. Control plane: takes
-    /// the hardware queue's lock; call it when a wait came back empty.
+    /// back, with a status, when the driver lets go. One relaxed load when
+    /// there is none; the hardware queue's lock when there is.
+    #[inline]
     pub fn take_overdue(&self) -> Option<crate::request::Overdue> {
         self.dev.hw_queues[self.st.hwq as usize].take_overdue()
     }

@@ -23,6 +23,9 @@ use crate::sw_queue::SwQueue;
 use crate::sync::Notify;
 use crate::tag::Tags;
 
+/// Longest time between two timeout scans of a hardware queue.
+const SCAN_MAX_MS: u64 = 250;
+
 /// One hardware queue.
 pub(crate) struct HwQueue {
     /// Contexts mapped to this queue (control plane writes, waiters read).
@@ -35,6 +38,9 @@ pub(crate) struct HwQueue {
     pub(crate) tags: Arc<Tags>,
     /// The driver's interrupt line ([`crate::driver::Driver::irq_fd`]).
     pub(crate) irq_fd: Option<std::os::fd::RawFd>,
+    /// Set when the timeout scan finds a request its driver holds past
+    /// its deadline ([`HwInner::overdue`]): read without the lock.
+    has_overdue: std::sync::atomic::AtomicBool,
     inner: CachePadded<Mutex<HwInner>>,
 }
 
@@ -83,6 +89,7 @@ impl HwQueue {
             async_writes: std::sync::atomic::AtomicU32::new(0),
             notify,
             irq_fd: ops.irq_fd(),
+            has_overdue: std::sync::atomic::AtomicBool::new(false),
             inner: CachePadded::new(Mutex::new(HwInner {
                 index,
                 ops,
@@ -122,8 +129,15 @@ impl HwQueue {
 
     /// The first request found past its timeout that the driver still
     /// holds, if one was found since the last call (control plane).
+    #[inline]
     pub(crate) fn take_overdue(&self) -> Option<crate::request::Overdue> {
-        self.lock().overdue.take()
+        use std::sync::atomic::Ordering::Relaxed;
+        if !self.has_overdue.load(Relaxed) {
+            return None;
+        }
+        let mut inner = self.lock();
+        self.has_overdue.store(false, Relaxed);
+        inner.overdue.take()
     }
 
     /// Reap the driver into `done`; then dispatch again what waits (the
@@ -144,6 +158,10 @@ impl HwQueue {
         }
         if timeout_ms > 0 {
             inner.check_timeouts(&self.tags, clock::coarse_ms(), done);
+            if inner.overdue.is_some() {
+                self.has_overdue
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
         }
         out
     }
@@ -352,7 +370,9 @@ impl HwInner {
         if self.timeout_ms == 0 || now_ms < self.next_scan_ms {
             return 0;
         }
-        self.next_scan_ms = now_ms + u64::from(self.timeout_ms / 4).max(1);
+        // A quarter of the timeout, and at most SCAN_MAX_MS: a request
+        // past its deadline is seen soon after.
+        self.next_scan_ms = now_ms + u64::from(self.timeout_ms / 4).clamp(1, SCAN_MAX_MS);
         // Requests the driver refused and that wait for another try: the
         // deadline bounds their whole life, so one past it ends here, with
         // no driver involved (it does not hold them).

@@ -136,9 +136,13 @@ impl Cluster {
         }
         if timeout_ms > 0 {
             // librados has no cancel: a request it holds is let go only
-            // when the OSD answers or this timeout fires. Keeping it at the
-            // layer's timeout bounds how long a timed-out request waits
-            // for its buffers (see the driver's module doc).
+            // when the OSD answers or this timeout fires. Just past the
+            // layer's timeout, it bounds how long a timed-out request waits
+            // for its buffers (see the driver's module doc), and the layer's
+            // timeout fires first: the request is overdue before librbd
+            // lets go of it (or of the writes its cache held back behind
+            // it, which it would then acknowledge), so a caller hears of it
+            // at the layer's timeout.
             let secs = timeout_secs(timeout_ms);
             c.set("rados_osd_op_timeout", &secs)?;
             c.set("rados_mon_op_timeout", &secs)?;
@@ -189,10 +193,10 @@ impl Cluster {
 }
 
 /// `rados_osd_op_timeout` and friends for a layer timeout: librados takes
-/// whole seconds. Rounded down, so librados lets go no later than the
-/// layer's timeout, and at least 1 s (at most 1 s past a shorter one).
+/// whole seconds. The whole seconds of the layer's timeout plus one: past
+/// the layer's timeout, and at most 1 s past it.
 pub(crate) fn timeout_secs(timeout_ms: u32) -> String {
-    (timeout_ms / 1000).max(1).to_string()
+    (timeout_ms / 1000 + 1).to_string()
 }
 
 /// A pool's I/O context (`rados_ioctx_t`).

@@ -1002,7 +1002,7 @@ fn job_thread<V: Hook>(
         }
         // Reap; a finished bio is aimed at its next offset and resubmitted in
         // place (no copy), unless this job has issued all it should.
-        let reaped = ctx.poll_wait_for(1, STOP_CHECK, |mut c| {
+        ctx.poll_wait_for(1, STOP_CHECK, |mut c| {
             if c.bio().op() == Op::Flush {
                 // fsync=N's flush: not an I/O of the mix.
                 if !c.status().is_ok() && !keep_going.write {
@@ -1053,11 +1053,11 @@ fn job_thread<V: Hook>(
                 free.push(c.into_bio());
             }
         });
-        if reaped == 0 && ctx.in_flight() > 0 {
-            // Nothing came back for STOP_CHECK: has the device held an I/O
-            // past its timeout (a backend that died)? That is the job's
-            // error now, though the bio comes back only when the driver
-            // lets go of its memory.
+        if ctx.in_flight() > 0 {
+            // Has the device held an I/O past its timeout (a backend that
+            // died)? That is the job's error now, though the bio comes back
+            // only when the driver lets go of its memory. (One load when
+            // none is.)
             if let Some(o) = ctx.take_overdue() {
                 match o.op {
                     Op::Read => read.errors += 1,
