@@ -4,7 +4,9 @@
 //!
 //! SIGINT or SIGTERM stops accepting, lets every connection finish its
 //! in-flight requests and send their replies, flushes every export, and
-//! exits 0.
+//! exits 0. A backend that does not answer gets [`STOP_GRACE`]: then the
+//! process exits (status 1) without waiting for it, which returns the
+//! memory it holds safely. A second signal exits at once.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -326,6 +328,9 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
     };
     let stop: Arc<AtomicBool> = server.shutdown_handle();
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // A second signal exits at once.
+        signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, stop.clone())
+            .context("installing the signal handler")?;
         // The flag first, then the byte that wakes the I/O threads to see it.
         signal_hook::flag::register(sig, stop.clone()).context("installing the signal handler")?;
         let wake = server.wake_fd().context("the server's wake socket")?;
@@ -346,6 +351,7 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         "mqblk serve: listening on {at}, exports: {}",
         names.join(", ")
     );
+    watch_stop()?;
     server.run()?;
     let st = server.stats();
     eprintln!(
@@ -355,5 +361,47 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         st.errors.load(Ordering::Relaxed),
         st.dropped.load(Ordering::Relaxed)
     );
+    Ok(())
+}
+
+/// After a stop signal, how long the connections' requests and the final
+/// flush may take before the process exits without them.
+const STOP_GRACE: Duration = Duration::from_millis(1500);
+
+/// At a stop signal, give the server [`STOP_GRACE`] to finish; past it,
+/// exit: a backend that died may hold requests for as long as its timeout
+/// (or for ever), and a stop must end the process within 2 s. Exiting
+/// returns the memory the backend holds; while the process lives, nothing
+/// it may still write is freed or reused. The watchdog sleeps on a socket
+/// the signal handler writes to.
+fn watch_stop() -> Result<()> {
+    let (mut rx, tx) = std::os::unix::net::UnixStream::pair().context("a socket pair")?;
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::low_level::pipe::register(sig, tx.try_clone()?)
+            .context("installing the signal handler")?;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("serve-stop".into())
+        .spawn(move || {
+            use std::io::Read as _;
+            let mut b = [0u8; 1];
+            if rx.read(&mut b).unwrap_or(0) == 0 {
+                return;
+            }
+            std::thread::sleep(STOP_GRACE);
+            eprintln!(
+                "mqblk serve: stopping: requests still held by a device {STOP_GRACE:?} after the \
+                 signal; exiting without waiting for them (their clients get no reply)"
+            );
+            use std::io::Write as _;
+            let _ = std::io::stderr().flush();
+            // SAFETY: _exit ends the process at once; the threads that
+            // wait on the device must not run exit handlers' destructors
+            // under them.
+            unsafe { libc::_exit(1) };
+        });
+    if let Err(e) = spawned {
+        eprintln!("mqblk serve: note: no stop watchdog ({e}): a stop waits for every device");
+    }
     Ok(())
 }

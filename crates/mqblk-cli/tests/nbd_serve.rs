@@ -145,6 +145,74 @@ fn serve_drains_in_flight_requests_and_exits_zero_on_sigterm() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Issue 26: a stop signal ends `serve` within 2 s, whatever its devices
+/// hold. Here a read waits on a device that completes nothing for 100 s,
+/// with no timeout: the server says so, and exits (status 1) without it.
+#[test]
+fn a_signal_ends_serve_within_2s_while_a_device_holds_a_request() {
+    const SIGNAL_BOUND: Duration = Duration::from_secs(2);
+    for sig in ["-INT", "-TERM"] {
+        let dir = std::env::temp_dir().join(format!("mqblk-serve-stuck-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("nbd.sock");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+            .args([
+                "serve",
+                "null,size=1G,completion=timer,completion_nsec=100000000000,io_timeout_ms=0",
+                "--socket",
+            ])
+            .arg(&sock)
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start mqblk serve");
+        mqblk_test_support::wait_for_path(&sock, "mqblk serve", None);
+        let mut c = UnixStream::connect(&sock).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        handshake(&mut c, "");
+        let r = Request {
+            flags: 0,
+            cmd: cmd::READ,
+            cookie: 7,
+            offset: 0,
+            len: 4096,
+        };
+        c.write_all(&r.encode()).unwrap();
+        // The read is with the device now.
+        std::thread::sleep(Duration::from_millis(300));
+        let t = Instant::now();
+        let st = Command::new("kill")
+            .args([sig, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "{sig}: mqblk serve never exited"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let took = t.elapsed();
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        eprintln!("{sig}: serve exited {status} {took:?} after the signal");
+        assert!(took < SIGNAL_BOUND, "{sig}: {took:?}: {err}");
+        assert_eq!(status.code(), Some(1), "{sig}: {err}");
+        assert!(err.contains("exiting without waiting"), "{sig}: {err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 #[test]
 fn serve_rejects_bad_command_lines() {
     let run = |args: &[&str]| {
