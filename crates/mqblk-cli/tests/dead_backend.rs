@@ -1,6 +1,10 @@
 //! A backend that dies under `mqblk bench`: an OSD of a throwaway Ceph
 //! cluster (scripts/micro-ceph) SIGKILLed under randread and randwrite,
-//! and an `mqblk serve` SIGKILLed under a verified randwrite over NBD.
+//! an `mqblk serve` SIGKILLed under a verified randwrite over NBD, and a
+//! FUSE server under a file device that stops answering its I/O (it still
+//! answers an interrupt: a FUSE server that is itself stopped, SIGSTOP,
+//! holds even the exit of a process that has its file open, in the
+//! kernel's FLUSH on close, so no process can end before it runs again).
 //!
 //! The bounds asserted are issue 26's, tied to the device's timeout:
 //! - the bench exits non-zero within `io_timeout_ms` + 2 s of the death,
@@ -15,6 +19,8 @@
 
 #[path = "../../mqblk-rbd/tests/common/mod.rs"]
 mod common;
+#[path = "../../mqblk-file/tests/hang_fuse/mod.rs"]
+mod hang_fuse;
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
@@ -231,4 +237,52 @@ fn a_verified_bench_over_nbd_ends_in_time_when_its_server_is_killed() {
         "{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Not a test: the FUSE server, when this test binary runs itself as it
+/// (see `hang_fuse::Mount::start`). Returns at once otherwise.
+#[test]
+fn fuse_server() {
+    hang_fuse::serve_if_helper();
+}
+
+#[test]
+fn a_bench_on_a_file_ends_in_time_when_its_fuse_server_stops_answering() {
+    // I/O in the second half of the file is never answered.
+    let m = match hang_fuse::Mount::start("bench", hang_fuse::SIZE / 2) {
+        Ok(m) => m,
+        Err(why) => {
+            // FUSE is a kernel module (fuse); CI has it, and runs as root.
+            mqblk_test_support::skip_unless_ci(&why);
+            return;
+        }
+    };
+    for engine in ["uring", "psync"] {
+        let spec = format!(
+            "file:{},engine={engine},direct=1,io_timeout_ms={TIMEOUT_MS}",
+            m.disk().display()
+        );
+        let started = Instant::now();
+        let b = bench(&[
+            "--device",
+            &spec,
+            "--rw=randread",
+            "--bs=4k",
+            "--iodepth=4",
+            "--runtime=60",
+            "--time_based",
+        ]);
+        let (code, out, err) = finish(b);
+        let took = started.elapsed();
+        eprintln!("{engine}: exit {code:?} {took:?} after the bench started");
+        assert_eq!(code, Some(1), "{engine}: {err}");
+        // Its first reads past the half hang at once: the bench exits
+        // within the timeout + 2 s of its start.
+        assert!(
+            took < EXIT_BOUND,
+            "{engine}: the bench exited {took:?} after it started: {err}"
+        );
+        assert!(out.contains("read of 4096 bytes at offset "), "{out}");
+        assert!(err.contains("timed out"), "{err}");
+    }
 }
