@@ -281,6 +281,10 @@ fn the_throttle_holds_bios_back_before_they_take_a_request() {
     let mut rest = order[3..].to_vec();
     rest.sort_unstable();
     assert_eq!(rest, vec![0, 2, 4]);
+    // Each was delivered once: nothing comes again.
+    let again = ctx.poll(|c| panic!("bio {} was delivered again", c.private()));
+    assert_eq!(again, 0);
+    assert_eq!(ctx.in_flight(), 0);
     // A flush is never throttled; blocking calls wait for held bios.
     ctx.flush().unwrap();
     ctx.write_at(&[1u8; 4096], 0).unwrap();

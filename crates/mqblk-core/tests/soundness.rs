@@ -306,10 +306,13 @@ fn a_throttled_bio_wakes_the_completion_fd_when_its_time_comes() {
     let mut ctx = dev.context().unwrap();
     let cfd = ctx.completion_fd().unwrap();
     for i in 0..3 {
-        ctx.submit(Bio::read_at(i * 4096, IoBuf::page_aligned(4096)))
-            .unwrap();
+        let mut bio = Bio::read_at(i * 4096, IoBuf::page_aligned(4096));
+        bio.private = i;
+        ctx.submit(bio).unwrap();
     }
     ctx.unplug();
+    // Deliveries per bio, by its `private` tag.
+    let mut delivered = [0u32; 3];
     let mut got = 0;
     while got < 3 {
         let mut pfd = libc::pollfd {
@@ -324,9 +327,14 @@ fn a_throttled_bio_wakes_the_completion_fd_when_its_time_comes() {
             "the completion fd stayed quiet with {} bios throttled",
             3 - got
         );
-        got += ctx.poll(|c| c.result().unwrap());
+        got += ctx.poll(|c| {
+            c.result().unwrap();
+            delivered[c.private() as usize] += 1;
+        });
     }
     assert_eq!(ctx.in_flight(), 0);
+    ctx.poll(|c| delivered[c.private() as usize] += 1);
+    assert_eq!(delivered, [1, 1, 1], "deliveries of each throttled bio");
 }
 
 /// A driver that completes only when polled, and only after its interrupt

@@ -2,11 +2,12 @@
 //! priorities, and a scheduler switched under load with nothing lost.
 //! (Rates and latencies are measured by scripts/qos-figures.sh, not here.)
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use mqblk::sched::{BfqParams, BfqType, DeadlineParams, KyberParams, KyberType, MqDeadlineType};
+use mqblk::stats::StatGroup;
 use mqblk::throttle::IoMaxLimits;
 use mqblk::{Error, IoPrio, IoPrioClass};
 
@@ -20,6 +21,49 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// How many times each bio was delivered, by its tag (the bio's `private`
+/// word, numbered from 0 as the bios are submitted). Counting a delivery
+/// for a tag never given out fails at once.
+struct Tally(Vec<u32>);
+
+impl Tally {
+    fn new() -> Tally {
+        Tally(Vec::new())
+    }
+
+    /// The tag of the next bio submitted.
+    fn tag(&mut self) -> u64 {
+        self.0.push(0);
+        self.0.len() as u64 - 1
+    }
+
+    fn delivered(&mut self, tag: u64) {
+        let n = self.0.len();
+        let count = self.0.get_mut(tag as usize).unwrap_or_else(|| {
+            panic!("a delivery for tag {tag}, but only {n} bios were submitted")
+        });
+        *count += 1;
+    }
+
+    fn submitted(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Every bio submitted was delivered, and none more than once.
+    fn assert_each_once(&self, what: &str) {
+        let never: Vec<usize> = (0..self.0.len()).filter(|&t| self.0[t] == 0).collect();
+        let again: Vec<(usize, u32)> = (0..self.0.len())
+            .filter(|&t| self.0[t] > 1)
+            .map(|t| (t, self.0[t]))
+            .collect();
+        assert!(never.is_empty(), "{what}: bios never delivered: {never:?}");
+        assert!(
+            again.is_empty(),
+            "{what}: (bio, deliveries) delivered more than once: {again:?}"
+        );
+    }
 }
 
 #[test]
@@ -77,6 +121,13 @@ fn serve_every_class(spec: &str) {
     for h in handles {
         h.join().expect("worker");
     }
+    // Each blocking call is one request (one bio each, none merged): the
+    // device completed every one, once.
+    let s = dev.stats().snapshot();
+    let calls = IoPrioClass::ALL.len() as u64 * 500;
+    assert_eq!(s.ios[StatGroup::Read as usize], calls, "{spec}: reads");
+    assert_eq!(s.ios[StatGroup::Write as usize], calls, "{spec}: writes");
+    assert_eq!(s.in_flight, 0, "{spec}");
 }
 
 #[test]
@@ -98,42 +149,102 @@ fn io_max_limits_change_while_the_device_runs() {
         ctx.read_at(buf.as_mut_slice(), i * 4096).expect("read");
     }
     assert_eq!(m.limits().riops, 0);
+    assert_eq!(dev.stats().snapshot().ios[StatGroup::Read as usize], 200);
+}
+
+/// Bios a worker of [`switching_the_scheduler_under_load_loses_nothing`]
+/// keeps in flight at once.
+const SWITCH_DEPTH: usize = 4;
+const SWITCH_BS: usize = 16384;
+/// Blocks of `SWITCH_BS` in each worker's own region of the device.
+const SWITCH_BLOCKS: u64 = 512;
+
+/// What one switching worker did: how many times each of its bios was
+/// delivered, and how many rounds it ran.
+struct Delivered {
+    tally: Tally,
+    rounds: u64,
+}
+
+/// One worker of [`switching_the_scheduler_under_load_loses_nothing`]:
+/// rounds of `SWITCH_DEPTH` writes then the reads of the same blocks, each
+/// bio tagged with its own number, every delivery counted against its tag
+/// and every read checked against what its round wrote. After the last
+/// round, one more poll catches a delivery that comes late.
+fn switching_worker(dev: &mqblk::Device, w: u64, stop: &AtomicBool) -> Delivered {
+    let mut ctx = dev.context().expect("context");
+    let mut idle: Vec<mqblk::Bio> = (0..SWITCH_DEPTH)
+        .map(|_| mqblk::Bio::write_at(0, dev.alloc_buf(SWITCH_BS)))
+        .collect();
+    let mut tally = Tally::new();
+    let region = w * SWITCH_BLOCKS * SWITCH_BS as u64;
+    // Stride 7 over the region: the blocks of one round are never
+    // neighbours, so every bio is a request of its own.
+    let offset = |round: u64, i: usize| {
+        region + (round * SWITCH_DEPTH as u64 + i as u64) * 7 % SWITCH_BLOCKS * SWITCH_BS as u64
+    };
+    let seed = |offset_bytes: u64, round: u64| offset_bytes ^ (round << 40) ^ (w << 60);
+    let mut round = 0u64;
+    while !stop.load(Ordering::Relaxed) || round < 50 {
+        for op in [mqblk::Op::Write, mqblk::Op::Read] {
+            for (i, mut bio) in idle.drain(..).enumerate() {
+                let off = offset(round, i);
+                bio.set_op(op);
+                bio.set_offset_bytes(off);
+                let buf = bio.segments_mut()[0].as_mut_slice();
+                match op {
+                    mqblk::Op::Write => buf.copy_from_slice(&pattern(seed(off, round), SWITCH_BS)),
+                    _ => buf.fill(0),
+                }
+                bio.private = tally.tag();
+                ctx.submit(bio).expect("submit");
+            }
+            ctx.unplug();
+            while idle.len() < SWITCH_DEPTH {
+                let got = ctx.poll_wait(1, |c| {
+                    tally.delivered(c.private());
+                    c.result().expect("I/O");
+                    let bio = c.into_bio();
+                    if bio.op() == mqblk::Op::Read {
+                        let off = bio.offset_bytes();
+                        assert!(
+                            bio.segments()[0].as_slice()
+                                == &pattern(seed(off, round), SWITCH_BS)[..],
+                            "worker {w} round {round}: the read at {off} does not match its write"
+                        );
+                    }
+                    idle.push(bio);
+                });
+                assert!(
+                    got > 0 || ctx.in_flight() > 0,
+                    "worker {w} round {round}: {} bios in flight never completed",
+                    SWITCH_DEPTH - idle.len()
+                );
+            }
+        }
+        round += 1;
+    }
+    assert_eq!(ctx.in_flight(), 0);
+    ctx.poll(|c| tally.delivered(c.private()));
+    Delivered {
+        tally,
+        rounds: round,
+    }
 }
 
 /// Acceptance 6 of the QoS issue, shortened: the scheduler switches 100
 /// times while writers verify what they wrote; nothing is lost, doubled or
-/// corrupted.
+/// corrupted. Every bio carries its own tag, and each delivery is counted
+/// against it: a bio delivered twice, or never, fails the test.
 #[test]
 fn switching_the_scheduler_under_load_loses_nothing() {
     let dev = mqblk::open("ram,size=16M,queue_depth=8").expect("open");
     let stop = Arc::new(AtomicBool::new(false));
-    let ios = Arc::new(AtomicU64::new(0));
     let workers: Vec<_> = (0..2u64)
         .map(|w| {
             let dev = dev.clone();
             let stop = stop.clone();
-            let ios = ios.clone();
-            std::thread::spawn(move || {
-                let mut ctx = dev.context().expect("context");
-                let mut rd = dev.alloc_buf(16384);
-                let mut wr = dev.alloc_buf(16384);
-                let mut round = 0u64;
-                while !stop.load(Ordering::Relaxed) || round < 50 {
-                    let block = (round * 7 + w * 512) % 1024;
-                    let off = block * 16384 % (8 << 20) + w * (8 << 20);
-                    let data = pattern(round ^ (w << 32), 16384);
-                    wr.as_mut_slice().copy_from_slice(&data);
-                    ctx.write_at(wr.as_slice(), off).expect("write");
-                    ctx.read_at(rd.as_mut_slice(), off).expect("read");
-                    assert!(
-                        rd.as_slice() == &data[..],
-                        "worker {w} round {round}: mismatch"
-                    );
-                    ios.fetch_add(2, Ordering::Relaxed);
-                    round += 1;
-                }
-                round
-            })
+            std::thread::spawn(move || switching_worker(&dev, w, &stop))
         })
         .collect();
     let kinds: [Option<Arc<dyn mqblk::sched::ElevatorType>>; 4] = [
@@ -150,11 +261,29 @@ fn switching_the_scheduler_under_load_loses_nothing() {
         std::thread::sleep(Duration::from_millis(2));
     }
     stop.store(true, Ordering::Relaxed);
-    let rounds: u64 = workers.into_iter().map(|h| h.join().expect("worker")).sum();
-    assert_eq!(ios.load(Ordering::Relaxed), rounds * 2);
+    let mut submitted = 0u64;
+    for (w, h) in workers.into_iter().enumerate() {
+        let d = h.join().expect("worker");
+        // Each round submits SWITCH_DEPTH writes and as many reads.
+        let bios = d.tally.submitted() as u64;
+        assert_eq!(bios, d.rounds * 2 * SWITCH_DEPTH as u64);
+        d.tally.assert_each_once(&format!("worker {w}"));
+        println!(
+            "worker {w}: {} rounds, {bios} bios, each delivered exactly once",
+            d.rounds
+        );
+        submitted += bios;
+    }
     let s = dev.stats().snapshot();
     assert_eq!(s.in_flight, 0, "every request completed");
     assert_eq!(s.errors, 0);
+    // No two bios merged, so the device completed one request per bio.
+    let (r, w) = (StatGroup::Read as usize, StatGroup::Write as usize);
+    assert_eq!(
+        s.ios[r] + s.ios[w],
+        submitted,
+        "requests completed by the device"
+    );
 }
 
 #[test]
@@ -280,19 +409,29 @@ fn a_limit_set_later_on_a_group_holds_its_bios_back() {
         ..Default::default()
     });
     g.set_burst_ms(0);
+    let mut tally = Tally::new();
     for i in 0..3u64 {
-        ctx.submit(mqblk::Bio::read_at(i * 4096, dev.alloc_buf(4096)))
-            .expect("submit");
+        let mut bio = mqblk::Bio::read_at(i * 4096, dev.alloc_buf(4096));
+        bio.private = tally.tag();
+        ctx.submit(bio).expect("submit");
     }
     ctx.unplug();
-    let mut done = ctx.poll(|c| c.result().expect("read"));
+    let mut done = ctx.poll(|c| {
+        c.result().expect("read");
+        tally.delivered(c.private());
+    });
     // One read a second: the first went, the other two wait 1 and 2 s.
     assert!(done <= 1, "{done} reads went at once under riops=1");
     assert_eq!(ctx.in_flight() as usize, 3 - done);
-    while done < 3 {
-        done += ctx.poll_wait(1, |c| c.result().expect("read"));
+    while ctx.in_flight() > 0 {
+        done += ctx.poll_wait(1, |c| {
+            c.result().expect("read");
+            tally.delivered(c.private());
+        });
     }
-    assert_eq!(ctx.in_flight(), 0);
+    ctx.poll(|c| tally.delivered(c.private()));
+    assert_eq!(done, 3);
+    tally.assert_each_once("riops=1 set later");
 }
 
 /// A limit set while a context is already submitting holds its next bios
@@ -315,21 +454,30 @@ fn a_limit_set_on_a_running_context_holds_its_next_bios_back() {
         riops: 1,
         ..Default::default()
     });
+    let mut tally = Tally::new();
     for i in 0..3u64 {
-        ctx.submit(mqblk::Bio::read_at(i * 4096, dev.alloc_buf(4096)))
-            .expect("submit");
+        let mut bio = mqblk::Bio::read_at(i * 4096, dev.alloc_buf(4096));
+        bio.private = tally.tag();
+        ctx.submit(bio).expect("submit");
     }
     ctx.unplug();
-    let done = ctx.poll(|c| c.result().expect("read"));
+    let mut done = ctx.poll(|c| {
+        c.result().expect("read");
+        tally.delivered(c.private());
+    });
     assert!(done <= 1, "{done} reads went at once under riops=1");
     assert_eq!(ctx.in_flight() as usize, 3 - done);
     // Lifted again: what is held goes, and new bios go at once.
     g.set_limits(IoMaxLimits::default());
-    let mut done = done;
-    while done < 3 {
-        done += ctx.poll_wait(1, |c| c.result().expect("read"));
+    while ctx.in_flight() > 0 {
+        done += ctx.poll_wait(1, |c| {
+            c.result().expect("read");
+            tally.delivered(c.private());
+        });
     }
-    assert_eq!(ctx.in_flight(), 0);
+    ctx.poll(|c| tally.delivered(c.private()));
+    assert_eq!(done, 3);
+    tally.assert_each_once("riops=1 set on a running context, then lifted");
 }
 
 /// A driver that holds what it is given until a poll, counting the writes
@@ -397,22 +545,31 @@ fn mq_deadline_async_depth_bounds_the_writes_a_queue_holds() {
     // The limit is the queue's, not a share of it per context: one
     // context writing, beside another that only reads, reaches it.
     let mut ctxs = [dev.context().unwrap(), dev.context().unwrap()];
-    let mut done = 0;
+    let mut tally = Tally::new();
     for i in 0..40u64 {
         // Apart, so that no two merge into one request.
         let mut bio = mqblk::Bio::at(mqblk::Op::Write, i * 8192);
         bio.push_segment(dev.alloc_buf(4096), 0, 4096);
+        bio.private = tally.tag();
         ctxs[0].submit(bio).unwrap();
     }
     let mut bio = mqblk::Bio::at(mqblk::Op::Read, 0);
     bio.push_segment(dev.alloc_buf(4096), 0, 4096);
+    bio.private = tally.tag();
     ctxs[1].submit(bio).unwrap();
     for ctx in &mut ctxs {
         while ctx.in_flight() > 0 || ctx.ready() > 0 {
-            done += ctx.poll_wait(1, |c| assert!(c.status().is_ok()));
+            ctx.poll_wait(1, |c| {
+                assert!(c.status().is_ok());
+                tally.delivered(c.private());
+            });
         }
     }
-    assert_eq!(done, 41);
+    for ctx in &mut ctxs {
+        ctx.poll(|c| tally.delivered(c.private()));
+    }
+    assert_eq!(tally.submitted(), 41);
+    tally.assert_each_once("async_depth=3");
     let max = max_writes.load(Ordering::Relaxed);
     assert_eq!(
         max, 3,
