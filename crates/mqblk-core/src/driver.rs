@@ -40,6 +40,12 @@ pub enum TimeoutAction {
     Done,
     /// Still making progress: give it another timeout period.
     ResetTimer,
+    /// The driver cannot end it yet: its backend holds the request's
+    /// memory (no cancel, or a cancel that has not reached it). Ask again
+    /// in a timeout period; meanwhile the core names the request as
+    /// overdue ([`crate::Context::take_overdue`]), so a caller that would
+    /// rather stop than wait can. Made with [`crate::Overdue::of`].
+    Held(crate::request::Overdue),
 }
 
 /// What a hardware queue is set up with (Linux `init_hctx`'s arguments).

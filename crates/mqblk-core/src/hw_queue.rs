@@ -157,11 +157,7 @@ impl HwQueue {
             out = inner.dispatch(sw, done, deadline_after(timeout_ms));
         }
         if timeout_ms > 0 {
-            inner.check_timeouts(&self.tags, clock::coarse_ms(), done);
-            if inner.overdue.is_some() {
-                self.has_overdue
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
-            }
+            inner.check_timeouts(&self.tags, clock::coarse_ms(), done, &self.has_overdue);
         }
         out
     }
@@ -366,6 +362,7 @@ impl HwInner {
         tags: &Tags,
         now_ms: u64,
         done: &mut Vec<RqRef>,
+        has_overdue: &std::sync::atomic::AtomicBool,
     ) -> u32 {
         if self.timeout_ms == 0 || now_ms < self.next_scan_ms {
             return 0;
@@ -406,13 +403,20 @@ impl HwInner {
             self.tell_elevator(&done[before..]);
             timed_out += n;
             if n == 0 {
-                // Still held: past its timeout, but its memory is the
-                // driver's until it lets go.
-                if self.overdue.is_none() {
-                    self.overdue = Some(tags.overdue(tag));
-                }
-                if action == TimeoutAction::ResetTimer {
-                    tags.rearm(tag, now_ms + u64::from(self.timeout_ms));
+                match action {
+                    TimeoutAction::Done => {}
+                    TimeoutAction::ResetTimer => {
+                        tags.rearm(tag, now_ms + u64::from(self.timeout_ms));
+                    }
+                    TimeoutAction::Held(o) => {
+                        // Past its timeout, but its memory is the backend's
+                        // until it lets go: named for the caller.
+                        if self.overdue.is_none() {
+                            self.overdue = Some(o);
+                            has_overdue.store(true, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        tags.rearm(tag, now_ms + u64::from(self.timeout_ms));
+                    }
                 }
             }
         }

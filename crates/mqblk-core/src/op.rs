@@ -38,18 +38,6 @@ impl Op {
         (self as u8) < 2
     }
 
-    /// The operation numbered `v` (its `repr`), if there is one.
-    pub fn from_repr(v: u8) -> Option<Op> {
-        Some(match v {
-            0 => Op::Read,
-            1 => Op::Write,
-            2 => Op::Flush,
-            3 => Op::Discard,
-            5 => Op::WriteZeroes,
-            _ => return None,
-        })
-    }
-
     /// Lower-case name, as diskstats and fio print it.
     pub fn name(self) -> &'static str {
         match self {

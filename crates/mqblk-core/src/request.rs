@@ -59,11 +59,6 @@ pub(crate) struct RqAtomics {
     pub(crate) state: AtomicU8,
     pub(crate) hwq: std::sync::atomic::AtomicU16,
     pub(crate) deadline_ms: AtomicU64,
-    /// What the request is (op in the top byte, sectors below), and where
-    /// (its first sector): stored with the deadline, so that a request
-    /// its driver holds past it can be named ([`Overdue`]).
-    pub(crate) what: AtomicU64,
-    pub(crate) sector: AtomicU64,
 }
 
 /// A request that passed its timeout while its driver still holds it
@@ -80,15 +75,14 @@ pub struct Overdue {
     pub len_bytes: u64,
 }
 
-impl RqAtomics {
-    /// The request these atomics describe, as it was when its timeout was
-    /// armed.
-    pub(crate) fn overdue(&self) -> Overdue {
-        let what = self.what.load(Ordering::Relaxed);
+impl Overdue {
+    /// The request a driver holds past its deadline, as
+    /// [`crate::driver::TimeoutAction::Held`] names it.
+    pub fn of(rq: &Request) -> Overdue {
         Overdue {
-            op: Op::from_repr((what >> 56) as u8).unwrap_or(Op::Read),
-            offset_bytes: self.sector.load(Ordering::Relaxed) << crate::op::SECTOR_SHIFT,
-            len_bytes: (what & ((1 << 56) - 1)) << crate::op::SECTOR_SHIFT,
+            op: rq.op,
+            offset_bytes: rq.sector << crate::op::SECTOR_SHIFT,
+            len_bytes: rq.size_bytes,
         }
     }
 }
@@ -170,10 +164,6 @@ impl Request {
         a.hwq.store(hwq, Ordering::Relaxed);
         if a.deadline_ms.load(Ordering::Relaxed) == 0 {
             a.deadline_ms.store(ms, Ordering::Relaxed);
-            let sectors = self.size_bytes >> crate::op::SECTOR_SHIFT;
-            a.what
-                .store((self.op as u64) << 56 | sectors, Ordering::Relaxed);
-            a.sector.store(self.sector, Ordering::Relaxed);
         }
     }
 

@@ -246,11 +246,6 @@ impl Tags {
         }
     }
 
-    /// The request of `tag` as its timeout was armed (timeout scan).
-    pub(crate) fn overdue(&self, tag: u32) -> crate::request::Overdue {
-        self.atoms.get(tag as usize).overdue()
-    }
-
     /// Push an in-flight request's deadline out (timeout reset).
     pub(crate) fn rearm(&self, tag: u32, deadline_ms: u64) {
         self.atoms

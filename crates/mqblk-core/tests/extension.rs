@@ -388,3 +388,103 @@ fn a_stacked_driver_completes_parents_from_stateful_completions() {
     let e = ctx.read_at(&mut back, (2 << 20) - 4096).unwrap_err();
     assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
 }
+
+/// A driver whose backend keeps every request until told to let go: its
+/// timeout answers `Held`, as a driver with no cancel (librbd) does.
+struct Keeper {
+    release: Arc<std::sync::atomic::AtomicBool>,
+}
+
+struct KeeperQueue {
+    held: Vec<RqRef>,
+}
+
+impl Driver for Keeper {
+    type HwQueue = KeeperQueue;
+    fn init_hw_queue(&self, _s: HwQueueSetup<'_>) -> Result<KeeperQueue, Error> {
+        Ok(KeeperQueue {
+            held: Vec::with_capacity(64),
+        })
+    }
+    fn queue_rq(
+        &self,
+        hq: &mut KeeperQueue,
+        rq: RqRef,
+        _l: bool,
+        _d: &mut Completions<'_>,
+    ) -> QueueRq {
+        hq.held.push(rq);
+        QueueRq::Issued
+    }
+    fn commit_rqs(&self, _hq: &mut KeeperQueue) {}
+    fn poll(&self, hq: &mut KeeperQueue, done: &mut Completions<'_>) -> usize {
+        if !self.release.load(Ordering::SeqCst) {
+            return 0;
+        }
+        let n = hq.held.len();
+        for rq in hq.held.drain(..) {
+            done.complete(rq, Status::Timeout);
+        }
+        n
+    }
+    fn timeout(
+        &self,
+        hq: &mut KeeperQueue,
+        tag: u32,
+        _done: &mut Completions<'_>,
+    ) -> mqblk_core::driver::TimeoutAction {
+        match hq.held.iter().find(|rq| rq.tag() == tag) {
+            Some(rq) => mqblk_core::driver::TimeoutAction::Held(mqblk_core::Overdue::of(rq)),
+            None => mqblk_core::driver::TimeoutAction::ResetTimer,
+        }
+    }
+}
+
+/// A request its driver holds past its deadline is named as overdue (op,
+/// offset, length) soon after the timeout, while its bio stays in flight;
+/// it completes once, when the driver lets go.
+#[test]
+#[cfg_attr(miri, ignore)] // waits on the clock for a timeout
+fn a_request_held_past_its_timeout_is_named_overdue_and_completes_once_later() {
+    let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut cfg = common::config("keep0", 64 << 20);
+    cfg.timeout_ms = 200;
+    let dev = Device::new(
+        Keeper {
+            release: release.clone(),
+        },
+        cfg,
+    )
+    .unwrap();
+    let mut ctx = dev.context().unwrap();
+    assert_eq!(ctx.take_overdue(), None);
+    ctx.submit(Bio::read_at(8192, dev.alloc_buf(4096))).unwrap();
+    let t = std::time::Instant::now();
+    let mut seen = 0;
+    let overdue = loop {
+        ctx.poll_wait_for(1, Duration::from_millis(20), |_| seen += 1);
+        if let Some(o) = ctx.take_overdue() {
+            break o;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "never named overdue");
+    };
+    let at = t.elapsed();
+    // The timeout plus one scan period (at most 250 ms) and a margin.
+    assert!(at >= Duration::from_millis(200), "named early: {at:?}");
+    assert!(
+        at < Duration::from_millis(200 + 250 + 500),
+        "named late: {at:?}"
+    );
+    assert_eq!(overdue.op, Op::Read);
+    assert_eq!(overdue.offset_bytes, 8192);
+    assert_eq!(overdue.len_bytes, 4096);
+    assert_eq!(seen, 0, "the bio is still in flight");
+    assert_eq!(ctx.in_flight(), 1);
+    release.store(true, Ordering::SeqCst);
+    let mut statuses = Vec::new();
+    while ctx.in_flight() > 0 {
+        ctx.poll_wait(1, |c| statuses.push(c.status()));
+    }
+    ctx.poll(|c| statuses.push(c.status()));
+    assert_eq!(statuses, vec![Status::Timeout], "completes exactly once");
+}

@@ -1128,7 +1128,11 @@ impl UringQueue {
             self.push(&e);
         }
         self.submit();
-        TimeoutAction::ResetTimer
+        // The kernel holds it until the cancel (or the I/O) lands.
+        match self.slots[t].rq.as_ref() {
+            Some(rq) => TimeoutAction::Held(mqblk_core::Overdue::of(rq)),
+            None => TimeoutAction::ResetTimer,
+        }
     }
 
     #[cold]

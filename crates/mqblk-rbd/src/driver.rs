@@ -700,9 +700,12 @@ impl Driver for RbdDriver {
     /// bounds.
     fn timeout(&self, hq: &mut RbdQueue, tag: u32, _done: &mut Completions<'_>) -> TimeoutAction {
         match hq.inflight.slots.get_mut(tag as usize) {
-            Some(s) if s.rq.is_some() => {
-                s.timed_out = true;
-                TimeoutAction::Done
+            Some(Slot {
+                rq: Some(rq),
+                timed_out,
+            }) => {
+                *timed_out = true;
+                TimeoutAction::Held(mqblk_core::Overdue::of(rq))
             }
             // Finished and not yet reaped (or handed over): the next poll
             // completes it.
