@@ -4,7 +4,8 @@
 //!
 //! SIGINT or SIGTERM stops accepting, lets every connection finish its
 //! in-flight requests and send their replies, flushes every export, and
-//! exits 0.
+//! exits 0. An export whose mirror lost a leg says so as it stops (and
+//! `mqblk qos --control=SOCKET show` says so while it serves).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -306,6 +307,7 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         idle_timeout: (args.idle_timeout_ms > 0)
             .then(|| Duration::from_millis(args.idle_timeout_ms)),
     };
+    let watch = opened.clone();
     let _control = match &args.control {
         Some(path) => Some(crate::qos::Control::start(path, opened)?),
         None => None,
@@ -347,6 +349,16 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         names.join(", ")
     );
     server.run()?;
+    // An export that ran degraded says so, as its last word.
+    for dev in &watch {
+        for leg in mqblk::degraded_legs(dev) {
+            eprintln!(
+                "mqblk serve: export {}: DEGRADED: {}",
+                dev.name(),
+                crate::degraded::text(&leg, None)
+            );
+        }
+    }
     let st = server.stats();
     eprintln!(
         "mqblk serve: stopped after {} connections, {} requests ({} errors, {} connections dropped)",
