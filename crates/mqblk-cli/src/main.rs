@@ -20,6 +20,8 @@
 
 mod alloc_count;
 mod bench;
+mod ctime;
+mod degraded;
 mod open;
 mod partitions;
 mod plot;
@@ -829,6 +831,20 @@ fn bench_outcome(run: &bench::result::RunResult) -> Result<()> {
             "verify failed in {} job(s): {}",
             mismatched.len(),
             mismatched.join("; ")
+        );
+    }
+    let degraded: Vec<String> = run
+        .layer
+        .degraded
+        .iter()
+        .filter(|d| !d.allowed)
+        .map(|d| degraded::text(&d.leg, d.run_ms))
+        .collect();
+    if !degraded.is_empty() {
+        bail!(
+            "the run ended degraded: {} (the I/O went on, on the legs left; allow_degraded=1 \
+             lets a run end degraded)",
+            degraded.join("; ")
         );
     }
     Ok(())

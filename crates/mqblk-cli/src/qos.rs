@@ -13,7 +13,8 @@
 //!                            (none, mq-deadline, kyber, bfq, with their
 //!                            tunables): a freeze drains the queues first,
 //!                            so no request is lost or doubled
-//! show                       the groups and limits, as JSON
+//! show                       the groups and limits, and any mirror leg
+//!                            out of service (`degraded`), as JSON
 //! dm replace DEVICE LEG SPEC rebuild mirror leg LEG of stacked device
 //!                            DEVICE onto a new device SPEC, online; the
 //!                            answer is preceded by `progress ...` lines
@@ -333,10 +334,15 @@ fn show(devices: &[Device]) -> serde_json::Value {
                     })
                 })
                 .collect();
+            let degraded: Vec<_> = mqblk::degraded_legs(d)
+                .iter()
+                .map(|l| crate::degraded::json(l, None))
+                .collect();
             serde_json::json!({
                 "device": d.name(),
                 "limits": limits_json(d.io_max().limits()),
                 "groups": groups,
+                "degraded": degraded,
             })
         })
         .collect();
@@ -382,6 +388,36 @@ pub fn client(socket: &Path, words: &[String]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn show_names_a_mirror_leg_that_is_out() {
+        // Leg 1 is all bad blocks: the first write takes it out.
+        let dev = mqblk::open(
+            "dm-table:0 32768 mirror core 2 128 nosync 2 ram,size=16M 0 \
+             null,size=16M,bad_blocks=0-32767 0",
+        )
+        .unwrap();
+        let devs = vec![dev.clone()];
+        let show: serde_json::Value = serde_json::from_str(&apply(&devs, "show").unwrap()).unwrap();
+        assert_eq!(show["devices"][0]["degraded"], serde_json::json!([]));
+        let mut ctx = dev.context().unwrap();
+        let buf = dev.alloc_buf(4096);
+        ctx.write_at(buf.as_slice(), 0).unwrap();
+        let show: serde_json::Value = serde_json::from_str(&apply(&devs, "show").unwrap()).unwrap();
+        let d = &show["devices"][0]["degraded"][0];
+        assert_eq!(d["device"], dev.name());
+        assert_eq!(d["leg"], 1);
+        assert_eq!(d["op"], "write");
+        assert_eq!(d["error"], "medium error");
+        assert!(d["leg_spec"].as_str().unwrap().starts_with("null,"), "{d}");
+        assert!(
+            d["message"]
+                .as_str()
+                .unwrap()
+                .contains("mirror leg 1 (null,"),
+            "{d}"
+        );
+    }
 
     #[test]
     fn requests_change_groups_and_devices_or_name_what_is_wrong() {

@@ -6,7 +6,9 @@
 //! in-flight requests and send their replies, flushes every export, and
 //! exits 0. A backend that does not answer gets [`STOP_GRACE`]: then the
 //! process exits (status 1) without waiting for it, which returns the
-//! memory it holds safely. A second signal exits at once.
+//! memory it holds safely. A second signal exits at once. An export whose
+//! mirror lost a leg says so as it stops (and `mqblk qos --control=SOCKET
+//! show` says so while it serves).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -308,6 +310,7 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         idle_timeout: (args.idle_timeout_ms > 0)
             .then(|| Duration::from_millis(args.idle_timeout_ms)),
     };
+    let watch = opened.clone();
     let _control = match &args.control {
         Some(path) => Some(crate::qos::Control::start(path, opened)?),
         None => None,
@@ -353,6 +356,16 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
     );
     watch_stop()?;
     server.run()?;
+    // An export that ran degraded says so, as its last word.
+    for dev in &watch {
+        for leg in mqblk::degraded_legs(dev) {
+            eprintln!(
+                "mqblk serve: export {}: DEGRADED: {}",
+                dev.name(),
+                crate::degraded::text(&leg, None)
+            );
+        }
+    }
     let st = server.stats();
     eprintln!(
         "mqblk serve: stopped after {} connections, {} requests ({} errors, {} connections dropped)",

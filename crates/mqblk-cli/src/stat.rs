@@ -65,6 +65,12 @@ impl StatsDir {
                 "requeues": s.requeues,
                 "timeouts": s.timeouts,
                 "errors": s.errors,
+                // A mirror in this device's table with a leg out.
+                "degraded": mqblk::degraded_legs(d)
+                    .iter()
+                    .filter(|l| l.device == d.name())
+                    .map(|l| crate::degraded::json(l, None))
+                    .collect::<Vec<_>>(),
             }));
         }
         let meta = json!({
@@ -91,6 +97,8 @@ fn replace(path: &Path, bytes: &[u8]) -> Result<()> {
 struct Row {
     name: String,
     s: DiskStats,
+    /// Its mirror legs out of service, one line each.
+    degraded: Vec<String>,
 }
 
 fn read_rows(dir: &Path) -> Result<(Vec<Row>, u64, bool)> {
@@ -144,6 +152,18 @@ fn read_rows(dir: &Path) -> Result<(Vec<Row>, u64, bool)> {
         s.requeues = u(d, "requeues");
         s.timeouts = u(d, "timeouts");
         s.errors = u(d, "errors");
+        let degraded = d
+            .get("degraded")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|l| {
+                l.get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("a mirror leg is out")
+                    .to_string()
+            })
+            .collect();
         rows.push(Row {
             name: d
                 .get("name")
@@ -151,6 +171,7 @@ fn read_rows(dir: &Path) -> Result<(Vec<Row>, u64, bool)> {
                 .unwrap_or("?")
                 .to_string(),
             s,
+            degraded,
         });
     }
     Ok((
@@ -208,6 +229,13 @@ fn line(name: &str, now: &DiskStats, before: &DiskStats, secs: f64) -> String {
     )
 }
 
+/// A device's mirror legs out of service, under its line.
+fn print_degraded(r: &Row) {
+    for d in &r.degraded {
+        println!("{:<10} DEGRADED: {d}", "");
+    }
+}
+
 /// `mqblk stat DIR [--interval S] [--count N]`.
 pub fn stat_command(dir: &Path, interval: Option<Duration>, count: Option<u64>) -> Result<()> {
     let (rows, elapsed_ms, done) = read_rows(dir)?;
@@ -228,6 +256,7 @@ pub fn stat_command(dir: &Path, interval: Option<Duration>, count: Option<u64>) 
                 "", r.s.requests, r.s.bios, r.s.merges.iter().sum::<u64>(), r.s.splits, r.s.bytes_copied,
                 r.s.requeues, r.s.timeouts, r.s.errors
             );
+            print_degraded(r);
         }
         return Ok(());
     };
@@ -246,6 +275,7 @@ pub fn stat_command(dir: &Path, interval: Option<Duration>, count: Option<u64>) 
                 .map(|b| b.s)
                 .unwrap_or_default();
             println!("{}", line(&r.name, &r.s, &prev, secs));
+            print_degraded(r);
         }
         println!();
         shown += 1;

@@ -18,6 +18,9 @@ pub use mqblk_part as part;
 
 pub mod input;
 mod part_open;
+/// A failed mirror leg: which device, which leg, why, when
+/// ([`degraded_legs`]).
+pub use mqblk_dm::mirror::{DegradedLeg, LegFailure};
 pub use part_open::register_partitions;
 
 /// Open a device from a spec string such as `null,size=1T,completion=inline`.
@@ -185,6 +188,9 @@ fn dm_info(h: &mqblk_dm::Handle) -> Vec<(String, String)> {
         };
         out.push((format!("leg {i}"), v));
     }
+    for d in mqblk_dm::mirror::degraded_legs(h) {
+        out.push(("degraded".to_string(), d.to_string()));
+    }
     out
 }
 
@@ -206,4 +212,15 @@ pub fn lower_devices(dev: &Device) -> Vec<Device> {
         }
     }
     out
+}
+
+/// The mirror legs out of service in `dev` and in every stacked device
+/// under it, each once: `dev` runs degraded while this is not empty (its
+/// I/O goes on, on the legs left). Empty for any other device.
+pub fn degraded_legs(dev: &Device) -> Vec<DegradedLeg> {
+    std::iter::once(dev.clone())
+        .chain(lower_devices(dev))
+        .filter_map(|d| mqblk_dm::find(d.name()))
+        .flat_map(|h| mqblk_dm::mirror::degraded_legs(&h))
+        .collect()
 }

@@ -158,6 +158,8 @@ fn a_failing_leg_takes_the_mirror_to_degraded_and_io_goes_on() {
         "dm-table:0 16384 mirror core 2 {REGION_SECTORS} nosync 2 ram,size=8M 0 null,size=8M,memory_backed=1,error_interval=40,error_probability=100 0"
     ))
     .unwrap();
+    assert!(mqblk::degraded_legs(&dev).is_empty());
+    let before = std::time::SystemTime::now();
     let stop = Arc::new(AtomicBool::new(false));
     let hs = workload(&dev, 2, stop.clone());
     std::thread::sleep(Duration::from_millis(300));
@@ -171,6 +173,23 @@ fn a_failing_leg_takes_the_mirror_to_degraded_and_io_goes_on() {
     });
     let status = mirror_of(&dev).status();
     assert!(status[0].contains(" 1 AD "), "{status:?}");
+    // The public query names the device, the leg, why and when.
+    let out = mqblk::degraded_legs(&dev);
+    assert_eq!(out.len(), 1, "{out:?}");
+    let d = &out[0];
+    assert_eq!((d.device.as_str(), d.line, d.leg), (dev.name(), 1, 1));
+    assert!(d.spec.starts_with("null,size=8M"), "{}", d.spec);
+    let f = d.failure.expect("the failed I/O is kept");
+    assert!(["read", "write"].contains(&f.op), "{f:?}");
+    assert_eq!(f.status, mqblk::Status::IoError);
+    assert!(f.at >= before && f.at <= std::time::SystemTime::now());
+    assert!(
+        mqblk::driver_info(&dev)
+            .iter()
+            .any(|(k, v)| k == "degraded" && v.contains("mirror leg 1 (null,size=8M")),
+        "{:?}",
+        mqblk::driver_info(&dev)
+    );
     // A flush still succeeds: the dead leg's error is absorbed.
     dev.context().unwrap().flush().unwrap();
 }
@@ -191,6 +210,9 @@ fn a_leg_taken_out_mid_workload_and_rebuilt_under_load() {
     with_mirror(&dev, |m| {
         assert_eq!(m.leg_states(), [LegState::Failed, LegState::Live]);
     });
+    let out = mqblk::degraded_legs(&dev);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!((out[0].leg, out[0].spec.as_str()), (0, "gone"));
     // Rebuild it onto a new device while the writers go on.
     let new = mqblk::open("ram,size=16M").unwrap();
     let seen = Arc::new(AtomicU64::new(0));
@@ -216,6 +238,7 @@ fn a_leg_taken_out_mid_workload_and_rebuilt_under_load() {
     with_mirror(&dev, |m| {
         assert_eq!(m.leg_states(), [LegState::Live, LegState::Live]);
     });
+    assert!(mqblk::degraded_legs(&dev).is_empty(), "rebuilt");
     assert_eq!(leg_bytes(&dev, 0, 16 << 20), leg_bytes(&dev, 1, 16 << 20));
 }
 

@@ -329,6 +329,15 @@ pub fn run(
     stop: &AtomicBool,
 ) -> Result<(RunResult, Teardown)> {
     let alignment = prepared.alignment();
+    let started = std::time::SystemTime::now();
+    // Each device, and whether every job on it may end degraded.
+    let mut watch: Vec<(Device, bool)> = Vec::new();
+    for (job, dev) in &prepared.plan {
+        match watch.iter_mut().find(|(d, _)| d.name() == dev.name()) {
+            Some((_, allowed)) => *allowed &= job.allow_degraded,
+            None => watch.push((dev.clone(), job.allow_degraded)),
+        }
+    }
     let Prepared {
         mut plan,
         mut verifiers,
@@ -379,7 +388,17 @@ pub fn run(
             teardown.join_jobs();
         }
     }
-    let total = total.ok_or_else(|| anyhow::anyhow!("no jobs ran"))?;
+    let mut total = total.ok_or_else(|| anyhow::anyhow!("no jobs ran"))?;
+    for (dev, allowed) in &watch {
+        for leg in mqblk::degraded_legs(dev) {
+            total.layer.degraded.push(super::result::Degraded {
+                device: dev.name().to_string(),
+                run_ms: crate::degraded::ms_after(&leg, started),
+                leg,
+                allowed: *allowed,
+            });
+        }
+    }
     Ok((total, teardown))
 }
 

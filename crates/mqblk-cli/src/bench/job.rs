@@ -381,6 +381,9 @@ pub struct JobSpec {
     pub verify_fatal: bool,
     /// `continue_on_error=` (default none: stop at the first I/O error).
     pub continue_on_error: ContinueOnError,
+    /// `allow_degraded=1` (mqblk's): the run may end with a mirror leg of
+    /// the job's device out of service (default 0: that fails the run).
+    pub allow_degraded: bool,
     /// `trim_percentage=N`: N% of a verify job's writes are discards.
     pub trim_percentage: u8,
     /// `trim_verify_zero=1`: a discarded block must read as zeros (default
@@ -496,6 +499,7 @@ impl Default for JobSpec {
             do_verify: true,
             verify_fatal: false,
             continue_on_error: ContinueOnError::default(),
+            allow_degraded: false,
             trim_percentage: 0,
             trim_verify_zero: false,
             write_zeroes_percentage: 0,

@@ -17,6 +17,7 @@ use serde_json::{json, Map, Value};
 
 use super::job::JobSpec;
 use super::result::{DirResult, JobResult, RunResult};
+use crate::ctime::ctime;
 
 /// `--output-format`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -334,6 +335,9 @@ fn job_options(spec: &JobSpec) -> Value {
             if spec.verify_fatal { "1" } else { "0" }.into(),
         );
     }
+    if spec.allow_degraded {
+        put("allow_degraded", "1".into());
+    }
     Value::Object(o)
 }
 
@@ -476,6 +480,12 @@ pub fn json(specs: &[JobSpec], run: &RunResult) -> Value {
                 "dma_alignment": a.dma_alignment_bytes,
             })).collect::<Vec<_>>(),
             "interrupted": l.interrupted,
+            "degraded": l.degraded.iter().map(|d| {
+                let mut v = crate::degraded::json(&d.leg, d.run_ms);
+                v["job_device"] = json!(d.device);
+                v["allowed"] = json!(d.allowed);
+                v
+            }).collect::<Vec<_>>(),
         },
     })
 }
@@ -657,7 +667,27 @@ pub fn normal(specs: &[JobSpec], run: &RunResult) -> String {
         write_group(&mut out, "TRIM", run, |j| &j.trim);
     }
     write_layer(&mut out, run);
+    write_degraded(&mut out, run);
     out
+}
+
+/// Mirror legs out of service at the end of the run: which, why, when.
+fn write_degraded(out: &mut String, run: &RunResult) {
+    if run.layer.degraded.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nDEGRADED: a mirror leg is out of service; its I/O went on, on the legs left"
+    );
+    for d in &run.layer.degraded {
+        let _ = writeln!(
+            out,
+            "  {}{}",
+            crate::degraded::text(&d.leg, d.run_ms),
+            if d.allowed { " (allow_degraded=1)" } else { "" }
+        );
+    }
 }
 
 /// fio's group line: aggregate bandwidth over the longest runtime, the
@@ -740,35 +770,6 @@ fn write_layer(out: &mut String, run: &RunResult) {
         l.cpu_ns,
         l.descriptor_bytes
     );
-}
-
-/// `secs` since the epoch as C's `ctime` writes it (in UTC):
-/// `Thu Jan  1 00:00:00 1970`.
-pub fn ctime(secs: u64) -> String {
-    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let days = secs / 86_400;
-    let rem = secs % 86_400;
-    // Howard Hinnant's civil_from_days, for days >= 0.
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    format!(
-        "{} {} {day:2} {:02}:{:02}:{:02} {year}",
-        DAYS[(days % 7) as usize],
-        MONTHS[(month - 1) as usize],
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-    )
 }
 
 #[cfg(test)]
@@ -857,13 +858,6 @@ mod tests {
         assert_eq!(num2str(3 << 30, 4, true), "3072Mi");
         assert_eq!(num2str(66_500_000_000, 4, false), "66.5G");
         assert_eq!(num2str(u64::MAX, 4, true), "16.0Ei");
-    }
-
-    #[test]
-    fn ctime_like_c() {
-        assert_eq!(ctime(0), "Thu Jan  1 00:00:00 1970");
-        assert_eq!(ctime(1_700_000_000), "Tue Nov 14 22:13:20 2023");
-        assert_eq!(ctime(951_782_400), "Tue Feb 29 00:00:00 2000");
     }
 
     #[test]

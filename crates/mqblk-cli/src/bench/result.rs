@@ -110,6 +110,21 @@ pub struct LayerResult {
     /// Jobs still blocked in their device when the run was reported (after
     /// a signal): reported without figures.
     pub unfinished: usize,
+    /// Mirror legs out of service when the run ended.
+    pub degraded: Vec<Degraded>,
+}
+
+/// A mirror leg out of service under a device of the run, at its end.
+#[derive(Clone, Debug)]
+pub struct Degraded {
+    /// The device of the run (a job's `device`) the mirror is in or under.
+    pub device: String,
+    /// Which leg, of which mirror, why and when.
+    pub leg: mqblk::DegradedLeg,
+    /// Milliseconds into the run it failed (`None`: before the run began).
+    pub run_ms: Option<u64>,
+    /// Every job on the device said `allow_degraded=1`.
+    pub allowed: bool,
 }
 
 /// What a device asks of offsets, lengths and buffer addresses.

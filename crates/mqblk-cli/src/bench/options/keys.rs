@@ -229,6 +229,12 @@ pub const TABLE: &[Entry] = &[
             )
         },
     ),
+    on_off(
+        "allow_degraded",
+        "1 or 0 (default 0: a run that ends with a mirror leg out of service fails; 1: it \
+         may end degraded, as LVM's activation_mode=degraded lets a RAID run degraded)",
+        |o, v| put(&mut o.allow_degraded, v.bool()),
+    ),
     key(
         "trim_percentage",
         "a percentage from 0 to 100: the share of a verify job's writes that are discards",

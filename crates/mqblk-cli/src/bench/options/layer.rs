@@ -73,6 +73,8 @@ job_options! {
     verify_fatal: bool,
     /// `continue_on_error=`.
     continue_on_error: ContinueOnError,
+    /// `allow_degraded=` (mqblk's).
+    allow_degraded: bool,
     /// `trim_percentage=`.
     trim_percentage: u8,
     /// `trim_verify_zero=`.
@@ -200,6 +202,7 @@ impl JobOptions {
             do_verify: self.do_verify.unwrap_or(d.do_verify),
             verify_fatal: self.verify_fatal.unwrap_or(d.verify_fatal),
             continue_on_error: self.continue_on_error.unwrap_or(d.continue_on_error),
+            allow_degraded: self.allow_degraded.unwrap_or(d.allow_degraded),
             trim_percentage: self.trim_percentage.unwrap_or(d.trim_percentage),
             trim_verify_zero: self.trim_verify_zero.unwrap_or(d.trim_verify_zero),
             write_zeroes_percentage: self

@@ -15,6 +15,8 @@
 //!   when all have; a leg that fails one is marked failed and the write
 //!   succeeds if a live leg remains. Flushes reach every leg (the stacked
 //!   driver sends them), and a failed leg's flush error is absorbed.
+//!   Each failed leg keeps what took it out (the I/O, its error, when),
+//!   for [`degraded_legs`] and the reports built on it.
 //! - Before the first write to a clean region is sent, the region's bit is
 //!   set and written to a `disk` log (one blocking write and flush, under
 //!   the log's lock: the rare path). A write to a dirty region costs a bit
@@ -40,6 +42,7 @@ use mqblk_core::driver::{Op, Status};
 use mqblk_core::{Device, Error, Result};
 
 use crate::extent::Use;
+use crate::handle::Handle;
 use crate::legs::LegId;
 use crate::table::TableError;
 use crate::target::ctor::Ctor;
@@ -49,12 +52,42 @@ use region::{Bits, Pending};
 
 pub use recovery::Progress;
 use state::{Inner, Leg, Turn, LIVE, REBUILD_SHIFT, RECOVERING, TURNS};
-pub use state::{LegState, CLEAN_PERIOD};
+pub use state::{LegFailure, LegState, CLEAN_PERIOD};
 
 /// Most legs a mirror takes.
 pub const MAX_LEGS: usize = 4;
 /// Most regions (the region size must grow with the device past this).
 pub const MAX_REGIONS: u64 = 1 << 24;
+
+/// A failed leg of a mirror in an open stacked device, as
+/// [`degraded_legs`] lists it: which device, which leg, why and when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DegradedLeg {
+    /// The stacked device whose table holds the mirror.
+    pub device: String,
+    /// The mirror's line in that table (from 1).
+    pub line: usize,
+    /// The leg, from 0 in table order.
+    pub leg: usize,
+    /// The leg's device spec.
+    pub spec: String,
+    /// The failure that took it out (`None`: taken out to be replaced).
+    pub failure: Option<LegFailure>,
+}
+
+impl std::fmt::Display for DegradedLeg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} (table line {}): mirror leg {} ({}) is out",
+            self.device, self.line, self.leg, self.spec
+        )?;
+        match &self.failure {
+            Some(x) => write!(f, ": a {} failed ({})", x.op, x.status),
+            None => write!(f, ": being replaced"),
+        }
+    }
+}
 
 /// The mirror target.
 pub struct Mirror {
@@ -208,6 +241,7 @@ impl Mirror {
             copied_bytes: AtomicU64::new(0),
             goal_bytes: AtomicU64::new(0),
             done_bytes: AtomicU64::new(0),
+            failures: (0..ndevs).map(|_| Mutex::new(None)).collect(),
         };
         // What must be copied: the dirty bits of a log that was not closed
         // cleanly, or everything the log has no record of.
@@ -279,6 +313,21 @@ impl Mirror {
         self.inner.leg_states().contains(&LegState::Failed)
     }
 
+    /// Each failed leg: its index (from 0, in table order), its spec, and
+    /// the failure that took it out (`None`: taken out to be replaced).
+    pub fn failed_legs(&self) -> Vec<(usize, String, Option<LegFailure>)> {
+        let m = &self.inner;
+        m.leg_states()
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| **s == LegState::Failed)
+            .map(|(i, _)| {
+                let f = *m.failures[i].lock().unwrap_or_else(|e| e.into_inner());
+                (i, m.spec_of(i), f)
+            })
+            .collect()
+    }
+
     /// Regions in sync on every leg that is not failed, and all regions.
     pub fn regions_in_sync(&self) -> (u64, u64) {
         (
@@ -319,6 +368,10 @@ impl Inner {
     fn resync_at_open(self: Arc<Self>) {
         let _running = self.recovery.lock().unwrap_or_else(|e| e.into_inner());
         let regions = self.nosync.count();
+        eprintln!(
+            "mqblk: mirror (table line {}): resyncing {regions} of {} regions from leg 0",
+            self.line, self.nr_regions
+        );
         let res = recovery::run(&self, &mut |_| {});
         let state_after = self.finish_recovery();
         match res {
@@ -465,6 +518,28 @@ impl Target for Mirror {
     }
 }
 
+/// The failed legs of every mirror in the table of the stacked device
+/// `handle`, in table order: the device runs degraded while this is not
+/// empty.
+pub fn degraded_legs(handle: &Handle) -> Vec<DegradedLeg> {
+    let mut out = Vec::new();
+    for (l, t) in handle.table().lines.iter().zip(handle.targets()) {
+        let Some(m) = t.as_any().and_then(|a| a.downcast_ref::<Mirror>()) else {
+            continue;
+        };
+        for (leg, spec, failure) in m.failed_legs() {
+            out.push(DegradedLeg {
+                device: handle.name().to_string(),
+                line: l.line,
+                leg,
+                spec,
+                failure,
+            });
+        }
+    }
+    out
+}
+
 /// Rebuild leg `leg` (0-based, in table order) of the mirror in stacked
 /// device `dev` onto `new` (opened from `new_spec`), online: the new device
 /// is put in with [`Legs::replace`](crate::legs::Legs::replace), every
@@ -562,6 +637,7 @@ pub fn replace(
             .map_err(bad)?;
     }
     m.all.replace(l.id, Some(new), new_spec);
+    *m.failures[leg].lock().unwrap_or_else(|e| e.into_inner()) = None;
     m.state.fetch_or(
         (1 << (leg as u32 + REBUILD_SHIFT)) | RECOVERING,
         Ordering::SeqCst,

@@ -118,6 +118,9 @@ fn copy_region(
 ) -> std::result::Result<(), String> {
     let start = Instant::now();
     while m.pending.get(r) != 0 {
+        if m.stop.load(Ordering::Relaxed) {
+            return Err("the mirror is closing".into());
+        }
         if start.elapsed() > DRAIN_MAX {
             return Err(format!(
                 "region {r}: writes in flight did not end within {} s",

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use mqblk_core::driver::Status;
 
@@ -63,6 +63,22 @@ pub(crate) struct Inner {
     pub(super) copied_bytes: AtomicU64,
     pub(super) goal_bytes: AtomicU64,
     pub(super) done_bytes: AtomicU64,
+    /// Why each leg went out, kept for reports; written once per failure
+    /// (the cold path), read by the control plane.
+    pub(super) failures: Box<[Mutex<Option<LegFailure>>]>,
+}
+
+/// Why and when a leg was taken out of service: the first I/O of it that
+/// failed (Linux dm-raid1 keeps the same, as the error it reports in
+/// `dmsetup status` and the kernel log).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LegFailure {
+    /// The I/O that failed on the leg: `read`, `write` or `flush`.
+    pub op: &'static str,
+    /// How it ended.
+    pub status: Status,
+    /// When it ended.
+    pub at: SystemTime,
 }
 
 /// How each leg stands (`dmsetup status`'s health letters).
@@ -117,10 +133,15 @@ impl Inner {
 
     /// Take leg `i` out of service; say so the first time.
     #[cold]
-    pub(super) fn fail_leg(&self, i: usize, what: &str, status: Status) {
+    pub(super) fn fail_leg(&self, i: usize, what: &'static str, status: Status) {
         let bits = (1u32 << i) | (1u32 << (i as u32 + REBUILD_SHIFT));
         let old = self.state.fetch_and(!bits, Ordering::SeqCst);
         if old & bits != 0 {
+            *self.failures[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(LegFailure {
+                op: what,
+                status,
+                at: SystemTime::now(),
+            });
             eprintln!(
                 "mqblk: mirror (table line {}): leg {i} ({}) failed a {what} ({status:?}); it is out, and the mirror is degraded",
                 self.line,
