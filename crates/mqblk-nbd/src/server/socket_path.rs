@@ -96,7 +96,7 @@ pub(crate) fn claim(path: &Path) -> Result<ClaimedSocket, String> {
         },
         Ok(_) => check_not_other(path)?,
     }
-    let listener = UnixListener::bind(path).map_err(|e| match e.raw_os_error() {
+    let listener = bind_listening(path).map_err(|e| match e.raw_os_error() {
         Some(libc::ENOENT) => format!(
             "cannot listen on {shown}: the directory {} does not exist",
             path.parent().unwrap_or(Path::new(".")).display()
@@ -112,6 +112,28 @@ pub(crate) fn claim(path: &Path) -> Result<ClaimedSocket, String> {
         id,
         _lock: lock,
     })
+}
+
+/// Bind and listen on `path` so that the path appears only once it
+/// listens: a client that sees the file can connect. (A plain bind makes
+/// the file before `listen`, and a connect in between is refused.) The
+/// socket is bound under a short temporary name beside it, then renamed
+/// into place; a temporary name too long for a socket address falls back
+/// to binding `path` itself.
+fn bind_listening(path: &Path) -> io::Result<UnixListener> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(".mqblk-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let listener = match UnixListener::bind(&tmp) {
+        Ok(l) => l,
+        Err(e) if e.kind() == io::ErrorKind::InvalidInput => return UnixListener::bind(path),
+        Err(e) => return Err(e),
+    };
+    if let Err(e) = std::fs::rename(&tmp, path) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(listener)
 }
 
 /// Refuse a path that holds anything but a socket (or nothing).
