@@ -262,6 +262,25 @@ impl Context {
         self.st.forwards.push(up.0.clone());
     }
 
+    /// [`Context::submit`] for a stacked driver: `bio` is a child of sector
+    /// `from_sector` of the device numbered `from` (the stacked device's
+    /// own, from [`crate::driver::HwQueueSetup::devnum`]). When this
+    /// context's device is traced, the trace shows the remap as an A event
+    /// just before the child's Q (Linux `trace_block_bio_remap`).
+    // Back-pressure hands the bio back by value, as `submit` does.
+    #[inline]
+    pub fn submit_remapped(
+        &mut self,
+        bio: Bio,
+        from: crate::blktrace::DevNum,
+        from_sector: u64,
+    ) -> std::result::Result<(), SubmitError> {
+        self.st.remap_from = Some((from, from_sector));
+        let r = self.submit(bio);
+        self.st.remap_from = None;
+        r
+    }
+
     /// Like [`Context::poll`], but waits until at least `min` completions
     /// were delivered or nothing is left in flight. The wait is bounded by
     /// the request timeout plus a grace period (every request ends by its

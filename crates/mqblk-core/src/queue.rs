@@ -44,6 +44,8 @@ pub(crate) struct Control {
     pub(crate) contexts: Vec<Arc<crate::request::RqOwner>>,
     /// The registered partitions (`None`: none).
     pub(crate) partitions: Option<Arc<crate::partition::PartTable>>,
+    /// The blktrace session, while the device is traced.
+    pub(crate) trace: Option<Arc<crate::blktrace::BlkTrace>>,
 }
 
 /// The gate word: bit 0 set while frozen, the rest a generation bumped at
@@ -76,6 +78,8 @@ pub(crate) struct DeviceInner {
     /// How many of the device's and its groups' io.max buckets have limits
     /// (0: no bio is charged).
     pub(crate) qos_active: Arc<std::sync::atomic::AtomicU32>,
+    /// The device's number in blktrace records.
+    pub(crate) devnum: crate::blktrace::DevNum,
 }
 
 impl DeviceInner {
@@ -278,6 +282,7 @@ impl Device {
         let buf_pool = BufPool::with_arena(align, driver.buffer_arena_bytes());
         let buf_regions = buf_pool.regions();
         let driver = Arc::new(driver);
+        let devnum = crate::blktrace::DevNum::next();
         let mut hw_queues = Vec::with_capacity(nr);
         for (i, t) in tags.iter().enumerate() {
             let notify = crate::sync::Arc::new(Notify::default());
@@ -287,6 +292,7 @@ impl Device {
                 queue_depth: depth_max,
                 reserved_tags: cfg.reserved_tags,
                 buf_regions: &buf_regions,
+                devnum,
             })?;
             let ops = Box::new(Bound {
                 driver: driver.clone(),
@@ -318,7 +324,8 @@ impl Device {
             IoMax::new(IoMaxLimits::default(), crate::throttle::DEFAULT_BURST_MS)
         });
         io_max.attach(&watch);
-        Ok(Device {
+        let trace = cfg.trace.clone();
+        let dev = Device {
             view: None,
             inner: Arc::new(DeviceInner {
                 info: QueueInfo {
@@ -342,6 +349,7 @@ impl Device {
                         .unwrap_or(0),
                     contexts: Vec::new(),
                     partitions: None,
+                    trace: None,
                 }),
                 cfg,
                 hw_queues: hw_queues.into_boxed_slice(),
@@ -358,8 +366,13 @@ impl Device {
                 groups,
                 io_max,
                 qos_active,
+                devnum,
             }),
-        })
+        };
+        if let Some(dir) = trace {
+            dev.start_trace(&dir)?;
+        }
+        Ok(dev)
     }
 
     /// Create a group (see [`crate::blkcg`]). Its name must be new, 1 to
@@ -522,6 +535,78 @@ impl Device {
     /// The queue limits in force now.
     pub fn limits(&self) -> QueueLimits {
         self.ctl().limits
+    }
+
+    /// The device's number in blktrace records (Linux `disk_devt`): a
+    /// view's own, which the remaps of its bios name.
+    pub fn dev_number(&self) -> crate::blktrace::DevNum {
+        match &self.view {
+            None => self.inner.devnum,
+            Some(v) => v.devnum,
+        }
+    }
+
+    /// Start writing blktrace files of every I/O into `dir` (made if
+    /// missing), as `blktrace -d DEV -D DIR` does: one file per context
+    /// that does I/O from now on, `NAME.blktrace.N`, read with
+    /// `blkparse -D DIR -i NAME` and `btt`. A view (a partition) is traced
+    /// with its whole device, whose files name it: its bios show as A
+    /// events from the view's number. Files of an earlier trace of this
+    /// device in `dir` are replaced. Contexts start recording at their
+    /// next bio; with tracing off the hot path pays nothing. Control plane.
+    pub fn start_trace(&self, dir: impl AsRef<std::path::Path>) -> Result<()> {
+        let inner = &self.inner;
+        let dir = dir.as_ref();
+        let mut ctl = inner.ctl();
+        if let Some(t) = &ctl.trace {
+            return Err(Error::Setup {
+                device: inner.info.name.clone(),
+                reason: format!(
+                    "already traced into {}: stop that trace first",
+                    t.dir().display()
+                ),
+            });
+        }
+        let t =
+            crate::blktrace::BlkTrace::start(dir, &inner.info.name, inner.devnum).map_err(|e| {
+                Error::Setup {
+                    device: inner.info.name.clone(),
+                    reason: format!("cannot trace into {}: {e}", dir.display()),
+                }
+            })?;
+        ctl.trace = Some(t);
+        drop(ctl);
+        self.bump_gate();
+        Ok(())
+    }
+
+    /// Stop the trace [`Device::start_trace`] started: every context's
+    /// records so far are written out and the files closed before this
+    /// returns (what a context records before it next submits is
+    /// dropped). Control plane.
+    pub fn stop_trace(&self) -> Result<crate::blktrace::TraceSummary> {
+        let t = self.ctl().trace.take().ok_or_else(|| Error::Setup {
+            device: self.inner.info.name.clone(),
+            reason: "is not being traced".into(),
+        })?;
+        self.bump_gate();
+        Ok(t.stop())
+    }
+
+    /// Where the device is being traced to, if it is.
+    pub fn trace_dir(&self) -> Option<std::path::PathBuf> {
+        self.ctl().trace.as_ref().map(|t| t.dir().to_path_buf())
+    }
+
+    /// Move the gate's generation without freezing: every context takes
+    /// a fresh copy of the settings at its next bio.
+    fn bump_gate(&self) {
+        self.inner
+            .gate
+            .fetch_add(2, std::sync::atomic::Ordering::SeqCst);
+        for hq in self.inner.hw_queues.iter() {
+            hq.notify.notify();
+        }
     }
 
     /// Freeze the queue (Linux `blk_mq_freeze_queue`): new submissions wait
