@@ -121,6 +121,13 @@ pub struct ServeArgs {
     /// while serving (`mqblk qos --control=SOCKET ...`).
     #[arg(long, value_name = "SOCKET")]
     pub control: Option<std::path::PathBuf>,
+
+    /// Write blktrace files of every exported device (and the devices
+    /// below it) into DIR, for blkparse and btt; `mqblk qos
+    /// --control=SOCKET trace start DIR` and `trace stop` do it while
+    /// serving.
+    #[arg(long, value_name = "DIR")]
+    pub trace: Option<PathBuf>,
 }
 
 /// Check a `--listen` address: `HOST:PORT` with a port of 0 to 65535
@@ -220,6 +227,9 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
             mqblk::open(spec)
         }
         .map_err(|e| open_error(e, spec))?;
+        if let Some(dir) = &args.trace {
+            mqblk::start_trace(&dev, dir).map_err(|e| open_error(e, spec))?;
+        }
         let kind = mqblk::spec::parse(spec).map(|s| s.kind).unwrap_or_default();
         opened.push(dev.clone());
         let mut e = Export::new(name, dev.clone());

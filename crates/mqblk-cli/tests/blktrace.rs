@@ -441,3 +441,144 @@ fn a_partition_of_a_stripe_remaps_each_bio_to_the_leg_and_sector_of_the_table() 
         "the legs' A events are not the stripe's requests cut at its chunks"
     );
 }
+
+/// A `mqblk serve` child, sent SIGTERM and waited for when dropped.
+struct Serve(std::process::Child);
+
+impl Serve {
+    /// Serve `spec` on `sock`, with `args` more; back once it answers.
+    fn start(spec: &str, sock: &Path, args: &[&std::ffi::OsStr]) -> Serve {
+        let mut c = mqblk()
+            .args(["serve", spec, "--socket"])
+            .arg(sock)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        mqblk_test_support::wait_for_path(sock, "mqblk serve", Some(&mut c));
+        Serve(c)
+    }
+
+    /// SIGTERM, and wait (bounded) for it to exit 0.
+    fn stop(mut self) {
+        let st = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let t = std::time::Instant::now();
+        loop {
+            if let Some(s) = self.0.try_wait().unwrap() {
+                assert!(s.success(), "{s}");
+                return;
+            }
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(30),
+                "mqblk serve did not exit after SIGTERM"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// qemu-io's commands on the export at `sock`.
+fn qemu_io(sock: &Path, cmds: &[&str]) {
+    require_tool("qemu-io");
+    let mut c = Command::new("qemu-io");
+    c.args(["-f", "raw"]);
+    for k in cmds {
+        c.args(["-c", k]);
+    }
+    let o = c
+        .arg(format!("nbd+unix:///?socket={}", sock.display()))
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "qemu-io {cmds:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// `mqblk qos --control=SOCKET WORDS`: its answer.
+fn control(ctl: &Path, words: &[&str]) -> String {
+    let o = mqblk()
+        .arg("qos")
+        .arg(format!("--control={}", ctl.display()))
+        .args(words)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "qos {words:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// A running `mqblk serve` traces what its clients do between `trace
+/// start` and `trace stop` on its control socket, and nothing else; with
+/// `--trace` it traces from the start, and its files are whole once it
+/// exits.
+#[test]
+fn serve_traces_from_its_flag_or_between_start_and_stop_on_its_control_socket() {
+    let _s = serial();
+    let d = Scratch::new("blktrace-serve");
+    let (sock, ctl, trace) = (
+        d.path().join("nbd.sock"),
+        d.path().join("ctl.sock"),
+        d.path().join("trace"),
+    );
+    let srv = Serve::start(
+        "ram,size=16M",
+        &sock,
+        &["--control".as_ref(), ctl.as_os_str()],
+    );
+    qemu_io(&sock, &["write -P 1 0 64k"]);
+    let said = control(&ctl, &["trace", "start", trace.to_str().unwrap()]);
+    assert!(said.starts_with("tracing 1 devices"), "{said}");
+    qemu_io(&sock, &["write -P 2 1M 64k", "read -P 2 1M 64k"]);
+    let said = control(&ctl, &["trace", "stop"]);
+    assert!(said.contains("ram0: "), "{said}");
+    qemu_io(&sock, &["read 2M 4k"]);
+    let (ev, _) = blkparse(&trace, &["ram0"]);
+    let sectors = |rw: &str| -> u64 {
+        ev.iter()
+            .filter(|e| e.action == "Q" && e.rwbs.starts_with(rw))
+            .map(|e| {
+                assert!((2048..2048 + 128).contains(&e.sector), "{e:?}");
+                e.sectors
+            })
+            .sum()
+    };
+    assert_eq!((sectors("W"), sectors("R")), (128, 128));
+    assert_eq!(count(&ev, "Q"), count(&ev, "C"));
+    srv.stop();
+
+    // From the start, with --trace.
+    let trace2 = d.path().join("trace2");
+    let srv = Serve::start(
+        "null,size=16M",
+        &d.path().join("n.sock"),
+        &["--trace".as_ref(), trace2.as_os_str()],
+    );
+    qemu_io(&d.path().join("n.sock"), &["read 4k 4k"]);
+    srv.stop();
+    let names = traced(&trace2);
+    let (ev, _) = blkparse(&trace2, &[&names[0]]);
+    assert!(
+        ev.iter().any(|e| e.action == "C" && e.sector == 8),
+        "{ev:?}"
+    );
+}

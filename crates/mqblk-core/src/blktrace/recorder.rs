@@ -48,13 +48,12 @@ impl Recorder {
             pid,
             cpu,
         };
-        let name = std::thread::current().name().unwrap_or("mqblk").to_string();
         let note = Header {
             action: Action::Process as u32,
             pdu_len: 16,
             ..r.header()
         };
-        r.put(note, &event::comm_pdu(&name));
+        r.put(note, &comm());
         r
     }
 
@@ -261,4 +260,17 @@ impl Drop for Recorder {
             self.trace.retire(c);
         }
     }
+}
+
+/// The calling thread's name as the kernel keeps it (its `comm`, what
+/// blktrace records), NUL-padded to 16 bytes.
+fn comm() -> [u8; 16] {
+    let mut name = [0u8; 16];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included, into the
+    // buffer, which has 16.
+    if unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) } != 0 {
+        return event::comm_pdu("mqblk");
+    }
+    name[15] = 0;
+    name
 }
