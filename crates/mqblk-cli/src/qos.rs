@@ -469,13 +469,16 @@ mod tests {
         let mut ctx = dev.context().unwrap();
         let mut b = dev.alloc_buf(4096);
         ctx.read_at(b.as_mut_slice(), 0).unwrap();
-        let stop = apply(&[dev.clone()], "trace stop").unwrap();
+        let stop = apply(std::slice::from_ref(&dev), "trace stop").unwrap();
         assert!(
             stop.starts_with("nullb") && stop.contains(": 1 files"),
             "{stop}"
         );
         assert!(traces.join(format!("{}.blktrace.0", dev.name())).exists());
-        let e = format!("{:#}", apply(&[dev.clone()], "trace stop").unwrap_err());
+        let e = format!(
+            "{:#}",
+            apply(std::slice::from_ref(&dev), "trace stop").unwrap_err()
+        );
         assert!(e.contains("no device is being traced"), "{e}");
         drop(ctl);
         std::fs::remove_dir_all(&dir).unwrap();

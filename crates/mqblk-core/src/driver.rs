@@ -62,8 +62,8 @@ pub struct HwQueueSetup<'a> {
     pub buf_regions: &'a [BufRegion],
     /// The device's number in blktrace records: a stacked driver names it
     /// as the device its children come from
-    /// ([`crate::Context::trace_remap`]).
-    pub devnum: crate::blktrace::DevNum,
+    /// ([`crate::Context::submit_remapped`]).
+    pub devnum: crate::blktrace::event::DevNum,
 }
 
 /// One run of a device's address space, as block status reports it (NBD

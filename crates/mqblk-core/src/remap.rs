@@ -29,7 +29,7 @@ pub(crate) struct View {
     pub(crate) _owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
     /// The view's own device number: blktrace's remaps name it as the
     /// device a bio came from.
-    pub(crate) devnum: crate::blktrace::DevNum,
+    pub(crate) devnum: crate::blktrace::event::DevNum,
 }
 
 impl std::fmt::Debug for View {
@@ -79,7 +79,7 @@ impl View {
             info,
             stats: Arc::new(DeviceStats::new()),
             _owner: owner,
-            devnum: crate::blktrace::DevNum::next(),
+            devnum: crate::blktrace::event::DevNum::next(),
         })
     }
 }

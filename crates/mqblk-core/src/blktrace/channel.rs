@@ -14,6 +14,8 @@
 use std::io::{IoSlice, Write};
 use std::ptr::NonNull;
 
+use super::event::{BlkIoTrace, HEADER_BYTES, RECORD_MAX};
+
 // std's atomics and lock, not the loom shim's: the trace is not part of
 // what the loom models check.
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,6 +41,47 @@ pub(crate) struct Closed {
     pub(crate) bytes: u64,
     pub(crate) lost: u64,
     pub(crate) error: Option<String>,
+}
+
+/// What the closed channels of one session wrote, added up as each
+/// closes (its context stops tracing, or the session stops).
+#[derive(Debug, Default)]
+pub(crate) struct Totals {
+    bytes: AtomicU64,
+    lost: AtomicU64,
+    errors: Mutex<Vec<String>>,
+}
+
+impl Totals {
+    /// Count a closed channel.
+    pub(crate) fn add(&self, c: Closed) {
+        self.bytes.fetch_add(c.bytes, Ordering::Relaxed);
+        self.lost.fetch_add(c.lost, Ordering::Relaxed);
+        if let Some(e) = c.error {
+            self.errors
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(e);
+        }
+    }
+
+    /// Bytes written.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Records dropped.
+    pub(crate) fn lost(&self) -> u64 {
+        self.lost.load(Ordering::Relaxed)
+    }
+
+    /// The write errors, one per file that had one.
+    pub(crate) fn errors(&self) -> Vec<String> {
+        self.errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
 }
 
 /// One producer's ring.
@@ -130,6 +173,44 @@ impl Channel {
                 rec.len() - first,
             );
         }
+    }
+
+    /// Write record `rec`, then `pdu`, at byte `head`: straight into the
+    /// ring, or through a copy when it wraps at the end.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Channel::put`], with `HEADER_BYTES + pdu.len()` bytes free.
+    #[inline(always)]
+    pub(crate) unsafe fn put_record(&self, head: u64, rec: &BlkIoTrace, pdu: &[u8]) {
+        let start = (head & (self.cap - 1)) as usize;
+        if start + HEADER_BYTES + pdu.len() > self.cap as usize {
+            // SAFETY: the caller's promise, passed on.
+            return unsafe { self.put_wrapped(head, rec, pdu) };
+        }
+        // SAFETY: the record fits before the ring's end (checked above);
+        // by the caller's promise no one else touches these bytes now.
+        unsafe {
+            let dst = self.buf.as_ptr().add(start);
+            rec.write_to(dst);
+            if !pdu.is_empty() {
+                std::ptr::copy_nonoverlapping(pdu.as_ptr(), dst.add(HEADER_BYTES), pdu.len());
+            }
+        }
+    }
+
+    /// `put_record` of a record that wraps at the ring's end.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Channel::put_record`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn put_wrapped(&self, head: u64, rec: &BlkIoTrace, pdu: &[u8]) {
+        let mut b = [0u8; RECORD_MAX];
+        let n = rec.encode(pdu, &mut b);
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.put(head, &b[..n]) };
     }
 
     /// Make the bytes up to `head` visible to drainers.

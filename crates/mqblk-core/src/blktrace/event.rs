@@ -1,14 +1,58 @@
 //! The record blktrace writes and blkparse and btt read (Linux
 //! `include/uapi/linux/blktrace_api.h`): `struct blk_io_trace`, 48 bytes in
 //! the writer's byte order, then `pdu_len` bytes of payload; the action
-//! word (what happened in its low 16 bits, the categories above); and the
-//! payloads of a remap, an unplug, a split and a process name.
+//! word (what happened in its low 16 bits, the categories above); the
+//! payloads of a remap, an unplug, a split and a process name; and the
+//! device numbers records name (`dev_t`).
 //!
 //! The leaf of `blktrace/`: it only encodes.
+
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::bio::BioFlags;
 use crate::error::Status;
 use crate::op::Op;
+
+/// A device's number as blktrace records it (Linux `dev_t`, with 20
+/// bits of minor). Every device and every view gets its own, under one
+/// major.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DevNum {
+    /// The major number: [`DevNum::MAJOR`].
+    pub major: u32,
+    /// The minor number, counted from 0 in the order devices are made.
+    pub minor: u32,
+}
+
+impl DevNum {
+    /// The major of every mqblk device: 240, the first of Linux's block
+    /// majors for local use (`Documentation/admin-guide/devices.txt`),
+    /// so it is told apart from a real disk in a combined trace.
+    pub const MAJOR: u32 = 240;
+    const MINOR_BITS: u32 = 20;
+
+    /// The next device's number.
+    pub(crate) fn next() -> DevNum {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        DevNum {
+            major: Self::MAJOR,
+            minor: NEXT.fetch_add(1, Ordering::Relaxed) & ((1 << Self::MINOR_BITS) - 1),
+        }
+    }
+
+    /// As the `device` field holds it (`MKDEV`: the major above 20 bits
+    /// of minor).
+    pub fn encode(self) -> u32 {
+        (self.major << Self::MINOR_BITS) | self.minor
+    }
+}
+
+impl std::fmt::Display for DevNum {
+    /// As blkparse and btt print it: `240,3`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{},{}", self.major, self.minor)
+    }
+}
 
 /// `BLK_IO_TRACE_MAGIC`, with `BLK_IO_TRACE_VERSION` in the low byte.
 pub(crate) const MAGIC_VERSION: u32 = 0x6561_7400 | 0x07;
@@ -77,19 +121,49 @@ pub(crate) enum Action {
 
 /// The categories of an operation (Linux `__blk_add_trace`: read or write
 /// by `op_is_write`, then flush, discard and FUA).
-#[inline]
-pub(crate) fn op_bits(op: Op, flags: BioFlags) -> u32 {
+const fn categories(op: Op, fua: bool, preflush: bool) -> u32 {
     let mut c = if op.is_write() { tc::WRITE } else { tc::READ };
-    if op == Op::Flush || flags.contains(BioFlags::PREFLUSH) {
+    if matches!(op, Op::Flush) || preflush {
         c |= tc::FLUSH;
     }
-    if op == Op::Discard {
+    if matches!(op, Op::Discard) {
         c |= tc::DISCARD;
     }
-    if flags.contains(BioFlags::FUA) {
+    if fua {
         c |= tc::FUA;
     }
     cat(c)
+}
+
+/// [`categories`] of every operation (by its number) and FUA and
+/// PREFLUSH flag pair, made at compile time: one load per event.
+const OP_BITS: [[u32; 4]; 6] = {
+    let ops = [
+        Op::Read,
+        Op::Write,
+        Op::Flush,
+        Op::Discard,
+        Op::Read, // no operation 4
+        Op::WriteZeroes,
+    ];
+    let mut t = [[0u32; 4]; 6];
+    let mut i = 0;
+    while i < 6 {
+        let mut f = 0;
+        while f < 4 {
+            t[i][f] = categories(ops[i], f & 1 != 0, f & 2 != 0);
+            f += 1;
+        }
+        i += 1;
+    }
+    t
+};
+
+/// The categories of `op` with `flags`, in the action word.
+#[inline(always)]
+pub(crate) fn op_bits(op: Op, flags: BioFlags) -> u32 {
+    let f = flags.bits() & (BioFlags::FUA.bits() | BioFlags::PREFLUSH.bits());
+    OP_BITS[op as usize][f as usize]
 }
 
 /// The `error` field: the negative errno, as the kernel stores it.
@@ -98,9 +172,12 @@ pub(crate) fn error_of(status: Status) -> u16 {
     (status.errno() as u16).wrapping_neg()
 }
 
-/// One record's fixed part (`struct blk_io_trace`).
+/// One record's fixed part: `struct blk_io_trace`, field for field, in
+/// the writer's byte order (blkparse tells the order by the magic).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Header {
+#[repr(C)]
+pub(crate) struct BlkIoTrace {
+    pub(crate) magic: u32,
     pub(crate) sequence: u32,
     pub(crate) time_ns: u64,
     pub(crate) sector: u64,
@@ -113,49 +190,42 @@ pub(crate) struct Header {
     pub(crate) pdu_len: u16,
 }
 
-impl Header {
+// The kernel's layout: 48 bytes, no padding.
+const _: () = assert!(std::mem::size_of::<BlkIoTrace>() == HEADER_BYTES);
+
+impl BlkIoTrace {
     /// Write the record, header then `pdu`, into `out`; its length.
-    #[inline]
     pub(crate) fn encode(&self, pdu: &[u8], out: &mut [u8; RECORD_MAX]) -> usize {
-        debug_assert!(pdu.len() <= PDU_MAX);
-        debug_assert_eq!(usize::from(self.pdu_len), pdu.len());
-        out[0..4].copy_from_slice(&MAGIC_VERSION.to_ne_bytes());
-        out[4..8].copy_from_slice(&self.sequence.to_ne_bytes());
-        out[8..16].copy_from_slice(&self.time_ns.to_ne_bytes());
-        out[16..24].copy_from_slice(&self.sector.to_ne_bytes());
-        out[24..28].copy_from_slice(&self.bytes.to_ne_bytes());
-        out[28..32].copy_from_slice(&self.action.to_ne_bytes());
-        out[32..36].copy_from_slice(&self.pid.to_ne_bytes());
-        out[36..40].copy_from_slice(&self.device.to_ne_bytes());
-        out[40..44].copy_from_slice(&self.cpu.to_ne_bytes());
-        out[44..46].copy_from_slice(&self.error.to_ne_bytes());
-        out[46..48].copy_from_slice(&self.pdu_len.to_ne_bytes());
         let n = pdu.len().min(PDU_MAX);
+        // SAFETY: `out` has room for the 48-byte header, written unaligned.
+        unsafe { self.write_to(out.as_mut_ptr()) };
         out[HEADER_BYTES..HEADER_BYTES + n].copy_from_slice(&pdu[..n]);
         HEADER_BYTES + n
     }
 
-    /// Read a record's header back (tests, and `mqblk`'s own checks).
+    /// Store the header at `dst` (any alignment).
+    ///
+    /// # Safety
+    ///
+    /// `dst` is valid for writes of [`HEADER_BYTES`] bytes, and nothing
+    /// else reads or writes them meanwhile.
+    #[inline(always)]
+    pub(crate) unsafe fn write_to(&self, dst: *mut u8) {
+        // SAFETY: the caller's promise; the struct is plain data of
+        // exactly HEADER_BYTES, stored unaligned.
+        unsafe { dst.cast::<BlkIoTrace>().write_unaligned(*self) };
+    }
+
+    /// Read a record's header back (tests).
     #[cfg(test)]
-    pub(crate) fn decode(b: &[u8]) -> Option<Header> {
-        let u32_at = |o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().unwrap());
-        let u64_at = |o: usize| u64::from_ne_bytes(b[o..o + 8].try_into().unwrap());
-        let u16_at = |o: usize| u16::from_ne_bytes(b[o..o + 2].try_into().unwrap());
-        if b.len() < HEADER_BYTES || u32_at(0) != MAGIC_VERSION {
+    pub(crate) fn decode(b: &[u8]) -> Option<BlkIoTrace> {
+        if b.len() < HEADER_BYTES {
             return None;
         }
-        Some(Header {
-            sequence: u32_at(4),
-            time_ns: u64_at(8),
-            sector: u64_at(16),
-            bytes: u32_at(24),
-            action: u32_at(28),
-            pid: u32_at(32),
-            device: u32_at(36),
-            cpu: u32_at(40),
-            error: u16_at(44),
-            pdu_len: u16_at(46),
-        })
+        // SAFETY: `b` has at least HEADER_BYTES bytes, read unaligned into
+        // plain data that any bit pattern makes.
+        let h = unsafe { b.as_ptr().cast::<BlkIoTrace>().read_unaligned() };
+        (h.magic == MAGIC_VERSION).then_some(h)
     }
 }
 
@@ -191,7 +261,8 @@ mod tests {
 
     #[test]
     fn a_record_is_blk_io_trace_with_its_payload() {
-        let h = Header {
+        let h = BlkIoTrace {
+            magic: MAGIC_VERSION,
             sequence: 7,
             time_ns: 1_000_000_123,
             sector: 2048,
@@ -206,7 +277,7 @@ mod tests {
         let pdu = remap_pdu((240 << 20) | 1, (240 << 20) | 3, 8);
         let mut out = [0u8; RECORD_MAX];
         assert_eq!(h.encode(&pdu, &mut out), 64);
-        assert_eq!(Header::decode(&out), Some(h));
+        assert_eq!(BlkIoTrace::decode(&out), Some(h));
         assert_eq!(&out[0..4], &0x6561_7407u32.to_ne_bytes());
         // The action: REMAP (15) with QUEUE, WRITE and FUA categories.
         assert_eq!(h.action, 15 | (1 << 20) | (1 << 17) | (1 << 31));

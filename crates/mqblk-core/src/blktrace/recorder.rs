@@ -6,9 +6,8 @@
 
 use std::sync::Arc;
 
-use super::channel::Channel;
-use super::event::{self, Action, Header, RECORD_MAX};
-use super::{BlkTrace, DevNum};
+use super::channel::{Channel, Totals};
+use super::event::{self, Action, BlkIoTrace, DevNum, HEADER_BYTES};
 use crate::bio::{Bio, BioFlags, Op};
 use crate::clock;
 use crate::error::Status;
@@ -17,8 +16,9 @@ use crate::request::Request;
 
 /// The producer side of one context's channel.
 pub(crate) struct Recorder {
-    trace: Arc<BlkTrace>,
     ch: Arc<Channel>,
+    /// Where the channel's figures go when it closes (its session's).
+    totals: Arc<Totals>,
     /// Bytes put into the channel so far.
     head: u64,
     /// The channel's tail as last read: the room left is at least
@@ -32,56 +32,71 @@ pub(crate) struct Recorder {
 }
 
 impl Recorder {
-    /// The recorder of file `cpu` of `trace`, writing into `ch`. Its first
-    /// record names the thread (blkparse prints it beside each event).
-    pub(super) fn new(trace: Arc<BlkTrace>, ch: Arc<Channel>, cpu: u32) -> Recorder {
+    /// The recorder of file `cpu` of device `dev`, writing into `ch`, its
+    /// figures added to `totals` when it closes. Its first record names
+    /// the thread (blkparse prints it beside each event).
+    pub(super) fn new(ch: Arc<Channel>, totals: Arc<Totals>, dev: DevNum, cpu: u32) -> Recorder {
         // SAFETY: gettid has no preconditions.
         let pid = unsafe { libc::gettid() } as u32;
         let mut r = Recorder {
-            dev: trace.dev().encode(),
+            dev: dev.encode(),
             cap: ch.capacity(),
-            trace,
             ch,
+            totals,
             head: 0,
             tail_seen: 0,
             seq: 0,
             pid,
             cpu,
         };
-        let note = Header {
-            action: Action::Process as u32,
-            pdu_len: 16,
-            ..r.header()
-        };
-        r.put(note, &comm());
+        let comm = comm();
+        let mut note = r.record(clock::now_ns(), Action::Process as u32, 0, 0, 0, comm.len());
+        // Notes are outside the events' sequence, which starts at 1.
+        (note.sequence, r.seq) = (0, 0);
+        r.put(&note, &comm);
         r
     }
 
-    /// True if this records for `trace`.
-    pub(crate) fn is_of(&self, trace: &Arc<BlkTrace>) -> bool {
-        Arc::ptr_eq(&self.trace, trace)
+    /// True if this adds its figures to `totals` (its session's).
+    pub(super) fn adds_to(&self, totals: &Arc<Totals>) -> bool {
+        Arc::ptr_eq(&self.totals, totals)
     }
 
-    fn header(&self) -> Header {
-        Header {
+    /// The record of an event at `time_ns`, numbered next.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &mut self,
+        time_ns: u64,
+        action: u32,
+        sector: u64,
+        bytes: u64,
+        error: u16,
+        pdu_len: usize,
+    ) -> BlkIoTrace {
+        self.seq = self.seq.wrapping_add(1);
+        BlkIoTrace {
+            magic: event::MAGIC_VERSION,
+            sequence: self.seq,
+            time_ns,
+            sector,
+            bytes: bytes.min(u64::from(u32::MAX)) as u32,
+            action,
             pid: self.pid,
             device: self.dev,
             cpu: self.cpu,
-            time_ns: clock::now_ns(),
-            ..Header::default()
+            error,
+            pdu_len: pdu_len as u16,
         }
     }
 
-    /// Record one event now.
-    #[inline]
-    fn emit(&mut self, action: Action, op: Op, flags: BioFlags, sector: u64, bytes: u64) {
-        self.emit_with(action, op, flags, sector, bytes, 0, &[]);
-    }
-
+    /// Record an event of `op` at `time_ns`. Inlined into each trace
+    /// point, so that its constants fold.
+    #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    #[inline]
-    fn emit_with(
+    fn emit(
         &mut self,
+        time_ns: u64,
         action: Action,
         op: Op,
         flags: BioFlags,
@@ -90,24 +105,16 @@ impl Recorder {
         error: u16,
         pdu: &[u8],
     ) {
-        self.seq = self.seq.wrapping_add(1);
-        let h = Header {
-            sequence: self.seq,
-            sector,
-            bytes: bytes.min(u64::from(u32::MAX)) as u32,
-            action: action as u32 | event::op_bits(op, flags),
-            error,
-            pdu_len: pdu.len() as u16,
-            ..self.header()
-        };
-        self.put(h, pdu);
+        let action = action as u32 | event::op_bits(op, flags);
+        let rec = self.record(time_ns, action, sector, bytes, error, pdu.len());
+        self.put(&rec, pdu);
     }
 
-    #[inline]
-    fn put(&mut self, h: Header, pdu: &[u8]) {
-        let mut rec = [0u8; RECORD_MAX];
-        let n = h.encode(pdu, &mut rec);
-        let len = n as u64;
+    /// Put a record into the channel (when there is no room even after a
+    /// drain, it is counted lost).
+    #[inline(always)]
+    fn put(&mut self, rec: &BlkIoTrace, pdu: &[u8]) {
+        let len = (HEADER_BYTES + pdu.len()) as u64;
         if self.head + len - self.tail_seen > self.cap && !self.make_room(len) {
             self.ch.add_lost(1);
             return;
@@ -115,7 +122,7 @@ impl Recorder {
         // SAFETY: this recorder is the channel's one producer, `head` its
         // count of bytes put, and the room was checked against a tail read
         // from the channel.
-        unsafe { self.ch.put(self.head, &rec[..n]) };
+        unsafe { self.ch.put_record(self.head, rec, pdu) };
         self.head += len;
         self.ch.publish(self.head);
         if self.head - self.tail_seen >= self.cap / 4 * 3 {
@@ -154,87 +161,70 @@ impl Recorder {
     /// Q: bio entered the layer, at `sector` (the device's, after any
     /// window's remap).
     pub(crate) fn queue(&mut self, bio: &Bio, sector: u64) {
-        self.emit(
-            Action::Queue,
-            bio.op(),
-            bio.flags(),
-            sector,
-            bio.len_bytes(),
-        );
+        let now = clock::now_ns();
+        let (op, flags, bytes) = (bio.op(), bio.flags(), bio.len_bytes());
+        self.emit(now, Action::Queue, op, flags, sector, bytes, 0, &[]);
     }
 
     /// A: bio, at `sector` here, came from `from_sector` of `from`.
     pub(crate) fn remap(&mut self, bio: &Bio, sector: u64, from: DevNum, from_sector: u64) {
+        let now = clock::now_ns();
         let pdu = event::remap_pdu(from.encode(), self.dev, from_sector);
-        self.emit_with(
-            Action::Remap,
-            bio.op(),
-            bio.flags(),
-            sector,
-            bio.len_bytes(),
-            0,
-            &pdu,
-        );
+        let (op, flags, bytes) = (bio.op(), bio.flags(), bio.len_bytes());
+        self.emit(now, Action::Remap, op, flags, sector, bytes, 0, &pdu);
     }
 
     /// M or F: bio joined a waiting request at its back or front.
     pub(crate) fn merge(&mut self, bio: &Bio, front: bool) {
+        let now = clock::now_ns();
         let a = if front {
             Action::FrontMerge
         } else {
             Action::BackMerge
         };
-        self.emit(a, bio.op(), bio.flags(), bio.sector(), bio.len_bytes());
+        let (op, flags, bytes) = (bio.op(), bio.flags(), bio.len_bytes());
+        self.emit(now, a, op, flags, bio.sector(), bytes, 0, &[]);
     }
 
-    /// X: bio (at `sector`, of `bytes`) was cut at `at_sector`.
+    /// X: bio was cut, its next piece starting at `at_sector`.
     pub(crate) fn split(&mut self, bio: &Bio, at_sector: u64) {
+        let now = clock::now_ns();
         let pdu = event::u64_pdu(at_sector);
-        let (op, flags) = (bio.op(), bio.flags());
-        self.emit_with(
-            Action::Split,
-            op,
-            flags,
-            bio.sector(),
-            bio.len_bytes(),
-            0,
-            &pdu,
-        );
+        let (op, flags, bytes) = (bio.op(), bio.flags(), bio.len_bytes());
+        self.emit(now, Action::Split, op, flags, bio.sector(), bytes, 0, &pdu);
     }
 
-    /// G and I: a bio got request `rq`, which went into the context's
-    /// queue; P first if it starts the plug.
+    /// G and I (at one clock read): a bio got request `rq`, which went
+    /// into the context's queue; P first if it starts the plug.
     pub(crate) fn get_rq(&mut self, rq: &Request, starts_plug: bool) {
+        let now = clock::now_ns();
         if starts_plug {
-            self.emit(Action::Plug, Op::Read, BioFlags::NONE, 0, 0);
+            self.emit(now, Action::Plug, Op::Read, BioFlags::NONE, 0, 0, 0, &[]);
         }
-        self.rq_event(Action::GetRq, rq);
-        self.rq_event(Action::Insert, rq);
+        self.rq_event(now, Action::GetRq, rq);
+        self.rq_event(now, Action::Insert, rq);
     }
 
     /// U: the plug was flushed with `depth` requests in it.
     pub(crate) fn unplug(&mut self, depth: usize) {
+        let now = clock::now_ns();
         let pdu = event::u64_pdu(depth as u64);
-        self.emit_with(Action::UnplugIo, Op::Read, BioFlags::NONE, 0, 0, 0, &pdu);
+        let (op, flags) = (Op::Read, BioFlags::NONE);
+        self.emit(now, Action::UnplugIo, op, flags, 0, 0, 0, &pdu);
     }
 
     /// C: a caller's bio ended with `status`, at `sector` (where its Q
     /// was).
     pub(crate) fn complete(&mut self, bio: &Bio, sector: u64, status: Status) {
-        self.emit_with(
-            Action::Complete,
-            bio.op(),
-            bio.flags(),
-            sector,
-            bio.len_bytes(),
-            event::error_of(status),
-            &[],
-        );
+        let now = clock::now_ns();
+        let (op, flags, bytes) = (bio.op(), bio.flags(), bio.len_bytes());
+        let error = event::error_of(status);
+        self.emit(now, Action::Complete, op, flags, sector, bytes, error, &[]);
     }
 
-    #[inline]
-    fn rq_event(&mut self, a: Action, rq: &Request) {
-        self.emit(a, rq.op, rq.flags, rq.sector, rq.size_bytes);
+    #[inline(always)]
+    fn rq_event(&mut self, now: u64, a: Action, rq: &Request) {
+        self.emit(now, a, rq.op, rq.flags, rq.sector, rq.size_bytes, 0, &[]);
     }
 }
 
@@ -242,13 +232,13 @@ impl DispatchTrace for Recorder {
     /// D.
     #[inline]
     fn issue(&mut self, rq: &Request) {
-        self.rq_event(Action::Issue, rq);
+        self.rq_event(clock::now_ns(), Action::Issue, rq);
     }
 
     /// R.
     #[inline]
     fn requeue(&mut self, rq: &Request) {
-        self.rq_event(Action::Requeue, rq);
+        self.rq_event(clock::now_ns(), Action::Requeue, rq);
     }
 }
 
@@ -257,7 +247,7 @@ impl Drop for Recorder {
     /// file closed.
     fn drop(&mut self) {
         if let Some(c) = self.ch.close() {
-            self.trace.retire(c);
+            self.totals.add(c);
         }
     }
 }

@@ -255,7 +255,7 @@ impl CtxState {
     /// closes its file.
     fn refresh_trace(&mut self, want: Option<&Arc<crate::blktrace::BlkTrace>>) {
         let same = match (&self.trace, want) {
-            (Some(r), Some(t)) => r.is_of(t),
+            (Some(r), Some(t)) => t.owns(r),
             (None, None) => true,
             _ => false,
         };
