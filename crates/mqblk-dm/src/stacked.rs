@@ -193,9 +193,9 @@ impl Stacked {
         let c = hq.children[slot as usize];
         let leg = c.leg as usize;
         // Where the child comes from on this device, for the leg's trace.
-        let from = match c.io.op {
-            Op::Flush => 0,
-            _ => (self.lines[c.line as usize].start + c.io.offset_bytes) >> 9,
+        let from = match (c.io.op, self.lines.get(c.line as usize)) {
+            (Op::Flush, _) | (_, None) => 0,
+            (_, Some(l)) => (l.start + c.io.offset_bytes) >> 9,
         };
         let devnum = hq.devnum;
         let Some(ctx) = hq.ctxs.get_mut(leg).and_then(Option::as_mut) else {

@@ -73,10 +73,11 @@ impl CtxState {
     /// fused check does not admit. Admission still takes the fused check.
     #[inline(never)]
     fn submit_other(&mut self, dev: &DeviceInner, idx: u32) {
-        if self.on(feat::TRACE) {
-            self.trace_queue(idx);
-        }
         if !self.on(feat::WINDOW) && self.fast.admits(self.bioset.bio(idx)) {
+            // Here for admission or the trace (the fused mask).
+            if self.on(feat::TRACE) {
+                self.trace_queue(idx);
+            }
             if !(self.on(feat::ADMIT) && self.admit(dev, idx)) {
                 self.submit_plain(dev, idx);
             }
@@ -123,9 +124,15 @@ impl CtxState {
                 dev.info.validate(bio, self.on(feat::BOUNCE)),
             )
         };
-        if self.on(feat::WINDOW) {
-            // The window's check is the one that counts.
-            status = self.remap(idx);
+        // Without a window or a trace, one bit test of the feature word.
+        if self.feat & (feat::WINDOW | feat::TRACE) != 0 {
+            if self.on(feat::TRACE) {
+                self.trace_queue(idx);
+            }
+            if self.on(feat::WINDOW) {
+                // The window's check is the one that counts.
+                status = self.remap(idx);
+            }
         }
         if !status.is_ok() {
             bump(&self.stats.errors, 1);
