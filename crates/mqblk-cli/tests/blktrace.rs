@@ -268,7 +268,13 @@ fn btt_d2c_is_the_timer_devices_completion_latency() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let o = Command::new("btt").arg("-i").arg(&bin).output().unwrap();
+    // btt writes its iostat-style .dat files into its working directory.
+    let o = Command::new("btt")
+        .current_dir(dir.path())
+        .arg("-i")
+        .arg(&bin)
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = String::from_utf8(o.stdout).unwrap();
     // "D2C   MIN   AVG   MAX   N"
