@@ -341,6 +341,31 @@ const char *mqblk_version(void);
 int mqblk_open(const char *spec, struct mqblk **out);
 
 /*
+ Start writing blktrace files of `dev`, and of every device below it (a
+ partition's disk, a stacked device's legs), into the directory `dir`
+ (made if missing): `NAME.blktrace.N`, one per queue that does I/O,
+ which `blkparse -D DIR -i NAME` and `btt` read. The spec key
+ `trace=DIR` of `mqblk_open()` does the same from the start. With no
+ trace running, the I/O path pays nothing for it.
+
+ # Safety
+
+ `dev` is NULL or a live device; `dir` is NULL or a NUL-terminated
+ string.
+ */
+int mqblk_trace_start(const struct mqblk *dev, const char *dir);
+
+/*
+ Stop the traces of `dev` and the devices below it: every file is
+ complete when this returns. An error if none was running.
+
+ # Safety
+
+ `dev` is NULL or a live device.
+ */
+int mqblk_trace_stop(const struct mqblk *dev);
+
+/*
  Close a device opened by `mqblk_open()`. NULL is ignored. Queues still
  alive keep the device open until they are destroyed.
 

@@ -3,6 +3,7 @@
 //! `blkio_alloc_mem_region`).
 
 use std::ffi::{c_char, c_int, c_void, CStr};
+use std::os::unix::ffi::OsStrExt;
 
 use mqblk::{Device, DiskStats};
 
@@ -151,6 +152,54 @@ pub unsafe extern "C" fn mqblk_open(spec: *const c_char, out: *mut *mut Mqblk) -
         let handle = Box::into_raw(Box::new(Mqblk { dev, name }));
         // SAFETY: `out` is non-NULL and writable (the caller's promise).
         unsafe { out.write(handle) };
+        Ok(0)
+    })
+}
+
+/// Start writing blktrace files of `dev`, and of every device below it (a
+/// partition's disk, a stacked device's legs), into the directory `dir`
+/// (made if missing): `NAME.blktrace.N`, one per queue that does I/O,
+/// which `blkparse -D DIR -i NAME` and `btt` read. The spec key
+/// `trace=DIR` of `mqblk_open()` does the same from the start. With no
+/// trace running, the I/O path pays nothing for it.
+///
+/// # Safety
+///
+/// `dev` is NULL or a live device; `dir` is NULL or a NUL-terminated
+/// string.
+#[no_mangle]
+pub unsafe extern "C" fn mqblk_trace_start(dev: *const Mqblk, dir: *const c_char) -> c_int {
+    entry("mqblk_trace_start", || {
+        // SAFETY: the caller's promise, passed on.
+        let d = unsafe { dev_ref(dev, "mqblk_trace_start") }?;
+        if dir.is_null() {
+            return Err(Failure::null("mqblk_trace_start", "dir"));
+        }
+        // SAFETY: `dir` is non-NULL and NUL-terminated (the caller's promise).
+        let dir = unsafe { CStr::from_ptr(dir) };
+        let dir = std::ffi::OsStr::from_bytes(dir.to_bytes());
+        mqblk::start_trace(&d.dev, dir)?;
+        Ok(0)
+    })
+}
+
+/// Stop the traces of `dev` and the devices below it: every file is
+/// complete when this returns. An error if none was running.
+///
+/// # Safety
+///
+/// `dev` is NULL or a live device.
+#[no_mangle]
+pub unsafe extern "C" fn mqblk_trace_stop(dev: *const Mqblk) -> c_int {
+    entry("mqblk_trace_stop", || {
+        // SAFETY: the caller's promise, passed on.
+        let d = unsafe { dev_ref(dev, "mqblk_trace_stop") }?;
+        if mqblk::stop_trace(&d.dev)?.is_empty() {
+            return Err(Failure::new(
+                MqblkError::Inval,
+                format!("mqblk_trace_stop: {} is not being traced", d.dev.name()),
+            ));
+        }
         Ok(0)
     })
 }

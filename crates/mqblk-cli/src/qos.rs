@@ -15,6 +15,9 @@
 //!                            so no request is lost or doubled
 //! show                       the groups and limits, and any mirror leg
 //!                            out of service (`degraded`), as JSON
+//! trace start DIR            write blktrace files of every device (and
+//!                            the devices below) into DIR
+//! trace stop                 stop: every file is complete on the answer
 //! dm replace DEVICE LEG SPEC rebuild mirror leg LEG of stacked device
 //!                            DEVICE onto a new device SPEC, online; the
 //!                            answer is preceded by `progress ...` lines
@@ -243,8 +246,35 @@ impl Changes {
 /// Carry out one control request on `devices`.
 pub fn apply(devices: &[Device], line: &str) -> Result<String> {
     let words: Vec<&str> = line.split_whitespace().collect();
+    if let Some(dir) = line.trim().strip_prefix("trace start ") {
+        // The rest of the line, spaces and all, is the directory.
+        let dir = dir.trim();
+        for d in devices {
+            mqblk::start_trace(d, dir)?;
+        }
+        return Ok(format!("tracing {} devices into {dir}", devices.len()));
+    }
     match words.as_slice() {
         ["show"] => Ok(show(devices).to_string()),
+        ["trace", "stop"] => {
+            let mut said = Vec::new();
+            for d in devices {
+                for s in mqblk::stop_trace(d)? {
+                    said.push(format!(
+                        "{}: {} files, {} bytes, {} events lost in {}",
+                        s.name,
+                        s.files,
+                        s.bytes,
+                        s.lost,
+                        s.dir.display()
+                    ));
+                }
+            }
+            if said.is_empty() {
+                bail!("no device is being traced");
+            }
+            Ok(said.join("; "))
+        }
         ["device", rest @ ..] => {
             let c = Changes::parse(rest, false)?;
             for d in devices {
@@ -305,7 +335,8 @@ pub fn apply(devices: &[Device], line: &str) -> Result<String> {
         }
         _ => bail!(
             "unknown request `{line}`; expected: group NAME KEY=VALUE..., create NAME \
-             KEY=VALUE..., device KEY=VALUE..., scheduler NAME [KEY=VALUE...], or show"
+             KEY=VALUE..., device KEY=VALUE..., scheduler NAME [KEY=VALUE...], trace start \
+             DIR, trace stop, or show"
         ),
     }
 }
@@ -457,6 +488,36 @@ mod tests {
             let e = format!("{:#}", apply(&devs, req).unwrap_err());
             assert!(e.contains(says), "{req}: `{e}` does not name {says}");
         }
+    }
+
+    #[test]
+    fn a_trace_starts_and_stops_through_the_socket() {
+        let dir = std::env::temp_dir().join(format!("mqblk-qos-trace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("control");
+        let dev = mqblk::open("null,size=16M").unwrap();
+        let ctl = Control::start(&sock, vec![dev.clone()]).unwrap();
+        let traces = dir.join("with space");
+        let start = format!("trace start {}", traces.display());
+        let words: Vec<String> = start.split(' ').map(String::from).collect();
+        client(&sock, &words).unwrap();
+        assert_eq!(dev.trace_dir().unwrap(), traces.canonicalize().unwrap());
+        let mut ctx = dev.context().unwrap();
+        let mut b = dev.alloc_buf(4096);
+        ctx.read_at(b.as_mut_slice(), 0).unwrap();
+        let stop = apply(std::slice::from_ref(&dev), "trace stop").unwrap();
+        assert!(
+            stop.starts_with("nullb") && stop.contains(": 1 files"),
+            "{stop}"
+        );
+        assert!(traces.join(format!("{}.blktrace.0", dev.name())).exists());
+        let e = format!(
+            "{:#}",
+            apply(std::slice::from_ref(&dev), "trace stop").unwrap_err()
+        );
+        assert!(e.contains("no device is being traced"), "{e}");
+        drop(ctl);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

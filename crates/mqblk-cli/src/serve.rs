@@ -154,6 +154,13 @@ pub struct ServeArgs {
     /// while serving (`mqblk qos --control=SOCKET ...`).
     #[arg(long, value_name = "SOCKET")]
     pub control: Option<std::path::PathBuf>,
+
+    /// Write blktrace files of every exported device (and the devices
+    /// below it) into DIR, for blkparse and btt; `mqblk qos
+    /// --control=SOCKET trace start DIR` and `trace stop` do it while
+    /// serving.
+    #[arg(long, value_name = "DIR")]
+    pub trace: Option<PathBuf>,
 }
 
 /// The server's own defaults, which the options' defaults are.
@@ -280,6 +287,9 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
             mqblk::open(spec)
         }
         .map_err(|e| open_error(e, spec))?;
+        if let Some(dir) = &args.trace {
+            mqblk::start_trace(&dev, dir).map_err(|e| open_error(e, spec))?;
+        }
         let kind = mqblk::spec::parse(spec).map(|s| s.kind).unwrap_or_default();
         opened.push(dev.clone());
         let mut e = Export::new(name, dev.clone());

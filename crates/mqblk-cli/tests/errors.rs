@@ -36,7 +36,7 @@ const TABLE: &[(&[&str], &str)] = &[
     ),
     (
         &["info", "ram,size=1G,blocksize=4k"],
-        "mqblk: error: invalid device spec \"ram,size=1G,blocksize=4k\": unknown option `blocksize` for this device kind; did you mean `block_size`? Valid options: bioset_size, block_size, bounce, chunk_sectors, hw_queues, io_timeout_ms, iostats, max_sectors, max_segment_size, max_segments, nomerges, part, part_cache, plug, queue_depth, queue_depth_max, queue_mode, rbps, reserved_tags, riops, ro, scheduler, shared_tags, size, throttle_burst_ms, wbps, wiops",
+        "mqblk: error: invalid device spec \"ram,size=1G,blocksize=4k\": unknown option `blocksize` for this device kind; did you mean `block_size`? Valid options: bioset_size, block_size, bounce, chunk_sectors, hw_queues, io_timeout_ms, iostats, max_sectors, max_segment_size, max_segments, nomerges, part, part_cache, plug, queue_depth, queue_depth_max, queue_mode, rbps, reserved_tags, riops, ro, scheduler, shared_tags, size, throttle_burst_ms, trace, wbps, wiops",
     ),
     (
         &["info", "nul"],

@@ -262,16 +262,50 @@ impl Context {
         self.st.forwards.push(up.0.clone());
     }
 
-    /// A request of this context's hardware queue that passed its timeout
-    /// (`timeout_ms`) while its driver still holds it, if one was found
-    /// since the last call: the driver cannot give back its memory yet (a
-    /// backend that does not answer), so the bio has not completed, but a
-    /// caller that would rather stop than wait can stop now. The bio comes
-    /// back, with a status, when the driver lets go. One relaxed load when
-    /// there is none; the hardware queue's lock when there is.
+    /// A request of this context's hardware queue that its driver holds
+    /// past its timeout (a backend that does not answer), if one was named
+    /// since the last call: its bio comes back when the driver lets go, but
+    /// a caller may stop now. One relaxed load when there is none.
     #[inline]
     pub fn take_overdue(&self) -> Option<crate::request::Overdue> {
         self.dev.hw_queues[self.st.hwq as usize].take_overdue()
+    }
+
+    /// [`Context::submit`] for a stacked driver: `bio` is a child of
+    /// sector `from_sector` of the device numbered `from` (the stacked
+    /// device's own, from [`crate::driver::HwQueueSetup::devnum`]). When
+    /// this context's device is traced, the trace shows the remap as an A
+    /// event just before the child's Q (Linux `trace_block_bio_remap`).
+    // Back-pressure hands the bio back by value, as `submit` does.
+    #[inline]
+    pub fn submit_remapped(
+        &mut self,
+        bio: Bio,
+        from: crate::blktrace::DevNum,
+        from_sector: u64,
+    ) -> std::result::Result<(), SubmitError> {
+        // Not traced, and the gate has not moved (a trace started since
+        // would move it, and the submission's gate pass would see it).
+        let gate = self.dev.gate.load(std::sync::atomic::Ordering::Relaxed);
+        if !self.st.on(state::feat::TRACE) && gate == self.st.gate_seen {
+            return self.submit(bio);
+        }
+        self.submit_noted(bio, from, from_sector)
+    }
+
+    /// `submit_remapped` when the trace may want the remap.
+    #[cold]
+    #[inline(never)]
+    fn submit_noted(
+        &mut self,
+        bio: Bio,
+        from: crate::blktrace::DevNum,
+        from_sector: u64,
+    ) -> std::result::Result<(), SubmitError> {
+        self.st.remap_from = Some((from, from_sector));
+        let r = self.submit(bio);
+        self.st.remap_from = None;
+        r
     }
 
     /// Like [`Context::poll`], but waits until at least `min` completions
@@ -283,10 +317,8 @@ impl Context {
     }
 
     /// [`Context::poll_wait`] that also returns once `limit` has passed,
-    /// with what was delivered by then (perhaps nothing): a loop that must
-    /// notice a stop request (a signal, a deadline) while its device does
-    /// not answer waits with this. The clock is read only once the wait
-    /// has spun without success.
+    /// with what was delivered by then: for a loop that must notice a stop
+    /// (a signal, a deadline) while its device does not answer.
     pub fn poll_wait_for(
         &mut self,
         min: usize,

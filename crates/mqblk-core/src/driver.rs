@@ -66,6 +66,10 @@ pub struct HwQueueSetup<'a> {
     /// Memory the device's buffer pool hands out, for drivers that register
     /// buffers with their hardware (io_uring fixed buffers).
     pub buf_regions: &'a [BufRegion],
+    /// The device's number in blktrace records: a stacked driver names it
+    /// as the device its children come from
+    /// ([`crate::Context::submit_remapped`]).
+    pub devnum: crate::blktrace::event::DevNum,
 }
 
 /// One run of a device's address space, as block status reports it (NBD

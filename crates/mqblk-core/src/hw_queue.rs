@@ -67,6 +67,24 @@ pub(crate) struct HwInner {
     pub(crate) elevator: Option<Box<dyn Elevator>>,
 }
 
+/// Told of each request a dispatch hands to the driver, and of each the
+/// driver hands back busy (Linux's `block_rq_issue` and
+/// `block_rq_requeue` trace points): the context's blktrace recorder, or
+/// `()`, which compiles to nothing, when the context does not trace.
+pub(crate) trait DispatchTrace {
+    /// `rq` goes to the driver now.
+    fn issue(&mut self, rq: &crate::request::Request);
+    /// The driver was busy: `rq` waits for another dispatch.
+    fn requeue(&mut self, rq: &crate::request::Request);
+}
+
+impl DispatchTrace for () {
+    #[inline(always)]
+    fn issue(&mut self, _: &crate::request::Request) {}
+    #[inline(always)]
+    fn requeue(&mut self, _: &crate::request::Request) {}
+}
+
 /// What one dispatch run did.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct DispatchOutcome {
@@ -115,16 +133,18 @@ impl HwQueue {
 
     /// Run the queue (Linux `blk_mq_run_hw_queue`): dispatch what waits in
     /// `sw` (through the elevator, if any) under the queue's lock, once per
-    /// batch. Inline completions land in `done`.
+    /// batch. Inline completions land in `done`; `trace` hears of each
+    /// request issued.
     #[inline]
     pub(crate) fn run(
         &self,
         sw: &mut impl DispatchSource,
         done: &mut Vec<RqRef>,
         timeout_ms: u32,
+        trace: &mut impl DispatchTrace,
     ) -> DispatchOutcome {
         let deadline_ms = deadline_after(timeout_ms);
-        self.lock().dispatch(sw, done, deadline_ms)
+        self.lock().dispatch(sw, done, deadline_ms, trace)
     }
 
     /// The first request found past its timeout that the driver still
@@ -149,12 +169,13 @@ impl HwQueue {
         sw: &mut SwQueue,
         done: &mut Vec<RqRef>,
         timeout_ms: u32,
+        trace: &mut impl DispatchTrace,
     ) -> DispatchOutcome {
         let mut inner = self.lock();
         inner.poll(done);
         let mut out = DispatchOutcome::default();
         if inner.has_dispatch() || !sw.is_empty() {
-            out = inner.dispatch(sw, done, deadline_after(timeout_ms));
+            out = inner.dispatch(sw, done, deadline_after(timeout_ms), trace);
         }
         if timeout_ms > 0 {
             inner.check_timeouts(&self.tags, clock::coarse_ms(), done, &self.has_overdue);
@@ -182,14 +203,15 @@ impl HwInner {
         src: &mut impl DispatchSource,
         done: &mut Vec<RqRef>,
         deadline_ms: u64,
+        trace: &mut impl DispatchTrace,
     ) -> DispatchOutcome {
         if self.quiesced {
             return DispatchOutcome::default();
         }
         if self.elevator.is_none() && self.dispatch.is_empty() {
-            return self.dispatch_direct(src, done, deadline_ms);
+            return self.dispatch_direct(src, done, deadline_ms, trace);
         }
-        self.dispatch_general(src, done, deadline_ms)
+        self.dispatch_general(src, done, deadline_ms, trace)
     }
 
     /// No elevator and nothing requeued: issue straight from `src`, in
@@ -200,13 +222,14 @@ impl HwInner {
         src: &mut impl DispatchSource,
         done: &mut Vec<RqRef>,
         deadline_ms: u64,
+        trace: &mut impl DispatchTrace,
     ) -> DispatchOutcome {
         let mut out = DispatchOutcome::default();
         let mut need_commit = false;
         while self.in_driver < self.budget {
             let Some(rq) = src.next() else { break };
             let last = src.is_empty() || self.in_driver + 1 >= self.budget;
-            if let Err(rq) = self.issue(rq, last, done, deadline_ms, &mut out) {
+            if let Err(rq) = self.issue(rq, last, done, deadline_ms, &mut out, trace) {
                 debug_assert!(self.dispatch.len() < self.dispatch.capacity());
                 self.dispatch.push_front(rq);
                 need_commit = true;
@@ -226,6 +249,7 @@ impl HwInner {
         src: &mut impl DispatchSource,
         done: &mut Vec<RqRef>,
         deadline_ms: u64,
+        trace: &mut impl DispatchTrace,
     ) -> DispatchOutcome {
         let mut out = DispatchOutcome::default();
         if let Some(e) = self.elevator.as_mut() {
@@ -254,7 +278,7 @@ impl HwInner {
             };
             let last = self.dispatch.is_empty() && !more || self.in_driver + 1 >= self.budget;
             let before = done.len();
-            match self.issue(rq, last, done, deadline_ms, &mut out) {
+            match self.issue(rq, last, done, deadline_ms, &mut out, trace) {
                 Ok(()) => {
                     self.tell_elevator(&done[before..]);
                     need_commit = !last;
@@ -289,11 +313,13 @@ impl HwInner {
         done: &mut Vec<RqRef>,
         deadline_ms: u64,
         out: &mut DispatchOutcome,
+        trace: &mut impl DispatchTrace,
     ) -> Result<(), RqRef> {
         rq.transition(RqState::Queued, RqState::InFlight);
         if deadline_ms != 0 {
             rq.arm_timeout(self.index, deadline_ms);
         }
+        trace.issue(&rq);
         let before = done.len();
         match self.ops.queue_rq(rq, last, &mut Completions::new(done)) {
             QueueRq::Issued => {
@@ -304,6 +330,7 @@ impl HwInner {
             }
             QueueRq::Busy(rq) => {
                 rq.transition(RqState::InFlight, RqState::Queued);
+                trace.requeue(&rq);
                 out.busy += 1;
                 Err(rq)
             }

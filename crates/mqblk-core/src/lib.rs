@@ -60,6 +60,7 @@ mod sw_queue;
 mod tag;
 
 // Accounting and the control plane.
+pub mod blktrace;
 pub mod partition;
 pub mod queue;
 pub mod stats;
@@ -67,6 +68,7 @@ pub mod stats;
 pub use bio::Completion;
 pub use bio::{Bio, BioFlags, EndIo, Op, Segment, SubmitError};
 pub use blkcg::{Group, GroupConfig};
+pub use blktrace::{DevNum, TraceSummary};
 pub use buf::{BufPool, BufRegion, IoBuf};
 pub use context::Context;
 pub use driver::Extent;

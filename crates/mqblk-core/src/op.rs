@@ -28,7 +28,7 @@ pub enum Op {
 impl Op {
     /// True for operations that modify the device.
     #[inline]
-    pub fn is_write(self) -> bool {
+    pub const fn is_write(self) -> bool {
         self as u8 & 1 != 0
     }
 

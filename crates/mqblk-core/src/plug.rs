@@ -40,6 +40,12 @@ impl Plug {
         self.list.is_empty()
     }
 
+    /// Requests in the plug (blktrace's unplug depth).
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.list.len()
+    }
+
     /// The newest request, for merging.
     #[inline]
     pub(crate) fn last_mut(&mut self) -> Option<&mut RqRef> {

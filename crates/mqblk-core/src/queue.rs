@@ -24,6 +24,7 @@ pub use crate::limits::QueueMode;
 
 mod config;
 mod lock;
+mod trace;
 
 pub use config::{DeviceConfig, LimitOverrides};
 pub(crate) use lock::{QueueLock, SpinLock};
@@ -44,6 +45,8 @@ pub(crate) struct Control {
     pub(crate) contexts: Vec<Arc<crate::request::RqOwner>>,
     /// The registered partitions (`None`: none).
     pub(crate) partitions: Option<Arc<crate::partition::PartTable>>,
+    /// The blktrace session, while the device is traced.
+    pub(crate) trace: Option<Arc<crate::blktrace::BlkTrace>>,
 }
 
 /// The gate word: bit 0 set while frozen, the rest a generation bumped at
@@ -76,6 +79,8 @@ pub(crate) struct DeviceInner {
     /// How many of the device's and its groups' io.max buckets have limits
     /// (0: no bio is charged).
     pub(crate) qos_active: Arc<std::sync::atomic::AtomicU32>,
+    /// The device's number in blktrace records.
+    pub(crate) devnum: crate::blktrace::DevNum,
 }
 
 impl DeviceInner {
@@ -278,6 +283,7 @@ impl Device {
         let buf_pool = BufPool::with_arena(align, driver.buffer_arena_bytes());
         let buf_regions = buf_pool.regions();
         let driver = Arc::new(driver);
+        let devnum = crate::blktrace::DevNum::next();
         let mut hw_queues = Vec::with_capacity(nr);
         for (i, t) in tags.iter().enumerate() {
             let notify = crate::sync::Arc::new(Notify::default());
@@ -287,6 +293,7 @@ impl Device {
                 queue_depth: depth_max,
                 reserved_tags: cfg.reserved_tags,
                 buf_regions: &buf_regions,
+                devnum,
             })?;
             let ops = Box::new(Bound {
                 driver: driver.clone(),
@@ -318,7 +325,8 @@ impl Device {
             IoMax::new(IoMaxLimits::default(), crate::throttle::DEFAULT_BURST_MS)
         });
         io_max.attach(&watch);
-        Ok(Device {
+        let trace = cfg.trace.clone();
+        let dev = Device {
             view: None,
             inner: Arc::new(DeviceInner {
                 info: QueueInfo {
@@ -342,6 +350,7 @@ impl Device {
                         .unwrap_or(0),
                     contexts: Vec::new(),
                     partitions: None,
+                    trace: None,
                 }),
                 cfg,
                 hw_queues: hw_queues.into_boxed_slice(),
@@ -358,8 +367,13 @@ impl Device {
                 groups,
                 io_max,
                 qos_active,
+                devnum,
             }),
-        })
+        };
+        if let Some(dir) = trace {
+            dev.start_trace(&dir)?;
+        }
+        Ok(dev)
     }
 
     /// Create a group (see [`crate::blkcg`]). Its name must be new, 1 to
@@ -522,6 +536,17 @@ impl Device {
     /// The queue limits in force now.
     pub fn limits(&self) -> QueueLimits {
         self.ctl().limits
+    }
+
+    /// Move the gate's generation without freezing: every context takes
+    /// a fresh copy of the settings at its next bio.
+    fn bump_gate(&self) {
+        self.inner
+            .gate
+            .fetch_add(2, std::sync::atomic::Ordering::SeqCst);
+        for hq in self.inner.hw_queues.iter() {
+            hq.notify.notify();
+        }
     }
 
     /// Freeze the queue (Linux `blk_mq_freeze_queue`): new submissions wait

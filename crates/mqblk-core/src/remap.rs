@@ -27,6 +27,9 @@ pub(crate) struct View {
     pub(crate) stats: Arc<DeviceStats>,
     /// Whatever the view's creator keeps alive with it (a table's handle).
     pub(crate) _owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// The view's own device number: blktrace's remaps name it as the
+    /// device a bio came from.
+    pub(crate) devnum: crate::blktrace::event::DevNum,
 }
 
 impl std::fmt::Debug for View {
@@ -76,6 +79,7 @@ impl View {
             info,
             stats: Arc::new(DeviceStats::new()),
             _owner: owner,
+            devnum: crate::blktrace::event::DevNum::next(),
         })
     }
 }

@@ -71,6 +71,9 @@ struct Plan {
 
 pub(crate) struct StackedQueue {
     index: u16,
+    /// The stacked device's number, which the legs' traces name as where
+    /// a child came from.
+    devnum: mqblk_core::DevNum,
     notifier: HwNotifier,
     /// The queue's interrupt line, when a leg is a polled device with
     /// interrupt lines (an NBD client): an epoll set of the completion fds
@@ -187,12 +190,19 @@ impl Stacked {
     /// sent ends with an error, which its target hears of (a mirror tries
     /// another leg).
     fn send(&self, hq: &mut StackedQueue, slot: u32, bio: Bio, done: &mut Completions<'_>) {
-        let leg = hq.children[slot as usize].leg as usize;
+        let c = hq.children[slot as usize];
+        let leg = c.leg as usize;
+        // Where the child comes from on this device, for the leg's trace.
+        let from = match (c.io.op, self.lines.get(c.line as usize)) {
+            (Op::Flush, _) | (_, None) => 0,
+            (_, Some(l)) => (l.start + c.io.offset_bytes) >> 9,
+        };
+        let devnum = hq.devnum;
         let Some(ctx) = hq.ctxs.get_mut(leg).and_then(Option::as_mut) else {
             self.child_failed(hq, slot, bio, done);
             return;
         };
-        let bio = match ctx.submit(bio) {
+        let bio = match ctx.submit_remapped(bio, devnum, from) {
             Ok(()) => {
                 hq.touched[leg] = true;
                 return;
@@ -203,7 +213,7 @@ impl Stacked {
         // here and try once more.
         self.reap_leg(hq, leg, done);
         let ctx = hq.ctxs[leg].as_mut().expect("checked above");
-        match ctx.submit(bio) {
+        match ctx.submit_remapped(bio, devnum, from) {
             Ok(()) => hq.touched[leg] = true,
             Err(e) => self.child_failed(hq, slot, e.into_bio(), done),
         }
@@ -472,6 +482,7 @@ impl Driver for Stacked {
         };
         let mut hq = StackedQueue {
             index: setup.index,
+            devnum: setup.devnum,
             notifier: setup.notifier,
             irq,
             generation: self.legs.generation(),

@@ -38,18 +38,62 @@ pub use part_open::register_partitions;
 /// Every kind also takes the common options `hw_queues`, `queue_depth`,
 /// `reserved_tags`, `shared_tags`, `queue_mode`, `plug`, `iostats`,
 /// `io_timeout_ms` and `ro`, and `part=N`: partition N of the device (GPT
-/// or MBR), as a device of its own whose I/O is bounded by the partition.
+/// or MBR), as a device of its own whose I/O is bounded by the partition,
+/// and `trace=DIR`: blktrace files of the device and every device below it
+/// ([`start_trace`]).
 pub fn open(spec: &str) -> Result<Device> {
     let s = mqblk_core::spec::parse(spec)?;
     open_parsed(s)
 }
 
 /// Open an already parsed spec (the bench adds its overrides to it first).
+/// `trace=DIR` traces the device and every device below it
+/// ([`start_trace`]).
 pub fn open_parsed(mut s: mqblk_core::spec::DeviceSpec) -> Result<Device> {
-    match s.options.take_str("part") {
-        Some(n) => part_open::open_partition(s, &n, &open_kind),
-        None => open_kind(s),
+    let trace = s.options.take_str("trace");
+    if trace.as_deref() == Some("") {
+        return Err(Error::spec(
+            s.options.spec(),
+            "option trace=: expected the directory the blktrace files go to",
+        ));
     }
+    let dev = match s.options.take_str("part") {
+        Some(n) => part_open::open_partition(s, &n, &open_kind)?,
+        None => open_kind(s)?,
+    };
+    if let Some(dir) = trace {
+        start_trace(&dev, &dir)?;
+    }
+    Ok(dev)
+}
+
+/// Trace `dev` and every device below it (a partition's disk, a stacked
+/// device's legs, theirs in turn) into `dir`, in blktrace's format: each
+/// writes `NAME.blktrace.N` files there ([`Device::start_trace`]), and
+/// `blkparse -D DIR -i NAME -i LEG...` reads them together, the remaps
+/// from one device to the next as A events. A device already traced is
+/// left as it is.
+pub fn start_trace(dev: &Device, dir: impl AsRef<std::path::Path>) -> Result<()> {
+    let dir = dir.as_ref();
+    for d in std::iter::once(dev.clone()).chain(lower_devices(dev)) {
+        if d.trace_dir().is_none() {
+            d.start_trace(dir)?;
+        }
+    }
+    Ok(())
+}
+
+/// Stop the traces [`start_trace`] started on `dev` and below: every file
+/// is complete when this returns. What each device wrote, the device
+/// first; devices not traced are skipped.
+pub fn stop_trace(dev: &Device) -> Result<Vec<TraceSummary>> {
+    let mut out = Vec::new();
+    for d in std::iter::once(dev.clone()).chain(lower_devices(dev)) {
+        if d.trace_dir().is_some() {
+            out.push(d.stop_trace()?);
+        }
+    }
+    Ok(out)
 }
 
 /// Open the device of the spec's kind.

@@ -1,6 +1,9 @@
 /* Tests of libmqblk through its C ABI, built with the system compiler
  * through pkg-config and run under ASan+UBSan and under valgrind by
  * tests/c.rs. Prints one line per check and "N passed, N failed". */
+/* mkdtemp and P_tmpdir under -std=c11. */
+#define _XOPEN_SOURCE 700
+
 #include <mqblk.h>
 
 #include <errno.h>
@@ -8,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static int passed, failed;
 
@@ -272,6 +277,76 @@ static void test_timeout(void)
 	mqblk_close(dev);
 }
 
+/* The size of DIR/NAME.blktrace.N, or -1; `unlink_it` removes it. */
+static long long file_size(const char *dir, const char *name, int n, int unlink_it)
+{
+	char path[4096];
+	struct stat st;
+	long long size;
+
+	snprintf(path, sizeof(path), "%s/%s.blktrace.%d", dir, name, n);
+	size = stat(path, &st) == 0 ? (long long)st.st_size : -1;
+	if (unlink_it)
+		unlink(path);
+	return size;
+}
+
+/* blktrace files: started and stopped on an open device, or from the
+ * spec; every record is 48 bytes or more. */
+static void test_trace(void)
+{
+	char dir[256];
+	char spec[512];
+	struct mqblk *dev = NULL;
+	struct mqblk_queue *q = NULL;
+	struct mqblk_completion c;
+	unsigned char *buf;
+	char name[64];
+	int i;
+
+	snprintf(dir, sizeof(dir), "%s/mqblk-capi-trace-XXXXXX", P_tmpdir);
+	CHECK(mkdtemp(dir) != NULL);
+	CHECK(mqblk_trace_start(NULL, dir) == MQBLK_ERROR_NULL);
+	CHECK(mqblk_open("null,size=1M", &dev) == 0);
+	if (!dev)
+		return;
+	snprintf(name, sizeof(name), "%s", mqblk_get_name(dev));
+	CHECK(mqblk_trace_start(dev, NULL) == MQBLK_ERROR_NULL);
+	CHECK(mqblk_trace_stop(dev) < 0);
+	CHECK(strstr(mqblk_get_error_msg(), "not being traced") != NULL);
+	CHECK(mqblk_trace_start(dev, dir) == 0);
+	CHECK(mqblk_queue_create(dev, &q) == 0);
+	buf = mqblk_alloc_buf(dev, BS);
+	for (i = 0; i < 8; i++) {
+		CHECK(mqblk_queue_read(q, (uint64_t)i * BS, buf, BS, NULL, 0) == 0);
+		CHECK(mqblk_queue_do_io(q, &c, 1, 1) == 1 && c.ret == 0);
+	}
+	CHECK(mqblk_trace_stop(dev) == 0);
+	/* A name, then per read Q G I U D C, and one P: at least 8 * 6 records. */
+	CHECK(file_size(dir, name, 0, 1) >= 8 * 6 * 48);
+	CHECK(file_size(dir, name, 1, 0) == -1);
+	mqblk_queue_destroy(q);
+	mqblk_free_buf(buf);
+	mqblk_close(dev);
+
+	snprintf(spec, sizeof(spec), "null,size=1M,trace=%s", dir);
+	dev = NULL;
+	CHECK(mqblk_open(spec, &dev) == 0);
+	if (!dev)
+		return;
+	snprintf(name, sizeof(name), "%s", mqblk_get_name(dev));
+	CHECK(mqblk_queue_create(dev, &q) == 0);
+	buf = mqblk_alloc_buf(dev, BS);
+	CHECK(mqblk_queue_write(q, 0, buf, BS, NULL, 0) == 0);
+	CHECK(mqblk_queue_do_io(q, &c, 1, 1) == 1 && c.ret == 0);
+	/* Closing the queue writes its records out. */
+	mqblk_queue_destroy(q);
+	CHECK(file_size(dir, name, 0, 1) >= 6 * 48);
+	mqblk_free_buf(buf);
+	mqblk_close(dev);
+	CHECK(rmdir(dir) == 0);
+}
+
 int main(void)
 {
 	test_errors();
@@ -279,6 +354,7 @@ int main(void)
 	test_data();
 	test_queue_outlives_close();
 	test_timeout();
+	test_trace();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;
 }

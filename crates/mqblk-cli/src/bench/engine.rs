@@ -140,6 +140,9 @@ fn open_devices(jobs: &[JobSpec]) -> Result<Vec<Vec<Device>>> {
             if !job.iostats {
                 parsed.options.set("iostats", "0");
             }
+            if let Some(dir) = &job.trace {
+                parsed.options.set("trace", dir);
+            }
             // Read-only unless a job sharing it writes.
             let writes = jobs
                 .iter()

@@ -398,6 +398,9 @@ pub struct JobSpec {
     /// `--stats-dir`: keep `DIR/diskstats` (for `iostat -f DIR`) and
     /// `DIR/mqblk.json` (for `mqblk stat`) up to date while running.
     pub stats_dir: Option<String>,
+    /// `--trace`: write blktrace files of every device the job uses (and
+    /// the devices below them) into this directory.
+    pub trace: Option<String>,
     /// `thinktime=` (fio's): pause this long after each completion before
     /// the next I/O, as an application that works on its data would.
     pub thinktime: std::time::Duration,
@@ -505,6 +508,7 @@ impl Default for JobSpec {
             write_zeroes_percentage: 0,
             segments: 1,
             stats_dir: None,
+            trace: None,
             thinktime: std::time::Duration::ZERO,
             offset: 0,
             offset_increment: 0,

@@ -110,9 +110,13 @@ impl CtxState {
             side,
         );
         bump(&self.stats.merges[group as usize], 1);
-        if self.feat & feat::PARTS != 0 {
+        // Without partitions or a trace, one bit test of the feature word.
+        if self.feat & (feat::PARTS | feat::TRACE) != 0 {
             if let Some(p) = &self.parts {
                 p.merged(rq.part, group);
+            }
+            if let Some(t) = self.trace.as_mut() {
+                t.merge(bio, side == merge::Merge::Front);
             }
         }
         true
@@ -142,6 +146,9 @@ impl CtxState {
     fn issue_piece(&mut self, dev: &DeviceInner, idx: u32, piece: Piece) -> Status {
         let mut child = piece.bio;
         child.private = u64::from(idx);
+        if piece.offset_in_parent > 0 && self.on(feat::TRACE) {
+            self.trace_split(idx, child.sector());
+        }
         let delivery = if piece.bounce {
             // SAFETY: the parent slot is owned by this context (it is being
             // cut); this shared view ends before any slot changes.
@@ -192,6 +199,15 @@ impl CtxState {
             self.end_bio(cidx, status);
         }
         status
+    }
+
+    /// blktrace's X: parent `idx` was cut, its next piece starting at
+    /// `at_sector` (Linux `trace_block_split`).
+    #[cold]
+    fn trace_split(&mut self, idx: u32, at_sector: u64) {
+        if let (Some(t), Some(parent)) = (self.trace.as_mut(), self.bioset.node(idx).bio.as_ref()) {
+            t.split(parent, at_sector);
+        }
     }
 
     /// Put a bio the layer made (a piece, a flush) in a slot: when none is

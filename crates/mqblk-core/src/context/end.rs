@@ -29,7 +29,12 @@ impl CtxState {
             let hq = &dev.hw_queues[self.hwq as usize];
             let out = {
                 let _legacy = dev.lock.hold();
-                hq.reap(&mut self.sw, &mut self.done, self.timeout_ms)
+                match self.trace.as_mut() {
+                    Some(t) if self.feat & feat::TRACE != 0 => {
+                        hq.reap(&mut self.sw, &mut self.done, self.timeout_ms, t)
+                    }
+                    _ => hq.reap(&mut self.sw, &mut self.done, self.timeout_ms, &mut ()),
+                }
             };
             if out.busy > 0 {
                 bump(&self.stats.requeues, u64::from(out.busy));
@@ -188,19 +193,31 @@ impl CtxState {
     /// End a user bio for good: to its waiter, or queued for callbacks.
     #[inline(always)]
     pub(super) fn finish(&mut self, idx: u32, status: Status) {
-        if self.on(feat::WINDOW) {
-            self.shift(idx, true);
+        // Without a window or a trace, one bit test of the feature word.
+        if self.feat & (feat::WINDOW | feat::TRACE) != 0 {
+            self.finish_seen(idx, status);
         }
-        let final_status = match self.bioset.node(idx).bio.as_ref() {
-            Some(b) if !b.status.is_ok() => b.status,
-            _ => status,
-        };
+        let final_status = ended_with(self.bioset.node(idx).bio.as_ref(), status);
         match self.bioset.end(idx, final_status) {
             Delivery::Waiter => {}
             _ => {
                 debug_assert!(self.ended.len() < self.ended.capacity());
                 self.ended.push_back(idx);
             }
+        }
+    }
+
+    /// A user bio ends on a traced context or a window: blktrace's C, at
+    /// the sector its Q named (Linux `trace_block_bio_complete`); then the
+    /// window's shift is undone.
+    #[cold]
+    #[inline(never)]
+    fn finish_seen(&mut self, idx: u32, status: Status) {
+        if let (Some(t), Some(b)) = (self.trace.as_mut(), self.bioset.node(idx).bio.as_ref()) {
+            t.complete(b, b.sector(), ended_with(Some(b), status));
+        }
+        if self.on(feat::WINDOW) {
+            self.shift(idx, true);
         }
     }
 
@@ -231,5 +248,15 @@ impl CtxState {
             self.finish(idx, s);
         }
         self.failed = failed;
+    }
+}
+
+/// The status a user bio ends with: its own, if something below set one
+/// (a stacked target's), or else its request's.
+#[inline(always)]
+fn ended_with(bio: Option<&crate::bio::Bio>, status: Status) -> Status {
+    match bio {
+        Some(b) if !b.status.is_ok() => b.status,
+        _ => status,
     }
 }

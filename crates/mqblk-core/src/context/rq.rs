@@ -118,16 +118,22 @@ impl CtxState {
         rq.bio_tail = Some(node);
         rq.owner = Some(self.shared_ptr());
         rq.hwq = self.hwq;
-        if self.on(feat::SCHED) {
-            if self.on(feat::ASYNC_DEPTH) && rq.op.is_write() {
-                dev.hw_queues[self.hwq as usize]
-                    .async_writes
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Without an elevator or a trace, one bit test of the feature word.
+        if self.feat & (feat::SCHED | feat::TRACE) != 0 {
+            if self.on(feat::SCHED) {
+                if self.on(feat::ASYNC_DEPTH) && rq.op.is_write() {
+                    dev.hw_queues[self.hwq as usize]
+                        .async_writes
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                let g = &self.group.0;
+                rq.ioprio = self.ioprio.unwrap_or_else(|| g.ioprio());
+                rq.group = g.id();
+                rq.weight = g.weight() as u16;
             }
-            let g = &self.group.0;
-            rq.ioprio = self.ioprio.unwrap_or_else(|| g.ioprio());
-            rq.group = g.id();
-            rq.weight = g.weight() as u16;
+            if let Some(t) = self.trace.as_mut() {
+                t.get_rq(&rq, self.feat & feat::PLUG != 0 && self.plug.is_empty());
+            }
         }
         rq.status = Status::Ok;
         rq.set_driver_data(0);
@@ -161,19 +167,46 @@ impl CtxState {
         if self.plug.is_empty() && self.sw.is_empty() {
             return;
         }
+        if self.on(feat::TRACE) {
+            self.flush_plug_traced(dev);
+            return;
+        }
+        self.flush_plug_as::<false>(dev);
+    }
+
+    /// `flush_plug` of a traced context: U for the plug's depth, then
+    /// dispatch telling the recorder of each request (D, R).
+    #[cold]
+    #[inline(never)]
+    fn flush_plug_traced(&mut self, dev: &DeviceInner) {
+        if let Some(t) = self.trace.as_mut() {
+            if !self.plug.is_empty() {
+                t.unplug(self.plug.len());
+            }
+        }
+        self.flush_plug_as::<true>(dev);
+    }
+
+    /// The dispatch of `flush_plug`; `TRACED`: with the recorder told of
+    /// each request issued.
+    #[inline]
+    fn flush_plug_as<const TRACED: bool>(&mut self, dev: &DeviceInner) {
         self.tags.drain_cache(&mut self.tag_cache);
         if !self.sw.is_empty() {
             for rq in self.plug.drain() {
                 self.sw.push(rq);
             }
-            self.run_hw_queue(dev);
+            self.run_hw_queue::<TRACED>(dev);
             return;
         }
         let hq = &dev.hw_queues[self.hwq as usize];
         let out = {
             let _legacy = dev.lock.hold();
             let mut list = self.plug.drain();
-            let out = hq.run(&mut list, &mut self.done, self.timeout_ms);
+            let out = match self.trace.as_mut() {
+                Some(t) if TRACED => hq.run(&mut list, &mut self.done, self.timeout_ms, t),
+                _ => hq.run(&mut list, &mut self.done, self.timeout_ms, &mut ()),
+            };
             for rq in list {
                 self.sw.push(rq);
             }
@@ -185,11 +218,14 @@ impl CtxState {
     /// Dispatch the software queue to the hardware queue (Linux
     /// `blk_mq_run_hw_queue`), then end what completed inline.
     #[inline]
-    fn run_hw_queue(&mut self, dev: &DeviceInner) {
+    fn run_hw_queue<const TRACED: bool>(&mut self, dev: &DeviceInner) {
         let hq = &dev.hw_queues[self.hwq as usize];
         let out = {
             let _legacy = dev.lock.hold();
-            hq.run(&mut self.sw, &mut self.done, self.timeout_ms)
+            match self.trace.as_mut() {
+                Some(t) if TRACED => hq.run(&mut self.sw, &mut self.done, self.timeout_ms, t),
+                _ => hq.run(&mut self.sw, &mut self.done, self.timeout_ms, &mut ()),
+            }
         };
         self.dispatched(dev, out.busy);
     }

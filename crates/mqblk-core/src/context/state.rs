@@ -48,12 +48,19 @@ pub(super) mod feat {
     pub(crate) const IOSTATS: u32 = 1 << 5;
     /// Requests gather in the plug before dispatch.
     pub(crate) const PLUG: u32 = 1 << 6;
-    /// Misaligned segments are bounced (otherwise refused).
-    pub(crate) const BOUNCE: u32 = 1 << 7;
+    /// Every step is recorded for blktrace (the context has a recorder).
+    /// It rides on tests the hot path makes anyway: the fused check's
+    /// mask at submit, the elevator's test when a request is built, the
+    /// partitions' test after a merge and the window's test where a bio
+    /// ends; dispatch tests it once a batch. It shares their byte of the
+    /// word, so each stays one byte test.
+    pub(crate) const TRACE: u32 = 1 << 7;
     /// Merging is off (`nomerges=2`).
     pub(crate) const NOMERGES: u32 = 1 << 8;
     /// Only the plug's newest request is a merge candidate (`nomerges=1`).
     pub(crate) const MERGE_PLUG_ONLY: u32 = 1 << 9;
+    /// Misaligned segments are bounced (otherwise refused).
+    pub(crate) const BOUNCE: u32 = 1 << 10;
 }
 
 pub(super) struct CtxState {
@@ -120,6 +127,11 @@ pub(super) struct CtxState {
     /// The device's partitions, with this context's shards and last hit
     /// (`None`: the device has none).
     pub(super) parts: Option<crate::partition::CtxParts>,
+    /// This context's blktrace recorder, while the device is traced.
+    pub(super) trace: Option<crate::blktrace::Recorder>,
+    /// The device and sector above that the bio being submitted comes
+    /// from (`Context::submit_remapped`), for the trace's A event.
+    pub(super) remap_from: Option<(crate::blktrace::DevNum, u64)>,
 }
 
 impl CtxState {
@@ -183,6 +195,8 @@ impl CtxState {
             window,
             // Filled in at the gate, which every context passes first.
             parts: None,
+            trace: None,
+            remap_from: None,
             tags,
         };
         st.refresh(dev);
@@ -216,6 +230,7 @@ impl CtxState {
                 .clone()
                 .map(|t| crate::partition::CtxParts::new(t, dev.cfg.part_cache));
         }
+        self.refresh_trace(ctl.trace.as_ref());
         let on = |cond: bool, bit: u32| if cond { bit } else { 0 };
         // io.max limits set after this pass bump the gate, so the next
         // submission comes back here (see `IoMax::set_limits`).
@@ -229,7 +244,35 @@ impl CtxState {
             | on(ctl.plug, feat::PLUG)
             | on(dev.cfg.bounce, feat::BOUNCE)
             | on(ctl.nomerges >= 2, feat::NOMERGES)
-            | on(ctl.nomerges == 1, feat::MERGE_PLUG_ONLY);
+            | on(ctl.nomerges == 1, feat::MERGE_PLUG_ONLY)
+            | on(self.trace.is_some(), feat::TRACE);
+    }
+
+    /// Start or stop recording as the device's trace session says (a
+    /// session started or stopped since the context last looked): a new
+    /// session gets a recorder (its file and ring made here, off the
+    /// I/O path); an old one's recorder writes out what it holds and
+    /// closes its file.
+    fn refresh_trace(&mut self, want: Option<&Arc<crate::blktrace::BlkTrace>>) {
+        let same = match (&self.trace, want) {
+            (Some(r), Some(t)) => t.owns(r),
+            (None, None) => true,
+            _ => false,
+        };
+        if same {
+            return;
+        }
+        self.trace = None;
+        if let Some(t) = want {
+            match t.recorder() {
+                Ok(r) => self.trace = Some(r),
+                Err(e) => eprintln!(
+                    "mqblk: blktrace: context {} cannot trace into {}: {e}; it runs untraced",
+                    self.id,
+                    t.dir().display()
+                ),
+            }
+        }
     }
 
     /// True if stage `bit` (of [`feat`]) applies.

@@ -53,28 +53,64 @@ impl CtxState {
         {
             bump(&self.stats.bios, 1);
             bump(&self.stats.errors, 1);
+            if self.on(feat::TRACE) {
+                self.trace_queue(idx);
+            }
             self.finish(idx, Status::Resource);
             return;
         }
         bump(&self.stats.bios, 1);
-        if self.feat & (feat::WINDOW | feat::ADMIT) == 0 && self.fast.admits(self.bioset.bio(idx)) {
+        if self.feat & (feat::WINDOW | feat::ADMIT | feat::TRACE) == 0
+            && self.fast.admits(self.bioset.bio(idx))
+        {
             self.submit_plain(dev, idx);
             return;
         }
         self.submit_other(dev, idx);
     }
 
-    /// A bio on a context with a window or admission, or one the fused
-    /// check does not admit. Admission still takes the fused check.
+    /// A bio on a context with a window, admission or a trace, or one the
+    /// fused check does not admit. Admission still takes the fused check.
     #[inline(never)]
     fn submit_other(&mut self, dev: &DeviceInner, idx: u32) {
         if !self.on(feat::WINDOW) && self.fast.admits(self.bioset.bio(idx)) {
-            if !self.admit(dev, idx) {
+            // Here for admission or the trace (the fused mask).
+            if self.on(feat::TRACE) {
+                self.trace_queue(idx);
+            }
+            if !(self.on(feat::ADMIT) && self.admit(dev, idx)) {
                 self.submit_plain(dev, idx);
             }
             return;
         }
         self.submit_checked(dev, idx);
+    }
+
+    /// blktrace's Q for bio `idx`, at the sector of the device it goes
+    /// down (Linux `trace_block_bio_queue`). Before it, the A that maps it
+    /// here: from a stacked device's sector (`Context::submit_remapped`),
+    /// or on a window from the window's own sector (Linux's
+    /// `blk_partition_remap`; the bio itself is shifted later, once
+    /// checked).
+    #[cold]
+    #[inline(never)]
+    fn trace_queue(&mut self, idx: u32) {
+        let Some(rec) = self.trace.as_mut() else {
+            return;
+        };
+        let bio = self.bioset.bio(idx);
+        let mut sector = bio.sector();
+        if let Some((from, from_sector)) = self.remap_from.take() {
+            rec.remap(bio, sector, from, from_sector);
+        }
+        if let Some(w) = &self.window {
+            if bio.op() != Op::Flush {
+                let from = sector;
+                sector = from.wrapping_add(w.start_bytes >> crate::op::SECTOR_SHIFT);
+                rec.remap(bio, sector, w.devnum, from);
+            }
+        }
+        rec.queue(bio, sector);
     }
 
     /// The full checks: the device's limits and features, the window,
@@ -88,9 +124,15 @@ impl CtxState {
                 dev.info.validate(bio, self.on(feat::BOUNCE)),
             )
         };
-        if self.on(feat::WINDOW) {
-            // The window's check is the one that counts.
-            status = self.remap(idx);
+        // Without a window or a trace, one bit test of the feature word.
+        if self.feat & (feat::WINDOW | feat::TRACE) != 0 {
+            if self.on(feat::TRACE) {
+                self.trace_queue(idx);
+            }
+            if self.on(feat::WINDOW) {
+                // The window's check is the one that counts.
+                status = self.remap(idx);
+            }
         }
         if !status.is_ok() {
             bump(&self.stats.errors, 1);

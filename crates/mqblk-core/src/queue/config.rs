@@ -64,6 +64,11 @@ pub struct DeviceConfig {
     /// group's. They can be changed while the device runs, through
     /// [`Device::io_max`].
     pub io_max: Option<Arc<IoMax>>,
+    /// Trace every I/O into this directory from the start, as
+    /// [`crate::Device::start_trace`] does (`None`: not traced). The
+    /// spec key `trace=DIR` of `mqblk::open` sets it for a device and
+    /// every device below it.
+    pub trace: Option<std::path::PathBuf>,
 }
 
 /// Limits a device may be configured below what its driver allows.
@@ -123,6 +128,7 @@ impl DeviceConfig {
             elevator: None,
             throttle: None,
             io_max: None,
+            trace: None,
         }
     }
 

@@ -261,6 +261,11 @@ pub const TABLE: &[Entry] = &[
         |o, v| put(&mut o.stats_dir, v.non_empty()),
     ),
     key(
+        "trace",
+        "a directory to write blktrace files into (NAME.blktrace.N, for blkparse and btt)",
+        |o, v| put(&mut o.trace, v.non_empty()),
+    ),
+    key(
         "thinktime",
         "a pause after each completion, up to 10s: microseconds, or with a suffix (us, ms, s)",
         |o, v| {

@@ -85,6 +85,8 @@ job_options! {
     segments: u32,
     /// `stats_dir=`.
     stats_dir: String,
+    /// `trace=`.
+    trace: String,
     /// fio's `direct=` (command line `--direct`): `direct=` of every file
     /// device that does not set it.
     file_direct: bool,
@@ -210,6 +212,7 @@ impl JobOptions {
                 .unwrap_or(d.write_zeroes_percentage),
             segments: self.segments.unwrap_or(d.segments),
             stats_dir: self.stats_dir.clone().or(d.stats_dir.clone()),
+            trace: self.trace.clone().or(d.trace.clone()),
             thinktime: self.thinktime.unwrap_or(d.thinktime),
             offset: self.offset.unwrap_or(d.offset),
             offset_increment: self.offset_increment.unwrap_or(d.offset_increment),
