@@ -27,6 +27,7 @@ pub mod error;
 pub mod limits;
 pub mod op;
 pub mod spec;
+pub mod timer;
 
 // Front end.
 pub mod bio;

@@ -79,6 +79,10 @@ pub(crate) struct StackedQueue {
     /// interrupt lines (an NBD client): an epoll set of the completion fds
     /// of this queue's contexts on such legs.
     irq: Option<rustix::fd::OwnedFd>,
+    /// In the interrupt line's set: a timer for the first delayed child
+    /// (`delay` lines), so a queue that sleeps on its line wakes to send
+    /// it on time.
+    timer: Option<mqblk_core::timer::IrqTimer>,
     generation: u64,
     /// A context on each leg (`None`: the leg is out).
     ctxs: Vec<Option<Context>>,
@@ -260,6 +264,27 @@ impl Stacked {
         n
     }
 
+    /// The timer of the delayed children, watched by the interrupt line
+    /// `ep` (its event data is past every leg's index).
+    fn delay_timer(&self, ep: &rustix::fd::OwnedFd) -> Result<mqblk_core::timer::IrqTimer, Error> {
+        let setup = |e: std::io::Error| Error::Setup {
+            device: self.name.as_str().into(),
+            reason: format!("cannot make the delay timer: {e}"),
+        };
+        let t = mqblk_core::timer::IrqTimer::new().map_err(setup)?;
+        // SAFETY: the timer's fd lives in the queue beside the epoll set
+        // (dropped with it); the borrow lasts for this call.
+        let bfd = unsafe { rustix::fd::BorrowedFd::borrow_raw(t.raw()) };
+        rustix::event::epoll::add(
+            ep,
+            bfd,
+            rustix::event::epoll::EventData::new_u64(u64::MAX),
+            rustix::event::epoll::EventFlags::IN,
+        )
+        .map_err(|e| setup(e.into()))?;
+        Ok(t)
+    }
+
     fn send_retries(&self, hq: &mut StackedQueue, done: &mut Completions<'_>) {
         while let Some((slot, bio)) = hq.retry.pop() {
             self.send(hq, slot, bio, done);
@@ -280,6 +305,10 @@ impl Stacked {
             sent = true;
         }
         if sent {
+            let next = hq.delayed.front().map_or(0, |d| d.0);
+            if let Some(t) = &mut hq.timer {
+                t.set(next);
+            }
             self.unplug(hq);
         }
     }
@@ -293,6 +322,11 @@ impl Stacked {
             hq.delayed.partition_point(|d| d.0 <= due_ns)
         };
         hq.delayed.insert(i, (due_ns, slot, bio));
+        if i == 0 {
+            if let Some(t) = &mut hq.timer {
+                t.set(due_ns);
+            }
+        }
     }
 
     fn unplug(&self, hq: &mut StackedQueue) {
@@ -480,11 +514,16 @@ impl Driver for Stacked {
         } else {
             None
         };
+        let timer = match &irq {
+            Some(ep) => Some(self.delay_timer(ep)?),
+            None => None,
+        };
         let mut hq = StackedQueue {
             index: setup.index,
             devnum: setup.devnum,
             notifier: setup.notifier,
             irq,
+            timer,
             generation: self.legs.generation(),
             ctxs: Vec::with_capacity(n),
             touched: vec![false; n],

@@ -19,7 +19,7 @@ use mqblk_core::error::Status;
 
 use crate::config::CompletionMode;
 use crate::fault::FaultInjector;
-use crate::irq::IrqTimer;
+use mqblk_core::timer::IrqTimer;
 
 /// A request waiting for the deferred or timer completion.
 #[derive(Debug)]

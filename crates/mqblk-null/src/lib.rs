@@ -38,8 +38,6 @@ pub mod driver;
 
 mod throttle;
 
-mod irq;
-
 pub mod fault;
 
 pub mod bad_blocks;
