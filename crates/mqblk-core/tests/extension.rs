@@ -488,3 +488,29 @@ fn a_request_held_past_its_timeout_is_named_overdue_and_completes_once_later() {
     ctx.poll(|c| statuses.push(c.status()));
     assert_eq!(statuses, vec![Status::Timeout], "completes exactly once");
 }
+
+/// A bio on a remapped view (a partition) that fails at the freeze gate
+/// (the device stays frozen past the wait's bound) comes back with the
+/// offset it was given, not shifted back by the window's start.
+#[test]
+#[cfg_attr(miri, ignore)] // waits on the clock for the gate's bound
+fn a_view_bio_failed_at_the_freeze_gate_keeps_its_offset() {
+    let mut cfg = common::config("gate0", 64 << 20);
+    cfg.timeout_ms = 50;
+    let dev = Device::new(
+        Keeper {
+            release: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+        },
+        cfg,
+    )
+    .unwrap();
+    let view = dev.remap(1 << 20, 8 << 20, "gate0p1", false, None).unwrap();
+    let mut ctx = view.context().unwrap();
+    // Frozen after the context opened: its next bio waits at the gate for
+    // the timeout plus the grace, then fails.
+    let frozen = dev.freeze(Duration::from_secs(5)).unwrap();
+    let (bio, r) = ctx.submit_wait(Bio::read_at(4096, view.alloc_buf(4096)));
+    drop(frozen);
+    assert_eq!(r.unwrap_err().status(), Status::Resource);
+    assert_eq!(bio.offset_bytes(), 4096, "the offset the caller gave");
+}

@@ -56,6 +56,11 @@ impl CtxState {
             if self.on(feat::TRACE) {
                 self.trace_queue(idx);
             }
+            if self.on(feat::WINDOW) {
+                // `finish` undoes the window's shift: make it first, so
+                // the bio comes back at the offset it was given.
+                self.shift(idx, false);
+            }
             self.finish(idx, Status::Resource);
             return;
         }
