@@ -62,6 +62,10 @@ const MARKERS_MAX: usize = 32;
 /// Height of one caption line, in pixels.
 const CAPTION_LINE_PX: u32 = 18;
 
+/// Characters of a caption line at most: what fits the figure's width at
+/// the caption's size.
+const CAPTION_CHARS_MAX: usize = 96;
+
 /// A line lies on an earlier one when every point is within this share of
 /// the plot's width and height of the earlier line's point.
 const COINCIDE_SHARE: f64 = 0.01;
@@ -398,12 +402,21 @@ impl Figure {
         Ok((svg, png))
     }
 
+    /// The caption's lines, wrapped to the figure's width.
+    fn caption_lines(&self) -> Vec<String> {
+        self.caption
+            .iter()
+            .flat_map(|l| wrap(l, CAPTION_CHARS_MAX))
+            .collect()
+    }
+
     /// Height of the caption under the panels.
     fn caption_px(&self) -> u32 {
-        if self.caption.is_empty() {
+        let n = self.caption_lines().len() as u32;
+        if n == 0 {
             0
         } else {
-            CAPTION_LINE_PX * self.caption.len() as u32 + CAPTION_LINE_PX / 2
+            CAPTION_LINE_PX * n + CAPTION_LINE_PX / 2
         }
     }
 
@@ -422,7 +435,7 @@ impl Figure {
         root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
         let (_, height) = root.dim_in_pixel();
         let (plots, caption) = root.split_vertically(height - self.caption_px());
-        for (i, line) in self.caption.iter().enumerate() {
+        for (i, line) in self.caption_lines().iter().enumerate() {
             caption
                 .draw_text(
                     line,
@@ -443,6 +456,26 @@ impl Figure {
         }
         Ok(())
     }
+}
+
+/// `text` cut into lines of at most `max` characters, at spaces (a word
+/// longer than `max` gets a line of its own).
+fn wrap(text: &str, max: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > max {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
 }
 
 /// The axis range covering `values` on `scale`, with a margin; linear
@@ -715,8 +748,9 @@ fn draw_lines<DB: DrawingBackend>(panel: &DrawingArea<DB, Shift>, c: &LineChart)
         let covers = covered_by(&share, i);
         let dashed = seed || covers.is_some();
         let name = match covers {
-            Some(j) => format!("{}: on the line of {}", s.name, c.series[j].name),
-            None => s.name.clone(),
+            // A seed's line is dashed with its own marker already.
+            Some(j) if !seed => format!("{}: on the line of {}", s.name, c.series[j].name),
+            _ => s.name.clone(),
         };
         let indexed = drawable(s);
         let pts: Vec<(f64, f64)> = indexed.iter().map(|p| p.1).collect();
@@ -945,6 +979,13 @@ mod tests {
         assert_eq!(format_value(65536.0, Unit::Bytes), "64 KiB");
         assert_eq!(format_value(8792.0, Unit::Bytes), "8.59 KiB");
         assert_eq!(format_value(0.0, Unit::Count), "0");
+    }
+
+    #[test]
+    fn captions_wrap_at_spaces() {
+        assert_eq!(wrap("ab cd ef", 5), vec!["ab cd", "ef"]);
+        assert_eq!(wrap("abcdefg hi", 5), vec!["abcdefg", "hi"]);
+        assert!(wrap("", 5).is_empty());
     }
 
     #[test]

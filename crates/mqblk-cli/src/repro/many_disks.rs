@@ -78,7 +78,9 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         rows: Vec::new(),
     };
     let mut mib_lines: Vec<Series> = MODES.iter().map(|m| Series::new(*m)).collect();
-    let mut ratio_lines: Vec<Series> = MODES[1..].iter().map(|m| Series::new(*m)).collect();
+    // global-lock's own line (1 in every round) keeps each mode's colour
+    // the same in every panel.
+    let mut ratio_lines: Vec<Series> = MODES.iter().map(|m| Series::new(*m)).collect();
     let mut idle_lines: Vec<Series> = MODES.iter().map(|m| Series::new(*m)).collect();
     for (&(mode, n), res) in keys.iter().zip(&results) {
         let m = res.spread(mib_per_s);
@@ -99,9 +101,7 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         let x = f64::from(n);
         mib_lines[k].push_spread(x, m.median, m.min, m.max);
         idle_lines[k].push_spread(x, i.median, i.min, i.max);
-        if k > 0 {
-            ratio_lines[k - 1].push_spread(x, q.median, q.min, q.max);
-        }
+        ratio_lines[k].push_spread(x, q.median, q.min, q.max);
     }
     let table3 = S000.at("Table 3");
     let dm = S000.at("§3");
