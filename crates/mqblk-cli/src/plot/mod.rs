@@ -19,7 +19,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 
-use chart::{Axis, BarChart, Figure, LineChart, Panel, Scale, Series, Unit};
+use chart::{Axis, BarChart, Bars, Figure, LineChart, Panel, Scale, Series, Unit};
 use input::{Direction, Job};
 
 /// `mqblk plot`'s arguments.
@@ -124,7 +124,7 @@ pub fn figure(jobs: &[Job], metric: Metric) -> Figure {
             })
             .collect();
         if values.iter().any(|v| v.is_finite()) {
-            series.push((name.to_string(), values));
+            series.push(Bars::new(name, values));
         }
     }
     let (title, y) = match metric {
@@ -150,8 +150,8 @@ pub fn figure(jobs: &[Job], metric: Metric) -> Figure {
             j.directions()
                 .filter(|d| !d.percentiles.is_empty())
                 .map(|d| Series {
-                    name: format!("{} {}", j.label, d.name),
                     points: d.percentiles.clone(),
+                    ..Series::new(format!("{} {}", j.label, d.name))
                 })
                 .collect::<Vec<_>>()
         })
@@ -171,8 +171,8 @@ pub fn figure(jobs: &[Job], metric: Metric) -> Figure {
             j.directions()
                 .filter(|d| !d.bins.is_empty())
                 .map(|d| Series {
-                    name: format!("{} {}", j.label, d.name),
                     points: rebin(&d.bins),
+                    ..Series::new(format!("{} {}", j.label, d.name))
                 })
                 .collect::<Vec<_>>()
         })
@@ -185,7 +185,10 @@ pub fn figure(jobs: &[Job], metric: Metric) -> Figure {
             series: hists,
         }));
     }
-    Figure { panels }
+    Figure {
+        panels,
+        caption: Vec::new(),
+    }
 }
 
 /// Log-linear buckets (value ns, count) into bins of equal width on a log

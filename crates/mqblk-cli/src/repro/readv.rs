@@ -1,8 +1,8 @@
-//! `repro readv` (seed 000, Table 3): a 64 KiB read as one segment against
-//! the same 64 KiB as a vector of smaller segments, on the ram and file
-//! devices, the segment count swept 1 to 64. In the seed's kernel a readv
-//! was served as a series of blocking reads, one per segment; here a
-//! vectored bio is one request.
+//! `repro readv` (seed 000, Table 3 and §7): a 64 KiB read as one segment
+//! against the same 64 KiB as a vector of smaller segments, on the ram and
+//! file devices, the segment count swept 1 to 64. In the seed's kernel a
+//! readv on a raw device was served as a series of blocking reads, one per
+//! segment, until its readv patch; here a vectored bio is one request.
 
 use std::io::Write as _;
 use std::time::Duration;
@@ -10,18 +10,43 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 
 use super::outcome::Outcome;
-use super::point::{cell, job, Runner};
-use super::table::{SeedRow, Table, NOT_RECORDED};
+use super::point::{cell, job, Plan, Rounds, Runner, Spread};
+use super::seed::{self, S000};
+use super::table::{spread_cell, SeedRow, Table};
 use crate::bench::job::RwMode;
 use crate::plot::chart::{Axis, Figure, LineChart, Panel, Scale, Series, Unit};
 
 const BS: u64 = 64 << 10;
 const SEGMENTS: [u32; 7] = [1, 2, 4, 8, 16, 32, 64];
-const POINT_RUNTIME: Duration = Duration::from_millis(1000);
+/// The seed's readv: 16 vectors of 4 KiB.
+const SEED_SEGMENTS: u32 = 16;
+const POINT_RUNTIME: Duration = Duration::from_millis(800);
+
+/// Seed 000, Table 3: MB/s of the disk microbenchmark (32 disks), by
+/// kernel. Read: 2.4.17 with bounce, lock and rawvary patches (SBIR), and
+/// 2.5.17. Readv of 16 × 4 KiB: SBIR, SBIR with the readv patch (SBIRV),
+/// 2.5.17.
+const SEED_READ_SBIR: f64 = 240.0;
+const SEED_READ_25: f64 = 243.0;
+const SEED_READV_SBIR: f64 = 104.0;
+const SEED_READV_SBIRV: f64 = 241.0;
+const SEED_READV_25: f64 = 150.0;
+/// The same rows' CPU idle, %.
+const SEED_IDLE_READ_SBIR: f64 = 94.0;
+const SEED_IDLE_READ_25: f64 = 97.0;
+const SEED_IDLE_READV_SBIR: f64 = 41.0;
+const SEED_IDLE_READV_SBIRV: f64 = 94.0;
+const SEED_IDLE_READV_25: f64 = 61.0;
+
+/// CPU per byte of a readv row over that of a read row: busy share over
+/// throughput, each.
+fn cpu_per_byte_ratio(readv: (f64, f64), read: (f64, f64)) -> f64 {
+    ((100.0 - readv.1) / readv.0) / ((100.0 - read.1) / read.0)
+}
 
 /// A data file of `bytes` for the file device, filled (not sparse), so
 /// that reads reach the file system's blocks.
-fn data_file(path: &std::path::Path, bytes: u64) -> Result<()> {
+pub fn data_file(path: &std::path::Path, bytes: u64) -> Result<()> {
     let mut f =
         std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let chunk = vec![0x5au8; 1 << 20];
@@ -35,6 +60,10 @@ fn data_file(path: &std::path::Path, bytes: u64) -> Result<()> {
     Ok(())
 }
 
+fn mib_per_s(f: &super::point::Figures) -> f64 {
+    f.bw_bytes / (1u64 << 20) as f64
+}
+
 /// Run the experiment.
 pub fn run(r: &mut Runner) -> Result<Outcome> {
     let size: u64 = if r.scale() >= 0.1 { 64 << 20 } else { 8 << 20 };
@@ -44,100 +73,204 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         ("ram", format!("ram,size={size}")),
         ("file", format!("file:{}", file.display())),
     ];
-    let mut t = Table::new(&[
-        "device",
-        "segments",
-        "segment_bytes",
-        "iops",
-        "mib_per_s",
-        "requests_per_bio",
-        "bytes_copied",
-        "ns_per_io_cpu",
-        "clat_p50_ns",
-        "clat_p99_ns",
-    ]);
-    let mut mib: Vec<Series> = Vec::new();
-    let mut reqs: Vec<Series> = Vec::new();
-    let mut by_point: Vec<(&str, u32, f64)> = Vec::new();
+    let mut plan = Vec::new();
     for (name, spec) in &devices {
-        let mut line = Series {
-            name: format!("{name}: mqblk"),
-            points: Vec::new(),
-        };
-        let mut req_line = line.clone();
         for segs in SEGMENTS {
             let mut j = job("readv", RwMode::Read, BS, 1, r.runtime(POINT_RUNTIME));
             j.devices = vec![spec.clone()];
             j.segments = segs;
             j.size = Some(size);
-            let f = r.point(&format!("{name}-{segs}seg"), &[j])?;
-            let mibs = f.bw_bytes / (1u64 << 20) as f64;
-            // Both counted at submission: a request per bio submitted.
-            let per_io = f.requests as f64 / f.bios.max(1) as f64;
-            t.push(vec![
+            plan.push(Plan::new(format!("{name}-{segs}seg"), vec![j]));
+        }
+    }
+    let results = r.rounds(&plan);
+    let _ = std::fs::remove_file(&file);
+    let results = results?;
+    let at = |dev: usize, segs: u32| -> &Rounds {
+        let k = SEGMENTS.iter().position(|&s| s == segs).unwrap_or(0);
+        &results[dev * SEGMENTS.len() + k]
+    };
+
+    let mut cols: Vec<String> = vec!["device".into(), "segments".into(), "segment_bytes".into()];
+    cols.extend(Table::spread_columns("mib_per_s"));
+    cols.extend(Table::spread_columns("readv_over_read"));
+    cols.extend(
+        [
+            "rounds",
+            "requests_per_bio",
+            "bytes_copied",
+            "cpu_ns_per_io",
+            "clat_p50_ns",
+            "clat_p99_ns",
+        ]
+        .map(String::from),
+    );
+    let mut t = Table {
+        columns: cols,
+        rows: Vec::new(),
+    };
+    let mut mib_lines = Vec::new();
+    let mut ratio_lines = Vec::new();
+    for (d, (name, _)) in devices.iter().enumerate() {
+        let mut mib = Series::new(format!("{name}: mqblk"));
+        let mut ratio = Series::new(format!("{name}: mqblk"));
+        for segs in SEGMENTS {
+            let res = at(d, segs);
+            let m = res.spread(mib_per_s);
+            // Round k of N segments against round k of one segment.
+            let q = res.paired(at(d, 1), |a, b| a.bw_bytes / b.bw_bytes);
+            let f = res.median();
+            let mut row = vec![
                 name.to_string(),
                 segs.to_string(),
                 (BS / u64::from(segs)).to_string(),
-                cell(f.iops, 0),
-                cell(mibs, 1),
-                cell(per_io, 3),
+            ];
+            row.extend(m.cells(1));
+            row.extend(q.cells(3));
+            row.extend([
+                res.count().to_string(),
+                // Both counted at submission: a request per bio submitted.
+                cell(f.requests as f64 / f.bios.max(1) as f64, 3),
                 f.bytes_copied.to_string(),
-                cell(f.ns_per_io_cpu, 0),
+                cell(f.cpu_ns_process_per_io(), 0),
                 f.clat_ns[0].to_string(),
                 f.clat_ns[1].to_string(),
             ]);
-            line.points.push((f64::from(segs), mibs));
-            req_line.points.push((f64::from(segs), per_io));
-            by_point.push((name, segs, mibs));
+            t.push(row);
+            mib.push_spread(f64::from(segs), m.median, m.min, m.max);
+            ratio.push_spread(f64::from(segs), q.median, q.min, q.max);
         }
-        mib.push(line);
-        reqs.push(req_line);
+        mib_lines.push(mib);
+        ratio_lines.push(ratio);
     }
-    let _ = std::fs::remove_file(&file);
-    reqs.push(Series {
-        name: "seed: a blocking read per segment".into(),
-        points: SEGMENTS
-            .iter()
-            .map(|&s| (f64::from(s), f64::from(s)))
-            .collect(),
-    });
-
-    let find = |dev: &str, segs: u32| {
-        by_point
-            .iter()
-            .find(|p| p.0 == dev && p.1 == segs)
-            .map_or(f64::NAN, |p| p.2)
-    };
-    let mut seed = Vec::new();
-    for (dev, _) in &devices {
-        let read = find(dev, 1);
-        let readv = find(dev, 16);
-        seed.push(SeedRow::new(
-            format!("{dev}: read, 64 KiB as 1 segment (MiB/s)"),
-            NOT_RECORDED,
-            cell(read, 1),
-        ));
-        seed.push(SeedRow::new(
-            format!("{dev}: readv, 16 × 4 KiB (MiB/s)"),
-            NOT_RECORDED,
-            cell(readv, 1),
-        ));
-        seed.push(SeedRow::new(
-            format!("{dev}: readv ÷ read"),
-            NOT_RECORDED,
-            cell(readv / read, 2),
-        ));
-    }
-    let row16 = t
-        .rows
-        .iter()
-        .find(|row| row[1] == "16")
-        .map_or("-".to_string(), |row| row[5].clone());
-    seed.push(SeedRow::new(
-        "requests per readv of 16 × 4 KiB",
-        "16: a series of blocking reads (DESIGN.md)",
-        row16,
+    let table3 = S000.at("Table 3");
+    let s16 = f64::from(SEED_SEGMENTS);
+    ratio_lines.push(Series::seed(
+        format!("{}: 2.4.17+SBIR, before the readv patch", table3.short()),
+        vec![(s16, SEED_READV_SBIR / SEED_READ_SBIR)],
     ));
+    ratio_lines.push(Series::seed(
+        format!("{}: with the readv patch (SBIRV)", table3.short()),
+        vec![(s16, SEED_READV_SBIRV / SEED_READ_SBIR)],
+    ));
+    ratio_lines.push(Series::seed(
+        format!("{}: 2.5.17", table3.short()),
+        vec![(s16, SEED_READV_25 / SEED_READ_25)],
+    ));
+
+    // The seed beside ours.
+    let ratio16: Vec<Spread> = (0..devices.len())
+        .map(|d| at(d, SEED_SEGMENTS).paired(at(d, 1), |a, b| a.bw_bytes / b.bw_bytes))
+        .collect();
+    let cpu16: Vec<Spread> = (0..devices.len())
+        .map(|d| {
+            at(d, SEED_SEGMENTS).paired(at(d, 1), |a, b| {
+                a.cpu_ns_process_per_io() / b.cpu_ns_process_per_io()
+            })
+        })
+        .collect();
+    let per_device = |v: &[Spread], digits: usize| {
+        devices
+            .iter()
+            .zip(v)
+            .map(|((n, _), s)| format!("{n} {}", spread_cell(s, digits)))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let worst_ratio = ratio16
+        .iter()
+        .map(|s| s.median)
+        .fold(f64::INFINITY, f64::min);
+    let requests16: Vec<f64> = (0..devices.len())
+        .map(|d| {
+            let f = at(d, SEED_SEGMENTS).median();
+            f.requests as f64 / f.bios.max(1) as f64
+        })
+        .collect();
+    let read_mib: Vec<Spread> = (0..devices.len())
+        .map(|d| at(d, 1).spread(mib_per_s))
+        .collect();
+    let seed = vec![
+        SeedRow::new(
+            "readv of 16 × 4 KiB ÷ read of 64 KiB, throughput",
+            format!(
+                "{:.2} before the readv patch ({SEED_READV_SBIR:.0} ÷ {SEED_READ_SBIR:.0} MB/s), \
+                 {:.2} with it ({SEED_READV_SBIRV:.0} ÷ {SEED_READ_SBIR:.0}), {:.2} on 2.5.17 \
+                 ({SEED_READV_25:.0} ÷ {SEED_READ_25:.0})",
+                SEED_READV_SBIR / SEED_READ_SBIR,
+                SEED_READV_SBIRV / SEED_READ_SBIR,
+                SEED_READV_25 / SEED_READ_25
+            ),
+            table3.cite(),
+            per_device(&ratio16, 2),
+            if worst_ratio >= 0.9 {
+                "the patched kernel's shape: a vector costs next to nothing".to_string()
+            } else if worst_ratio > SEED_READV_SBIR / SEED_READ_SBIR {
+                format!(
+                    "between the unpatched ({:.2}) and the patched (1.00) kernel: each segment \
+                     costs a little here, as the device handles the segments one by one",
+                    SEED_READV_SBIR / SEED_READ_SBIR
+                )
+            } else {
+                "as slow as the unpatched kernel: the segments cost more than the read".to_string()
+            },
+        ),
+        SeedRow::new(
+            "CPU per byte, readv of 16 × 4 KiB ÷ read of 64 KiB",
+            format!(
+                "{:.1} before the patch (CPU idle {SEED_IDLE_READV_SBIR:.0}% at \
+                 {SEED_READV_SBIR:.0} MB/s against {SEED_IDLE_READ_SBIR:.0}% at \
+                 {SEED_READ_SBIR:.0}), {:.1} with it, {:.1} on 2.5.17",
+                cpu_per_byte_ratio(
+                    (SEED_READV_SBIR, SEED_IDLE_READV_SBIR),
+                    (SEED_READ_SBIR, SEED_IDLE_READ_SBIR)
+                ),
+                cpu_per_byte_ratio(
+                    (SEED_READV_SBIRV, SEED_IDLE_READV_SBIRV),
+                    (SEED_READ_SBIR, SEED_IDLE_READ_SBIR)
+                ),
+                cpu_per_byte_ratio(
+                    (SEED_READV_25, SEED_IDLE_READV_25),
+                    (SEED_READ_25, SEED_IDLE_READ_25)
+                ),
+            ),
+            table3.cite(),
+            per_device(&cpu16, 2),
+            if cpu16.iter().all(|s| s.median < 2.0) {
+                "near the patched kernel's 1.0, far from the unpatched one's: the vector is \
+                 one request, its segments cost a little each"
+            } else {
+                "well above the patched kernel's 1.0: the segments cost CPU here"
+            },
+        ),
+        SeedRow::new(
+            "requests the device sees per readv of 16 segments",
+            "16: one blocking read per segment, each waiting for the last, before the patch; \
+             the patched readv maps up to 65 pages into one kiobuf and submits them together",
+            S000.at("§7").cite(),
+            devices
+                .iter()
+                .zip(&requests16)
+                .map(|((n, _), q)| format!("{n} {q:.3}"))
+                .collect::<Vec<_>>()
+                .join("; "),
+            if requests16.iter().all(|&q| q <= 1.0 + 1e-9) {
+                "the patched shape: one request per vector".to_string()
+            } else {
+                "more than one request per vector".to_string()
+            },
+        ),
+        SeedRow::new(
+            "read of 64 KiB, throughput",
+            format!(
+                "{SEED_READ_SBIR:.0} MB/s (2.4.17+SBIR) and {SEED_READ_25:.0} MB/s (2.5.17), \
+                 32 processes on 32 disks"
+            ),
+            table3.cite(),
+            format!("{} MiB/s, one job at depth 1", per_device(&read_mib, 0)),
+            "a scale, not a match: 32 disks of 2002 against one memory or file device",
+        ),
+    ];
 
     let figure = Figure {
         panels: vec![
@@ -145,32 +278,41 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
                 title: "readv: 64 KiB reads cut into N segments".into(),
                 x: Axis::new("segments per 64 KiB read", Scale::Log2, Unit::Count),
                 y: Axis::new("throughput (MiB/s, log)", Scale::Log10, Unit::Count),
-                series: mib,
+                series: mib_lines,
             }),
             Panel::Lines(LineChart {
-                title: "readv: requests per 64 KiB read".into(),
+                title: "readv: N segments ÷ one segment, throughput".into(),
                 x: Axis::new("segments per 64 KiB read", Scale::Log2, Unit::Count),
-                y: Axis::new("requests per read", Scale::Log2, Unit::Count),
-                series: reqs,
+                y: Axis::new("readv ÷ read", Scale::Linear, Unit::Count),
+                series: ratio_lines,
             }),
         ],
+        caption: seed::caption(&[table3]),
     };
+    let answer = format!(
+        "A 64 KiB read cut into 16 segments runs at {} of the one-segment read's throughput \
+         and stays one request: the seed's patched readv, not its series of blocking reads.",
+        per_device(&ratio16, 2)
+    );
     Ok(Outcome {
         points: t,
         seed,
         figure,
+        answer,
         notes: vec![
             format!(
-                "Workload: rw=read, bs=64k, iodepth=1, one job, {} ms per point; \
+                "Workload: rw=read, bs=64k, iodepth=1, one job, {} ms per point, {} rounds of \
+                 every point in turn; the table gives the median with the lowest and highest. \
                  --segments=N cuts each buffer into N separately allocated pieces.",
-                r.runtime(POINT_RUNTIME).as_millis()
+                r.runtime(POINT_RUNTIME).as_millis(),
+                super::point::ROUNDS
             ),
             format!(
                 "Devices: ram,size={size} (sparse: reads of never-written blocks), and a \
                  {size}-byte file written beforehand, opened O_DIRECT through io_uring."
             ),
-            "Seed 000 Table 3's own figures are not recorded in this repository; its \
-             readv was a series of blocking reads (DESIGN.md), one request per segment."
+            "readv_over_read pairs round k of N segments with round k of one segment; \
+             cpu_ns_per_io is the whole process's CPU time (every thread) per I/O."
                 .into(),
         ],
     })

@@ -1,8 +1,7 @@
 //! An experiment's tables: every point (CSV and markdown), and the seed's
-//! figures beside ours (markdown).
+//! figures beside ours (markdown), each seed figure with its source.
 
-/// Said where a seed's figure is not recorded in this repository.
-pub const NOT_RECORDED: &str = "not recorded in this repository";
+use super::point::Spread;
 
 /// Rows of cells under named columns (names carry their units).
 #[derive(Clone, Debug, Default)]
@@ -26,6 +25,16 @@ impl Table {
     pub fn push(&mut self, row: Vec<String>) {
         debug_assert_eq!(row.len(), self.columns.len());
         self.rows.push(row);
+    }
+
+    /// The columns of a figure given with its spread: `NAME`, `NAME_min`,
+    /// `NAME_max`.
+    pub fn spread_columns(name: &str) -> [String; 3] {
+        [
+            name.to_string(),
+            format!("{name}_min"),
+            format!("{name}_max"),
+        ]
     }
 
     /// As CSV (RFC 4180: a cell with a comma or quote is quoted).
@@ -74,30 +83,70 @@ impl Table {
 pub struct SeedRow {
     /// What is measured, with its unit.
     pub what: String,
-    /// The seed's figure and where it comes from, or [`NOT_RECORDED`].
+    /// The seed's figure, or the shape it describes.
     pub seed: String,
+    /// Where in the seed: the file under `seeds/` and the table, figure or
+    /// section ([`super::seed::Source`]).
+    pub source: String,
     /// Ours, from this run.
     pub ours: String,
+    /// How ours compares: the same shape or not, and the ratio where both
+    /// are ratios.
+    pub comparison: String,
 }
 
 impl SeedRow {
     /// A row.
-    pub fn new(what: impl Into<String>, seed: impl Into<String>, ours: impl Into<String>) -> Self {
+    pub fn new(
+        what: impl Into<String>,
+        seed: impl Into<String>,
+        source: impl Into<String>,
+        ours: impl Into<String>,
+        comparison: impl Into<String>,
+    ) -> Self {
         SeedRow {
             what: what.into(),
             seed: seed.into(),
+            source: source.into(),
             ours: ours.into(),
+            comparison: comparison.into(),
         }
     }
 }
 
+/// The seed table's columns, in order.
+pub const SEED_COLUMNS: [&str; 5] = [
+    "figure",
+    "the seed's",
+    "source",
+    "ours (this run)",
+    "comparison",
+];
+
+/// The seed rows as a table.
+pub fn seed_table(rows: &[SeedRow]) -> Table {
+    let mut t = Table::new(&SEED_COLUMNS);
+    for r in rows {
+        t.push(vec![
+            r.what.clone(),
+            r.seed.clone(),
+            r.source.clone(),
+            r.ours.clone(),
+            r.comparison.clone(),
+        ]);
+    }
+    t
+}
+
 /// The seed rows as a markdown table.
 pub fn seed_markdown(rows: &[SeedRow]) -> String {
-    let mut t = Table::new(&["figure", "the seed's", "ours (this run)"]);
-    for r in rows {
-        t.push(vec![r.what.clone(), r.seed.clone(), r.ours.clone()]);
-    }
-    t.markdown()
+    seed_table(rows).markdown()
+}
+
+/// A spread as one cell: `median (min–max)`.
+pub fn spread_cell(s: &Spread, digits: usize) -> String {
+    let [m, lo, hi] = s.cells(digits);
+    format!("{m} ({lo}–{hi})")
 }
 
 #[cfg(test)]
