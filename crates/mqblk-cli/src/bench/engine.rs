@@ -535,21 +535,30 @@ fn run_group(
         },
         Relaxed,
     );
-    // Each job hands over its figures once: a job stopped by a signal or
-    // by an error before it drains, any other after its verify phase. A
-    // signal (now, or while waiting) gives the jobs STOP_GRACE.
-    let mut got: Vec<Option<_>> = (0..n).map(|_| None).collect();
-    let mut left = n;
+    // A signal (now, or while waiting) gives the jobs STOP_GRACE.
     let mut deadline = None;
-    let mut allocs_end = None;
-    while left > 0 {
+    let abort_on_signal = |deadline: &mut Option<Instant>| {
         if deadline.is_none() && stop.load(Relaxed) {
             shared.phase.store(PHASE_ABORT, Relaxed);
-            deadline = Some(Instant::now() + STOP_GRACE);
+            *deadline = Some(Instant::now() + STOP_GRACE);
         }
-        if allocs_end.is_none() && shared.finished.load(Relaxed) == n {
-            allocs_end = Some(alloc_count::allocations());
+    };
+    // The measured phase ends when every job has left its loop: count the
+    // allocations then, before the jobs build their figures.
+    while shared.finished.load(Relaxed) < n {
+        abort_on_signal(&mut deadline);
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
         }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let allocs_end = alloc_count::allocations();
+    // Each job hands over its figures once: a job stopped by a signal or
+    // by an error before it drains, any other after its verify phase.
+    let mut got: Vec<Option<_>> = (0..n).map(|_| None).collect();
+    let mut left = n;
+    while left > 0 {
+        abort_on_signal(&mut deadline);
         let wait = deadline.map_or(Duration::from_millis(50), |d| {
             d.saturating_duration_since(Instant::now())
                 .min(Duration::from_millis(50))
@@ -567,7 +576,6 @@ fn run_group(
             Err(RecvTimeoutError::Disconnected) => break,
         }
     }
-    let allocs_end = allocs_end.unwrap_or_else(alloc_count::allocations);
     status.finish();
 
     let mut results = Vec::with_capacity(n);
@@ -1127,6 +1135,9 @@ fn job_thread<V: Hook>(
             );
         }
     }
+    // The measured phase is over for this job: what it allocates from here
+    // (its figures, the drain, the verify phase) is not the I/O path's.
+    alloc_count::exclude_this_thread();
     shared.finished.fetch_add(1, Relaxed);
     let mut m = Measured {
         read,
