@@ -90,7 +90,7 @@ fn err(line: usize, message: impl Into<String>) -> JobFileError {
 
 /// Read and parse the job file at `path`, with `cli` laid over every job.
 /// The notes on keys accepted without effect are printed to stderr.
-pub fn load(path: &Path, cli: &JobOptions) -> anyhow::Result<Vec<JobSpec>> {
+pub fn load(path: &Path, cli: &JobOptions, sections: &[String]) -> anyhow::Result<Vec<JobSpec>> {
     use anyhow::Context as _;
     let file = std::fs::File::open(path)
         .with_context(|| format!("cannot open job file {}", path.display()))?;
@@ -100,7 +100,7 @@ pub fn load(path: &Path, cli: &JobOptions) -> anyhow::Result<Vec<JobSpec>> {
         .with_context(|| format!("cannot read job file {}", path.display()))?;
     let text = String::from_utf8(bytes)
         .map_err(|_| anyhow::anyhow!("job file {}: not UTF-8 text", path.display()))?;
-    let (jobs, notes) = parse_with_notes(&text, cli)
+    let (jobs, notes) = parse_sections(&text, cli, sections)
         .map_err(|e| anyhow::anyhow!("job file {}: {e}", path.display()))?;
     for n in notes {
         eprintln!("mqblk: {}:{n}", path.display());
@@ -122,20 +122,80 @@ pub fn parse(text: &str, cli: &JobOptions) -> Result<Vec<JobSpec>, JobFileError>
     parse_with_notes(text, cli).map(|(jobs, _)| jobs)
 }
 
+/// fio's keywords in a job file's values (`$pagesize`, `$mb_memory`,
+/// `$ncpus`), with what they stand for on this machine.
+fn keywords() -> [(&'static str, String); 3] {
+    // SAFETY: sysconf only reads a system value.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096);
+    // SAFETY: as above.
+    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) }.max(0);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    [
+        ("$pagesize", page.to_string()),
+        ("$mb_memory", ((pages as u64 * page as u64) >> 20).to_string()),
+        ("$ncpus", cpus.to_string()),
+    ]
+}
+
+/// A line with fio's substitutions made: `${VAR}` becomes the
+/// environment variable VAR (empty when unset, as fio does), and a keyword
+/// (`$ncpus`) its value.
+fn substitute(line: &str) -> std::borrow::Cow<'_, str> {
+    if !line.contains('$') {
+        return line.into();
+    }
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(at) = rest.find("${") {
+        out.push_str(&rest[..at]);
+        match rest[at + 2..].find('}') {
+            Some(end) if end > 0 => {
+                let name = &rest[at + 2..at + 2 + end];
+                out.push_str(&std::env::var(name).unwrap_or_default());
+                rest = &rest[at + 3 + end..];
+            }
+            _ => {
+                out.push_str("${");
+                rest = &rest[at + 2..];
+            }
+        }
+    }
+    out.push_str(rest);
+    for (word, value) in keywords() {
+        if out.contains(word) {
+            out = out.replace(word, &value);
+        }
+    }
+    out.into()
+}
+
 /// fio's engines that do block I/O on a file or device: mqblk takes their
 /// place (io_uring and the pread/pwrite family set a file device's engine).
 const BLOCK_ENGINES: &[&str] = &[
     "libaio", "io_uring", "uring", "sync", "psync", "vsync", "pvsync", "pvsync2", "posixaio",
-    "mmap", "null",
+    "mmap", "null", "nbd", "rbd",
 ];
 
 /// [`parse`], plus a note (`LINE: key=value: ignored: why`) for each key
 /// accepted without effect.
+#[cfg(test)]
 pub fn parse_with_notes(
     text: &str,
     cli: &JobOptions,
 ) -> Result<(Vec<JobSpec>, Vec<String>), JobFileError> {
+    parse_sections(text, cli, &[])
+}
+
+/// [`parse_with_notes`] of only the job sections named in `sections`
+/// (fio's `--section`; all when empty). `[global]` sections always apply.
+pub fn parse_sections(
+    text: &str,
+    cli: &JobOptions,
+    sections: &[String],
+) -> Result<(Vec<JobSpec>, Vec<String>), JobFileError> {
     let mut notes = Vec::new();
+    // Inside a section not chosen by --section: its lines are skipped.
+    let mut skipping = false;
     if text.len() as u64 > FILE_BYTES_MAX {
         return Err(err(
             0,
@@ -155,7 +215,8 @@ pub fn parse_with_notes(
                 format!("longer than {LINE_CHARS_MAX} characters"),
             ));
         }
-        let line = strip_comment(raw).trim();
+        let line = substitute(strip_comment(raw).trim());
+        let line = line.trim();
         if line.is_empty() {
             continue;
         }
@@ -179,6 +240,11 @@ pub fn parse_with_notes(
                 ));
             }
             close(current.take(), &mut global, &mut jobs, cli)?;
+            skipping =
+                name != "global" && !sections.is_empty() && !sections.iter().any(|s| s == name);
+            if skipping {
+                continue;
+            }
             let section = if name == "global" {
                 Section::Global
             } else {
@@ -188,6 +254,9 @@ pub fn parse_with_notes(
                 }
             };
             current = Some((section, JobOptions::default()));
+            continue;
+        }
+        if skipping {
             continue;
         }
         let (key, value) = match line.split_once('=') {
@@ -208,6 +277,7 @@ pub fn parse_with_notes(
                 options
                     .set("device", Some(&spec))
                     .map_err(|e| describe(line_no, key, value, &e))?;
+                options.filename = Some(v.trim().to_string());
                 continue;
             }
             ("direct", v) => {
@@ -248,6 +318,17 @@ pub fn parse_with_notes(
                         ),
                     ));
                 }
+                if v == "nbd" || v == "rbd" {
+                    // mqblk has a driver for these: uri= (nbd) or pool= and
+                    // rbdname= (rbd) name the device.
+                    options.engine = Some(v.to_string());
+                    notes.push(format!(
+                        "{line_no}: ioengine={v}: mqblk's {v} driver runs the job (the device \
+                         is named by {})",
+                        if v == "nbd" { "uri=" } else { "pool= and rbdname=" }
+                    ));
+                    continue;
+                }
                 match super::options::file_engine(v) {
                     Ok(Some(e)) => options.file_engine = Some(e),
                     Ok(None) => notes.push(format!(
@@ -264,13 +345,21 @@ pub fn parse_with_notes(
         }
         if let Some(why) = super::options::noted(key) {
             let shown = value.map_or(key.to_string(), |v| format!("{key}={v}"));
-            notes.push(format!("{line_no}: {shown}: ignored: {why}"));
-            continue;
+            // A key of mqblk's own is noted and taken (group_reporting is
+            // noted for the report, and steady state takes it).
+            if !KEYS.contains(&key) {
+                notes.push(format!("{line_no}: {shown}: ignored: {why}"));
+                continue;
+            }
+            notes.push(format!("{line_no}: {shown}: {why}"));
         }
         // Repeated `device=` lines add devices within the section only.
         options
             .set(key, value)
             .map_err(|e| describe(line_no, key, value, &e))?;
+        if let Some(note) = value.and_then(|v| super::options::fio::value_note(key, v)) {
+            notes.push(format!("{line_no}: {key}={}: {note}", value.unwrap_or_default()));
+        }
     }
     close(current.take(), &mut global, &mut jobs, cli)?;
     if jobs.is_empty() {

@@ -422,6 +422,9 @@ pub fn json(specs: &[JobSpec], run: &RunResult) -> Value {
             if let Some(e) = &job.first_error {
                 v["error_message"] = json!(e);
             }
+            if let Some(ss) = &job.steadystate {
+                v["steadystate"] = ss.json();
+            }
             v["verify_errors"] = json!(verify_errors(job));
             if let Some(r) = &job.verify {
                 v["verify"] = json!({
@@ -430,6 +433,8 @@ pub fn json(specs: &[JobSpec], run: &RunResult) -> Value {
                     "blocks_trimmed": r.blocks_trimmed,
                     "blocks_zeroed": r.blocks_zeroed,
                     "blocks_verified": r.blocks_verified,
+                    "blocks_unwritten": r.blocks_unwritten,
+                    "by_header_only": r.loose,
                     "errors": r.errors,
                     "stopped": r.stopped,
                     "mismatches": r.mismatches.iter().map(|m| json!({
@@ -812,6 +817,7 @@ mod tests {
             sys_ns: 10_000_000,
             first_error: None,
             verify: None,
+            steadystate: None,
         };
         let run = RunResult {
             jobs: vec![job(0), job(1)],

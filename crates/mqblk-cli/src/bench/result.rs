@@ -53,6 +53,8 @@ pub struct JobResult {
     pub first_error: Option<String>,
     /// What `verify=` found, if it was on.
     pub verify: Option<super::verify::VerifyResult>,
+    /// Its steady state (`ss=`), if it judged one.
+    pub steadystate: Option<super::steadystate::SteadyResult>,
 }
 
 /// The layer's own figures for the whole run (the `mqblk` JSON object).
