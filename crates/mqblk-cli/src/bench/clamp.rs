@@ -73,10 +73,7 @@ pub fn fit_to_devices(plan: &mut [(JobSpec, Device)]) {
         }
     }
     if !said.is_empty() {
-        eprintln!(
-            "mqblk: note: fitted to the devices: {}",
-            said.join("; ")
-        );
+        eprintln!("mqblk: note: fitted to the devices: {}", said.join("; "));
     }
 }
 

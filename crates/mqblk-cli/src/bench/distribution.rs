@@ -74,13 +74,11 @@ impl Distribution {
     /// Parse fio's spelling; the error says what is wrong.
     pub fn parse(s: &str) -> Result<Distribution, String> {
         let s = s.trim();
-        let (kind, arg) = match s.split_once(':') {
-            Some((k, a)) => (k.trim(), Some(a.trim())),
-            // fio's HOWTO writes `zoned_abs=...` once; take it.
-            None => match s.split_once('=') {
-                Some((k, a)) => (k.trim(), Some(a.trim())),
-                None => (s, None),
-            },
+        // fio's HOWTO writes `zoned_abs=...` once; take it.
+        let cut = s.find([':', '=']);
+        let (kind, arg) = match cut {
+            Some(i) => (s[..i].trim(), Some(s[i + 1..].trim())),
+            None => (s, None),
         };
         // THETA[:CENTER] for zipf, pareto and normal.
         let params = |default: f64| -> Result<(f64, Option<f64>), String> {
@@ -480,14 +478,15 @@ mod tests {
         assert_eq!(z.sets[0].len(), 3);
         assert_eq!(z.sets[0][2].size, 80.0);
         assert_eq!(z.sets[0], z.sets[2]);
-        let Distribution::Zoned(z) = Distribution::parse("zoned:50/5:30/15:20/,50/10:50/90").unwrap()
+        let Distribution::Zoned(z) =
+            Distribution::parse("zoned:50/5:30/15:20/,50/10:50/90").unwrap()
         else {
             panic!()
         };
         assert_eq!(z.sets[1].len(), 2);
         assert_eq!(z.sets[2], z.sets[0]);
-        let Distribution::ZonedAbs(z) = Distribution::parse("zoned_abs=60/20G:30/100G:10/500g")
-            .unwrap()
+        let Distribution::ZonedAbs(z) =
+            Distribution::parse("zoned_abs=60/20G:30/100G:10/500g").unwrap()
         else {
             panic!()
         };

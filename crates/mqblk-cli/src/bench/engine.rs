@@ -426,7 +426,9 @@ fn run_group(
         counters: (0..n)
             .map(|_| CachePadded::new(super::counts::Counters::default()))
             .collect(),
-        stop_job: (0..n).map(|_| CachePadded::new(AtomicBool::new(false))).collect(),
+        stop_job: (0..n)
+            .map(|_| CachePadded::new(AtomicBool::new(false)))
+            .collect(),
         done: (0..n).map(|_| AtomicBool::new(false)).collect(),
     });
     let mut handles = Vec::with_capacity(n);
@@ -498,12 +500,16 @@ fn run_group(
         }
         // Each job's runtime (after its startdelay), steady state and
         // exitall end it alone.
-        for i in ends.due(t0.elapsed(), |i| shared.done[i].load(Relaxed), |i| {
-            let c = &shared.counters[i];
-            (0..super::counts::DIRECTIONS)
-                .map(|d| (c.ios[d].load(Relaxed), c.bytes[d].load(Relaxed)))
-                .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
-        }) {
+        for i in ends.due(
+            t0.elapsed(),
+            |i| shared.done[i].load(Relaxed),
+            |i| {
+                let c = &shared.counters[i];
+                (0..super::counts::DIRECTIONS)
+                    .map(|d| (c.ios[d].load(Relaxed), c.bytes[d].load(Relaxed)))
+                    .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+            },
+        ) {
             shared.stop_job[i].store(true, Relaxed);
         }
         // Short steps so the stats directory is fresh for iostat.
@@ -522,6 +528,8 @@ fn run_group(
         }
         status.tick(&shared.progress)?;
     }
+    // The jobs that ended last may have exitall=1 with exit_what=all.
+    let _ = ends.due(t0.elapsed(), |i| shared.done[i].load(Relaxed), |_| (0, 0));
     if stop.load(Relaxed) {
         eprintln!(
             "mqblk: stopping: draining the I/O in flight, then reporting (a second signal \
@@ -1082,7 +1090,11 @@ fn job_thread<V: Hook>(
                     ended = Some(format!(
                         "latency of {lat} ns exceeds max_latency ({} ns): {} at offset {}",
                         max_latency_ns.unwrap_or_default(),
-                        if c.bio().op() == Op::Read { "read" } else { "write" },
+                        if c.bio().op() == Op::Read {
+                            "read"
+                        } else {
+                            "write"
+                        },
                         c.bio().offset_bytes()
                     ));
                 }
@@ -1242,6 +1254,7 @@ fn job_thread<V: Hook>(
             sys_ns: m.sys_ns,
             first_error: m.first_error,
             verify: hook.result(),
+            latency_depth: target.as_ref().map(|t| t.depth()),
             steadystate: None,
         },
         m.stats,
@@ -1266,6 +1279,8 @@ mod tests {
             opened_cv: Condvar::new(),
             progress: super::super::status::Live::for_jobs(n),
             counters: Vec::new(),
+            stop_job: Vec::new(),
+            done: Vec::new(),
         });
         let order = Arc::new(Mutex::new(Vec::new()));
         // The last job's thread starts first.

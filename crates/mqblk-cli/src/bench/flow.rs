@@ -76,8 +76,7 @@ impl Gate {
         let total = self.flow.counter.load(Relaxed).max(1);
         let weight = self.flow.total_weight.load(Relaxed).max(1);
         // count / total > weight / total_weight, without division.
-        if u128::from(self.count) * u128::from(weight)
-            > u128::from(self.weight) * u128::from(total)
+        if u128::from(self.count) * u128::from(weight) > u128::from(self.weight) * u128::from(total)
         {
             return false;
         }

@@ -132,7 +132,10 @@ fn keywords() -> [(&'static str, String); 3] {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     [
         ("$pagesize", page.to_string()),
-        ("$mb_memory", ((pages as u64 * page as u64) >> 20).to_string()),
+        (
+            "$mb_memory",
+            ((pages as u64 * page as u64) >> 20).to_string(),
+        ),
         ("$ncpus", cpus.to_string()),
     ]
 }
@@ -194,6 +197,11 @@ pub fn parse_sections(
     sections: &[String],
 ) -> Result<(Vec<JobSpec>, Vec<String>), JobFileError> {
     let mut notes = Vec::new();
+    // An engine that is not block I/O is the reason a file cannot run,
+    // whatever other keys of that engine come before it.
+    if let Some((line_no, engine)) = foreign_engine(text, sections) {
+        return Err(not_block_engine(line_no, &engine));
+    }
     // Inside a section not chosen by --section: its lines are skipped.
     let mut skipping = false;
     if text.len() as u64 > FILE_BYTES_MAX {
@@ -309,14 +317,7 @@ pub fn parse_sections(
             ("ioengine", Some(v)) => {
                 let v = v.trim();
                 if !BLOCK_ENGINES.contains(&v) {
-                    return Err(err(
-                        line_no,
-                        format!(
-                            "ioengine={v}: not an engine of block I/O on a file or device, which is \
-                             what mqblk bench runs; {}",
-                            super::options::FIO_ENGINE_HINT
-                        ),
-                    ));
+                    return Err(not_block_engine(line_no, v));
                 }
                 if v == "nbd" || v == "rbd" {
                     // mqblk has a driver for these: uri= (nbd) or pool= and
@@ -325,7 +326,11 @@ pub fn parse_sections(
                     notes.push(format!(
                         "{line_no}: ioengine={v}: mqblk's {v} driver runs the job (the device \
                          is named by {})",
-                        if v == "nbd" { "uri=" } else { "pool= and rbdname=" }
+                        if v == "nbd" {
+                            "uri="
+                        } else {
+                            "pool= and rbdname="
+                        }
                     ));
                     continue;
                 }
@@ -358,7 +363,10 @@ pub fn parse_sections(
             .set(key, value)
             .map_err(|e| describe(line_no, key, value, &e))?;
         if let Some(note) = value.and_then(|v| super::options::fio::value_note(key, v)) {
-            notes.push(format!("{line_no}: {key}={}: {note}", value.unwrap_or_default()));
+            notes.push(format!(
+                "{line_no}: {key}={}: {note}",
+                value.unwrap_or_default()
+            ));
         }
     }
     close(current.take(), &mut global, &mut jobs, cli)?;
@@ -370,6 +378,41 @@ pub fn parse_sections(
     }
     super::options::check_run(&jobs).map_err(|why| err(0, why))?;
     Ok((jobs, notes))
+}
+
+/// What a job file with a non-block engine is told.
+fn not_block_engine(line_no: usize, engine: &str) -> JobFileError {
+    err(
+        line_no,
+        format!(
+            "ioengine={engine}: not an engine of block I/O on a file or device, which is what \
+             mqblk bench runs; {}",
+            super::options::FIO_ENGINE_HINT
+        ),
+    )
+}
+
+/// The first `ioengine=` of a section that runs (or of `[global]`) that
+/// is not block I/O, with its line.
+fn foreign_engine(text: &str, sections: &[String]) -> Option<(usize, String)> {
+    let mut skipping = false;
+    for (index, raw) in text.lines().enumerate() {
+        let line = strip_comment(raw).trim();
+        if let Some(name) = line.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
+            let name = name.trim();
+            skipping =
+                name != "global" && !sections.is_empty() && !sections.iter().any(|s| s == name);
+            continue;
+        }
+        let Some((k, v)) = line.split_once('=') else {
+            continue;
+        };
+        let v = substitute(v.trim()).into_owned();
+        if !skipping && k.trim() == "ioengine" && !BLOCK_ENGINES.contains(&v.as_str()) {
+            return Some((index + 1, v));
+        }
+    }
+    None
 }
 
 /// End a section: fold `[global]` into the globals, or build the job.
@@ -610,7 +653,9 @@ mod tests {
         assert!(a.end_fsync);
         assert_eq!(a.rate_iops, Some(150));
         assert_eq!(a.startdelay, Duration::from_secs(1));
-        assert!(matches!(a.distribution, crate::bench::job::Distribution::Zipf(t) if t == 1.1));
+        assert!(
+            matches!(a.distribution, crate::bench::job::Distribution::Zipf { theta, .. } if theta == 1.1)
+        );
         assert!(!a.randrepeat);
         assert_eq!(a.devices, vec!["file:/dev/null,direct=0"]);
         assert!(!a.stonewall);
@@ -633,10 +678,10 @@ mod tests {
 
     #[test]
     fn errors_name_the_line_and_key() {
-        let e = parse_err("[global]\nbs=4k\n\n[a]\nzonemode=zbd\n");
+        let e = parse_err("[global]\nbs=4k\n\n[a]\nioscheduler=bfq\n");
         assert_eq!(e.line, 5);
         assert!(e.to_string().contains("line 5"), "{e}");
-        assert!(e.message.contains("`zonemode`"), "{e}");
+        assert!(e.message.contains("`ioscheduler`"), "{e}");
         assert!(e.message.contains("contrib/fio-engine"), "{e}");
         assert!(e.message.contains("device, "), "{e}");
         assert!(

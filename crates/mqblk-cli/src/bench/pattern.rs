@@ -8,8 +8,8 @@ use mqblk::Op;
 
 pub use super::distribution::Rng;
 use super::distribution::Skew;
-use super::zone::{Strided, ZoneMode, Zbd};
 use super::job::{BlockSizes, JobSpec};
+use super::zone::{Strided, Zbd, ZoneMode};
 
 /// Where the next I/O goes, and how long it is.
 pub struct Offsets {
@@ -356,31 +356,41 @@ mod tests {
     }
 
     #[test]
-    fn skewed_distributions_stay_in_range_and_are_skewed() {
-        for d in [
-            "zipf:1.2",
-            "pareto:0.9",
-            "normal:5",
-            "zoned:60/10:30/20:10/",
-        ] {
-            let mut j = job(RwMode::RandRead, 4096, 0);
-            j.distribution = Distribution::parse(d).unwrap();
-            let n = 1000u64;
-            let mut o = Offsets::new(&j, n, 7);
-            let mut hits = vec![0u32; n as usize];
-            for _ in 0..20_000 {
-                let b = o.next().1 / 8;
-                assert!(b < n, "{d}: block {b}");
-                hits[b as usize] += 1;
-            }
-            hits.sort_unstable_by(|a, b| b.cmp(a));
-            let top: u32 = hits[..10].iter().sum();
-            // Uniform would put about 1% in the 10 hottest blocks.
-            assert!(top > 20_000 / 100 * 3, "{d}: top 10 blocks got {top}");
+    fn random_n_and_percentage_random_mix_sequential_runs_in() {
+        // rw=randread:4: a new random offset every 4th I/O, sequential
+        // in between.
+        let mut j = job(RwMode::RandRead, 4096, 4);
+        let mut o = Offsets::new(&j, 1 << 20, 9);
+        assert!(!o.plain);
+        // As fio: every 4th I/O is random, the 3 after it follow on.
+        let offs = offsets_bytes(&mut o, 12);
+        assert_eq!(offs[..3], [0, 4096, 8192], "{offs:?}");
+        for i in 4..7 {
+            assert_eq!(offs[i], offs[3] + (i as u64 - 3) * 4096, "{offs:?}");
         }
-        assert_eq!(Distribution::parse("zipf:1"), None);
-        assert_eq!(Distribution::parse("pareto:1.5"), None);
-        assert_eq!(Distribution::parse("lognormal"), None);
-        assert_eq!(Distribution::parse("random"), Some(Distribution::Uniform));
+        j.rw_sequencer_identical = true;
+        let mut o = Offsets::new(&j, 1 << 20, 9);
+        let offs = offsets_bytes(&mut o, 8);
+        assert!(offs[4..7].iter().all(|&x| x == offs[3]), "{offs:?}");
+        // percentage_random=0: all sequential.
+        let mut j = job(RwMode::RandWrite, 4096, 0);
+        j.percentage_random = [0; 3];
+        let mut o = Offsets::new(&j, 64, 9);
+        assert_eq!(offsets_bytes(&mut o, 3), [0, 4096, 8192]);
+    }
+
+    #[test]
+    fn strided_zones_read_a_window_then_skip() {
+        let mut j = job(RwMode::Read, 4096, 0);
+        j.zone = crate::bench::zone::ZoneSpec {
+            size: 8192,
+            skip: 8192,
+            ..Default::default()
+        };
+        let mut o = Offsets::new(&j, 16, 1);
+        assert_eq!(
+            offsets_bytes(&mut o, 6),
+            [0, 4096, 16384, 20480, 32768, 36864]
+        );
     }
 }

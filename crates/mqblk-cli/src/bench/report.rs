@@ -425,6 +425,14 @@ pub fn json(specs: &[JobSpec], run: &RunResult) -> Value {
             if let Some(ss) = &job.steadystate {
                 v["steadystate"] = ss.json();
             }
+            if let (Some(depth), Some(spec)) = (job.latency_depth, spec_of(specs, job)) {
+                let t = spec.latency_target.unwrap_or_default();
+                // fio's fields, in its units (microseconds).
+                v["latency_depth"] = json!(depth);
+                v["latency_target"] = json!(t.as_micros() as u64);
+                v["latency_percentile"] = json!(spec.latency_percentile);
+                v["latency_window"] = json!(spec.latency_window.as_micros() as u64);
+            }
             v["verify_errors"] = json!(verify_errors(job));
             if let Some(r) = &job.verify {
                 v["verify"] = json!({
@@ -817,6 +825,7 @@ mod tests {
             sys_ns: 10_000_000,
             first_error: None,
             verify: None,
+            latency_depth: None,
             steadystate: None,
         };
         let run = RunResult {

@@ -53,6 +53,8 @@ pub struct JobResult {
     pub first_error: Option<String>,
     /// What `verify=` found, if it was on.
     pub verify: Option<super::verify::VerifyResult>,
+    /// The queue depth `latency_target=`'s search settled on.
+    pub latency_depth: Option<u32>,
     /// Its steady state (`ss=`), if it judged one.
     pub steadystate: Option<super::steadystate::SteadyResult>,
 }

@@ -36,7 +36,11 @@ impl SteadySpec {
             "iops_slope" => (true, true),
             "bw" => (false, false),
             "bw_slope" => (false, true),
-            k => return Err(format!("unknown criterion `{k}`: iops, iops_slope, bw or bw_slope")),
+            k => {
+                return Err(format!(
+                    "unknown criterion `{k}`: iops, iops_slope, bw or bw_slope"
+                ))
+            }
         };
         let limit = limit.trim();
         let (value, percent) = match limit.strip_suffix('%') {

@@ -90,7 +90,11 @@ pub struct Strided {
 impl Strided {
     /// Windows of `spec` over a region of `region_sectors`.
     pub fn new(spec: &ZoneSpec, region_sectors: u64) -> Strided {
-        let range = if spec.range > 0 { spec.range } else { spec.size };
+        let range = if spec.range > 0 {
+            spec.range
+        } else {
+            spec.size
+        };
         Strided {
             range_sectors: (range >> 9).clamp(1, region_sectors.max(1)),
             size_bytes: spec.size.max(512),

@@ -136,12 +136,24 @@ pub const NOTED_KEYS: &[(&str, &str)] = &[
     ("dedupe_working_set_percentage", "write data is mqblk's own"),
     ("dedupe_global", "write data is mqblk's own"),
     ("buffer_compress_chunk", "write data is mqblk's own"),
-    ("zone_reset_threshold", "emulated zones are reset when a full one is written"),
-    ("zone_reset_frequency", "emulated zones are reset when a full one is written"),
+    (
+        "zone_reset_threshold",
+        "emulated zones are reset when a full one is written",
+    ),
+    (
+        "zone_reset_frequency",
+        "emulated zones are reset when a full one is written",
+    ),
     ("fsync_on_close", "end_fsync= flushes the device"),
     ("verify_async_cpus", "verification runs in the job thread"),
-    ("verify_state_save", "the verify state lives in memory for the run"),
-    ("verify_state_load", "the verify state lives in memory for the run"),
+    (
+        "verify_state_save",
+        "the verify state lives in memory for the run",
+    ),
+    (
+        "verify_state_load",
+        "the verify state lives in memory for the run",
+    ),
 ];
 
 /// What a job file is told of a value mqblk takes in place of fio's:

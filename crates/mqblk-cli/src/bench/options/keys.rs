@@ -534,19 +534,26 @@ pub const TABLE: &[Entry] = &[
         },
     ),
     key("zonemode", "none, strided or zbd", |o, v| {
-        put(&mut o.zonemode, ZoneMode::parse(v.text).ok_or_else(|| v.bad()))
+        put(
+            &mut o.zonemode,
+            ZoneMode::parse(v.text).ok_or_else(|| v.bad()),
+        )
     }),
     key(
         "zonesize",
         "bytes such as 256m: I/O per zone (strided) or the zone size (zbd)",
         |o, v| put(&mut o.zonesize, v.size()),
     ),
-    key("zonerange", "bytes such as 256m: a strided zone's size", |o, v| {
-        put(&mut o.zonerange, v.size())
-    }),
-    key("zoneskip", "bytes such as 2g: skipped after each zone", |o, v| {
-        put(&mut o.zoneskip, v.size())
-    }),
+    key(
+        "zonerange",
+        "bytes such as 256m: a strided zone's size",
+        |o, v| put(&mut o.zonerange, v.size()),
+    ),
+    key(
+        "zoneskip",
+        "bytes such as 2g: skipped after each zone",
+        |o, v| put(&mut o.zoneskip, v.size()),
+    ),
     key(
         "max_open_zones",
         "zones open for writes at once, 0 (no limit) to 4096",
@@ -561,9 +568,11 @@ pub const TABLE: &[Entry] = &[
         "a weight from 0 to 1000: jobs of one flow_id keep their I/O in these proportions",
         |o, v| put(&mut o.flow, v.int(0..=crate::bench::flow::WEIGHT_MAX)),
     ),
-    key("flow_id", "an integer: the flow a job's flow= weighs in", |o, v| {
-        put(&mut o.flow_id, v.int(0..=u32::MAX))
-    }),
+    key(
+        "flow_id",
+        "an integer: the flow a job's flow= weighs in",
+        |o, v| put(&mut o.flow_id, v.int(0..=u32::MAX)),
+    ),
     key(
         "flow_sleep",
         "a wait when a flow holds the job back, up to 1s: microseconds or with a suffix",
@@ -591,7 +600,9 @@ pub const TABLE: &[Entry] = &[
         "a percentage (0 to 100, decimals allowed) of I/Os that must meet latency_target",
         |o, v| put(&mut o.latency_percentile, v.float(0.0..=100.0)),
     ),
-    on_off("latency_run", ON_OFF, |o, v| put(&mut o.latency_run, v.bool())),
+    on_off("latency_run", ON_OFF, |o, v| {
+        put(&mut o.latency_run, v.bool())
+    }),
     key(
         "max_latency",
         "a latency such as 10ms (a bare number is microseconds): a slower I/O fails the job",
@@ -685,7 +696,12 @@ pub const TABLE: &[Entry] = &[
         "exit_what",
         "group (the job's reporting group), stonewall (every running job) or all (every \
          job): whom exitall ends",
-        |o, v| put(&mut o.exit_what, ExitWhat::parse(v.text).ok_or_else(|| v.bad())),
+        |o, v| {
+            put(
+                &mut o.exit_what,
+                ExitWhat::parse(v.text).ok_or_else(|| v.bad()),
+            )
+        },
     ),
     on_off("new_group", ON_OFF, |o, v| put(&mut o.new_group, v.bool())),
     on_off(
@@ -708,9 +724,11 @@ pub const TABLE: &[Entry] = &[
     key("rbdname", "a Ceph RBD image (fio's rbd engine)", |o, v| {
         put(&mut o.rbd_name, v.non_empty())
     }),
-    key("clientname", "a Ceph client id (fio's rbd engine)", |o, v| {
-        put(&mut o.rbd_client, v.non_empty())
-    }),
+    key(
+        "clientname",
+        "a Ceph client id (fio's rbd engine)",
+        |o, v| put(&mut o.rbd_client, v.non_empty()),
+    ),
 ];
 
 /// Every key's name, in [`TABLE`]'s order.

@@ -356,7 +356,10 @@ impl JobOptions {
             flow: self.flow.unwrap_or(d.flow),
             flow_id: self.flow_id.unwrap_or(d.flow_id),
             flow_sleep: self.flow_sleep.unwrap_or(d.flow_sleep),
-            latency_target: self.latency_target.filter(|t| !t.is_zero()).or(d.latency_target),
+            latency_target: self
+                .latency_target
+                .filter(|t| !t.is_zero())
+                .or(d.latency_target),
             latency_window: self.latency_window.unwrap_or(d.latency_window),
             latency_percentile: self.latency_percentile.unwrap_or(d.latency_percentile),
             latency_run: self.latency_run.unwrap_or(d.latency_run),

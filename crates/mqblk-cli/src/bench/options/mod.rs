@@ -263,7 +263,7 @@ mod tests {
             msg.starts_with("unknown option; known: name, rw, bs, iodepth, numjobs,"),
             "{msg}"
         );
-        assert!(msg.ends_with("per_job_logs, slat_percentiles"), "{msg}");
+        assert!(msg.ends_with("uri, pool, rbdname, clientname"), "{msg}");
     }
 
     #[test]

@@ -514,8 +514,7 @@ impl Verifier {
             } else if let Some(p) = &self.spec.pattern {
                 let from = i as usize * iv;
                 let within = &data[..from + chunk.len()];
-                if p
-                    .first_difference(within, from + kind.data_start(), offset)
+                if p.first_difference(within, from + kind.data_start(), offset)
                     .is_some()
                 {
                     "pattern mismatch (verify_pattern)"
@@ -535,8 +534,7 @@ impl Verifier {
     /// The block of the slice a prepared bio is aimed at (`offset_of`
     /// inverted); a bio outside the slice gives a block past its end.
     fn block_of(&self, bio: &Bio) -> u64 {
-        (bio.offset_bytes().wrapping_sub(self.spec.slice_base) / self.spec.bs)
-            .min(self.spec.blocks)
+        (bio.offset_bytes().wrapping_sub(self.spec.slice_base) / self.spec.bs).min(self.spec.blocks)
     }
 
     /// The generation a prepared write carries (0 for other I/O).
@@ -793,7 +791,10 @@ pub fn for_job(
         );
     }
     let header_min = (2 * kind.data_start()).max(1) as u64;
-    if interval == 0 || !job.bs.is_multiple_of(interval) || (kind.has_header() && interval < header_min) {
+    if interval == 0
+        || !job.bs.is_multiple_of(interval)
+        || (kind.has_header() && interval < header_min)
+    {
         anyhow::bail!(
             "job {}: verify_interval={interval} must divide bs={} and hold twice the header ({header_min} bytes)",
             job.name,
@@ -835,7 +836,11 @@ pub fn for_job(
     }
     let seed = job.randseed ^ (index as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     let backlog_batch = job.verify_backlog_batch.unwrap_or(job.verify_backlog);
-    let writers = groups.iter().filter(|&&g| g == groups[index]).count().max(1);
+    let writers = groups
+        .iter()
+        .filter(|&&g| g == groups[index])
+        .count()
+        .max(1);
     let v = Verifier::new(VerifySpec {
         kind,
         bs: job.bs,
@@ -1024,7 +1029,10 @@ mod tests {
             assert_eq!(h.offset, 4 * 4096 + i as u64 * 512);
             assert_eq!(h.len, 512);
         }
-        assert_eq!(&data[HEADER_BYTES..HEADER_BYTES + 4], &[0xaa, 0x55, 0x5a, 0xa5]);
+        assert_eq!(
+            &data[HEADER_BYTES..HEADER_BYTES + 4],
+            &[0xaa, 0x55, 0x5a, 0xa5]
+        );
         v.check(&bio, 4, Expect::Generation(g));
         assert_eq!(v.result.errors, 0, "{:?}", v.result.mismatches);
         // A read-only job takes any valid header for the offset.
@@ -1041,7 +1049,10 @@ mod tests {
         s.pattern = Some(VerifyPattern::parse("%o").unwrap());
         let mut p = Verifier::new(s);
         let (bio, g) = written(&mut p, 2);
-        assert_eq!(&bio.segments()[0].as_slice()[8..16], &(2u64 * 4096).to_le_bytes());
+        assert_eq!(
+            &bio.segments()[0].as_slice()[8..16],
+            &(2u64 * 4096).to_le_bytes()
+        );
         p.check(&bio, 2, Expect::Generation(g));
         p.check(&bio, 3, Expect::Generation(g));
         assert_eq!(p.result.errors, 1);

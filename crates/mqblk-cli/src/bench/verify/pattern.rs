@@ -31,15 +31,10 @@ impl VerifyPattern {
                 rest = r;
             } else if let Some(r) = rest.strip_prefix('"') {
                 let end = r.find('"').ok_or("a string without its closing quote")?;
-                bytes.extend(r[..end].as_bytes());
+                bytes.extend(&r.as_bytes()[..end]);
                 rest = &r[end + 1..];
-            } else if let Some(r) = rest
-                .strip_prefix("0x")
-                .or_else(|| rest.strip_prefix("0X"))
-            {
-                let mut end = r
-                    .find(|c: char| !c.is_ascii_hexdigit())
-                    .unwrap_or(r.len());
+            } else if let Some(r) = rest.strip_prefix("0x").or_else(|| rest.strip_prefix("0X")) {
+                let mut end = r.find(|c: char| !c.is_ascii_hexdigit()).unwrap_or(r.len());
                 // `0xff0x14` is two numbers.
                 if r[..end].len() > 1 && r[end.saturating_sub(1)..].starts_with("0x") {
                     end -= 1;
@@ -54,9 +49,8 @@ impl VerifyPattern {
                     bytes.push(u8::from_str_radix(first, 16).map_err(|e| e.to_string())?);
                 }
                 for i in (0..pairs.len()).step_by(2) {
-                    bytes.push(
-                        u8::from_str_radix(&pairs[i..i + 2], 16).map_err(|e| e.to_string())?,
-                    );
+                    bytes
+                        .push(u8::from_str_radix(&pairs[i..i + 2], 16).map_err(|e| e.to_string())?);
                 }
                 rest = &r[end..];
             } else if rest.starts_with(|c: char| c.is_ascii_digit() || c == '-') {
@@ -140,7 +134,10 @@ mod tests {
         assert_eq!(p.offsets_at, [1]);
         assert_eq!(&p.bytes[9..13], b"abcd");
         assert_eq!(&p.bytes[13..], (-12i32 as u32).to_le_bytes());
-        assert_eq!(VerifyPattern::parse("0xff0x14").unwrap().bytes, [0xff, 0x14]);
+        assert_eq!(
+            VerifyPattern::parse("0xff0x14").unwrap().bytes,
+            [0xff, 0x14]
+        );
         assert_eq!(VerifyPattern::parse("0xabc").unwrap().bytes, [0x0a, 0xbc]);
         assert_eq!(VerifyPattern::parse("258").unwrap().bytes, [2, 1]);
         for bad in ["", "0x", "\"abc", "xyz", "99999999999"] {
