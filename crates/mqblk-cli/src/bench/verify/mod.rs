@@ -442,6 +442,7 @@ impl Verifier {
             };
             let mut sum = [0u8; 32];
             let n = kind.sum(chunk, &mut sum);
+            let expected = self.sealed(block, interval, expected);
             self.result.errors += 1;
             if self.result.mismatches.len() < MISMATCHES_KEPT {
                 self.result.mismatches.push(Mismatch {
@@ -457,6 +458,30 @@ impl Verifier {
             }
         }
         self.scratch = scratch;
+    }
+
+    /// `expected` with the checksum the interval it names would carry:
+    /// its header and data written again, and sealed (a mismatch shows the
+    /// checksum it should have found).
+    fn sealed(&self, block: u64, interval: u64, mut expected: Header) -> Header {
+        let kind = self.spec.kind;
+        if expected.magic != MAGIC || kind != VerifyKind::Crc32c {
+            return expected;
+        }
+        let iv = self.spec.interval as usize;
+        let mut want = vec![0u8; iv];
+        if let Some(p) = &self.spec.pattern {
+            // The pattern runs on from the block's start.
+            let mut whole = vec![0u8; (interval as usize + 1) * iv];
+            p.fill(&mut whole, 0, self.offset_of(block));
+            want.copy_from_slice(&whole[interval as usize * iv..]);
+        } else {
+            fill_data(&mut want[kind.data_start()..], expected.seed);
+        }
+        expected.crc = 0;
+        expected.encode(&mut want[..HEADER_BYTES]);
+        kind.seal(&mut want, &mut expected);
+        expected
     }
 
     /// The first fault of a block that is not zeros: (interval, reason,
