@@ -34,6 +34,12 @@ impl Plug {
         self.list.len() >= self.max
     }
 
+    /// Requests held.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.list.len()
+    }
+
     /// True if empty.
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
