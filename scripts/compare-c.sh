@@ -21,13 +21,16 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cargo build --release -q -p mqblk-cli --bin mqblk
 cargo build --release -q -p mqblk --example smoke
-cargo cinstall --release -q -p mqblk-capi --prefix="$work/prefix" --libdir="$work/prefix/lib" >/dev/null
+cargo cinstall --release -p mqblk-capi --prefix="$work/prefix" --libdir="$work/prefix/lib" >/dev/null
 export PKG_CONFIG_PATH=$work/prefix/lib/pkgconfig LD_LIBRARY_PATH=$work/prefix/lib
 # shellcheck disable=SC2046
 cc -std=c11 -O2 -g $(pkg-config --cflags mqblk) examples/c/qd32.c -o "$work/qd32" $(pkg-config --libs mqblk)
 engine=$(contrib/fio-engine/build.sh "$work/fio-engine" | tail -1)
 mqblk=target/release/mqblk
 spec=null,size=1G
+# fio's random map ends a sized job once every block is read: fio's runs
+# take 64 GiB, so that 300,000 I/Os fit (as they do in mqblk's runs).
+fspec=null,size=64G
 
 bench_iops() {
   "$mqblk" bench --device "$spec" --rw=randread --bs=4k --iodepth=32 --output-format=json "$@" \
@@ -50,8 +53,8 @@ for i in $(seq "$pairs"); do
   printf "pair %d: C loop %12.0f  mqblk bench %12.0f  C/bench %s\n" "$i" "$c" "$b" "$r"
 done
 for i in $(seq "$pairs"); do
-  n=$(fio_iops --ioengine=null --size=1g --runtime="${secs}s" --time_based)
-  e=$(fio_iops --ioengine="external:$engine" --mqblk_spec="$spec" --filename=x --size=1g \
+  n=$(fio_iops --ioengine=null --size=64g --runtime="${secs}s" --time_based)
+  e=$(fio_iops --ioengine="external:$engine" --mqblk_spec="$fspec" --filename=x --size=64g \
     --runtime="${secs}s" --time_based)
   r=$(python3 -c "print('%.3f' % ($e / $n))")
   e_ratios+=("$r")
@@ -64,13 +67,16 @@ ir() { valgrind --tool=callgrind --callgrind-out-file=/dev/null "$@" 2>&1 >/dev/
   | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'; }
 per_io() { python3 -c "print('%.0f' % (($2 - $1) / 200000))"; }
 smoke=$(per_io "$(ir target/release/examples/smoke 100000)" "$(ir target/release/examples/smoke 300000)")
-bench=$(per_io "$(ir "$mqblk" bench --device "$spec" --rw=randread --iodepth=32 --number_ios=100000)" \
-  "$(ir "$mqblk" bench --device "$spec" --rw=randread --iodepth=32 --number_ios=300000)")
-fio_null=$(per_io "$(ir fio --name=q --ioengine=null --size=1g --rw=randread --iodepth=32 --thread --number_ios=100000)" \
-  "$(ir fio --name=q --ioengine=null --size=1g --rw=randread --iodepth=32 --thread --number_ios=300000)")
-fio_mq=$(per_io "$(ir fio --name=q --ioengine="external:$engine" --mqblk_spec="$spec" --filename=x --size=1g \
+# The bench's supervisor thread polls on a clock: only its job thread,
+# whose I/O count is fixed, is counted.
+job() { ir --toggle-collect='mqblk::bench::engine::job_thread*' "$mqblk" bench --device "$spec" \
+  --rw=randread --iodepth=32 --number_ios="$1"; }
+bench=$(per_io "$(job 100000)" "$(job 300000)")
+fio_null=$(per_io "$(ir fio --name=q --ioengine=null --size=64g --rw=randread --iodepth=32 --thread --number_ios=100000)" \
+  "$(ir fio --name=q --ioengine=null --size=64g --rw=randread --iodepth=32 --thread --number_ios=300000)")
+fio_mq=$(per_io "$(ir fio --name=q --ioengine="external:$engine" --mqblk_spec="$fspec" --filename=x --size=64g \
     --rw=randread --iodepth=32 --thread --number_ios=100000)" \
-  "$(ir fio --name=q --ioengine="external:$engine" --mqblk_spec="$spec" --filename=x --size=1g \
+  "$(ir fio --name=q --ioengine="external:$engine" --mqblk_spec="$fspec" --filename=x --size=64g \
     --rw=randread --iodepth=32 --thread --number_ios=300000)")
 echo "layer alone (examples/smoke): $smoke"
 echo "mqblk bench:                  $bench"
@@ -78,9 +84,11 @@ echo "fio null engine:              $fio_null"
 echo "fio with the mqblk engine:    $fio_mq"
 python3 -c "e=$fio_mq-$fio_null; print('engine over fio null: %d = %.2fx the layer' % (e, e/$smoke))"
 # The C loop is time based: its own count of reads divides.
-c_run() { valgrind --tool=callgrind --callgrind-out-file=/dev/null "$work/qd32" "$spec" "$1" 2>&1 \
-  | sed -n -e 's/.*Collected : \([0-9]*\).*/ir \1/p' -e 's/^qd32: [^:]*: \([0-9]*\) reads.*/n \1/p' | sort | tr '\n' ' '; }
-read -r _ n1 _ i1 <<<"$(c_run 1)"
-read -r _ n2 _ i2 <<<"$(c_run 3)"
+c_run() {
+  valgrind --tool=callgrind --callgrind-out-file=/dev/null "$work/qd32" "$spec" "$1" 2>&1 \
+    | python3 -c 'import re,sys; t=sys.stdin.read(); print(re.search(r"Collected : (\d+)", t)[1], re.search(r"qd32: [^:]*: (\d+) reads", t)[1])'
+}
+read -r i1 n1 <<<"$(c_run 1)"
+read -r i2 n2 <<<"$(c_run 3)"
 c_loop=$(python3 -c "print('%.0f' % (($i2 - $i1) / ($n2 - $n1)))")
 echo "C loop (examples/c/qd32.c):   $c_loop   ($(python3 -c "print('%.2f' % ($c_loop / $bench))")x mqblk bench)"

@@ -12,6 +12,10 @@
  * file; a device is shared by the jobs of one process and kept open until
  * the process exits, so a later verify pass reads what a write pass wrote.
  *
+ * fio commits each I/O (iodepth_batch=1): the queue's plug carries those
+ * commits until fio waits for completions or the plug is full, so the layer
+ * dispatches batches (mqblk_unplug=1 hands each commit over at once).
+ *
  * Build with contrib/fio-engine/build.sh OUTDIR.
  */
 #include <errno.h>
