@@ -43,6 +43,12 @@ static uint64_t next_rand(uint64_t *x)
 	return *x * 0x2545f4914f6cdd1dull;
 }
 
+/* Uniform in 0..n for n below 2^32, by a multiply, not a division. */
+static uint64_t below(uint64_t *x, uint64_t n)
+{
+	return ((next_rand(x) >> 32) * n) >> 32;
+}
+
 int main(int argc, char **argv)
 {
 	const char *spec = argc > 1 ? argv[1] : "null,size=1G";
@@ -61,6 +67,8 @@ int main(int argc, char **argv)
 		return fail("mqblk_open", rc);
 	mqblk_get_info(dev, &info);
 	blocks = info.capacity_bytes / BS;
+	if (blocks > UINT32_MAX)
+		blocks = UINT32_MAX;
 	rc = mqblk_queue_create(dev, &q);
 	if (rc < 0) {
 		fail("mqblk_queue_create", rc);
@@ -78,7 +86,7 @@ int main(int argc, char **argv)
 			int left = QD;
 
 			for (i = 0; i < QD; i++) {
-				uint64_t off = (next_rand(&rng) % blocks) * BS;
+				uint64_t off = below(&rng, blocks) * BS;
 
 				rc = mqblk_queue_read(q, off, bufs[i], BS, bufs[i], 0);
 				if (rc < 0) {

@@ -653,10 +653,15 @@ impl Sink<'_> {
     #[inline]
     fn push(&mut self, c: mqblk::Completion<'_>) {
         let status = c.status();
+        let (ret, errno_value) = if status == mqblk::Status::Ok {
+            (0, 0)
+        } else {
+            failed(status)
+        };
         let done = MqblkCompletion {
             user_data: c.private() as *mut c_void,
-            ret: MqblkError::of_status(status).code(),
-            errno_value: status.errno(),
+            ret,
+            errno_value,
         };
         if *self.n < self.max {
             // SAFETY: the caller of mqblk_queue_do_io gave room for `max`
@@ -667,6 +672,13 @@ impl Sink<'_> {
             self.ready.push_back(done);
         }
     }
+}
+
+/// A failed request's code and errno (out of line: requests succeed).
+#[cold]
+#[inline(never)]
+fn failed(status: mqblk::Status) -> (c_int, c_int) {
+    (MqblkError::of_status(status).code(), status.errno())
 }
 
 /// A file descriptor that becomes readable when `mqblk_queue_do_io()` would
