@@ -307,3 +307,40 @@ fn job_files_take_environment_variables_and_sections() {
     assert_eq!(v["jobs"].as_array().unwrap().len(), 1);
     assert_eq!(v["jobs"][0]["jobname"], "default");
 }
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn dedupe_and_compress_options_shape_what_is_written() {
+    let s = Scratch::new("content");
+    let img = s.path().join("disk.img");
+    std::fs::write(&img, vec![0u8; 4 << 20]).unwrap();
+    let dev = format!("--device=file:{}", img.display());
+    json(
+        s.path(),
+        &[
+            &dev,
+            "--rw=write",
+            "--bs=4k",
+            "--size=4m",
+            "--dedupe_percentage=50",
+            "--buffer_compress_percentage=75",
+        ],
+    );
+    let data = std::fs::read(&img).unwrap();
+    let blocks: Vec<&[u8]> = data.chunks(4096).collect();
+    // Each 512-byte chunk: a quarter random, three quarters zeros.
+    for b in &blocks {
+        for c in b.chunks(512) {
+            assert!(c[128..].iter().all(|&x| x == 0));
+            assert!(c[..128].iter().any(|&x| x != 0));
+        }
+    }
+    // About half the blocks repeat an earlier one.
+    let unique: std::collections::HashSet<&[u8]> = blocks.iter().copied().collect();
+    let repeats = blocks.len() - unique.len();
+    assert!(
+        (400..650).contains(&repeats),
+        "{repeats} of {} repeat",
+        blocks.len()
+    );
+}

@@ -436,11 +436,25 @@ fn run_group(
         let verifier = verifiers[index].take();
         let gate = gates[index].take();
         let shared = shared.clone();
+        let plain = if job.content.any() {
+            let blocks = region_bytes(&job, &dev) / job.bs.max(1);
+            let seed = job.randseed ^ (base + index) as u64;
+            // Unique buffers are the job's own; with dedupe_global the
+            // working set is every job's (Content keeps them apart).
+            NoVerify::with_content(super::content::Content::new(
+                job.content,
+                (base + index) as u64,
+                blocks,
+                seed,
+            ))
+        } else {
+            NoVerify::default()
+        };
         let h = std::thread::Builder::new()
             .name(format!("{}.{}", job.name, base + index))
             .spawn(move || match verifier {
                 Some(v) => job_thread(base, index, job, dev, shared, v, gate),
-                None => job_thread(base, index, job, dev, shared, NoVerify::default(), gate),
+                None => job_thread(base, index, job, dev, shared, plain, gate),
             })?;
         handles.push(h);
     }

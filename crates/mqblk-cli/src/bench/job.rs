@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::content::ContentSpec;
 use super::steadystate::SteadySpec;
 use super::verify::pattern::VerifyPattern;
 use super::zone::ZoneSpec;
@@ -395,6 +396,8 @@ pub struct JobSpec {
     pub offset_percent: Option<u32>,
     /// `offset_increment=N%`.
     pub offset_increment_percent: Option<u32>,
+    /// fio's dedupe and compress options: what write buffers hold.
+    pub content: ContentSpec,
 }
 
 /// fio's `exit_what=`: whom `exitall` ends.
@@ -510,6 +513,11 @@ impl Default for JobSpec {
             size_percent: None,
             offset_percent: None,
             offset_increment_percent: None,
+            content: ContentSpec {
+                working_set_pct: 5,
+                compress_chunk: 512,
+                ..ContentSpec::default()
+            },
         }
     }
 }

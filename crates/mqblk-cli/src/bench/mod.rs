@@ -12,6 +12,8 @@
 //!   of `[global]`, job sections and the command line (which wins).
 //! - [`jobfile`]: fio job files (INI) into jobs.
 //! - [`job`]: the typed job.
+//! - [`content`]: what write buffers hold (fio's dedupe and compress
+//!   options).
 //! - [`verify`]: fio's `verify=`: headers written with each block, checked
 //!   on read-back.
 //! - [`distribution`]: `random_distribution=`, and the random numbers.
@@ -48,6 +50,8 @@ pub mod options;
 pub mod jobfile;
 
 pub mod job;
+
+pub mod content;
 
 pub mod verify;
 

@@ -118,7 +118,6 @@ pub const NOTED_KEYS: &[(&str, &str)] = &[
     ("scramble_buffers", "write data is random already"),
     ("refill_buffers", "write data is random already"),
     ("buffer_pattern", "write data is mqblk's own"),
-    ("buffer_compress_percentage", "write data is mqblk's own"),
     (
         "continue_on_error",
         "errors are counted and the job goes on",
@@ -131,11 +130,6 @@ pub const NOTED_KEYS: &[(&str, &str)] = &[
         "serialize_overlap",
         "a verify job never has two I/Os on one block in flight; other jobs do not care",
     ),
-    ("dedupe_percentage", "write data is mqblk's own"),
-    ("dedupe_mode", "write data is mqblk's own"),
-    ("dedupe_working_set_percentage", "write data is mqblk's own"),
-    ("dedupe_global", "write data is mqblk's own"),
-    ("buffer_compress_chunk", "write data is mqblk's own"),
     (
         "zone_reset_threshold",
         "emulated zones are reset when a full one is written",

@@ -729,6 +729,47 @@ pub const TABLE: &[Entry] = &[
         "a Ceph client id (fio's rbd engine)",
         |o, v| put(&mut o.rbd_client, v.non_empty()),
     ),
+    key(
+        "dedupe_percentage",
+        "a percentage of writes whose buffer repeats an earlier one",
+        |o, v| put(&mut o.dedupe_percentage, v.int(0..=100)),
+    ),
+    key(
+        "dedupe_mode",
+        "repeat (an earlier buffer of the job) or working_set (one of \
+         dedupe_working_set_percentage of the region's blocks)",
+        |o, v| match v.text {
+            "repeat" => put(&mut o.dedupe_working_set, Ok(false)),
+            "working_set" => put(&mut o.dedupe_working_set, Ok(true)),
+            _ => Err(v.bad()),
+        },
+    ),
+    key(
+        "dedupe_working_set_percentage",
+        "a percentage of the region's blocks that dedupe_mode=working_set repeats (default 5)",
+        |o, v| put(&mut o.dedupe_working_set_percentage, v.int(0..=100)),
+    ),
+    on_off(
+        "dedupe_global",
+        "1 or 0 (1: jobs share the dedupe working set)",
+        |o, v| put(&mut o.dedupe_global, v.bool()),
+    ),
+    key(
+        "buffer_compress_percentage",
+        "a percentage each write buffer compresses by (that share of zeros per chunk)",
+        |o, v| put(&mut o.buffer_compress_percentage, v.int(0..=100)),
+    ),
+    key(
+        "buffer_compress_chunk",
+        "bytes such as 512 (default): the chunk buffer_compress_percentage applies to",
+        |o, v| {
+            let b = v.size_above_zero()?;
+            put(
+                &mut o.buffer_compress_chunk,
+                u32::try_from(b).map_err(|_| v.bad()),
+            )
+        },
+    ),
 ];
 
 /// Every key's name, in [`TABLE`]'s order.

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use crate::bench::content::ContentSpec;
 use crate::bench::job::{BlockSizes, Distribution, ExitWhat, JobSpec, RwMode, VerifyKind};
 use crate::bench::steadystate::SteadySpec;
 use crate::bench::verify::pattern::VerifyPattern;
@@ -238,6 +239,18 @@ job_options! {
     rbd_name: String,
     /// `clientname=`.
     rbd_client: String,
+    /// `dedupe_percentage=`.
+    dedupe_percentage: u8,
+    /// `dedupe_mode=working_set` (else repeat).
+    dedupe_working_set: bool,
+    /// `dedupe_working_set_percentage=`.
+    dedupe_working_set_percentage: u8,
+    /// `dedupe_global=`.
+    dedupe_global: bool,
+    /// `buffer_compress_percentage=`.
+    buffer_compress_percentage: u8,
+    /// `buffer_compress_chunk=`.
+    buffer_compress_chunk: u32,
 }
 
 impl JobOptions {
@@ -383,6 +396,20 @@ impl JobOptions {
             size_percent: self.size_percent.filter(|&p| p > 0),
             offset_percent: self.offset_percent.filter(|&p| p > 0),
             offset_increment_percent: self.offset_increment_percent.filter(|&p| p > 0),
+            content: ContentSpec {
+                dedupe_pct: self.dedupe_percentage.unwrap_or(d.content.dedupe_pct),
+                working_set: self.dedupe_working_set.unwrap_or(d.content.working_set),
+                working_set_pct: self
+                    .dedupe_working_set_percentage
+                    .unwrap_or(d.content.working_set_pct),
+                global: self.dedupe_global.unwrap_or(d.content.global),
+                compress_pct: self
+                    .buffer_compress_percentage
+                    .unwrap_or(d.content.compress_pct),
+                compress_chunk: self
+                    .buffer_compress_chunk
+                    .unwrap_or(d.content.compress_chunk),
+            },
         };
         check(&job)?;
         Ok(job)

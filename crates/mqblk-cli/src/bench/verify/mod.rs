@@ -40,6 +40,7 @@ use std::fmt::Write as _;
 
 use mqblk::{Bio, Completion, Context, Device, Op};
 
+use super::content::Content;
 use super::job::{JobSpec, VerifyKind};
 use header::{fill_data, hex, splitmix, Header, HEADER_BYTES, MAGIC};
 use pattern::VerifyPattern;
@@ -192,15 +193,33 @@ pub trait Hook {
 /// buffer gets a fresh stamp (8 bytes at the start of every 4 KiB), so a
 /// device that keeps all-zero or repeated blocks specially (ram keeps
 /// all-zero writes as holes) stores real data and reads copy real data.
+/// A job with fio's dedupe or compress options gets its buffers from
+/// [`Content`] instead.
 #[derive(Default)]
 pub struct NoVerify {
     stamp: u64,
+    content: Option<Content>,
+}
+
+impl NoVerify {
+    /// Write buffers made by `content` (fio's dedupe and compress
+    /// options), not stamped.
+    pub fn with_content(content: Content) -> NoVerify {
+        NoVerify {
+            stamp: 0,
+            content: Some(content),
+        }
+    }
 }
 
 impl Hook for NoVerify {
     #[inline]
     fn prepare(&mut self, bio: &mut Bio) {
         if bio.op() == mqblk::Op::Write {
+            if let Some(c) = &mut self.content {
+                c.fill(bio);
+                return;
+            }
             self.stamp = self.stamp.wrapping_add(0x9e37_79b9_7f4a_7c15);
             let v = (self.stamp | 1).to_le_bytes();
             for s in bio.segments_mut() {
@@ -213,7 +232,6 @@ impl Hook for NoVerify {
     }
 }
 
-/// Verify on: one job's view of its slice of the device.
 /// Where a verifier works and what it writes.
 #[derive(Clone, Debug)]
 pub struct VerifySpec {
