@@ -198,16 +198,19 @@ impl BioSet {
     /// Free slot `index`, keeping its bio, blank, for the next
     /// [`BioSet::insert_with`]: a bio delivered and let go costs no move
     /// and no drop.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn release_keep(&mut self, index: u32) {
         let node = self.node_mut(index);
         debug_assert_ne!(node.state, SlotState::Free, "bio slot {index} freed twice");
+        // Only bios delivered to a callback come here: no waiter ever set
+        // this slot's waker.
+        debug_assert_eq!(node.delivery, Delivery::Callback, "bio slot {index}");
         node.state = SlotState::Free;
         if let Some(bio) = node.bio.as_mut() {
             bio.blank();
         }
         node.next = None;
-        self.wakers[index as usize] = None;
+        debug_assert!(self.wakers[index as usize].is_none(), "bio slot {index}");
         debug_assert!(
             self.free.len() < self.nodes.len(),
             "bio slot {index} freed twice"
