@@ -12,6 +12,10 @@
  * file; a device is shared by the jobs of one process and kept open until
  * the process exits, so a later verify pass reads what a write pass wrote.
  *
+ * fio commits each I/O (iodepth_batch=1): the queue's plug carries those
+ * commits until fio waits for completions or the plug is full, so the layer
+ * dispatches batches (mqblk_unplug=1 hands each commit over at once).
+ *
  * Build with contrib/fio-engine/build.sh OUTDIR.
  */
 #include <errno.h>
@@ -31,6 +35,7 @@
 struct mqblk_fio_options {
 	void *pad; /* fio keeps its own pointer here */
 	char *spec;
+	unsigned int unplug;
 };
 
 static struct fio_option options[] = {
@@ -40,6 +45,17 @@ static struct fio_option options[] = {
 		.type = FIO_OPT_STR_STORE,
 		.off1 = offsetof(struct mqblk_fio_options, spec),
 		.help = "mqblk device spec (null, ram,size=1G, file:PATH, nbd://...); default: file:FILENAME",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_INVALID,
+	},
+	{
+		.name = "mqblk_unplug",
+		.lname = "mqblk unplug at each commit",
+		.type = FIO_OPT_BOOL,
+		.off1 = offsetof(struct mqblk_fio_options, unplug),
+		.def = "0",
+		.help = "1: hand each commit to the device at once; 0 (default): the queue's plug "
+			"carries commits until fio waits for completions, or until it is full",
 		.category = FIO_OPT_C_ENGINE,
 		.group = FIO_OPT_G_INVALID,
 	},
@@ -365,17 +381,27 @@ static enum fio_q_status fio_mqblk_queue(struct thread_data *td, struct io_u *io
 
 static int fio_mqblk_commit(struct thread_data *td)
 {
+	struct mqblk_fio_options *o = td->eo;
 	struct mqblk_fio_data *d = td->io_ops_data;
 	struct fio_file *f;
 	unsigned int i;
 
 	if (!d->nr_queued)
 		return 0;
-	for_each_file(td, f, i) {
-		struct mqblk_fio_file *mf = FILE_ENG_DATA(f);
+	/*
+	 * fio commits each I/O (iodepth_batch=1). As the kernel's plug does for
+	 * a submitter's batch, the queue's plug carries the committed requests
+	 * until fio next waits for completions (getevents, which fio calls
+	 * before it sleeps, thinks or quiesces) or the plug is full: the layer
+	 * then dispatches a batch, not one request at a time.
+	 */
+	if (o && o->unplug) {
+		for_each_file(td, f, i) {
+			struct mqblk_fio_file *mf = FILE_ENG_DATA(f);
 
-		if (mf && mf->q)
-			mqblk_queue_commit(mf->q);
+			if (mf && mf->q)
+				mqblk_queue_commit(mf->q);
+		}
 	}
 	if (fio_fill_issue_time(td)) {
 		struct timespec now;

@@ -3,9 +3,10 @@
 //!
 //! A queue is a `Context` of the core: it belongs to one thread at a time
 //! (it may move between threads, but two threads must not call into the
-//! same queue at once). Submitting builds a bio on the stack around the
-//! caller's buffer (up to four segments inline: no allocation, no copy)
-//! and hands it to the layer; its completion carries the user pointer back.
+//! same queue at once). Submitting builds the bio in place, in a slot of
+//! the queue's bio set, around the caller's buffer (up to four segments
+//! inline: no allocation, no copy, and the bio itself is never moved);
+//! its completion carries the user pointer back.
 
 use std::collections::VecDeque;
 use std::ffi::{c_int, c_void};
@@ -120,6 +121,21 @@ fn bio_flags(flags: u32, func: &str) -> Result<BioFlags, Failure> {
     Ok(f)
 }
 
+/// The caller's buffer, checked: not NULL, at most 4 GiB.
+#[inline]
+fn user_span(buf: *mut c_void, len: usize, func: &str) -> Result<(NonNull<u8>, u32), Failure> {
+    let Some(p) = NonNull::new(buf.cast::<u8>()) else {
+        return Err(Failure::null(func, "buf"));
+    };
+    match u32::try_from(len) {
+        Ok(len) => Ok((p, len)),
+        Err(_) => Err(Failure::new(
+            MqblkError::Inval,
+            format!("{func}: a segment of {len} bytes is over the 4 GiB limit of one segment"),
+        )),
+    }
+}
+
 /// A non-owning buffer over the caller's memory.
 ///
 /// # Safety
@@ -158,6 +174,31 @@ fn submit(
     }
 }
 
+/// Submit a data request built in place by `segments` (which adds the
+/// caller's buffers to the blank bio it is given).
+#[inline]
+fn submit_data(
+    q: &mut MqblkQueue,
+    r: &Req,
+    flags: BioFlags,
+    segments: impl FnOnce(&mut Bio),
+) -> Result<c_int, Failure> {
+    let (op, offset, user_data) = (r.op, r.offset, r.user_data as u64);
+    let built = q.ctx.submit_with(move |bio| {
+        bio.set_op(op);
+        bio.set_offset_bytes(offset);
+        bio.set_flags(flags);
+        bio.private = user_data;
+        segments(bio);
+    });
+    match built {
+        Ok(()) => Ok(0),
+        // The bio (and its non-owning buffers) is dropped: nothing of the
+        // caller's memory is touched after this returns.
+        Err(e) => Err(Failure::from(e.error().clone())),
+    }
+}
+
 /// What every submission names besides its data: the entry point (for
 /// messages), the operation and offset, the user pointer and the flags.
 struct Req {
@@ -173,23 +214,20 @@ struct Req {
 /// # Safety
 ///
 /// See `mqblk_queue_read`.
+#[inline]
 unsafe fn data_one(q: *mut MqblkQueue, r: Req, buf: *mut c_void, len: usize) -> c_int {
-    let Req {
-        func,
-        op,
-        offset,
-        user_data,
-        flags,
-    } = r;
+    let func = r.func;
     entry(func, || {
         // SAFETY: the caller's promise, passed on.
         let q = unsafe { queue_mut(q, func) }?;
-        let flags = bio_flags(flags, func)?;
-        // SAFETY: the caller's promise, passed on.
-        let b = unsafe { user_buf(buf, len, func) }?;
-        let mut bio = Bio::at(op, offset);
-        bio.push_segment(b, 0, len as u32);
-        submit(q, bio, user_data, flags)
+        let flags = bio_flags(r.flags, func)?;
+        let (p, len) = user_span(buf, len, func)?;
+        submit_data(q, &r, flags, move |bio| {
+            // SAFETY: valid and exclusively lent until the completion is
+            // reaped (the caller's promise); built where the bio keeps it.
+            let b = unsafe { IoBuf::from_raw(p, len as usize) };
+            bio.push_segment(b, 0, len);
+        })
     })
 }
 
@@ -199,17 +237,11 @@ unsafe fn data_one(q: *mut MqblkQueue, r: Req, buf: *mut c_void, len: usize) -> 
 ///
 /// See `mqblk_queue_readv`.
 unsafe fn data_vec(q: *mut MqblkQueue, r: Req, iov: *const libc::iovec, iovcnt: c_int) -> c_int {
-    let Req {
-        func,
-        op,
-        offset,
-        user_data,
-        flags,
-    } = r;
+    let func = r.func;
     entry(func, || {
         // SAFETY: the caller's promise, passed on.
         let q = unsafe { queue_mut(q, func) }?;
-        let flags = bio_flags(flags, func)?;
+        let flags = bio_flags(r.flags, func)?;
         if iov.is_null() {
             return Err(Failure::null(func, "iov"));
         }
@@ -221,14 +253,19 @@ unsafe fn data_vec(q: *mut MqblkQueue, r: Req, iov: *const libc::iovec, iovcnt: 
         };
         // SAFETY: `iov` points to `iovcnt` iovecs (the caller's promise).
         let iov = unsafe { std::slice::from_raw_parts(iov, n) };
-        let mut bio = Bio::at(op, offset);
+        // Every buffer is checked before the request takes a slot.
+        let mut bufs: smallvec::SmallVec<[(IoBuf, u32); 4]> = smallvec::SmallVec::new();
         for v in iov {
             // SAFETY: each iovec's memory is valid and lent until the
             // completion is collected (the caller's promise).
             let b = unsafe { user_buf(v.iov_base, v.iov_len, func) }?;
-            bio.push_segment(b, 0, v.iov_len as u32);
+            bufs.push((b, v.iov_len as u32));
         }
-        submit(q, bio, user_data, flags)
+        submit_data(q, &r, flags, |bio| {
+            for (b, len) in bufs {
+                bio.push_segment(b, 0, len);
+            }
+        })
     })
 }
 
@@ -540,10 +577,13 @@ unsafe fn do_io(
         let (min, max) = (min as usize, max as usize);
         let MqblkQueue { ctx, ready } = q;
         // What is left from an earlier call goes first, in order.
-        let mut n = ready.len().min(max);
-        for (i, c) in ready.drain(..n).enumerate() {
-            // SAFETY: `completions` has room for `max` entries and i < max.
-            unsafe { completions.add(i).write(c) };
+        let mut n = 0;
+        if !ready.is_empty() {
+            n = ready.len().min(max);
+            for (i, c) in ready.drain(..n).enumerate() {
+                // SAFETY: `completions` has room for `max` entries and i < max.
+                unsafe { completions.add(i).write(c) };
+            }
         }
         // New completions go straight into the caller's array; only those
         // past `max` wait in the queue.
@@ -613,10 +653,15 @@ impl Sink<'_> {
     #[inline]
     fn push(&mut self, c: mqblk::Completion<'_>) {
         let status = c.status();
+        let (ret, errno_value) = if status == mqblk::Status::Ok {
+            (0, 0)
+        } else {
+            failed(status)
+        };
         let done = MqblkCompletion {
             user_data: c.private() as *mut c_void,
-            ret: MqblkError::of_status(status).code(),
-            errno_value: status.errno(),
+            ret,
+            errno_value,
         };
         if *self.n < self.max {
             // SAFETY: the caller of mqblk_queue_do_io gave room for `max`
@@ -627,6 +672,13 @@ impl Sink<'_> {
             self.ready.push_back(done);
         }
     }
+}
+
+/// A failed request's code and errno (out of line: requests succeed).
+#[cold]
+#[inline(never)]
+fn failed(status: mqblk::Status) -> (c_int, c_int) {
+    (MqblkError::of_status(status).code(), status.errno())
 }
 
 /// A file descriptor that becomes readable when `mqblk_queue_do_io()` would

@@ -256,6 +256,107 @@ fn the_c_example_builds_with_its_makefile_and_runs_under_valgrind() {
     );
 }
 
+/// examples/c/qd32.c's line: its IOPS.
+fn qd32_iops(out: &str) -> f64 {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("qd32: "))
+        .unwrap_or_else(|| panic!("no qd32 line:\n{out}"));
+    assert!(line.contains("(0 errors)"), "{line}");
+    line.split(" IOPS")
+        .next()
+        .and_then(|r| r.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no IOPS in {line}"))
+}
+
+#[test]
+fn the_qd32_example_is_clean_under_asan_ubsan_and_valgrind() {
+    require_tool("valgrind");
+    let src = crate_dir().join("../../examples/c/qd32.c");
+    let asan = build(
+        &src,
+        "qd32_asan",
+        &[
+            "-O1",
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=all",
+            "-fno-omit-frame-pointer",
+        ],
+    );
+    let mut cmd = Command::new(&asan);
+    cmd.args(["null,size=1G", "0.2"])
+        .env("LD_LIBRARY_PATH", prefix().join("lib"));
+    let out = run(&mut cmd);
+    assert!(qd32_iops(&out) > 0.0, "{out}");
+    let exe = build(&src, "qd32", &["-O1"]);
+    let mut cmd = Command::new("valgrind");
+    cmd.args([
+        "--leak-check=full",
+        "--errors-for-leak-kinds=definite,indirect,possible",
+        "--error-exitcode=99",
+    ])
+    .arg(&exe)
+    .args(["ram,size=64M", "0.2"])
+    .env("LD_LIBRARY_PATH", prefix().join("lib"));
+    let out = run(&mut cmd);
+    assert!(qd32_iops(&out) > 0.0, "{out}");
+    assert!(out.contains("ERROR SUMMARY: 0 errors"), "{out}");
+}
+
+/// `mqblk bench` of this build (the same profile as this test's).
+fn mqblk_bench() -> PathBuf {
+    run(Command::new(env!("CARGO"))
+        .args(["build", "-q", "-p", "mqblk-cli", "--bin", "mqblk"])
+        .arg("--manifest-path")
+        .arg(crate_dir().join("../../Cargo.toml")));
+    // This test runs from target/PROFILE/deps/.
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().join("mqblk")
+}
+
+#[test]
+fn the_qd32_loop_runs_beside_mqblk_bench_in_alternating_pairs() {
+    let qd32 = build(
+        &crate_dir().join("../../examples/c/qd32.c"),
+        "qd32_o2",
+        &["-O2"],
+    );
+    let mqblk = mqblk_bench();
+    let mut ratios = Vec::new();
+    for pair in 1..=3 {
+        let mut c = Command::new(&qd32);
+        c.args(["null,size=1G", "0.5"])
+            .env("LD_LIBRARY_PATH", prefix().join("lib"));
+        let c_iops = qd32_iops(&run(&mut c));
+        let out = run(Command::new(&mqblk).args([
+            "bench",
+            "--device=null,size=1G",
+            "--rw=randread",
+            "--iodepth=32",
+            "--runtime=500ms",
+            "--time_based",
+            "--output-format=json",
+        ]));
+        let json = &out[..out.rfind('}').map_or(out.len(), |i| i + 1)];
+        let v: serde_json::Value = serde_json::from_str(json).unwrap();
+        let bench_iops = v["jobs"][0]["read"]["iops"].as_f64().unwrap();
+        assert!(c_iops > 0.0 && bench_iops > 0.0);
+        let ratio = c_iops / bench_iops;
+        println!(
+            "pair {pair}: C loop {c_iops:.0} IOPS, mqblk bench {bench_iops:.0} IOPS: {ratio:.3}"
+        );
+        ratios.push(ratio);
+    }
+    ratios.sort_by(f64::total_cmp);
+    // No bound here: the figures of record come from release builds
+    // (scripts/compare-c.sh); this shows the comparison is made alike.
+    println!(
+        "median C/bench: {:.3} (this test's build profile)",
+        ratios[1]
+    );
+}
+
 #[test]
 fn a_static_link_works_too() {
     let exe = prefix().join("bin/api_test_static");

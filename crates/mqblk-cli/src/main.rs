@@ -135,6 +135,11 @@ struct BenchArgs {
     #[arg(value_name = "JOBFILE")]
     jobfile: Option<PathBuf>,
 
+    /// Run only this job section of the job file (repeatable), as fio's
+    /// --section; [global] sections always apply.
+    #[arg(long, value_name = "NAME")]
+    section: Vec<String>,
+
     /// Name of the command-line job (default job0).
     #[arg(long, value_name = "NAME")]
     name: Option<String>,
@@ -681,7 +686,7 @@ fn bench_command(args: &BenchArgs) -> Result<()> {
             if cli.name.is_some() {
                 bail!("--name names the command-line job; a job file names its jobs by their [sections]");
             }
-            bench::jobfile::load(path, &cli)?
+            bench::jobfile::load(path, &cli, &args.section)?
         }
         None => vec![cli.build("job0").map_err(anyhow::Error::msg)?],
     };

@@ -100,10 +100,10 @@ fn time_based_without_runtime_is_refused() {
 
 #[test]
 fn malformed_job_file_names_the_line() {
-    let f = JobFile::new("bad-key", "[global]\nbs=4k\n\n[a]\nzonemode=zbd\n");
+    let f = JobFile::new("bad-key", "[global]\nbs=4k\n\n[a]\nioscheduler=bfq\n");
     let err = fails(&["bench", f.path()]);
     assert!(err.contains("line 5"), "{err}");
-    assert!(err.contains("zonemode"), "{err}");
+    assert!(err.contains("ioscheduler"), "{err}");
     assert!(err.contains("fio engine"), "{err}");
 
     let f = JobFile::new("bad-value", "[a]\n; comment\niodepth=0\n");

@@ -248,6 +248,14 @@ pub struct Bio {
     pub private: u64,
 }
 
+/// [`Bio::push_segment`]'s refusal, out of line so that the push itself
+/// inlines where a buffer is made (and stays in registers).
+#[cold]
+#[inline(never)]
+fn segment_past_buffer(offset: u32, len: u32, buf_len: usize) -> ! {
+    panic!("segment {offset}+{len} runs past its {buf_len}-byte buffer")
+}
+
 impl Bio {
     /// An empty bio of `op` at `offset_bytes`; add segments with
     /// [`Bio::push_segment`]. Offsets and lengths are bytes, and must be
@@ -307,16 +315,34 @@ impl Bio {
     ///
     /// If `offset + len` runs past the buffer: that would let the device
     /// touch memory the bio does not own.
+    // Always inline: a buffer made just before (the C API builds one per
+    // request) then stays in registers, instead of being stored in pieces
+    // and reloaded whole, which stalls the store buffer.
+    #[inline(always)]
     pub fn push_segment(&mut self, buf: IoBuf, offset: u32, len: u32) {
         let end = u64::from(offset) + u64::from(len);
-        assert!(
-            end <= buf.len() as u64,
-            "segment {offset}+{len} runs past its {}-byte buffer",
-            buf.len()
-        );
+        if end > buf.len() as u64 {
+            segment_past_buffer(offset, len, buf.len());
+        }
         self.size_bytes += u64::from(len);
         self.align_or |= (buf.as_ptr() as usize + offset as usize) as u32 | len;
         self.segs.push(Segment { buf, offset, len });
+    }
+
+    /// Make a finished bio blank for its slot's next submission (see
+    /// [`crate::Context::submit_with`]): its buffers (and their memory, if
+    /// owned) and its handler are let go, so a kept bio points at nothing.
+    #[inline]
+    pub(crate) fn blank(&mut self) {
+        self.segs.clear();
+        self.op = Op::Read;
+        self.flags = BioFlags::NONE;
+        self.status = Status::Ok;
+        self.align_or = 0;
+        self.offset_bytes = 0;
+        self.size_bytes = 0;
+        self.end_io = None;
+        self.private = 0;
     }
 
     /// The operation.

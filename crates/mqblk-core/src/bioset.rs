@@ -11,7 +11,7 @@ use std::cell::UnsafeCell;
 use std::ptr::NonNull;
 use std::task::Waker;
 
-use crate::bio::Bio;
+use crate::bio::{Bio, Op};
 use crate::error::Status;
 use crate::slots::RawSlots;
 
@@ -153,7 +153,10 @@ impl BioSet {
         // starts clean.
         bio.status = Status::Ok;
         let node = self.node_mut(index);
-        debug_assert!(node.bio.is_none(), "bio slot {index} handed out twice");
+        debug_assert!(
+            node.bio.as_ref().is_none_or(|b| b.segments().is_empty()),
+            "bio slot {index} handed out twice"
+        );
         node.bio = Some(bio);
         node.next = None;
         node.aux = 0;
@@ -163,6 +166,56 @@ impl BioSet {
         node.parent = false;
         node.stages = 0;
         Ok(index)
+    }
+
+    /// Take a free slot for a bio built in place: the slot's kept bio
+    /// (blank, see [`BioSet::release_keep`]) or a new one, set up by
+    /// `fill`. `fill` comes back, unused, if the set is full.
+    #[inline]
+    pub(crate) fn insert_with<F: FnOnce(&mut Bio)>(
+        &mut self,
+        delivery: Delivery,
+        fill: F,
+    ) -> Result<u32, F> {
+        let Some(index) = self.free.pop() else {
+            return Err(fill);
+        };
+        let node = self.node_mut(index);
+        debug_assert_eq!(node.state, SlotState::Free, "bio slot {index}");
+        let bio = node.bio.get_or_insert_with(|| Bio::at(Op::Read, 0));
+        debug_assert!(bio.segments().is_empty(), "bio slot {index} kept buffers");
+        fill(bio);
+        bio.status = Status::Ok;
+        node.next = None;
+        node.aux = 0;
+        node.delivery = delivery;
+        node.state = SlotState::Owned;
+        node.parent = false;
+        node.stages = 0;
+        Ok(index)
+    }
+
+    /// Free slot `index`, keeping its bio, blank, for the next
+    /// [`BioSet::insert_with`]: a bio delivered and let go costs no move
+    /// and no drop.
+    #[inline(always)]
+    pub(crate) fn release_keep(&mut self, index: u32) {
+        let node = self.node_mut(index);
+        debug_assert_ne!(node.state, SlotState::Free, "bio slot {index} freed twice");
+        // Only bios delivered to a callback come here: no waiter ever set
+        // this slot's waker.
+        debug_assert_eq!(node.delivery, Delivery::Callback, "bio slot {index}");
+        node.state = SlotState::Free;
+        if let Some(bio) = node.bio.as_mut() {
+            bio.blank();
+        }
+        node.next = None;
+        debug_assert!(self.wakers[index as usize].is_none(), "bio slot {index}");
+        debug_assert!(
+            self.free.len() < self.nodes.len(),
+            "bio slot {index} freed twice"
+        );
+        self.free.push(index);
     }
 
     /// Prepare an ended slot, still holding its bio, for another submission.

@@ -227,7 +227,21 @@ impl IoBuf {
 }
 
 impl Drop for IoBuf {
+    // Inline: a borrowed buffer (the C API's, a caller's slice) drops with
+    // two tests; the rest is out of line.
+    #[inline]
     fn drop(&mut self) {
+        if self.arena == 0 && !self.is_owned() {
+            return;
+        }
+        self.release();
+    }
+}
+
+impl IoBuf {
+    /// Give an arena buffer back, or free an owned one.
+    #[inline(never)]
+    fn release(&mut self) {
         if self.arena != 0 {
             arena_return(self.arena - 1, self.ptr, self.len as usize);
         } else if self.is_owned() {

@@ -215,6 +215,33 @@ impl Context {
         }
     }
 
+    /// Submit a bio built in place: `fill` sets up a blank bio (a read at
+    /// offset 0, no segments, no flags) in a free slot, which the slot may
+    /// have kept from a bio delivered earlier, so the bio is never moved
+    /// (SPDK's `bdev_io` and io_uring's SQEs are filled where they lie).
+    /// Otherwise as [`Context::submit`]; when every slot holds a completion
+    /// the caller has not polled, the error carries the bio `fill` built.
+    #[inline]
+    pub fn submit_with(
+        &mut self,
+        fill: impl FnOnce(&mut Bio),
+    ) -> std::result::Result<(), SubmitError> {
+        match self.st.submit_with(&self.dev, fill) {
+            Ok(()) => {
+                self.st.kick_fd(&self.dev);
+                Ok(())
+            }
+            Err(fill) => {
+                let mut bio = Bio::at(crate::bio::Op::Read, 0);
+                fill(&mut bio);
+                Err(SubmitError::new(
+                    self.st.unpolled_error(&self.dev, &bio),
+                    bio,
+                ))
+            }
+        }
+    }
+
     /// Flush the plug: issue everything submitted so far (Linux
     /// `blk_finish_plug`).
     #[inline]

@@ -34,16 +34,16 @@ impl Plug {
         self.list.len() >= self.max
     }
 
+    /// Requests held (blktrace's unplug depth; the next tag batch's size).
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.list.len()
+    }
+
     /// True if empty.
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.list.is_empty()
-    }
-
-    /// Requests in the plug (blktrace's unplug depth).
-    #[inline]
-    pub(crate) fn len(&self) -> usize {
-        self.list.len()
     }
 
     /// The newest request, for merging.

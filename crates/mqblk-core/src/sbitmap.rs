@@ -526,6 +526,32 @@ impl SbitmapQueue {
         self.wake_after_free();
     }
 
+    /// Free the bits of `mask` counted from bit `first` (all in the word
+    /// of `first`, as [`SbitmapQueue::get_batch`] hands them out), with
+    /// one atomic op and one wake check, as [`SbitmapQueue::put`] frees
+    /// one.
+    pub fn put_run(&self, first: u32, mask: u64) {
+        debug_assert_ne!(mask, 0);
+        let (index, low) = self.locate(first);
+        let shift = low.trailing_zeros();
+        debug_assert!(
+            u64::from(mask.leading_zeros()) >= u64::from(shift),
+            "put_run of bits beyond the word of bit {first}"
+        );
+        let in_word = mask << shift;
+        debug_assert!(index < self.words.len());
+        let word = &self.words[index];
+        debug_assert_eq!(
+            word.taken.load(Ordering::Relaxed) & in_word,
+            in_word,
+            "put_run of tags not taken"
+        );
+        // Release: as in `put`.
+        let cleared_before = word.cleared.fetch_or(in_word, Ordering::Release);
+        debug_assert_eq!(cleared_before & in_word, 0, "double put_run");
+        self.wake_after_free();
+    }
+
     /// Free many bits (Linux `sbitmap_queue_clear_batch`), in any order:
     /// straight into `taken` (a batch needs no deferral), one atomic op per
     /// word touched, then one wake check for the whole batch.
@@ -846,6 +872,23 @@ mod tests {
         assert_eq!(mask, u64::MAX >> 16);
         assert_eq!(offset, 16);
         assert_eq!(q.get_batch(&mut hint, 1), (0, 0));
+    }
+
+    #[test]
+    fn sbitmap_put_run_frees_what_a_batch_left_in_one_go() {
+        let q = SbitmapQueue::new(64, Some(3));
+        let mut hint = AllocHint::default();
+        let (mask, offset) = q.get_batch(&mut hint, 6);
+        assert_eq!(mask.count_ones(), 6);
+        // Keep the lowest bit, give the rest back.
+        q.put_run(offset, mask & (mask - 1));
+        assert_eq!(q.weight(), 1);
+        let mut got = Vec::new();
+        while let Some(bit) = q.get(&mut hint) {
+            got.push(bit);
+        }
+        assert_eq!(got.len(), 63);
+        assert!(!got.contains(&offset));
     }
 
     #[test]

@@ -62,9 +62,14 @@ struct Shared {
     opened_cv: Condvar,
     /// I/Os done per job, for the status line (written once per batch).
     progress: Vec<CachePadded<super::status::Live>>,
-    /// Per job, per direction, for the averaged logs (written once per
-    /// batch, only by jobs that log).
+    /// Per job, per direction, for the averaged logs and steady state
+    /// (written once per batch, only by jobs that log or judge it).
     counters: Vec<CachePadded<super::counts::Counters>>,
+    /// Per job: the supervisor asks it to stop (its runtime is over, it
+    /// is steady, or `exitall` ended it).
+    stop_job: Vec<CachePadded<AtomicBool>>,
+    /// Per job: it has stopped issuing (for `exitall`).
+    done: Vec<AtomicBool>,
 }
 
 impl Shared {
@@ -99,6 +104,15 @@ struct Measured {
     stopped_at: Option<String>,
 }
 
+/// Jobs share a device when their specs (with the command line's
+/// overrides) are the same and they name the same file (`filename=`).
+fn share_key(job: &JobSpec, spec: &str) -> String {
+    format!(
+        "{spec}\u{0}{:?}\u{0}{:?}\u{0}{:?}\u{0}{}\u{0}{:?}",
+        job.queue_mode, job.hw_queues, job.plug, job.iostats, job.filename
+    )
+}
+
 /// Open the devices of every job section, with the bench's overrides added.
 /// Each `--device` is its own device, even when two specs read the same:
 /// `--device null --device null` is two null devices. A job that only
@@ -108,12 +122,7 @@ fn open_devices(jobs: &[JobSpec]) -> Result<Vec<Vec<Device>>> {
     // As fio's jobs that name one file share it, jobs whose device specs
     // (with the command line's overrides) are the same share one device:
     // their contexts compete for its queues, its scheduler sees them all.
-    let key = |job: &JobSpec, spec: &str| {
-        format!(
-            "{spec}\u{0}{:?}\u{0}{:?}\u{0}{:?}\u{0}{}",
-            job.queue_mode, job.hw_queues, job.plug, job.iostats
-        )
-    };
+    let key = share_key;
     let mut opened: Vec<(String, Device)> = Vec::new();
     let mut all = Vec::with_capacity(jobs.len());
     for job in jobs {
@@ -191,6 +200,11 @@ fn job_writes(job: &JobSpec) -> bool {
 pub struct Prepared {
     plan: Vec<(JobSpec, Device)>,
     verifiers: Vec<Option<Verifier>>,
+    /// Each job's place in its flow (`flow=`).
+    gates: Vec<Option<super::flow::Gate>>,
+    /// Each job's reporting group (fio's groupid: a new one at each
+    /// `stonewall` or `new_group`).
+    report_groups: Vec<usize>,
     /// Where each stonewall group starts in `plan`: groups run one after
     /// another, the jobs of a group at once.
     group_starts: Vec<usize>,
@@ -225,30 +239,49 @@ pub fn prepare(jobs: &[JobSpec]) -> Result<Prepared> {
     let mut plan: Vec<(JobSpec, Device)> = Vec::new();
     let mut specs: Vec<String> = Vec::new();
     let mut group_starts = vec![0];
+    let mut report_groups = Vec::new();
+    let mut report_group = 0usize;
     for (job, devs) in jobs.iter().zip(&devs) {
         if job.stonewall && !plan.is_empty() && group_starts.last() != Some(&plan.len()) {
             group_starts.push(plan.len());
         }
+        if (job.stonewall || job.new_group) && !plan.is_empty() {
+            report_group += 1;
+        }
         for k in 0..job.numjobs {
             let i = plan.len();
-            let mut copy = job.clone();
-            copy.offset = copy
-                .offset
-                .saturating_add(u64::from(k).saturating_mul(copy.offset_increment));
-            plan.push((copy, devs[i % devs.len()].clone()));
+            let dev = devs[i % devs.len()].clone();
+            let copy = super::clamp::place(job, k, dev.capacity_bytes());
+            plan.push((copy, dev));
             specs.push(job.devices[i % devs.len()].clone());
+            report_groups.push(report_group);
         }
     }
+    super::clamp::fit_to_devices(&mut plan);
     for ((job, dev), spec) in plan.iter().zip(&specs) {
         check_job(job, dev, spec)?;
     }
     make_groups(&plan)?;
+    // The stonewall group of each job, for verify's slices.
+    let stonewall_groups: Vec<usize> = (0..plan.len())
+        .map(|i| group_starts.iter().filter(|&&s| s <= i).count() - 1)
+        .collect();
     let verifiers = (0..plan.len())
-        .map(|i| super::verify::for_job(&plan, i))
+        .map(|i| {
+            let region = region_bytes(&plan[i].0, &plan[i].1);
+            super::verify::for_job(&plan, &stonewall_groups, i, region)
+        })
         .collect::<Result<Vec<_>>>()?;
+    let mut flows = super::flow::Flows::default();
+    let gates = plan
+        .iter()
+        .map(|(j, _)| flows.join(j.flow_id, j.flow, j.flow_sleep))
+        .collect();
     Ok(Prepared {
         plan,
         verifiers,
+        gates,
+        report_groups,
         group_starts,
     })
 }
@@ -344,32 +377,46 @@ pub fn run(
     let Prepared {
         mut plan,
         mut verifiers,
+        mut gates,
+        report_groups,
         group_starts,
     } = prepared;
     // Stonewall groups, one after another; later groups first off the end.
     let mut groups = Vec::new();
     for &start in group_starts.iter().rev() {
-        groups.push((start, plan.split_off(start), verifiers.split_off(start)));
+        groups.push((
+            start,
+            plan.split_off(start),
+            verifiers.split_off(start),
+            gates.split_off(start),
+        ));
     }
     let mut total: Option<RunResult> = None;
     let mut teardown = Teardown::default();
-    for (group, (base, plan, verifiers)) in groups.into_iter().rev().enumerate() {
-        // A signal or a failed job ends the run after the group it
-        // stopped; the first group always runs, so that there is a report.
-        if (stop.load(Relaxed) || total.as_ref().is_some_and(failed)) && total.is_some() {
+    let mut exit_all = false;
+    for (base, plan, verifiers, gates) in groups.into_iter().rev() {
+        // A signal or a job stopped at an I/O error ends the run after the
+        // group it stopped; the first group always runs, so that there is
+        // a report. exit_what=all ends the groups after its own.
+        if (stop.load(Relaxed) || exit_all || total.as_ref().is_some_and(failed)) && total.is_some()
+        {
             break;
         }
-        let mut r = run_group(
+        let groups_here = &report_groups[base..base + plan.len()];
+        let (mut r, all) = run_group(
             base,
             plan,
             verifiers,
+            gates,
+            groups_here,
             alignment.clone(),
             status,
             stop,
             &mut teardown,
         )?;
+        exit_all |= all;
         for j in &mut r.jobs {
-            j.group = group;
+            j.group = report_groups[j.index];
         }
         total = Some(match total {
             None => r,
@@ -412,16 +459,20 @@ fn failed(r: &RunResult) -> bool {
 }
 
 /// Run one stonewall group's jobs (numjobs expanded) at once; `base` is
-/// the index of its first job in the run.
+/// the index of its first job in the run, `report_groups` their reporting
+/// groups. Also says whether `exit_what=all` ended the run.
+#[allow(clippy::too_many_arguments)]
 fn run_group(
     base: usize,
     plan: Vec<(JobSpec, Device)>,
     mut verifiers: Vec<Option<Verifier>>,
+    mut gates: Vec<Option<super::flow::Gate>>,
+    report_groups: &[usize],
     alignment: Vec<DeviceAlignment>,
     status: &super::status::StatusOptions,
     stop: &AtomicBool,
     teardown: &mut Teardown,
-) -> Result<RunResult> {
+) -> Result<(RunResult, bool)> {
     let n = plan.len();
     let shared = Arc::new(Shared {
         phase: AtomicU8::new(PHASE_RAMP),
@@ -434,17 +485,36 @@ fn run_group(
         counters: (0..n)
             .map(|_| CachePadded::new(super::counts::Counters::default()))
             .collect(),
+        stop_job: (0..n)
+            .map(|_| CachePadded::new(AtomicBool::new(false)))
+            .collect(),
+        done: (0..n).map(|_| AtomicBool::new(false)).collect(),
     });
     let (tx, rx) = mpsc::channel::<JobMsg>();
     for (index, (job, dev)) in plan.iter().cloned().enumerate() {
         let verifier = verifiers[index].take();
+        let gate = gates[index].take();
         let shared = shared.clone();
+        let plain = if job.content.any() {
+            let blocks = region_bytes(&job, &dev) / job.bs.max(1);
+            let seed = job.randseed ^ (base + index) as u64;
+            // Unique buffers are the job's own; with dedupe_global the
+            // working set is every job's (Content keeps them apart).
+            NoVerify::with_content(super::content::Content::new(
+                job.content,
+                (base + index) as u64,
+                blocks,
+                seed,
+            ))
+        } else {
+            NoVerify::default()
+        };
         let tx = tx.clone();
         let h = std::thread::Builder::new()
             .name(format!("{}.{}", job.name, base + index))
             .spawn(move || match verifier {
-                Some(v) => job_thread(base, index, job, dev, shared, v, tx),
-                None => job_thread(base, index, job, dev, shared, NoVerify::default(), tx),
+                Some(v) => job_thread(base, index, job, dev, shared, v, gate, tx),
+                None => job_thread(base, index, job, dev, shared, plain, gate, tx),
             })?;
         teardown.handles.push(h);
     }
@@ -489,7 +559,10 @@ fn run_group(
         let jobs: Vec<&JobSpec> = plan.iter().map(|(j, _)| j).collect();
         super::log::Logger::new(base, &jobs)
     };
-    let runtime = plan.iter().filter_map(|(j, _)| j.runtime).max();
+    let runtime = plan
+        .iter()
+        .filter_map(|(j, _)| j.runtime.map(|r| r + j.startdelay))
+        .max();
     let jobs = plan
         .iter()
         .map(|(j, _)| super::status::JobInfo {
@@ -498,12 +571,24 @@ fn run_group(
         })
         .collect();
     let mut status = super::status::Status::start(status, jobs, runtime, t0, &shared.progress);
+    let mut ends = super::ending::Ending::new(&plan, report_groups);
     loop {
         if shared.finished.load(Relaxed) == n || stop.load(Relaxed) {
             break;
         }
-        if runtime.is_some_and(|r| t0.elapsed() >= r) {
-            break;
+        // Each job's runtime (after its startdelay), steady state and
+        // exitall end it alone.
+        for i in ends.due(
+            t0.elapsed(),
+            |i| shared.done[i].load(Relaxed),
+            |i| {
+                let c = &shared.counters[i];
+                (0..super::counts::DIRECTIONS)
+                    .map(|d| (c.ios[d].load(Relaxed), c.bytes[d].load(Relaxed)))
+                    .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+            },
+        ) {
+            shared.stop_job[i].store(true, Relaxed);
         }
         // Short steps so the stats directory is fresh for iostat.
         std::thread::sleep(Duration::from_millis(if stats_dir.is_some() {
@@ -521,6 +606,8 @@ fn run_group(
         }
         status.tick(&shared.progress)?;
     }
+    // The jobs that ended last may have exitall=1 with exit_what=all.
+    let _ = ends.due(t0.elapsed(), |i| shared.done[i].load(Relaxed), |_| (0, 0));
     if stop.load(Relaxed) {
         eprintln!(
             "mqblk: stopping: reporting what ran; a device that does not answer gets {STOP_GRACE:?} \
@@ -589,7 +676,7 @@ fn run_group(
     };
     let mut recorded = Vec::with_capacity(n);
     for (index, r) in got.into_iter().enumerate() {
-        let (r, stats, rec) = match r {
+        let (mut r, stats, rec) = match r {
             Some(r) => r?,
             None => {
                 // Blocked in its device past the grace: reported without
@@ -603,6 +690,7 @@ fn run_group(
                 )
             }
         };
+        r.steadystate = ends.steadystate(index);
         recorded.push(rec);
         layer.ios += r.read.ios + r.write.ios + r.trim.ios;
         layer.stats.add(&stats);
@@ -616,10 +704,13 @@ fn run_group(
     if let Some(sd) = &stats_dir {
         sd.write(true)?;
     }
-    Ok(RunResult {
-        jobs: results,
-        layer,
-    })
+    Ok((
+        RunResult {
+            jobs: results,
+            layer,
+        },
+        ends.exit_all(),
+    ))
 }
 
 fn sleep_unless_done(shared: &Shared, n: usize, d: Duration, stop: &AtomicBool) {
@@ -720,14 +811,18 @@ fn check_job(job: &JobSpec, dev: &Device, spec: &str) -> Result<()> {
         );
     }
     let cap = dev.capacity_bytes();
-    if job.offset >= cap || !job.offset.is_multiple_of(lbs) {
+    if !job.offset.is_multiple_of(lbs) {
         bail!(
-            "job {}: offset={} must be a multiple of {}'s logical block size {lbs} and below its \
-             capacity of {cap} bytes ({spec})",
+            "job {}: offset={} must be a multiple of {}'s logical block size {lbs} ({spec})",
             job.name,
             job.offset,
             dev.name()
         );
+    }
+    if job.offset >= cap {
+        // Past the end: the job does no I/O, as in fio (said once, by
+        // clamp::fit_to_devices).
+        return Ok(());
     }
     if job.seq_stride % 512 != 0 {
         bail!(
@@ -737,7 +832,6 @@ fn check_job(job: &JobSpec, dev: &Device, spec: &str) -> Result<()> {
             job.seq_stride
         );
     }
-    let cap = cap - job.offset;
     let variable = job.block_sizes != super::job::BlockSizes::Fixed;
     if variable && (job.verify.is_some() || job.segments > 1) {
         bail!(
@@ -793,13 +887,18 @@ fn check_job(job: &JobSpec, dev: &Device, spec: &str) -> Result<()> {
     if job.verify.is_some() && unit != job.bs {
         bail!("job {}: blockalign= with verify= must equal bs", job.name);
     }
-    if let Some(size) = job.size.filter(|&s| s > cap) {
-        bail!(
-            "job {}: size={size} is larger than device {} ({spec}), which has {cap} bytes; \
-             use size={cap} or less, or a larger device",
-            job.name,
-            dev.name()
-        );
+    if job.zone.effective() == super::zone::ZoneMode::Zbd {
+        let zones = super::zone::Zbd::zones(region_bytes(job, dev), job.zone.size);
+        if zones > super::zone::ZBD_ZONES_MAX || !job.zone.size.is_multiple_of(lbs) {
+            bail!(
+                "job {}: zonesize={} makes {zones} zones on {} ({spec}); zonemode=zbd takes a \
+                 multiple of {lbs} bytes and at most {} zones",
+                job.name,
+                job.zone.size,
+                dev.name(),
+                super::zone::ZBD_ZONES_MAX
+            );
+        }
     }
     let segs = u64::from(job.segments.max(1));
     if !job.bs.is_multiple_of(segs) || !(job.bs / segs).is_multiple_of(512) {
@@ -839,6 +938,7 @@ fn check_job(job: &JobSpec, dev: &Device, spec: &str) -> Result<()> {
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn job_thread<V: Hook>(
     base: usize,
     index: usize,
@@ -846,6 +946,7 @@ fn job_thread<V: Hook>(
     dev: Device,
     shared: Arc<Shared>,
     mut hook: V,
+    mut gate: Option<super::flow::Gate>,
     tx: Sender<JobMsg>,
 ) {
     // Set up everything before the start barrier: the measured phase
@@ -927,7 +1028,30 @@ fn job_thread<V: Hook>(
             .map(|r| job.bs.saturating_mul(1_000_000_000) / r.max(1));
         by_iops.into_iter().chain(by_bytes).max()
     };
-    let mut paced_start = 0u64;
+    let mut pacer = pace_ns.map(|p| super::rate::Pacer::new(p, job.rate_poisson, job.randseed));
+    let mut min_rate =
+        super::rate::MinRate::new(job.rate_min_bps, job.rate_min_iops, job.rate_cycle);
+    // latency_target=: the depth the search allows (and max_latency=).
+    let mut target = job.latency_target.map(|t| {
+        super::latency_target::Target::new(super::latency_target::TargetSpec {
+            target: t,
+            window: job.latency_window,
+            percentile: job.latency_percentile,
+            run: job.latency_run,
+            iodepth: job.iodepth,
+        })
+    });
+    let max_latency_ns = job.max_latency.map(|d| d.as_nanos() as u64);
+    // Wait for the I/O in flight before issuing again (the target's depth
+    // went down); the job ends (the search is over, or a latency failed).
+    let mut quiesce = false;
+    let mut ended: Option<String> = None;
+    let mut final_window_reset = false;
+    // A job whose region is past its device's end does no I/O (fio's
+    // I/O beyond the end is not issued).
+    let empty = region_bytes(&job, &dev) < job.bs;
+    let zoned = job.zone.effective() == super::zone::ZoneMode::Zbd;
+    let stop_me = &shared.stop_job[index];
     let mut writes_since_flush = 0u32;
     let mut flushes_due = 0u32;
     let bs = job.bs;
@@ -942,7 +1066,7 @@ fn job_thread<V: Hook>(
     // continue_on_error=: an error it does not name stops the job.
     let keep_going = job.continue_on_error;
     let mut failed = false;
-    let paced = pace_ns.is_some();
+    let paced = pace_ns.is_some() || gate.is_some() || target.is_some() || zoned;
     let variable = job.block_sizes != super::job::BlockSizes::Fixed;
     let fsync_every = job.fsync_every;
     let mut issued_bytes = 0u64;
@@ -953,11 +1077,15 @@ fn job_thread<V: Hook>(
     let progress = &shared.progress[index];
     let counters = &shared.counters[index];
     // Averaged bw and IOPS logs read these counts; per-I/O ones do not.
-    let logs = (job.write_bw_log.is_some() || job.write_iops_log.is_some()) && job.log_avg_msec > 0;
+    let logs = (job.write_bw_log.is_some() || job.write_iops_log.is_some()) && job.log_avg_msec > 0
+        || job.steadystate.is_some();
 
     loop {
         let phase = shared.phase.load(Relaxed);
-        if phase >= PHASE_STOP || hook.stopped() || failed {
+        if phase >= PHASE_STOP || hook.stopped() || failed || stop_me.load(Relaxed) || empty {
+            break;
+        }
+        if (ended.is_some() || offsets.exhausted()) && ctx.in_flight() == 0 {
             break;
         }
         if !measuring && phase == PHASE_MEASURE {
@@ -987,27 +1115,51 @@ fn job_thread<V: Hook>(
             flushes_due -= 1;
         }
         let mut allowed = u64::MAX;
-        if let Some(pace) = pace_ns {
+        if let Some(p) = &mut pacer {
             let now = mqblk::clock::now_ns();
-            if paced_start == 0 {
-                paced_start = now;
-            }
-            let due = (now - paced_start) / pace + 1;
-            let done = issued_bytes / bs;
-            allowed = due.saturating_sub(done);
+            allowed = p.allowed(now, issued_bytes / bs);
             if allowed == 0 && ctx.in_flight() == 0 {
-                let wait = pace - (now - paced_start) % pace;
-                std::thread::sleep(Duration::from_nanos(wait.min(1_000_000)));
+                std::thread::sleep(p.wait(now));
                 continue;
             }
         }
+        if let Some(m) = &mut min_rate {
+            let done = read.bytes + write.bytes + trim.bytes;
+            let ios = read.ios + write.ios + trim.ios;
+            if let Some(why) = m.check(mqblk::clock::now_ns(), done, ios) {
+                ended.get_or_insert(why);
+            }
+        }
+        if let Some(t) = &target {
+            if quiesce && ctx.in_flight() == 0 {
+                quiesce = false;
+            }
+            let depth = if quiesce { 0 } else { u64::from(t.depth()) };
+            allowed = allowed.min(depth.saturating_sub(ctx.in_flight() as u64));
+        }
+        if ended.is_some() {
+            allowed = 0;
+        }
+        let mut held = false;
         while issued_bytes < bytes_limit || !measuring {
             if allowed == 0 {
                 break;
             }
             allowed -= 1;
             let Some(mut bio) = free.pop() else { break };
+            if let Some(g) = &mut gate {
+                if !g.admit() {
+                    free.push(bio);
+                    held = true;
+                    break;
+                }
+            }
             let (op, sector, len) = offsets.next();
+            if len == 0 {
+                // A zoned job with nothing left to read.
+                free.push(bio);
+                break;
+            }
             let op = hook.retarget(op);
             aim(&mut bio, op, sector * 512, len * 512, variable, &mut spare);
             hook.prepare(&mut bio);
@@ -1032,6 +1184,15 @@ fn job_thread<V: Hook>(
         }
         // Reap; a finished bio is aimed at its next offset and resubmitted in
         // place (no copy), unless this job has issued all it should.
+        if held && ctx.in_flight() == 0 {
+            // Ahead of its share of the flow: wait, as fio's flow_sleep.
+            match gate.as_ref().map(|g| g.sleep()) {
+                Some(d) if !d.is_zero() => std::thread::sleep(d),
+                _ => std::thread::yield_now(),
+            }
+            continue;
+        }
+        let mut verdict = super::latency_target::Verdict::Continue;
         ctx.poll_wait_for(1, STOP_CHECK, |mut c| {
             if c.bio().op() == Op::Flush {
                 // fsync=N's flush: not an I/O of the mix.
@@ -1048,8 +1209,28 @@ fn job_thread<V: Hook>(
                     flushes_due += 1;
                 }
             }
-            if let Some(r) = &mut rec {
-                r.complete(c.bio(), c.status().is_ok());
+            let lat_ns = rec
+                .as_mut()
+                .and_then(|r| r.complete(c.bio(), c.status().is_ok()));
+            if let Some(lat) = lat_ns {
+                if let Some(t) = &mut target {
+                    let v = t.complete(lat);
+                    if v != super::latency_target::Verdict::Continue {
+                        verdict = v;
+                    }
+                }
+                if max_latency_ns.is_some_and(|m| lat > m) && ended.is_none() {
+                    ended = Some(format!(
+                        "latency of {lat} ns exceeds max_latency ({} ns): {} at offset {}",
+                        max_latency_ns.unwrap_or_default(),
+                        if c.bio().op() == Op::Read {
+                            "read"
+                        } else {
+                            "write"
+                        },
+                        c.bio().offset_bytes()
+                    ));
+                }
             }
             let dir = match c.bio().op() {
                 Op::Read => &mut read,
@@ -1105,6 +1286,40 @@ fn job_thread<V: Hook>(
                 }
             }
         }
+        if let Some(t) = &mut target {
+            if verdict == super::latency_target::Verdict::Continue && measuring {
+                verdict = t.check(mqblk::clock::now_ns());
+            }
+            match verdict {
+                super::latency_target::Verdict::Continue => {}
+                super::latency_target::Verdict::Quiesce => quiesce = true,
+                super::latency_target::Verdict::Done => {
+                    ended.get_or_insert_with(String::new);
+                }
+                super::latency_target::Verdict::Failed => {
+                    ended.get_or_insert_with(|| {
+                        format!(
+                            "latency_target={} us not met at queue depth 1",
+                            job.latency_target.unwrap_or_default().as_micros()
+                        )
+                    });
+                }
+            }
+            // The search is over: the last window's figures are the job's.
+            if t.final_window() && !final_window_reset && measuring {
+                final_window_reset = true;
+                read = DirResult::default();
+                write = DirResult::default();
+                trim = DirResult::default();
+                ctx.reset_histograms();
+                stats_start = ctx.stats();
+                cpu_start = mqblk::clock::thread_cpu_ns();
+                t_start = mqblk::clock::now_ns();
+                if let Some(r) = &mut rec {
+                    r.start_measuring(t_start);
+                }
+            }
+        }
         progress.publish(read.ios, write.ios, ctx.histograms());
         if logs {
             counters.publish(
@@ -1138,7 +1353,11 @@ fn job_thread<V: Hook>(
     // The measured phase is over for this job: what it allocates from here
     // (its figures, the drain, the verify phase) is not the I/O path's.
     alloc_count::exclude_this_thread();
+    shared.done[index].store(true, Relaxed);
     shared.finished.fetch_add(1, Relaxed);
+    // The job is done with its flow: the others run on without it.
+    drop(gate);
+    let latency_depth = target.as_ref().map(|t| t.depth());
     let mut m = Measured {
         read,
         write,
@@ -1147,7 +1366,9 @@ fn job_thread<V: Hook>(
         usr_ns: cpu_end.0.saturating_sub(cpu_start.0),
         sys_ns: cpu_end.1.saturating_sub(cpu_start.1),
         stats: stats_end.since(&stats_start),
-        first_error: first_error.map(|e| e.describe(dev.name())),
+        first_error: first_error
+            .map(|e| e.describe(dev.name()))
+            .or(ended.filter(|e| !e.is_empty())),
         stopped_at: None,
     };
     if failed {
@@ -1157,7 +1378,17 @@ fn job_thread<V: Hook>(
     // now, before the drain, which waits for a device that may not answer.
     // The bios stay in this thread until they come back.
     if failed || shared.phase.load(Relaxed) == PHASE_ABORT {
-        let r = finish_job(base, index, &job, &dev, &ctx, &mut hook, m, rec);
+        let r = finish_job(
+            base,
+            index,
+            &job,
+            &dev,
+            &ctx,
+            &mut hook,
+            m,
+            rec,
+            latency_depth,
+        );
         let _ = tx.send((index, Ok(r)));
         drain(&mut ctx, &mut hook, &mut free);
         return;
@@ -1173,7 +1404,17 @@ fn job_thread<V: Hook>(
     }
     // fio's verify phase: read back what was written (not measured).
     hook.verify_phase(&mut ctx, &mut free);
-    let r = finish_job(base, index, &job, &dev, &ctx, &mut hook, m, rec);
+    let r = finish_job(
+        base,
+        index,
+        &job,
+        &dev,
+        &ctx,
+        &mut hook,
+        m,
+        rec,
+        latency_depth,
+    );
     let _ = tx.send((index, Ok(r)));
 }
 
@@ -1239,6 +1480,7 @@ fn finish_job<V: Hook>(
     hook: &mut V,
     m: Measured,
     rec: Option<Recorder>,
+    latency_depth: Option<u32>,
 ) -> (JobResult, mqblk::DiskStats, Recorded) {
     let mut recorded = rec.map(Recorder::finish).unwrap_or_default();
     // The job's own stamps, when it took them (lat = slat + clat for each
@@ -1268,6 +1510,8 @@ fn finish_job<V: Hook>(
             first_error: m.first_error,
             stopped_at: m.stopped_at,
             verify: hook.result(),
+            latency_depth,
+            steadystate: None,
         },
         m.stats,
         recorded,
@@ -1290,6 +1534,8 @@ mod tests {
             opened_cv: Condvar::new(),
             progress: super::super::status::Live::for_jobs(n),
             counters: Vec::new(),
+            stop_job: Vec::new(),
+            done: Vec::new(),
         });
         let order = Arc::new(Mutex::new(Vec::new()));
         // The last job's thread starts first.

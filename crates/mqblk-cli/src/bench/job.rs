@@ -3,6 +3,11 @@
 
 use std::time::Duration;
 
+use super::content::ContentSpec;
+use super::steadystate::SteadySpec;
+use super::verify::pattern::VerifyPattern;
+use super::zone::ZoneSpec;
+
 /// fio's `rw=`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RwMode {
@@ -87,6 +92,8 @@ pub enum VerifyKind {
     Md5,
     /// SHA-256, fio's `sha256`.
     Sha256,
+    /// fio's `pattern`: no header, only `verify_pattern=` checked.
+    Pattern,
 }
 
 impl VerifyKind {
@@ -96,6 +103,7 @@ impl VerifyKind {
             "crc32c" | "crc32c-intel" => Ok(Some(VerifyKind::Crc32c)),
             "md5" => Ok(Some(VerifyKind::Md5)),
             "sha256" => Ok(Some(VerifyKind::Sha256)),
+            "pattern" => Ok(Some(VerifyKind::Pattern)),
             "none" | "0" => Ok(None),
             _ => Err(()),
         }
@@ -107,6 +115,7 @@ impl VerifyKind {
             VerifyKind::Crc32c => "crc32c",
             VerifyKind::Md5 => "md5",
             VerifyKind::Sha256 => "sha256",
+            VerifyKind::Pattern => "pattern",
         }
     }
 }
@@ -156,82 +165,7 @@ impl ContinueOnError {
     }
 }
 
-/// fio's `random_distribution=`: how random offsets are drawn.
-#[derive(Clone, Copy, Debug, PartialEq, Default)]
-#[allow(clippy::large_enum_variant)]
-pub enum Distribution {
-    /// Uniform (`random`, the default).
-    #[default]
-    Uniform,
-    /// Zipf with exponent theta (`zipf:1.2`): low blocks are hot.
-    Zipf(f64),
-    /// Pareto with shape h (`pareto:0.9`): low blocks are hot.
-    Pareto(f64),
-    /// Normal around the middle of the region, with this standard
-    /// deviation as a percentage of the region (`normal:10`).
-    Normal(f64),
-    /// fio's `zoned:A/S:A/S...`: A percent of the I/Os go to the next S
-    /// percent of the region, zone after zone (up to 8 zones).
-    Zoned(Zones),
-}
-
-/// The zones of [`Distribution::Zoned`]: (access percent, size percent).
-#[derive(Clone, Copy, Debug, PartialEq, Default)]
-pub struct Zones {
-    /// The zones in region order; only the first `len` are used.
-    pub zones: [(f64, f64); 8],
-    /// How many zones.
-    pub len: usize,
-}
-
-impl Zones {
-    /// Parse `50/5:30/15:20/` (a blank size takes what is left). Only the
-    /// first of fio's READ,WRITE groups is read.
-    fn parse(s: &str) -> Option<Zones> {
-        let first = s.split(',').next()?;
-        let mut z = Zones::default();
-        let mut blank = 0usize;
-        let (mut access_total, mut size_total) = (0.0, 0.0);
-        for part in first.split(':').filter(|p| !p.trim().is_empty()) {
-            if z.len == z.zones.len() {
-                return None;
-            }
-            let (a, sz) = part.split_once('/')?;
-            let a: f64 = a
-                .trim()
-                .parse()
-                .ok()
-                .filter(|v: &f64| (0.0..=100.0).contains(v))?;
-            let sz = match sz.trim() {
-                "" => {
-                    blank += 1;
-                    f64::NAN
-                }
-                v => v.parse().ok().filter(|v: &f64| *v > 0.0 && *v <= 100.0)?,
-            };
-            access_total += a;
-            if !sz.is_nan() {
-                size_total += sz;
-            }
-            z.zones[z.len] = (a, sz);
-            z.len += 1;
-        }
-        if z.len == 0 || (access_total - 100.0).abs() > 1e-6 || size_total > 100.0 + 1e-6 {
-            return None;
-        }
-        let share = if blank > 0 {
-            (100.0 - size_total) / blank as f64
-        } else {
-            0.0
-        };
-        for zone in &mut z.zones[..z.len] {
-            if zone.1.is_nan() {
-                zone.1 = share;
-            }
-        }
-        Some(z)
-    }
-}
+pub use super::distribution::Distribution;
 
 /// fio's `bsrange=` and `bssplit=`: the block size of each I/O, drawn per
 /// I/O (for reads and for writes).
@@ -307,33 +241,6 @@ impl BlockSizes {
             split.push((*size, cum));
         }
         Ok(split)
-    }
-}
-
-impl Distribution {
-    /// Parse fio's spelling: `random`, `zipf:THETA`, `pareto:H`,
-    /// `normal:DEV%` (`gauss` is fio's other name for normal).
-    pub fn parse(s: &str) -> Option<Distribution> {
-        let (kind, arg) = match s.split_once(':') {
-            Some((k, a)) => (k.trim(), Some(a.trim())),
-            None => (s.trim(), None),
-        };
-        let num = |default: f64| -> Option<f64> {
-            match arg {
-                None => Some(default),
-                Some(a) => a.parse::<f64>().ok().filter(|v| v.is_finite()),
-            }
-        };
-        Some(match kind {
-            "random" => Distribution::Uniform,
-            "zipf" => Distribution::Zipf(num(1.2).filter(|&t| t > 0.0 && t != 1.0)?),
-            "pareto" => Distribution::Pareto(num(0.9).filter(|&h| h > 0.0 && h < 1.0)?),
-            "normal" | "gauss" => {
-                Distribution::Normal(num(10.0).filter(|&d| d > 0.0 && d <= 100.0)?)
-            }
-            "zoned" => Distribution::Zoned(Zones::parse(arg?)?),
-            _ => return None,
-        })
     }
 }
 
@@ -477,6 +384,97 @@ pub struct JobSpec {
     /// `stonewall` (or `wait_for=`): start only when every job before this
     /// one has finished; jobs from here on form the next group.
     pub stonewall: bool,
+    /// `filename=` as the job file names it: jobs naming one file share
+    /// its device, jobs naming different files do not, even when the
+    /// command line's `--device` replaces what they name.
+    pub filename: Option<String>,
+    /// `percentage_random=` for reads, writes and trims.
+    pub percentage_random: [u32; 3],
+    /// `rw_sequencer=identical` (else sequential).
+    pub rw_sequencer_identical: bool,
+    /// `zonemode=`, `zonesize=`, `zonerange=`, `zoneskip=`,
+    /// `max_open_zones=`, `read_beyond_wp=`.
+    pub zone: ZoneSpec,
+    /// `flow=`: the job's weight in its flow (0: none).
+    pub flow: u32,
+    /// `flow_id=`.
+    pub flow_id: u32,
+    /// `flow_sleep=`.
+    pub flow_sleep: Duration,
+    /// `latency_target=`.
+    pub latency_target: Option<Duration>,
+    /// `latency_window=`.
+    pub latency_window: Duration,
+    /// `latency_percentile=`.
+    pub latency_percentile: f64,
+    /// `latency_run=`.
+    pub latency_run: bool,
+    /// `max_latency=`: an I/O slower than this fails the job.
+    pub max_latency: Option<Duration>,
+    /// `rate_process=poisson` (else linear).
+    pub rate_poisson: bool,
+    /// `rate_min=` (`ratemin=`), bytes per second.
+    pub rate_min_bps: Option<u64>,
+    /// `rate_iops_min=`.
+    pub rate_min_iops: Option<u64>,
+    /// `rate_cycle=` (`ratecycle=`).
+    pub rate_cycle: Duration,
+    /// `ss=`/`steadystate=`.
+    pub steadystate: Option<SteadySpec>,
+    /// `ss_dur=`.
+    pub ss_dur: Duration,
+    /// `ss_ramp=`.
+    pub ss_ramp: Duration,
+    /// `group_reporting`: steady state judges a section's jobs together.
+    pub group_reporting: bool,
+    /// `verify_pattern=`.
+    pub verify_pattern: Option<VerifyPattern>,
+    /// `verify_interval=`.
+    pub verify_interval: Option<u64>,
+    /// `verify_backlog=`.
+    pub verify_backlog: u64,
+    /// `verify_backlog_batch=`.
+    pub verify_backlog_batch: Option<u64>,
+    /// `exitall`: when this job ends, end the others (`exit_what=`).
+    pub exitall: bool,
+    /// `exit_what=`.
+    pub exit_what: ExitWhat,
+    /// `new_group`: this job starts a new reporting group.
+    pub new_group: bool,
+    /// `fill_device=`/`fill_fs=`: write to the end of the device.
+    pub fill_device: bool,
+    /// `size=N%`: a share of the device (resolved when it is opened).
+    pub size_percent: Option<u32>,
+    /// `offset=N%`.
+    pub offset_percent: Option<u32>,
+    /// `offset_increment=N%`.
+    pub offset_increment_percent: Option<u32>,
+    /// fio's dedupe and compress options: what write buffers hold.
+    pub content: ContentSpec,
+}
+
+/// fio's `exit_what=`: whom `exitall` ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ExitWhat {
+    /// The jobs of the job's reporting group (the default).
+    #[default]
+    Group,
+    /// Every running job; the next stonewall group runs.
+    Stonewall,
+    /// Every job; no later group runs.
+    All,
+}
+
+impl ExitWhat {
+    /// fio's names.
+    pub fn parse(s: &str) -> Option<ExitWhat> {
+        Some(match s {
+            "group" => ExitWhat::Group,
+            "stonewall" => ExitWhat::Stonewall,
+            "all" => ExitWhat::All,
+            _ => return None,
+        })
+    }
 }
 
 impl Default for JobSpec {
@@ -540,6 +538,42 @@ impl Default for JobSpec {
             log_prio: false,
             per_job_logs: true,
             slat_percentiles: false,
+            filename: None,
+            percentage_random: [100; 3],
+            rw_sequencer_identical: false,
+            zone: ZoneSpec::default(),
+            flow: 0,
+            flow_id: 0,
+            flow_sleep: Duration::ZERO,
+            latency_target: None,
+            latency_window: Duration::ZERO,
+            latency_percentile: 100.0,
+            latency_run: false,
+            max_latency: None,
+            rate_poisson: false,
+            rate_min_bps: None,
+            rate_min_iops: None,
+            rate_cycle: Duration::from_millis(1000),
+            steadystate: None,
+            ss_dur: Duration::ZERO,
+            ss_ramp: Duration::ZERO,
+            group_reporting: false,
+            verify_pattern: None,
+            verify_interval: None,
+            verify_backlog: 0,
+            verify_backlog_batch: None,
+            exitall: false,
+            exit_what: ExitWhat::Group,
+            new_group: false,
+            fill_device: false,
+            size_percent: None,
+            offset_percent: None,
+            offset_increment_percent: None,
+            content: ContentSpec {
+                working_set_pct: 5,
+                compress_chunk: 512,
+                ..ContentSpec::default()
+            },
         }
     }
 }

@@ -90,7 +90,7 @@ fn err(line: usize, message: impl Into<String>) -> JobFileError {
 
 /// Read and parse the job file at `path`, with `cli` laid over every job.
 /// The notes on keys accepted without effect are printed to stderr.
-pub fn load(path: &Path, cli: &JobOptions) -> anyhow::Result<Vec<JobSpec>> {
+pub fn load(path: &Path, cli: &JobOptions, sections: &[String]) -> anyhow::Result<Vec<JobSpec>> {
     use anyhow::Context as _;
     let file = std::fs::File::open(path)
         .with_context(|| format!("cannot open job file {}", path.display()))?;
@@ -100,7 +100,7 @@ pub fn load(path: &Path, cli: &JobOptions) -> anyhow::Result<Vec<JobSpec>> {
         .with_context(|| format!("cannot read job file {}", path.display()))?;
     let text = String::from_utf8(bytes)
         .map_err(|_| anyhow::anyhow!("job file {}: not UTF-8 text", path.display()))?;
-    let (jobs, notes) = parse_with_notes(&text, cli)
+    let (jobs, notes) = parse_sections(&text, cli, sections)
         .map_err(|e| anyhow::anyhow!("job file {}: {e}", path.display()))?;
     for n in notes {
         eprintln!("mqblk: {}:{n}", path.display());
@@ -122,20 +122,88 @@ pub fn parse(text: &str, cli: &JobOptions) -> Result<Vec<JobSpec>, JobFileError>
     parse_with_notes(text, cli).map(|(jobs, _)| jobs)
 }
 
+/// fio's keywords in a job file's values (`$pagesize`, `$mb_memory`,
+/// `$ncpus`), with what they stand for on this machine.
+fn keywords() -> [(&'static str, String); 3] {
+    // SAFETY: sysconf only reads a system value.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096);
+    // SAFETY: as above.
+    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) }.max(0);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    [
+        ("$pagesize", page.to_string()),
+        (
+            "$mb_memory",
+            ((pages as u64 * page as u64) >> 20).to_string(),
+        ),
+        ("$ncpus", cpus.to_string()),
+    ]
+}
+
+/// A line with fio's substitutions made: `${VAR}` becomes the
+/// environment variable VAR (empty when unset, as fio does), and a keyword
+/// (`$ncpus`) its value.
+fn substitute(line: &str) -> std::borrow::Cow<'_, str> {
+    if !line.contains('$') {
+        return line.into();
+    }
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(at) = rest.find("${") {
+        out.push_str(&rest[..at]);
+        match rest[at + 2..].find('}') {
+            Some(end) if end > 0 => {
+                let name = &rest[at + 2..at + 2 + end];
+                out.push_str(&std::env::var(name).unwrap_or_default());
+                rest = &rest[at + 3 + end..];
+            }
+            _ => {
+                out.push_str("${");
+                rest = &rest[at + 2..];
+            }
+        }
+    }
+    out.push_str(rest);
+    for (word, value) in keywords() {
+        if out.contains(word) {
+            out = out.replace(word, &value);
+        }
+    }
+    out.into()
+}
+
 /// fio's engines that do block I/O on a file or device: mqblk takes their
 /// place (io_uring and the pread/pwrite family set a file device's engine).
 const BLOCK_ENGINES: &[&str] = &[
     "libaio", "io_uring", "uring", "sync", "psync", "vsync", "pvsync", "pvsync2", "posixaio",
-    "mmap", "null",
+    "mmap", "null", "nbd", "rbd",
 ];
 
 /// [`parse`], plus a note (`LINE: key=value: ignored: why`) for each key
 /// accepted without effect.
+#[cfg(test)]
 pub fn parse_with_notes(
     text: &str,
     cli: &JobOptions,
 ) -> Result<(Vec<JobSpec>, Vec<String>), JobFileError> {
+    parse_sections(text, cli, &[])
+}
+
+/// [`parse_with_notes`] of only the job sections named in `sections`
+/// (fio's `--section`; all when empty). `[global]` sections always apply.
+pub fn parse_sections(
+    text: &str,
+    cli: &JobOptions,
+    sections: &[String],
+) -> Result<(Vec<JobSpec>, Vec<String>), JobFileError> {
     let mut notes = Vec::new();
+    // An engine that is not block I/O is the reason a file cannot run,
+    // whatever other keys of that engine come before it.
+    if let Some((line_no, engine)) = foreign_engine(text, sections) {
+        return Err(not_block_engine(line_no, &engine));
+    }
+    // Inside a section not chosen by --section: its lines are skipped.
+    let mut skipping = false;
     if text.len() as u64 > FILE_BYTES_MAX {
         return Err(err(
             0,
@@ -155,7 +223,8 @@ pub fn parse_with_notes(
                 format!("longer than {LINE_CHARS_MAX} characters"),
             ));
         }
-        let line = strip_comment(raw).trim();
+        let line = substitute(strip_comment(raw).trim());
+        let line = line.trim();
         if line.is_empty() {
             continue;
         }
@@ -179,6 +248,11 @@ pub fn parse_with_notes(
                 ));
             }
             close(current.take(), &mut global, &mut jobs, cli)?;
+            skipping =
+                name != "global" && !sections.is_empty() && !sections.iter().any(|s| s == name);
+            if skipping {
+                continue;
+            }
             let section = if name == "global" {
                 Section::Global
             } else {
@@ -188,6 +262,9 @@ pub fn parse_with_notes(
                 }
             };
             current = Some((section, JobOptions::default()));
+            continue;
+        }
+        if skipping {
             continue;
         }
         let (key, value) = match line.split_once('=') {
@@ -208,6 +285,7 @@ pub fn parse_with_notes(
                 options
                     .set("device", Some(&spec))
                     .map_err(|e| describe(line_no, key, value, &e))?;
+                options.filename = Some(v.trim().to_string());
                 continue;
             }
             ("direct", v) => {
@@ -239,14 +317,22 @@ pub fn parse_with_notes(
             ("ioengine", Some(v)) => {
                 let v = v.trim();
                 if !BLOCK_ENGINES.contains(&v) {
-                    return Err(err(
-                        line_no,
-                        format!(
-                            "ioengine={v}: not an engine of block I/O on a file or device, which is \
-                             what mqblk bench runs; {}",
-                            super::options::FIO_ENGINE_HINT
-                        ),
+                    return Err(not_block_engine(line_no, v));
+                }
+                if v == "nbd" || v == "rbd" {
+                    // mqblk has a driver for these: uri= (nbd) or pool= and
+                    // rbdname= (rbd) name the device.
+                    options.engine = Some(v.to_string());
+                    notes.push(format!(
+                        "{line_no}: ioengine={v}: mqblk's {v} driver runs the job (the device \
+                         is named by {})",
+                        if v == "nbd" {
+                            "uri="
+                        } else {
+                            "pool= and rbdname="
+                        }
                     ));
+                    continue;
                 }
                 match super::options::file_engine(v) {
                     Ok(Some(e)) => options.file_engine = Some(e),
@@ -264,13 +350,24 @@ pub fn parse_with_notes(
         }
         if let Some(why) = super::options::noted(key) {
             let shown = value.map_or(key.to_string(), |v| format!("{key}={v}"));
-            notes.push(format!("{line_no}: {shown}: ignored: {why}"));
-            continue;
+            // A key of mqblk's own is noted and taken (group_reporting is
+            // noted for the report, and steady state takes it).
+            if !KEYS.contains(&key) {
+                notes.push(format!("{line_no}: {shown}: ignored: {why}"));
+                continue;
+            }
+            notes.push(format!("{line_no}: {shown}: {why}"));
         }
         // Repeated `device=` lines add devices within the section only.
         options
             .set(key, value)
             .map_err(|e| describe(line_no, key, value, &e))?;
+        if let Some(note) = value.and_then(|v| super::options::fio::value_note(key, v)) {
+            notes.push(format!(
+                "{line_no}: {key}={}: {note}",
+                value.unwrap_or_default()
+            ));
+        }
     }
     close(current.take(), &mut global, &mut jobs, cli)?;
     if jobs.is_empty() {
@@ -281,6 +378,41 @@ pub fn parse_with_notes(
     }
     super::options::check_run(&jobs).map_err(|why| err(0, why))?;
     Ok((jobs, notes))
+}
+
+/// What a job file with a non-block engine is told.
+fn not_block_engine(line_no: usize, engine: &str) -> JobFileError {
+    err(
+        line_no,
+        format!(
+            "ioengine={engine}: not an engine of block I/O on a file or device, which is what \
+             mqblk bench runs; {}",
+            super::options::FIO_ENGINE_HINT
+        ),
+    )
+}
+
+/// The first `ioengine=` of a section that runs (or of `[global]`) that
+/// is not block I/O, with its line.
+fn foreign_engine(text: &str, sections: &[String]) -> Option<(usize, String)> {
+    let mut skipping = false;
+    for (index, raw) in text.lines().enumerate() {
+        let line = strip_comment(raw).trim();
+        if let Some(name) = line.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
+            let name = name.trim();
+            skipping =
+                name != "global" && !sections.is_empty() && !sections.iter().any(|s| s == name);
+            continue;
+        }
+        let Some((k, v)) = line.split_once('=') else {
+            continue;
+        };
+        let v = substitute(v.trim()).into_owned();
+        if !skipping && k.trim() == "ioengine" && !BLOCK_ENGINES.contains(&v.as_str()) {
+            return Some((index + 1, v));
+        }
+    }
+    None
 }
 
 /// End a section: fold `[global]` into the globals, or build the job.
@@ -521,7 +653,9 @@ mod tests {
         assert!(a.end_fsync);
         assert_eq!(a.rate_iops, Some(150));
         assert_eq!(a.startdelay, Duration::from_secs(1));
-        assert!(matches!(a.distribution, crate::bench::job::Distribution::Zipf(t) if t == 1.1));
+        assert!(
+            matches!(a.distribution, crate::bench::job::Distribution::Zipf { theta, .. } if theta == 1.1)
+        );
         assert!(!a.randrepeat);
         assert_eq!(a.devices, vec!["file:/dev/null,direct=0"]);
         assert!(!a.stonewall);
@@ -544,10 +678,10 @@ mod tests {
 
     #[test]
     fn errors_name_the_line_and_key() {
-        let e = parse_err("[global]\nbs=4k\n\n[a]\nzonemode=zbd\n");
+        let e = parse_err("[global]\nbs=4k\n\n[a]\nioscheduler=bfq\n");
         assert_eq!(e.line, 5);
         assert!(e.to_string().contains("line 5"), "{e}");
-        assert!(e.message.contains("`zonemode`"), "{e}");
+        assert!(e.message.contains("`ioscheduler`"), "{e}");
         assert!(e.message.contains("contrib/fio-engine"), "{e}");
         assert!(e.message.contains("device, "), "{e}");
         assert!(

@@ -12,9 +12,22 @@
 //!   of `[global]`, job sections and the command line (which wins).
 //! - [`jobfile`]: fio job files (INI) into jobs.
 //! - [`job`]: the typed job.
+//! - [`content`]: what write buffers hold (fio's dedupe and compress
+//!   options).
 //! - [`verify`]: fio's `verify=`: headers written with each block, checked
 //!   on read-back.
-//! - [`pattern`]: where each I/O goes (rw, offset, distribution).
+//! - [`distribution`]: `random_distribution=`, and the random numbers.
+//! - [`zone`]: `zonemode=` (strided windows, emulated zoned devices).
+//! - [`pattern`]: where each I/O goes (rw, offset, the sequencer).
+//! - [`rate`]: `rate=`/`rate_iops=` pacing (linear or Poisson) and
+//!   `rate_min=`.
+//! - [`flow`]: `flow=`, jobs kept in proportion.
+//! - [`latency_target`]: `latency_target=`'s queue-depth search and
+//!   `max_latency=`.
+//! - [`clamp`]: where each job's region lies on its device (percentages,
+//!   `offset_increment`, the device's end).
+//! - [`ending`]: when the supervisor ends a job (its runtime, steady
+//!   state, `exitall`).
 //! - [`engine`]: runs the jobs, one thread and one context each.
 //! - [`counts`]: a job's counts per fio direction, published once per
 //!   batch for the averaged logs.
@@ -22,6 +35,8 @@
 //!   only when a log or the report asks.
 //! - [`hist`]: fio's latency bins, counted per completion for the
 //!   histogram log.
+//! - [`steadystate`]: `ss=`, jobs ended once their IOPS or bandwidth
+//!   settles.
 //! - [`status`]: the status line and `--status-interval` reports while
 //!   the jobs run.
 //! - [`result`]: what was measured.
@@ -38,9 +53,25 @@ pub mod jobfile;
 
 pub mod job;
 
+pub mod content;
+
 pub mod verify;
 
+pub mod distribution;
+
+pub mod zone;
+
 pub mod pattern;
+
+pub mod rate;
+
+pub mod flow;
+
+pub mod latency_target;
+
+pub mod clamp;
+
+pub mod ending;
 
 pub mod engine;
 
@@ -49,6 +80,8 @@ pub mod counts;
 pub mod sample;
 
 pub mod hist;
+
+pub mod steadystate;
 
 pub mod status;
 

@@ -6,86 +6,10 @@
 
 use mqblk::Op;
 
-use super::job::{BlockSizes, Distribution, JobSpec, Zones};
-
-/// xorshift64*: two shifts, a multiply; plenty for offsets.
-pub struct Rng(pub u64);
-
-impl Rng {
-    /// The next 64 random bits.
-    #[inline(always)]
-    pub fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// Uniform in 0..n without a division.
-    #[inline(always)]
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
-    }
-
-    /// Uniform in [0, 1).
-    #[inline(always)]
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-/// Terms of the zipf normalising sum computed exactly; the rest of the sum
-/// is its integral (as fio caps its own at ten million).
-const ZIPF_TERMS_MAX: u64 = 10_000_000;
-
-/// A skewed draw of a block rank in 0..n, scattered over the region by a
-/// hash (as fio does, so hot blocks are not all at the start).
-enum Skew {
-    Uniform,
-    /// Gray et al.'s zipf generator ("Quickly generating billion-record
-    /// synthetic databases"), as fio uses.
-    Zipf {
-        theta: f64,
-        zetan: f64,
-        alpha: f64,
-        eta: f64,
-    },
-    Pareto {
-        power: f64,
-    },
-    Normal {
-        dev_blocks: f64,
-    },
-    /// Cumulative access fractions and the zones' block ranges.
-    Zoned {
-        zones: Zones,
-    },
-}
-
-fn zeta(n: u64, theta: f64) -> f64 {
-    let exact = n.min(ZIPF_TERMS_MAX);
-    let mut sum = 0.0;
-    for i in 1..=exact {
-        sum += (i as f64).powf(-theta);
-    }
-    if n > exact {
-        // ∫ x^-θ dx from exact to n.
-        let a = 1.0 - theta;
-        sum += ((n as f64).powf(a) - (exact as f64).powf(a)) / a;
-    }
-    sum
-}
-
-fn scatter(rank: u64, n: u64) -> u64 {
-    // A 64-bit mix (splitmix64's finaliser), then into range.
-    let mut z = rank.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^= z >> 31;
-    ((u128::from(z) * u128::from(n)) >> 64) as u64
-}
+pub use super::distribution::Rng;
+use super::distribution::Skew;
+use super::job::{BlockSizes, JobSpec};
+use super::zone::{Strided, Zbd, ZoneMode};
 
 /// Where the next I/O goes, and how long it is.
 pub struct Offsets {
@@ -110,9 +34,25 @@ pub struct Offsets {
     trim: bool,
     skew: Skew,
     rng: Rng,
-    /// Random, uniform, one block size, no trim: the common job, drawn
-    /// by a short path that gives the same sequence as the general one.
+    /// Random, uniform, one block size, no trim, no zones, every I/O
+    /// random: the common job, drawn by a short path that gives the same
+    /// sequence as the general one.
     plain: bool,
+    /// `percentage_random=` per direction (read, write, trim).
+    percent_random: [u32; 3],
+    /// fio's `rw=randread:N`: a new random offset every N I/Os (0 or 1:
+    /// every I/O); the others follow `rw_sequencer`.
+    seq_nr: u64,
+    seq_left: u64,
+    /// `rw_sequencer=identical`: the I/Os between random ones repeat the
+    /// last offset (else they continue sequentially).
+    identical: bool,
+    /// Where the last I/O started, sectors from the region's start.
+    last_start: u64,
+    strided: Option<Strided>,
+    zbd: Option<Zbd>,
+    /// A zoned job with nothing left to read.
+    exhausted: bool,
 }
 
 impl Offsets {
@@ -122,107 +62,67 @@ impl Offsets {
     pub fn new(job: &JobSpec, blocks: u64, seed: u64) -> Offsets {
         let bs_sectors = unit_bytes(job) >> 9;
         let blocks = blocks.max(1);
-        let skew = match job.distribution {
-            Distribution::Uniform => Skew::Uniform,
-            Distribution::Zipf(theta) => {
-                let zetan = zeta(blocks, theta);
-                let zeta2 = zeta(2.min(blocks), theta);
-                Skew::Zipf {
-                    theta,
-                    zetan,
-                    alpha: 1.0 / (1.0 - theta),
-                    eta: (1.0 - (2.0 / blocks as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan),
-                }
-            }
-            Distribution::Pareto(h) => Skew::Pareto {
-                power: h.ln() / (1.0 - h).ln(),
-            },
-            Distribution::Normal(dev_percent) => Skew::Normal {
-                dev_blocks: blocks as f64 * dev_percent / 100.0,
-            },
-            Distribution::Zoned(zones) => Skew::Zoned { zones },
-        };
+        // The skew's own draws (a random hot spot) come from another
+        // stream, so that the offsets' stream is the same for every
+        // distribution.
+        let skew = Skew::new(
+            &job.distribution,
+            blocks,
+            bs_sectors << 9,
+            &mut Rng(seed ^ 0x0005_eed0_d157 | 1),
+        );
         let step_bytes = job.bs as i64 + job.seq_stride;
         // A backward job starts at its region's last block, as fio does.
         let region_sectors = blocks * bs_sectors;
         let max_sectors = (job.block_sizes.max(job.bs) >> 9).min(region_sectors);
-        let next_sector = if step_bytes < 0 {
+        let random = job.rw.is_random();
+        let next_sector = if step_bytes < 0 && !random {
             region_sectors - max_sectors
         } else {
             0
         };
-        let plain = job.rw.is_random()
-            && matches!(skew, Skew::Uniform)
+        // fio's `rw=randread:N` counts I/Os; `rw=read:N` is a hole.
+        let seq_nr = if random {
+            job.seq_stride.max(0) as u64
+        } else {
+            0
+        };
+        let (strided, zbd) = match job.zone.effective() {
+            ZoneMode::None => (None, None),
+            ZoneMode::Strided => (Some(Strided::new(&job.zone, region_sectors)), None),
+            ZoneMode::Zbd => (None, Some(Zbd::new(&job.zone, region_sectors))),
+        };
+        let plain = random
+            && skew.is_uniform()
             && job.block_sizes == BlockSizes::Fixed
             && !job.rw.is_trim()
-            && bs_sectors == max_sectors;
+            && bs_sectors == max_sectors
+            && job.percentage_random == [100; 3]
+            && seq_nr <= 1
+            && strided.is_none()
+            && zbd.is_none();
         Offsets {
             plain,
-            random: job.rw.is_random(),
+            random,
             blocks,
             bs_sectors,
             max_sectors,
             sizes: job.block_sizes.clone(),
             base_sector: job.offset >> 9,
             next_sector,
-            step_sectors: job.seq_stride / 512,
+            step_sectors: if random { 0 } else { job.seq_stride / 512 },
             read_percent: job.rw.read_percent(job.rwmixread),
             trim: job.rw.is_trim(),
             skew,
             rng: Rng(seed | 1),
-        }
-    }
-
-    #[inline]
-    fn random_block(&mut self) -> u64 {
-        let n = self.blocks;
-        match self.skew {
-            Skew::Uniform => self.rng.below(n),
-            Skew::Zipf {
-                theta,
-                zetan,
-                alpha,
-                eta,
-            } => {
-                let u = self.rng.unit();
-                let uz = u * zetan;
-                let rank = if uz < 1.0 {
-                    0
-                } else if uz < 1.0 + 0.5f64.powf(theta) {
-                    1
-                } else {
-                    ((n as f64) * (eta * u - eta + 1.0).powf(alpha)) as u64
-                };
-                scatter(rank.min(n - 1), n)
-            }
-            Skew::Pareto { power } => {
-                let rank = ((n - 1) as f64 * self.rng.unit().powf(power)) as u64;
-                scatter(rank.min(n - 1), n)
-            }
-            Skew::Zoned { zones } => {
-                let u = self.rng.unit() * 100.0;
-                let (mut acc, mut start) = (0.0, 0.0);
-                let mut pick = (0.0, 100.0);
-                for &(a, size) in &zones.zones[..zones.len] {
-                    acc += a;
-                    pick = (start, size);
-                    if u < acc {
-                        break;
-                    }
-                    start += size;
-                }
-                let first = (pick.0 / 100.0 * n as f64) as u64;
-                let len = ((pick.1 / 100.0 * n as f64) as u64).max(1);
-                (first + self.rng.below(len)).min(n - 1)
-            }
-            Skew::Normal { dev_blocks } => {
-                // Box-Muller, clamped into the region.
-                let u1 = self.rng.unit().max(f64::MIN_POSITIVE);
-                let u2 = self.rng.unit();
-                let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-                let x = n as f64 / 2.0 + z * dev_blocks;
-                (x.max(0.0) as u64).min(n - 1)
-            }
+            percent_random: job.percentage_random,
+            seq_nr,
+            seq_left: seq_nr,
+            identical: job.rw_sequencer_identical,
+            last_start: 0,
+            strided,
+            zbd,
+            exhausted: false,
         }
     }
 
@@ -248,7 +148,29 @@ impl Offsets {
         (bytes >> 9).min(self.max_sectors)
     }
 
-    /// The next I/O's operation, first sector and length in sectors.
+    /// Whether this I/O takes a new random offset: fio's `rw=randread:N`
+    /// (every Nth) and `percentage_random=`.
+    #[inline]
+    fn draws_random(&mut self, op: Op) -> bool {
+        if self.seq_nr > 1 {
+            self.seq_left -= 1;
+            if self.seq_left > 0 {
+                return false;
+            }
+            self.seq_left = self.seq_nr;
+        }
+        let p = self.percent_random[super::counts::direction(op).min(2)];
+        p >= 100 || (p > 0 && self.rng.below(100) < u64::from(p))
+    }
+
+    /// A zoned job has no I/O left (`zonemode=zbd` reads with nothing
+    /// written); [`Offsets::next`] then gives a length of 0.
+    pub fn exhausted(&self) -> bool {
+        self.exhausted
+    }
+
+    /// The next I/O's operation, first sector and length in sectors (a
+    /// length of 0: no I/O left, see [`Offsets::exhausted`]).
     #[inline(always)]
     pub fn next(&mut self) -> (Op, u64, u64) {
         if self.plain {
@@ -261,6 +183,10 @@ impl Offsets {
             let s = self.rng.below(self.blocks) * self.bs_sectors;
             return (op, self.base_sector + s, self.max_sectors);
         }
+        self.next_general()
+    }
+
+    fn next_general(&mut self) -> (Op, u64, u64) {
         let op = match self.read_percent {
             _ if self.trim => Op::Discard,
             100 => Op::Read,
@@ -275,28 +201,57 @@ impl Offsets {
         };
         let len = self.len_sectors(op);
         let region = self.blocks * self.bs_sectors;
-        let sector = if self.random {
-            let s = self.random_block() * self.bs_sectors;
+        // The window the I/O goes in: the region, or a strided zone.
+        let (win_start, win_len) = match &mut self.strided {
+            Some(s) => s.window(len << 9),
+            None => (0, region),
+        };
+        let win_len = win_len.max(len);
+        let win_blocks = (win_len / self.bs_sectors).max(1);
+        let random = self.random && self.draws_random(op);
+        let sector = if random {
+            let b = if win_len == region {
+                self.skew.block(&mut self.rng, self.blocks, op)
+            } else {
+                self.rng.below(win_blocks)
+            };
+            let s = b * self.bs_sectors;
             // A long I/O near the end moves back to fit, staying aligned.
-            if s + len > region {
-                (region - len) / self.bs_sectors * self.bs_sectors
+            let s = if s + len > win_len {
+                (win_len - len) / self.bs_sectors * self.bs_sectors
             } else {
                 s
-            }
+            };
+            self.next_sector = win_start + s + len;
+            win_start + s
+        } else if self.random && self.identical {
+            self.last_start
         } else {
+            // Sequential, within the window.
             let mut s = self.next_sector;
-            if s + len > region {
-                s = 0;
+            if s < win_start || s + len > win_start + win_len {
+                s = win_start;
             }
             let mut n = s as i64 + len as i64 + self.step_sectors;
-            if n < 0 {
+            if n < win_start as i64 {
                 // Backwards past the start: wrap to the last whole I/O.
-                n = (region - self.max_sectors) as i64;
-            } else if n as u64 + len > region {
-                n = 0;
+                n = (win_start + win_len - self.max_sectors) as i64;
+            } else if n as u64 + len > win_start + win_len {
+                n = win_start as i64;
             }
             self.next_sector = n as u64;
             s
+        };
+        self.last_start = sector;
+        let sector = match &mut self.zbd {
+            Some(z) => match z.place(op, sector, len, region, &mut self.rng) {
+                Some(s) => s,
+                None => {
+                    self.exhausted = true;
+                    return (op, self.base_sector, 0);
+                }
+            },
+            None => sector,
         };
         (op, self.base_sector + sector, len)
     }
@@ -401,31 +356,41 @@ mod tests {
     }
 
     #[test]
-    fn skewed_distributions_stay_in_range_and_are_skewed() {
-        for d in [
-            "zipf:1.2",
-            "pareto:0.9",
-            "normal:5",
-            "zoned:60/10:30/20:10/",
-        ] {
-            let mut j = job(RwMode::RandRead, 4096, 0);
-            j.distribution = Distribution::parse(d).unwrap();
-            let n = 1000u64;
-            let mut o = Offsets::new(&j, n, 7);
-            let mut hits = vec![0u32; n as usize];
-            for _ in 0..20_000 {
-                let b = o.next().1 / 8;
-                assert!(b < n, "{d}: block {b}");
-                hits[b as usize] += 1;
-            }
-            hits.sort_unstable_by(|a, b| b.cmp(a));
-            let top: u32 = hits[..10].iter().sum();
-            // Uniform would put about 1% in the 10 hottest blocks.
-            assert!(top > 20_000 / 100 * 3, "{d}: top 10 blocks got {top}");
+    fn random_n_and_percentage_random_mix_sequential_runs_in() {
+        // rw=randread:4: a new random offset every 4th I/O, sequential
+        // in between.
+        let mut j = job(RwMode::RandRead, 4096, 4);
+        let mut o = Offsets::new(&j, 1 << 20, 9);
+        assert!(!o.plain);
+        // As fio: every 4th I/O is random, the 3 after it follow on.
+        let offs = offsets_bytes(&mut o, 12);
+        assert_eq!(offs[..3], [0, 4096, 8192], "{offs:?}");
+        for i in 4..7 {
+            assert_eq!(offs[i], offs[3] + (i as u64 - 3) * 4096, "{offs:?}");
         }
-        assert_eq!(Distribution::parse("zipf:1"), None);
-        assert_eq!(Distribution::parse("pareto:1.5"), None);
-        assert_eq!(Distribution::parse("lognormal"), None);
-        assert_eq!(Distribution::parse("random"), Some(Distribution::Uniform));
+        j.rw_sequencer_identical = true;
+        let mut o = Offsets::new(&j, 1 << 20, 9);
+        let offs = offsets_bytes(&mut o, 8);
+        assert!(offs[4..7].iter().all(|&x| x == offs[3]), "{offs:?}");
+        // percentage_random=0: all sequential.
+        let mut j = job(RwMode::RandWrite, 4096, 0);
+        j.percentage_random = [0; 3];
+        let mut o = Offsets::new(&j, 64, 9);
+        assert_eq!(offsets_bytes(&mut o, 3), [0, 4096, 8192]);
+    }
+
+    #[test]
+    fn strided_zones_read_a_window_then_skip() {
+        let mut j = job(RwMode::Read, 4096, 0);
+        j.zone = crate::bench::zone::ZoneSpec {
+            size: 8192,
+            skip: 8192,
+            ..Default::default()
+        };
+        let mut o = Offsets::new(&j, 16, 1);
+        assert_eq!(
+            offsets_bytes(&mut o, 6),
+            [0, 4096, 16384, 20480, 32768, 36864]
+        );
     }
 }

@@ -431,6 +431,17 @@ pub fn json(specs: &[JobSpec], run: &RunResult) -> Value {
                 // after it.
                 v["stopped_at"] = json!(e);
             }
+            if let Some(ss) = &job.steadystate {
+                v["steadystate"] = ss.json();
+            }
+            if let (Some(depth), Some(spec)) = (job.latency_depth, spec_of(specs, job)) {
+                let t = spec.latency_target.unwrap_or_default();
+                // fio's fields, in its units (microseconds).
+                v["latency_depth"] = json!(depth);
+                v["latency_target"] = json!(t.as_micros() as u64);
+                v["latency_percentile"] = json!(spec.latency_percentile);
+                v["latency_window"] = json!(spec.latency_window.as_micros() as u64);
+            }
             v["verify_errors"] = json!(verify_errors(job));
             if let Some(r) = &job.verify {
                 v["verify"] = json!({
@@ -439,6 +450,8 @@ pub fn json(specs: &[JobSpec], run: &RunResult) -> Value {
                     "blocks_trimmed": r.blocks_trimmed,
                     "blocks_zeroed": r.blocks_zeroed,
                     "blocks_verified": r.blocks_verified,
+                    "blocks_unwritten": r.blocks_unwritten,
+                    "by_header_only": r.loose,
                     "errors": r.errors,
                     "stopped": r.stopped,
                     "mismatches": r.mismatches.iter().map(|m| json!({
@@ -819,6 +832,8 @@ mod tests {
             first_error: None,
             stopped_at: None,
             verify: None,
+            latency_depth: None,
+            steadystate: None,
         };
         let run = RunResult {
             jobs: vec![job(0), job(1)],

@@ -56,6 +56,10 @@ pub struct JobResult {
     pub stopped_at: Option<String>,
     /// What `verify=` found, if it was on.
     pub verify: Option<super::verify::VerifyResult>,
+    /// The queue depth `latency_target=`'s search settled on.
+    pub latency_depth: Option<u32>,
+    /// Its steady state (`ss=`), if it judged one.
+    pub steadystate: Option<super::steadystate::SteadyResult>,
 }
 
 impl JobResult {
@@ -83,6 +87,8 @@ impl JobResult {
             )),
             stopped_at: None,
             verify: None,
+            latency_depth: None,
+            steadystate: None,
         }
     }
 }

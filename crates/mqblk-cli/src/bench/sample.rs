@@ -192,6 +192,8 @@ impl Recorder {
         // only the completion time.
         let stamping = job.write_lat_log.is_some()
             || job.slat_percentiles
+            || job.latency_target.is_some()
+            || job.max_latency.is_some()
             || (per_io && job.write_bw_log.is_some())
             || hist.is_some();
         if !stamping && !per_io {
@@ -302,13 +304,12 @@ impl Recorder {
     }
 
     /// `bio` completed (`ok`: without error). Frees its slot; in the
-    /// measured phase, records it (fio logs no failed I/O).
+    /// measured phase, records it (fio logs no failed I/O). Returns its
+    /// latency (submission to completion) when the job stamps its I/O.
     #[inline]
-    pub fn complete(&mut self, bio: &Bio, ok: bool) {
+    pub fn complete(&mut self, bio: &Bio, ok: bool) -> Option<u64> {
         let stamp = if self.stamping {
-            let Some(i) = ((bio.private >> 32) as u32).checked_sub(1) else {
-                return;
-            };
+            let i = ((bio.private >> 32) as u32).checked_sub(1)?;
             debug_assert!((i as usize) < self.stamps.len());
             let stamp = self.stamps[i as usize];
             self.release(i);
@@ -316,8 +317,17 @@ impl Recorder {
         } else {
             Stamp::default()
         };
-        if !self.measuring || !ok {
-            return;
+        if !ok {
+            return None;
+        }
+        if self.stamping && self.batch_ns == 0 {
+            self.batch_ns = mqblk::clock::now_ns();
+        }
+        let lat = self
+            .stamping
+            .then(|| self.batch_ns.saturating_sub(stamp.start_ns));
+        if !self.measuring {
+            return lat;
         }
         if self.batch_ns == 0 {
             self.batch_ns = mqblk::clock::now_ns();
@@ -359,6 +369,7 @@ impl Recorder {
             s.slat_ns += slat_ns;
             s.clat_ns += clat_ns;
         }
+        lat
     }
 
     /// Publish the sums for the averaged logs (once per reap).

@@ -80,7 +80,8 @@ impl CtxState {
                 debug_assert!(self.resubmit.len() < self.resubmit.capacity());
                 self.resubmit.push(idx);
             } else {
-                self.bioset.remove(idx);
+                // The slot keeps the bio shell for an in-place submission.
+                self.bioset.release_keep(idx);
             }
         }
         if !self.resubmit.is_empty() {

@@ -30,7 +30,7 @@ impl CtxState {
         // No batches under a scheduler: cached tags would be scheduler
         // tags that nobody else may use.
         let want = if self.feat & (feat::PLUG | feat::SCHED) == feat::PLUG {
-            dev.cfg.plug_max.clamp(1, 64)
+            self.plug_last.clamp(1, dev.cfg.plug_max.clamp(1, 64))
         } else {
             1
         };
@@ -167,6 +167,8 @@ impl CtxState {
         if self.plug.is_empty() && self.sw.is_empty() {
             return;
         }
+        // The batch now taken is the size of the next tag batch.
+        self.plug_last = self.plug.len() as u32;
         if self.on(feat::TRACE) {
             self.flush_plug_traced(dev);
             return;

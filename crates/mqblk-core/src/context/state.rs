@@ -76,6 +76,11 @@ pub(super) struct CtxState {
     pub(super) tags: Arc<Tags>,
     pub(super) hint: AllocHint,
     pub(super) tag_cache: TagCache,
+    /// Requests the last plug flush carried: the next batch of tags is
+    /// sized to it (Linux sizes `plug->cached_rqs` by the submitter's
+    /// count), so a caller that unplugs each request takes one tag, not a
+    /// plug's worth to give back.
+    pub(super) plug_last: u32,
     pub(super) bioset: BioSet,
     pub(super) plug: Plug,
     pub(super) sw: SwQueue,
@@ -164,6 +169,7 @@ impl CtxState {
             hwq,
             hint: AllocHint::new(id),
             tag_cache: TagCache::default(),
+            plug_last: 0,
             bioset: BioSet::new(bioset_size as u32),
             plug: Plug::new(dev.cfg.plug_max),
             sw: SwQueue::new(total),

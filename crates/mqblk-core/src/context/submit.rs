@@ -41,6 +41,23 @@ impl CtxState {
         Ok(idx)
     }
 
+    /// [`CtxState::submit`] of a bio built in place in a free slot by
+    /// `fill` (no move of the bio); `fill` comes back, unused, when every
+    /// slot holds a completion the caller has not polled.
+    #[inline]
+    pub(super) fn submit_with<F: FnOnce(&mut Bio)>(
+        &mut self,
+        dev: &DeviceInner,
+        fill: F,
+    ) -> std::result::Result<(), F> {
+        if self.bioset.available() == 0 {
+            self.make_room(dev);
+        }
+        let idx = self.bioset.insert_with(Delivery::Callback, fill)?;
+        self.submit_node(dev, idx);
+        Ok(())
+    }
+
     /// Validate the bio in slot `idx` (just filled or reused, owned by this
     /// context, in no request) and send it down the pipeline. The common
     /// bio (a plain read or write that is valid and fits, on a context with

@@ -244,6 +244,7 @@ impl CtxState {
     }
 
     /// Make the completion fd readable if polling would make progress.
+    #[inline]
     pub(super) fn kick_fd(&mut self, dev: &DeviceInner) {
         // A throttled bio's time is the fd's timer.
         if let (Some(t), Some(&(at, _))) = (self.fd_timer.as_mut(), self.throttled.front()) {

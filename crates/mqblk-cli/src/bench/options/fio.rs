@@ -8,7 +8,10 @@
 /// each job on its device).
 pub const NOTED_KEYS: &[(&str, &str)] = &[
     ("group_reporting", "every job is reported"),
-    ("new_group", "every job is reported"),
+    (
+        "new_group",
+        "every job is reported (exitall's groups start at new_group)",
+    ),
     ("description", "a comment"),
     (
         "gtod_reduce",
@@ -34,8 +37,6 @@ pub const NOTED_KEYS: &[(&str, &str)] = &[
     ("unit_base", "reports use fio's default units"),
     ("thread", "jobs are always threads"),
     ("threads", "jobs are always threads"),
-    ("exitall", "jobs end on their own"),
-    ("exit_what", "jobs end on their own"),
     ("cpus_allowed", "no CPU pinning"),
     ("cpus_allowed_policy", "no CPU pinning"),
     ("cpumask", "no CPU pinning"),
@@ -117,7 +118,6 @@ pub const NOTED_KEYS: &[(&str, &str)] = &[
     ("scramble_buffers", "write data is random already"),
     ("refill_buffers", "write data is random already"),
     ("buffer_pattern", "write data is mqblk's own"),
-    ("buffer_compress_percentage", "write data is mqblk's own"),
     (
         "ignore_error",
         "mqblk goes on past the errors continue_on_error= names, whatever their errno",
@@ -126,10 +126,54 @@ pub const NOTED_KEYS: &[(&str, &str)] = &[
     ("verify_dump", "mismatches are reported"),
     ("verify_async", "verification runs in the job thread"),
     (
-        "verify_backlog",
-        "mqblk verifies in one pass after the writes, not interleaved",
+        "serialize_overlap",
+        "a verify job never has two I/Os on one block in flight; other jobs do not care",
+    ),
+    (
+        "zone_reset_threshold",
+        "emulated zones are reset when a full one is written",
+    ),
+    (
+        "zone_reset_frequency",
+        "emulated zones are reset when a full one is written",
+    ),
+    ("fsync_on_close", "end_fsync= flushes the device"),
+    ("verify_async_cpus", "verification runs in the job thread"),
+    (
+        "verify_state_save",
+        "the verify state lives in memory for the run",
+    ),
+    (
+        "verify_state_load",
+        "the verify state lives in memory for the run",
     ),
 ];
+
+/// What a job file is told of a value mqblk takes in place of fio's:
+/// another checksum for `verify=`.
+pub fn value_note(key: &str, value: &str) -> Option<String> {
+    if key != "verify" {
+        return None;
+    }
+    let v = value.trim();
+    let used = verify_stand_in(v).filter(|u| *u != v && v != "crc32c-intel")?;
+    Some(format!(
+        "checked with {used} (mqblk's headers carry crc32c, md5 or sha256; each catches the \
+         same corruption)"
+    ))
+}
+
+/// The checksum mqblk verifies with for fio's `verify=NAME`: fio's meta
+/// and its other crcs are checked with crc32c, its other digests with
+/// sha256; `null` (fio's "only pretend") is no verify.
+pub fn verify_stand_in(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "meta" | "crc32" | "crc16" | "crc7" | "crc64" | "xxhash" => "crc32c",
+        "sha1" | "sha512" | "sha3-224" | "sha3-256" | "sha3-384" | "sha3-512" => "sha256",
+        "null" => "none",
+        _ => return None,
+    })
+}
 
 /// The note for a fio key that is accepted without effect, if it is one.
 pub fn noted(key: &str) -> Option<&'static str> {

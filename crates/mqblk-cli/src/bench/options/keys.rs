@@ -10,7 +10,10 @@ use mqblk::queue::QueueMode;
 use mqblk::spec::parse_size;
 
 use crate::bench::hist::COARSENESS_MAX;
-use crate::bench::job::{BlockSizes, ContinueOnError, Distribution, RwMode, VerifyKind};
+use crate::bench::job::{BlockSizes, ContinueOnError, Distribution, ExitWhat, RwMode, VerifyKind};
+use crate::bench::steadystate::SteadySpec;
+use crate::bench::verify::pattern::VerifyPattern;
+use crate::bench::zone::ZoneMode;
 
 use super::fio::FIO_ENGINE_HINT;
 use super::layer::JobOptions;
@@ -147,8 +150,16 @@ pub const TABLE: &[Entry] = &[
     }),
     key(
         "size",
-        "a size above zero such as 1G or 512m (binary suffixes k, m, g, t, p)",
-        |o, v| put(&mut o.size, v.size_above_zero()),
+        "a size above zero such as 1G or 512m (binary suffixes k, m, g, t, p), or N% of the \
+         device",
+        |o, v| {
+            if let Some(p) = v.percent() {
+                return put(&mut o.size_percent, p);
+            }
+            put(&mut o.size, v.size_above_zero())?;
+            o.size_percent = Some(0);
+            Ok(())
+        },
     ),
     key("runtime", DURATION_EXPECTED, |o, v| {
         put(&mut o.runtime, v.duration_or_none())
@@ -193,12 +204,16 @@ pub const TABLE: &[Entry] = &[
     }),
     key(
         "verify",
-        "crc32c (or crc32c-intel), md5, sha256, meta (checked as crc32c), or none",
+        "crc32c (or crc32c-intel), md5, sha256, pattern (verify_pattern= alone), meta (checked \
+         as crc32c), fio's other checksums (crc32, crc16, crc7, crc64 and xxhash are checked \
+         with crc32c; sha1, sha512 and sha3-* with sha256), null or none",
         |o, v| {
             // fio's meta checks each block's header (offset, length,
             // sequence); mqblk's header carries those and a crc32c of the
-            // block, so meta is checked as crc32c, a superset.
-            let name = if v.text == "meta" { "crc32c" } else { v.text };
+            // block, so meta is checked as crc32c, a superset. Another
+            // checksum detects the same corruption: the job file is told
+            // which one is used (options::fio::value_note).
+            let name = super::fio::verify_stand_in(v.text).unwrap_or(v.text);
             let kind = VerifyKind::parse(name).map_err(|()| {
                 bad(
                     v.raw,
@@ -287,8 +302,15 @@ pub const TABLE: &[Entry] = &[
     alias("filesize", "size"),
     key(
         "offset",
-        "a byte offset such as 0 or 1G: where the job's region starts",
-        |o, v| put(&mut o.offset, v.size()),
+        "a byte offset such as 0 or 1G, or N% of the device: where the job's region starts",
+        |o, v| {
+            if let Some(p) = v.percent() {
+                return put(&mut o.offset_percent, p);
+            }
+            put(&mut o.offset, v.size())?;
+            o.offset_percent = Some(0);
+            Ok(())
+        },
     ),
     key(
         "io_size",
@@ -317,9 +339,11 @@ pub const TABLE: &[Entry] = &[
     }),
     key(
         "random_distribution",
-        "random, zipf:THETA (THETA > 0, not 1), pareto:H (0 < H < 1) or normal:DEV (percent)",
+        "random, zipf:THETA[:CENTER] (THETA > 0, not 1), pareto:H[:CENTER] (0 < H < 1), \
+         normal:DEV[:CENTER] (percent), zoned:A/S:... (percent of I/O to percent of the \
+         region) or zoned_abs:A/SIZE:..., with up to three groups (reads, writes, trims)",
         |o, v| {
-            let d = Distribution::parse(v.text).ok_or_else(|| v.bad());
+            let d = Distribution::parse(v.text).map_err(|why| v.bad_because(why));
             put(&mut o.distribution, d)
         },
     ),
@@ -397,8 +421,15 @@ pub const TABLE: &[Entry] = &[
     alias("timeout", "runtime"),
     key(
         "offset_increment",
-        "bytes such as 1G: each numjobs copy starts this much further",
-        |o, v| put(&mut o.offset_increment, v.size()),
+        "bytes such as 1G, or N% of the device: each numjobs copy starts this much further",
+        |o, v| {
+            if let Some(p) = v.percent() {
+                return put(&mut o.offset_increment_percent, p);
+            }
+            put(&mut o.offset_increment, v.size())?;
+            o.offset_increment_percent = Some(0);
+            Ok(())
+        },
     ),
     key(
         "bsrange",
@@ -495,6 +526,271 @@ pub const TABLE: &[Entry] = &[
         "slat_percentiles",
         "1 (report submission latency percentiles) or 0",
         |o, v| put(&mut o.slat_percentiles, v.bool()),
+    ),
+    key(
+        "percentage_random",
+        "a percentage of random I/O, or READ,WRITE,TRIM percentages (the rest is sequential)",
+        |o, v| {
+            let mut p = [100u32; 3];
+            let parts: Vec<&str> = v.text.split(',').map(str::trim).collect();
+            if parts.len() > 3 {
+                return Err(v.bad());
+            }
+            for (i, part) in parts.iter().enumerate() {
+                p[i] = int_in(part, 0..=100, v.expected)? as u32;
+            }
+            // One value is every direction's, as fio's blocksize-style lists.
+            if parts.len() == 1 {
+                p = [p[0]; 3];
+            }
+            put(&mut o.percentage_random, Ok(p))
+        },
+    ),
+    key(
+        "rw_sequencer",
+        "sequential or identical: what the I/Os between random ones of rw=randread:N do",
+        |o, v| match v.text {
+            "sequential" => put(&mut o.rw_sequencer_identical, Ok(false)),
+            "identical" => put(&mut o.rw_sequencer_identical, Ok(true)),
+            _ => Err(v.bad()),
+        },
+    ),
+    key("zonemode", "none, strided or zbd", |o, v| {
+        put(
+            &mut o.zonemode,
+            ZoneMode::parse(v.text).ok_or_else(|| v.bad()),
+        )
+    }),
+    key(
+        "zonesize",
+        "bytes such as 256m: I/O per zone (strided) or the zone size (zbd)",
+        |o, v| put(&mut o.zonesize, v.size()),
+    ),
+    key(
+        "zonerange",
+        "bytes such as 256m: a strided zone's size",
+        |o, v| put(&mut o.zonerange, v.size()),
+    ),
+    key(
+        "zoneskip",
+        "bytes such as 2g: skipped after each zone",
+        |o, v| put(&mut o.zoneskip, v.size()),
+    ),
+    key(
+        "max_open_zones",
+        "zones open for writes at once, 0 (no limit) to 4096",
+        |o, v| put(&mut o.max_open_zones, v.int(0..=4096)),
+    ),
+    alias("job_max_open_zones", "max_open_zones"),
+    on_off("read_beyond_wp", ON_OFF, |o, v| {
+        put(&mut o.read_beyond_wp, v.bool())
+    }),
+    key(
+        "flow",
+        "a weight from 0 to 1000: jobs of one flow_id keep their I/O in these proportions",
+        |o, v| put(&mut o.flow, v.int(0..=crate::bench::flow::WEIGHT_MAX)),
+    ),
+    key(
+        "flow_id",
+        "an integer: the flow a job's flow= weighs in",
+        |o, v| put(&mut o.flow_id, v.int(0..=u32::MAX)),
+    ),
+    key(
+        "flow_sleep",
+        "a wait when a flow holds the job back, up to 1s: microseconds or with a suffix",
+        |o, v| {
+            let d = v.duration_us()?;
+            if d > Duration::from_secs(1) {
+                return Err(v.bad());
+            }
+            put(&mut o.flow_sleep, Ok(d))
+        },
+    ),
+    key(
+        "latency_target",
+        "a latency such as 500ms (a bare number is microseconds): the queue depth is searched \
+         for the deepest that meets it",
+        |o, v| put(&mut o.latency_target, v.duration_us()),
+    ),
+    key(
+        "latency_window",
+        "a time such as 5s (a bare number is microseconds): each depth's trial",
+        |o, v| put(&mut o.latency_window, v.duration_us()),
+    ),
+    key(
+        "latency_percentile",
+        "a percentage (0 to 100, decimals allowed) of I/Os that must meet latency_target",
+        |o, v| put(&mut o.latency_percentile, v.float(0.0..=100.0)),
+    ),
+    on_off("latency_run", ON_OFF, |o, v| {
+        put(&mut o.latency_run, v.bool())
+    }),
+    key(
+        "max_latency",
+        "a latency such as 10ms (a bare number is microseconds): a slower I/O fails the job",
+        |o, v| put(&mut o.max_latency, v.duration_us()),
+    ),
+    key("rate_process", "linear or poisson", |o, v| match v.text {
+        "linear" => put(&mut o.rate_poisson, Ok(false)),
+        "poisson" => put(&mut o.rate_poisson, Ok(true)),
+        _ => Err(v.bad()),
+    }),
+    key(
+        "rate_min",
+        "bytes per second such as 1m, or READ,WRITE (their sum): a job below it fails",
+        |o, v| {
+            o.rate_min_bps = rate(v, |part| parse_size(part).map_err(|why| v.bad_because(why)))?;
+            Ok(())
+        },
+    ),
+    alias("ratemin", "rate_min"),
+    key(
+        "rate_iops_min",
+        "I/Os per second, or READ,WRITE (their sum): a job below it fails",
+        |o, v| {
+            o.rate_min_iops = rate(v, |part| int_in(part, 0..=u64::MAX >> 8, v.expected))?;
+            Ok(())
+        },
+    ),
+    key(
+        "rate_cycle",
+        "milliseconds over which rate_min is checked (default 1000)",
+        |o, v| {
+            let ms: u64 = v.int(1..=3_600_000)?;
+            put(&mut o.rate_cycle, Ok(Duration::from_millis(ms)))
+        },
+    ),
+    alias("ratecycle", "rate_cycle"),
+    key(
+        "steadystate",
+        "iops, iops_slope, bw or bw_slope, a colon and a limit (N% of the mean, or a number): \
+         such as iops:10% or bw_slope:1%",
+        |o, v| {
+            let s = SteadySpec::parse(v.text).map_err(|why| v.bad_because(why));
+            put(&mut o.steadystate, s)
+        },
+    ),
+    alias("ss", "steadystate"),
+    key(
+        "steadystate_duration",
+        "the steady-state window, whole seconds such as 30s (a bare number is microseconds, \
+         as fio's)",
+        |o, v| put(&mut o.ss_dur, v.duration_us()),
+    ),
+    alias("ss_dur", "steadystate_duration"),
+    key(
+        "steadystate_ramp_time",
+        "a time such as 10s before steady state is judged (a bare number is microseconds)",
+        |o, v| put(&mut o.ss_ramp, v.duration_us()),
+    ),
+    alias("ss_ramp", "steadystate_ramp_time"),
+    on_off(
+        "group_reporting",
+        "1 or 0 (mqblk reports every job; steady state judges a section's jobs together)",
+        |o, v| put(&mut o.group_reporting, v.bool()),
+    ),
+    key(
+        "verify_pattern",
+        "a pattern: 0xHEX, decimal numbers, \"strings\" and %o (the offset), such as \
+         0xaa555aa5 or 0xff%o\"abcd\"-12",
+        |o, v| {
+            let p = VerifyPattern::parse(v.text).map_err(|why| v.bad_because(why));
+            put(&mut o.verify_pattern, p)
+        },
+    ),
+    key(
+        "verify_interval",
+        "bytes such as 512: a header every this many bytes of a block (it divides bs)",
+        |o, v| put(&mut o.verify_interval, v.size_above_zero()),
+    ),
+    key(
+        "verify_backlog",
+        "a number of blocks: read back and check them after this many writes (0: after the run)",
+        |o, v| put(&mut o.verify_backlog, v.int(0..=1 << 24)),
+    ),
+    key(
+        "verify_backlog_batch",
+        "a number of blocks read back each time the backlog is full (default verify_backlog)",
+        |o, v| put(&mut o.verify_backlog_batch, v.int(1..=1 << 24)),
+    ),
+    on_off("exitall", ON_OFF, |o, v| put(&mut o.exitall, v.bool())),
+    key(
+        "exit_what",
+        "group (the job's reporting group), stonewall (every running job) or all (every \
+         job): whom exitall ends",
+        |o, v| {
+            put(
+                &mut o.exit_what,
+                ExitWhat::parse(v.text).ok_or_else(|| v.bad()),
+            )
+        },
+    ),
+    on_off("new_group", ON_OFF, |o, v| put(&mut o.new_group, v.bool())),
+    on_off(
+        "fill_device",
+        "1 or 0 (1: write to the end of the device, whatever size= says)",
+        |o, v| put(&mut o.fill_device, v.bool()),
+    ),
+    alias("fill_fs", "fill_device"),
+    key(
+        "uri",
+        "an NBD URI such as nbd+unix:///export?socket=PATH (fio's nbd engine): the device",
+        |o, v| {
+            mqblk::spec::parse(v.text).map_err(|e| v.bad_because(e))?;
+            put(&mut o.nbd_uri, v.non_empty())
+        },
+    ),
+    key("pool", "a Ceph pool (fio's rbd engine)", |o, v| {
+        put(&mut o.rbd_pool, v.non_empty())
+    }),
+    key("rbdname", "a Ceph RBD image (fio's rbd engine)", |o, v| {
+        put(&mut o.rbd_name, v.non_empty())
+    }),
+    key(
+        "clientname",
+        "a Ceph client id (fio's rbd engine)",
+        |o, v| put(&mut o.rbd_client, v.non_empty()),
+    ),
+    key(
+        "dedupe_percentage",
+        "a percentage of writes whose buffer repeats an earlier one",
+        |o, v| put(&mut o.dedupe_percentage, v.int(0..=100)),
+    ),
+    key(
+        "dedupe_mode",
+        "repeat (an earlier buffer of the job) or working_set (one of \
+         dedupe_working_set_percentage of the region's blocks)",
+        |o, v| match v.text {
+            "repeat" => put(&mut o.dedupe_working_set, Ok(false)),
+            "working_set" => put(&mut o.dedupe_working_set, Ok(true)),
+            _ => Err(v.bad()),
+        },
+    ),
+    key(
+        "dedupe_working_set_percentage",
+        "a percentage of the region's blocks that dedupe_mode=working_set repeats (default 5)",
+        |o, v| put(&mut o.dedupe_working_set_percentage, v.int(0..=100)),
+    ),
+    on_off(
+        "dedupe_global",
+        "1 or 0 (1: jobs share the dedupe working set)",
+        |o, v| put(&mut o.dedupe_global, v.bool()),
+    ),
+    key(
+        "buffer_compress_percentage",
+        "a percentage each write buffer compresses by (that share of zeros per chunk)",
+        |o, v| put(&mut o.buffer_compress_percentage, v.int(0..=100)),
+    ),
+    key(
+        "buffer_compress_chunk",
+        "bytes such as 512 (default): the chunk buffer_compress_percentage applies to",
+        |o, v| {
+            let b = v.size_above_zero()?;
+            put(
+                &mut o.buffer_compress_chunk,
+                u32::try_from(b).map_err(|_| v.bad()),
+            )
+        },
     ),
 ];
 

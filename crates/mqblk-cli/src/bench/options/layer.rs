@@ -6,7 +6,13 @@
 
 use std::time::Duration;
 
-use crate::bench::job::{BlockSizes, ContinueOnError, Distribution, JobSpec, RwMode, VerifyKind};
+use crate::bench::content::ContentSpec;
+use crate::bench::job::{
+    BlockSizes, ContinueOnError, Distribution, ExitWhat, JobSpec, RwMode, VerifyKind,
+};
+use crate::bench::steadystate::SteadySpec;
+use crate::bench::verify::pattern::VerifyPattern;
+use crate::bench::zone::{ZoneMode, ZoneSpec};
 
 use super::values::JOBS_MAX;
 
@@ -158,6 +164,101 @@ job_options! {
     per_job_logs: bool,
     /// `slat_percentiles=`.
     slat_percentiles: bool,
+    /// `filename=` as written (jobs naming one file share a device).
+    filename: String,
+    /// `percentage_random=`.
+    percentage_random: [u32; 3],
+    /// `rw_sequencer=identical`.
+    rw_sequencer_identical: bool,
+    /// `zonemode=`.
+    zonemode: ZoneMode,
+    /// `zonesize=`.
+    zonesize: u64,
+    /// `zonerange=`.
+    zonerange: u64,
+    /// `zoneskip=`.
+    zoneskip: u64,
+    /// `max_open_zones=`/`job_max_open_zones=`.
+    max_open_zones: u32,
+    /// `read_beyond_wp=`.
+    read_beyond_wp: bool,
+    /// `flow=`.
+    flow: u32,
+    /// `flow_id=`.
+    flow_id: u32,
+    /// `flow_sleep=`.
+    flow_sleep: Duration,
+    /// `latency_target=`.
+    latency_target: Duration,
+    /// `latency_window=`.
+    latency_window: Duration,
+    /// `latency_percentile=`.
+    latency_percentile: f64,
+    /// `latency_run=`.
+    latency_run: bool,
+    /// `max_latency=`.
+    max_latency: Duration,
+    /// `rate_process=poisson`.
+    rate_poisson: bool,
+    /// `rate_min=`.
+    rate_min_bps: u64,
+    /// `rate_iops_min=`.
+    rate_min_iops: u64,
+    /// `rate_cycle=`.
+    rate_cycle: Duration,
+    /// `ss=`.
+    steadystate: SteadySpec,
+    /// `ss_dur=`.
+    ss_dur: Duration,
+    /// `ss_ramp=`.
+    ss_ramp: Duration,
+    /// `group_reporting`.
+    group_reporting: bool,
+    /// `verify_pattern=`.
+    verify_pattern: VerifyPattern,
+    /// `verify_interval=`.
+    verify_interval: u64,
+    /// `verify_backlog=`.
+    verify_backlog: u64,
+    /// `verify_backlog_batch=`.
+    verify_backlog_batch: u64,
+    /// `exitall`.
+    exitall: bool,
+    /// `exit_what=`.
+    exit_what: ExitWhat,
+    /// `new_group`.
+    new_group: bool,
+    /// `fill_device=`.
+    fill_device: bool,
+    /// `size=N%` (0: `size=` was given in bytes).
+    size_percent: u32,
+    /// `offset=N%` (0: in bytes).
+    offset_percent: u32,
+    /// `offset_increment=N%` (0: in bytes).
+    offset_increment_percent: u32,
+    /// fio's `ioengine=` for an engine mqblk has a driver for (nbd, rbd):
+    /// with `uri=` or `pool=`/`rbdname=` it names the device.
+    engine: String,
+    /// `uri=` (fio's nbd engine).
+    nbd_uri: String,
+    /// `pool=` (fio's rbd engine).
+    rbd_pool: String,
+    /// `rbdname=`.
+    rbd_name: String,
+    /// `clientname=`.
+    rbd_client: String,
+    /// `dedupe_percentage=`.
+    dedupe_percentage: u8,
+    /// `dedupe_mode=working_set` (else repeat).
+    dedupe_working_set: bool,
+    /// `dedupe_working_set_percentage=`.
+    dedupe_working_set_percentage: u8,
+    /// `dedupe_global=`.
+    dedupe_global: bool,
+    /// `buffer_compress_percentage=`.
+    buffer_compress_percentage: u8,
+    /// `buffer_compress_chunk=`.
+    buffer_compress_chunk: u32,
 }
 
 impl JobOptions {
@@ -174,7 +275,10 @@ impl JobOptions {
             bs: self.bs.unwrap_or(d.bs),
             iodepth: self.iodepth.unwrap_or(d.iodepth),
             numjobs: self.numjobs.unwrap_or(d.numjobs),
-            size: self.size.or(d.size),
+            size: match self.size_percent {
+                Some(p) if p > 0 => None,
+                _ => self.size.or(d.size),
+            },
             runtime: self.runtime.unwrap_or(d.runtime),
             time_based: self.time_based.unwrap_or(d.time_based),
             ramp_time: self.ramp_time.unwrap_or(d.ramp_time),
@@ -183,6 +287,7 @@ impl JobOptions {
             devices: self
                 .devices
                 .clone()
+                .or_else(|| self.engine_device().map(|d| vec![d]))
                 .unwrap_or(d.devices)
                 .iter()
                 .map(|spec| {
@@ -214,15 +319,21 @@ impl JobOptions {
             stats_dir: self.stats_dir.clone().or(d.stats_dir.clone()),
             trace: self.trace.clone().or(d.trace.clone()),
             thinktime: self.thinktime.unwrap_or(d.thinktime),
-            offset: self.offset.unwrap_or(d.offset),
-            offset_increment: self.offset_increment.unwrap_or(d.offset_increment),
+            offset: match self.offset_percent {
+                Some(p) if p > 0 => 0,
+                _ => self.offset.unwrap_or(d.offset),
+            },
+            offset_increment: match self.offset_increment_percent {
+                Some(p) if p > 0 => 0,
+                _ => self.offset_increment.unwrap_or(d.offset_increment),
+            },
             io_size: match (self.number_ios, self.io_size) {
                 (Some(n), _) => Some(n.saturating_mul(self.bs.unwrap_or(d.bs))),
                 (None, io) => io.or(d.io_size),
             },
             loops: self.loops.unwrap_or(d.loops),
             seq_stride: self.seq_stride.unwrap_or(d.seq_stride),
-            distribution: self.distribution.unwrap_or(d.distribution),
+            distribution: self.distribution.clone().unwrap_or(d.distribution),
             randrepeat: self.randrepeat.unwrap_or(d.randrepeat),
             fsync_every: self.fsync_every.unwrap_or(d.fsync_every),
             end_fsync: self.end_fsync.unwrap_or(d.end_fsync),
@@ -253,9 +364,84 @@ impl JobOptions {
             log_prio: self.log_prio.unwrap_or(d.log_prio),
             per_job_logs: self.per_job_logs.unwrap_or(d.per_job_logs),
             slat_percentiles: self.slat_percentiles.unwrap_or(d.slat_percentiles),
+            filename: self.filename.clone().or(d.filename),
+            percentage_random: self.percentage_random.unwrap_or(d.percentage_random),
+            rw_sequencer_identical: self
+                .rw_sequencer_identical
+                .unwrap_or(d.rw_sequencer_identical),
+            zone: ZoneSpec {
+                mode: self.zonemode.unwrap_or(d.zone.mode),
+                size: self.zonesize.unwrap_or(d.zone.size),
+                range: self.zonerange.unwrap_or(d.zone.range),
+                skip: self.zoneskip.unwrap_or(d.zone.skip),
+                max_open: self.max_open_zones.unwrap_or(d.zone.max_open),
+                read_beyond_wp: self.read_beyond_wp.unwrap_or(d.zone.read_beyond_wp),
+            },
+            flow: self.flow.unwrap_or(d.flow),
+            flow_id: self.flow_id.unwrap_or(d.flow_id),
+            flow_sleep: self.flow_sleep.unwrap_or(d.flow_sleep),
+            latency_target: self
+                .latency_target
+                .filter(|t| !t.is_zero())
+                .or(d.latency_target),
+            latency_window: self.latency_window.unwrap_or(d.latency_window),
+            latency_percentile: self.latency_percentile.unwrap_or(d.latency_percentile),
+            latency_run: self.latency_run.unwrap_or(d.latency_run),
+            max_latency: self.max_latency.filter(|t| !t.is_zero()).or(d.max_latency),
+            rate_poisson: self.rate_poisson.unwrap_or(d.rate_poisson),
+            rate_min_bps: self.rate_min_bps.filter(|&r| r > 0).or(d.rate_min_bps),
+            rate_min_iops: self.rate_min_iops.filter(|&r| r > 0).or(d.rate_min_iops),
+            rate_cycle: self.rate_cycle.unwrap_or(d.rate_cycle),
+            steadystate: self.steadystate.or(d.steadystate),
+            ss_dur: self.ss_dur.unwrap_or(d.ss_dur),
+            ss_ramp: self.ss_ramp.unwrap_or(d.ss_ramp),
+            group_reporting: self.group_reporting.unwrap_or(d.group_reporting),
+            verify_pattern: self.verify_pattern.clone().or(d.verify_pattern),
+            verify_interval: self.verify_interval.or(d.verify_interval),
+            verify_backlog: self.verify_backlog.unwrap_or(d.verify_backlog),
+            verify_backlog_batch: self.verify_backlog_batch.or(d.verify_backlog_batch),
+            exitall: self.exitall.unwrap_or(d.exitall),
+            exit_what: self.exit_what.unwrap_or(d.exit_what),
+            new_group: self.new_group.unwrap_or(d.new_group),
+            fill_device: self.fill_device.unwrap_or(d.fill_device),
+            size_percent: self.size_percent.filter(|&p| p > 0),
+            offset_percent: self.offset_percent.filter(|&p| p > 0),
+            offset_increment_percent: self.offset_increment_percent.filter(|&p| p > 0),
+            content: ContentSpec {
+                dedupe_pct: self.dedupe_percentage.unwrap_or(d.content.dedupe_pct),
+                working_set: self.dedupe_working_set.unwrap_or(d.content.working_set),
+                working_set_pct: self
+                    .dedupe_working_set_percentage
+                    .unwrap_or(d.content.working_set_pct),
+                global: self.dedupe_global.unwrap_or(d.content.global),
+                compress_pct: self
+                    .buffer_compress_percentage
+                    .unwrap_or(d.content.compress_pct),
+                compress_chunk: self
+                    .buffer_compress_chunk
+                    .unwrap_or(d.content.compress_chunk),
+            },
         };
         check(&job)?;
         Ok(job)
+    }
+}
+
+impl JobOptions {
+    /// The device fio's nbd or rbd engine names (`uri=`, or `pool=` and
+    /// `rbdname=`), if this job uses one.
+    fn engine_device(&self) -> Option<String> {
+        match self.engine.as_deref()? {
+            "nbd" => self.nbd_uri.clone(),
+            "rbd" => {
+                let (pool, name) = (self.rbd_pool.as_deref()?, self.rbd_name.as_deref()?);
+                Some(match &self.rbd_client {
+                    Some(id) => format!("rbd:{pool}/{name},id={id}"),
+                    None => format!("rbd:{pool}/{name}"),
+                })
+            }
+            _ => None,
+        }
     }
 }
 

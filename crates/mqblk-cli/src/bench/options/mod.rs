@@ -263,7 +263,10 @@ mod tests {
             msg.starts_with("unknown option; known: name, rw, bs, iodepth, numjobs,"),
             "{msg}"
         );
-        assert!(msg.ends_with("per_job_logs, slat_percentiles"), "{msg}");
+        assert!(
+            msg.ends_with("buffer_compress_percentage, buffer_compress_chunk"),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -158,6 +158,39 @@ impl<'a> Value<'a> {
         Ok((!d.is_zero()).then_some(d))
     }
 
+    /// A time whose bare number is microseconds (fio's `is_time` options:
+    /// `latency_target=`, `thinktime=`), or with a suffix.
+    pub fn duration_us(&self) -> Result<Duration, BadValue> {
+        let us = format!("{}us", self.text);
+        let text = if !self.text.is_empty() && self.text.bytes().all(|b| b.is_ascii_digit()) {
+            &us
+        } else {
+            self.text
+        };
+        Value { text, ..*self }.duration()
+    }
+
+    /// fio's `N%` (a share of the device, 1 to 100), if the value is one.
+    pub fn percent(&self) -> Option<Result<u32, BadValue>> {
+        let p = self.text.strip_suffix('%')?;
+        Some(
+            p.trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|p| (1..=100).contains(p))
+                .ok_or_else(|| self.bad()),
+        )
+    }
+
+    /// A floating-point number in `range`.
+    pub fn float(&self, range: std::ops::RangeInclusive<f64>) -> Result<f64, BadValue> {
+        self.text
+            .parse::<f64>()
+            .ok()
+            .filter(|v| range.contains(v))
+            .ok_or_else(|| self.bad())
+    }
+
     /// Text that is not empty.
     pub fn non_empty(&self) -> Result<String, BadValue> {
         if self.text.is_empty() {
