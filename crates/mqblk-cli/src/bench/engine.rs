@@ -41,9 +41,10 @@ const PHASE_ABORT: u8 = 3;
 /// again: a job whose device does not answer still sees a stop in time.
 const STOP_CHECK: Duration = Duration::from_millis(100);
 /// After a signal, how long the supervisor waits for the jobs' figures
-/// before it reports without those still blocked in their device (the
-/// run must end within 2 s of the signal, report first).
-const STOP_GRACE: Duration = Duration::from_millis(1500);
+/// before it reports without those still blocked in their device: with
+/// the devices' 500 ms to close after the report, the run ends within 2 s
+/// of the signal, report first.
+const STOP_GRACE: Duration = Duration::from_millis(1200);
 
 /// What a job thread hands the supervisor, once: its figures, or why it
 /// could not run.
