@@ -31,7 +31,8 @@
 //! assert_eq!(store.resident_bytes(), 0);
 //! ```
 
-#![forbid(unsafe_code)]
+// Unsafe code only in `slab` (raw page memory), each block argued.
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 // Control plane: the options.
@@ -41,6 +42,9 @@ pub mod config;
 pub mod driver;
 
 pub mod store;
+
+// Below the store: its page allocator, and its chunk index.
+mod slab;
 mod xarray;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};

@@ -3,9 +3,10 @@
 //!
 //! Sits behind the ram driver's `queue_rq` ([`crate::driver::RamDriver`]):
 //! writes copy into 4 KiB pages, reads copy out of them, and discard and
-//! write-zeroes free them. A page is allocated on its first write of non-zero data; a page
-//! never written (or discarded since) is a hole that reads as zeros and
-//! takes no memory.
+//! write-zeroes free them. A page is allocated on its first write of
+//! non-zero data; a page never written (or discarded since) is a hole that
+//! reads as zeros and takes no memory. Pages come from the store's 2 MiB
+//! slabs (`slab.rs`), which the kernel can back with huge pages.
 //!
 //! The store is shared by every hardware queue, so it is split into shards,
 //! each behind its own lock and on its own cache line. Pages are grouped in
@@ -22,10 +23,11 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crossbeam_utils::CachePadded;
 
+use crate::slab::{Page, Slabs};
 use crate::xarray::XArray;
 
 /// Size of one store page, in bytes.
-pub const PAGE_BYTES: usize = 4096;
+pub use crate::slab::PAGE_BYTES;
 const PAGE_SHIFT: u32 = PAGE_BYTES.trailing_zeros();
 
 /// Pages per chunk: the unit one lock acquisition covers.
@@ -37,8 +39,6 @@ const CHUNK_SHIFT: u32 = CHUNK_BYTES.trailing_zeros();
 pub const MIN_SHARDS: usize = 16;
 /// Most shards a store gets.
 pub const MAX_SHARDS: usize = 1024;
-
-type Page = Box<[u8; PAGE_BYTES]>;
 
 /// A page could not be allocated: the process is out of memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -68,7 +68,7 @@ impl Chunk {
     /// Make bytes `range` of the chunk read as zeros: whole pages are freed,
     /// partly covered ones zeroed in place (and freed if that leaves them
     /// all zeros). Returns the pages freed.
-    fn zero(&mut self, range: Range<usize>) -> u32 {
+    fn zero(&mut self, range: Range<usize>, slabs: &Slabs) -> u32 {
         debug_assert!(range.end <= CHUNK_BYTES);
         let mut freed = 0;
         let mut at = range.start;
@@ -81,10 +81,12 @@ impl Chunk {
             if let Some(page) = slot {
                 let whole = n == PAGE_BYTES;
                 if !whole {
-                    page[in_page..in_page + n].fill(0);
+                    page.bytes_mut()[in_page..in_page + n].fill(0);
                 }
-                if whole || is_zero(&page[..]) {
-                    *slot = None;
+                if whole || is_zero(&page.bytes()[..]) {
+                    if let Some(page) = slot.take() {
+                        slabs.free(page);
+                    }
                     freed += 1;
                 }
             }
@@ -112,7 +114,13 @@ impl Shard {
 
     /// Copy `src` into chunk `chunk_no` from byte `in_chunk` on. Holes
     /// written with zeros stay holes.
-    fn write(&mut self, chunk_no: u64, in_chunk: usize, src: &[u8]) -> Result<(), OutOfMemory> {
+    fn write(
+        &mut self,
+        chunk_no: u64,
+        in_chunk: usize,
+        src: &[u8],
+        slabs: &Slabs,
+    ) -> Result<(), OutOfMemory> {
         debug_assert!(in_chunk + src.len() <= CHUNK_BYTES);
         // Zeros landing on a hole leave it a hole.
         let Some(chunk) = self
@@ -130,9 +138,9 @@ impl Shard {
             let piece = &src[done..done + n];
             debug_assert!(i < CHUNK_PAGES);
             match &mut chunk.pages[i] {
-                Some(page) => page[in_page..in_page + n].copy_from_slice(piece),
+                Some(page) => page.bytes_mut()[in_page..in_page + n].copy_from_slice(piece),
                 None if is_zero(piece) => {}
-                slot @ None => match new_page(in_page, piece) {
+                slot @ None => match slabs.alloc(in_page, piece) {
                     Some(page) => {
                         *slot = Some(page);
                         chunk.resident += 1;
@@ -161,10 +169,16 @@ impl Shard {
 
     /// Zero device bytes `[start_bytes, end_bytes)` within the stored
     /// chunks numbered `chunks`, dropping chunks left empty.
-    fn zero(&mut self, chunks: std::ops::RangeInclusive<u64>, start_bytes: u64, end_bytes: u64) {
+    fn zero(
+        &mut self,
+        chunks: std::ops::RangeInclusive<u64>,
+        start_bytes: u64,
+        end_bytes: u64,
+        slabs: &Slabs,
+    ) {
         let mut freed = 0u64;
         self.chunks.retain_in(chunks, |chunk_no, chunk| {
-            freed += u64::from(chunk.zero(chunk_bytes(chunk_no, start_bytes, end_bytes)));
+            freed += u64::from(chunk.zero(chunk_bytes(chunk_no, start_bytes, end_bytes), slabs));
             chunk.resident == 0
         });
         debug_assert!(freed <= self.resident_pages);
@@ -184,21 +198,6 @@ fn chunk_bytes(chunk_no: u64, start_bytes: u64, end_bytes: u64) -> Range<usize> 
     from as usize..to as usize
 }
 
-/// A new page holding `piece` at `in_page`, zeros elsewhere; `None` if the
-/// allocator refuses.
-fn new_page(in_page: usize, piece: &[u8]) -> Option<Page> {
-    let mut v: Vec<u8> = Vec::new();
-    v.try_reserve_exact(PAGE_BYTES).ok()?;
-    if piece.len() == PAGE_BYTES {
-        // A whole-page write: copy once instead of zeroing first.
-        v.extend_from_slice(piece);
-    } else {
-        v.resize(PAGE_BYTES, 0);
-        v[in_page..in_page + piece.len()].copy_from_slice(piece);
-    }
-    v.into_boxed_slice().try_into().ok()
-}
-
 /// True if every byte is zero. Folds 64 bytes at a time, which the compiler
 /// turns into vector ORs, and stops at the first non-zero block.
 #[inline]
@@ -216,6 +215,9 @@ fn is_zero(b: &[u8]) -> bool {
 pub struct Store {
     shards: Box<[CachePadded<RwLock<Shard>>]>,
     shard_mask: u64,
+    /// The pages' memory. Declared after `shards`, so that it is dropped
+    /// after every page in them.
+    slabs: Slabs,
 }
 
 impl std::fmt::Debug for Store {
@@ -245,6 +247,7 @@ impl Store {
                 .map(|i| CachePadded::new(RwLock::new(Shard::new(n.trailing_zeros(), i as u64))))
                 .collect(),
             shard_mask: n as u64 - 1,
+            slabs: Slabs::default(),
         }
     }
 
@@ -278,7 +281,7 @@ impl Store {
     pub fn write(&self, offset_bytes: u64, data: &[u8]) -> Result<(), OutOfMemory> {
         for_each_chunk_piece(offset_bytes, data.len(), |chunk_no, in_chunk, range| {
             self.shard_mut(chunk_no)
-                .write(chunk_no, in_chunk, &data[range])
+                .write(chunk_no, in_chunk, &data[range], &self.slabs)
         })
     }
 
@@ -348,7 +351,7 @@ impl Store {
                     held = Some((chunk_no, self.shard_mut(chunk_no)));
                 }
                 let (_, shard) = held.as_mut().expect("shard held");
-                shard.write(chunk_no, in_chunk, &buf[off..off + n])?;
+                shard.write(chunk_no, in_chunk, &buf[off..off + n], &self.slabs)?;
                 off += n;
                 pos += n as u64;
             }
@@ -371,12 +374,12 @@ impl Store {
         if last_chunk - first_chunk < self.shards.len() as u64 {
             for chunk_no in first_chunk..=last_chunk {
                 self.shard_mut(chunk_no)
-                    .zero(chunk_no..=chunk_no, offset_bytes, end);
+                    .zero(chunk_no..=chunk_no, offset_bytes, end, &self.slabs);
             }
         } else {
             for shard in self.shards.iter() {
                 let mut shard = shard.write().unwrap_or_else(|e| e.into_inner());
-                shard.zero(first_chunk..=last_chunk, offset_bytes, end);
+                shard.zero(first_chunk..=last_chunk, offset_bytes, end, &self.slabs);
             }
         }
     }
@@ -446,7 +449,7 @@ fn copy_out(chunk: Option<&Chunk>, in_chunk: usize, out: &mut [u8]) {
         let dst = &mut out[done..done + n];
         debug_assert!(i < CHUNK_PAGES);
         match &chunk.pages[i] {
-            Some(page) => dst.copy_from_slice(&page[in_page..in_page + n]),
+            Some(page) => dst.copy_from_slice(&page.bytes()[in_page..in_page + n]),
             None => dst.fill(0),
         }
         done += n;

@@ -11,9 +11,12 @@
 //!   allocation on our side.
 //! - Completions come back through librbd's event queue: the image's
 //!   eventfd (`rbd_set_image_notification`) is signalled by librbd's
-//!   thread after it queues a completion, and `poll` reads the eventfd
-//!   (clearing it) and then drains `rbd_poll_io_events` until it is empty,
-//!   so the eventfd is readable exactly while a completion may wait. That
+//!   thread after it queues a completion, and `poll` drains
+//!   `rbd_poll_io_events` until it is empty; a poll that finds nothing
+//!   reads the eventfd (clearing it) and looks once more, so the eventfd
+//!   is readable while a completion may wait (and at most until the next
+//!   poll after one that found some: one `read` per round, not per poll).
+//!   That
 //!   eventfd, with the queue's hand-over eventfd, is the queue's
 //!   **interrupt line** ([`Driver::irq_fd`]): the core puts it in every
 //!   completion fd of the queue, and a context alone on its queue sleeps
@@ -350,13 +353,26 @@ impl Drop for RbdQueue {
 
 impl RbdQueue {
     /// Take every completion librbd has for this handle; ours complete,
-    /// another queue's go to its mailbox.
+    /// another queue's go to its mailbox. The eventfd is cleared only when
+    /// nothing was waiting (then the queue is about to be idle): clear,
+    /// then look once more, so that a completion queued from the clear on
+    /// signals it again and it is readable exactly while one may wait. A
+    /// poll that found completions leaves it set, and the next poll (the
+    /// caller's loop goes round once more after finding work) clears it:
+    /// one `read` per round of completions, not one per poll.
     #[inline]
     fn reap(&mut self, done: &mut Completions<'_>) -> usize {
-        // Clear the eventfd first: a completion queued from here on
-        // signals it again, so it is readable exactly while one may wait
-        // (a waiter or an event loop never spins on a stale signal).
+        let n = self.take_events(done);
+        if n > 0 {
+            return n;
+        }
         drain(self.handle.efd.as_raw_fd());
+        self.take_events(done)
+    }
+
+    /// Take what librbd's event queue holds (no system call).
+    #[inline]
+    fn take_events(&mut self, done: &mut Completions<'_>) -> usize {
         let mut n = 0;
         loop {
             // SAFETY: events has room for EVENT_BATCH completions.
@@ -651,8 +667,9 @@ impl Driver for RbdDriver {
         hq.inflight.count += 1;
         if last {
             // What librbd finished at once (its cache took a write) ends
-            // now, as fio finds it at its first look.
-            hq.reap(done);
+            // now, as fio finds it at its first look; without a system
+            // call (the eventfd is left to the poll that finds nothing).
+            hq.take_events(done);
         }
         QueueRq::Issued
     }

@@ -557,6 +557,11 @@ impl<'s> Loop<'s> {
         ) {
             c.readable = true;
         }
+        if flags
+            .intersects(epoll::EventFlags::RDHUP | epoll::EventFlags::HUP | epoll::EventFlags::ERR)
+        {
+            c.peer_closed = true;
+        }
         if flags.intersects(epoll::EventFlags::OUT | epoll::EventFlags::HUP) {
             c.writable = true;
         }

@@ -120,6 +120,7 @@ impl<'s> Conn<'s> {
             busy_slots: 0,
             device: None,
             readable: true,
+            peer_closed: false,
             writable: true,
             dirty: false,
             timer_at: None,

@@ -93,7 +93,12 @@ impl Conn<'_> {
                         self.put_buf(p.buf);
                         return Err(End::Dropped("connection closed mid-payload".into()));
                     }
-                    Ok(n) => p.got += n,
+                    Ok(n) => {
+                        if self.wire.drained(len - p.got, n) && !self.peer_closed {
+                            self.readable = false;
+                        }
+                        p.got += n;
+                    }
                     Err(e) if would_block(&e) => self.readable = false,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => {
@@ -143,6 +148,11 @@ impl Conn<'_> {
                     break;
                 }
                 Ok(n) => {
+                    // A short read emptied the socket: the next read waits
+                    // for the next edge rather than being an EAGAIN now.
+                    if self.wire.drained(scratch.len() - k, n) && !self.peer_closed {
+                        self.readable = false;
+                    }
                     let data = &scratch[..k + n];
                     let used = self.consume(ctx, done, idx, data, now)?;
                     self.stash.extend_from_slice(&data[used..]);

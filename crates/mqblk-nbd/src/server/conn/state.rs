@@ -98,6 +98,10 @@ pub(crate) struct Conn<'s> {
     pub(super) device: Option<Device>,
     /// The socket may have input (edge-triggered: cleared on `WouldBlock`).
     pub(crate) readable: bool,
+    /// The peer shut its side, or the socket failed: input ends with
+    /// what is queued, and is read to its end (not stopped at a short
+    /// read).
+    pub(crate) peer_closed: bool,
     /// The socket may take output.
     pub(crate) writable: bool,
     /// In the loop's dirty list.

@@ -58,6 +58,15 @@ impl Wire {
         }
     }
 
+    /// True if a `recv` of `asked` bytes that returned `got` left the
+    /// socket empty. A stream socket's read takes everything queued up to
+    /// the buffer's end, so a short one drained it; whatever arrives later
+    /// raises a new edge in epoll. Through TLS, a short read says nothing
+    /// of the socket.
+    pub(super) fn drained(&self, asked: usize, got: usize) -> bool {
+        self.tls.is_none() && got < asked
+    }
+
     /// Push what TLS holds to the socket. `Ok(true)` when all is out.
     pub(super) fn push_tls(&mut self) -> io::Result<bool> {
         push_tls_on(&mut self.sock, &mut self.tls)
