@@ -466,6 +466,62 @@ int mqblk_queue_create(const struct mqblk *dev, struct mqblk_queue **out);
 void mqblk_queue_destroy(struct mqblk_queue *q);
 
 /*
+ Issue what is submitted, and collect completions into `completions`:
+ at least `min` (waiting for them; fewer only when nothing is left in
+ flight) and at most `max`. Returns how many were written, or a negative
+ error code. `min = 0` polls without blocking. Completions beyond `max`
+ stay in the queue for the next call.
+
+ # Safety
+
+ `q` is NULL or a live queue used by no other thread now; `completions`
+ has room for `max` entries (it may be NULL when `max` is 0).
+ */
+int mqblk_queue_do_io(struct mqblk_queue *q,
+                      struct mqblk_completion *completions,
+                      int min,
+                      int max);
+
+/*
+ Like `mqblk_queue_do_io()`, but waits at most `timeout_ns` nanoseconds
+ for `min` completions (libblkio's `blkioq_do_io` timeout); a negative
+ `timeout_ns` waits as long as it takes. Returns how many completions
+ were written, fewer than `min` if the time ran out, or a negative error
+ code. It sleeps in poll(2) on the queue's completion fd.
+
+ # Safety
+
+ As for `mqblk_queue_do_io()`.
+ */
+int mqblk_queue_do_io_timeout(struct mqblk_queue *q,
+                              struct mqblk_completion *completions,
+                              int min,
+                              int max,
+                              int64_t timeout_ns);
+
+/*
+ A file descriptor that becomes readable when `mqblk_queue_do_io()` would
+ make progress, for an event loop (epoll, poll, select) that waits on
+ I/O and sockets together. It lives as long as the queue; do not close
+ it. Returns the fd or a negative error code.
+
+ # Safety
+
+ `q` is NULL or a live queue used by no other thread now.
+ */
+int mqblk_queue_completion_fd(struct mqblk_queue *q);
+
+/*
+ Fill `*out` with this queue's own counters.
+
+ # Safety
+
+ `q` is NULL or a live queue used by no other thread now; `out` is NULL or
+ writable.
+ */
+int mqblk_queue_get_stats(struct mqblk_queue *q, struct mqblk_stats *out);
+
+/*
  Submit a read of `len` bytes at byte `offset` into `buf`. Its completion
  carries `user_data`. `offset` and `len` must be multiples of the
  device's logical block size; `flags` is 0 or MQBLK_REQ_* bits.
@@ -580,62 +636,6 @@ int mqblk_queue_write_zeroes(struct mqblk_queue *q,
  `q` is NULL or a live queue used by no other thread now.
  */
 int mqblk_queue_commit(struct mqblk_queue *q);
-
-/*
- Issue what is submitted, and collect completions into `completions`:
- at least `min` (waiting for them; fewer only when nothing is left in
- flight) and at most `max`. Returns how many were written, or a negative
- error code. `min = 0` polls without blocking. Completions beyond `max`
- stay in the queue for the next call.
-
- # Safety
-
- `q` is NULL or a live queue used by no other thread now; `completions`
- has room for `max` entries (it may be NULL when `max` is 0).
- */
-int mqblk_queue_do_io(struct mqblk_queue *q,
-                      struct mqblk_completion *completions,
-                      int min,
-                      int max);
-
-/*
- Like `mqblk_queue_do_io()`, but waits at most `timeout_ns` nanoseconds
- for `min` completions (libblkio's `blkioq_do_io` timeout); a negative
- `timeout_ns` waits as long as it takes. Returns how many completions
- were written, fewer than `min` if the time ran out, or a negative error
- code. It sleeps in poll(2) on the queue's completion fd.
-
- # Safety
-
- As for `mqblk_queue_do_io()`.
- */
-int mqblk_queue_do_io_timeout(struct mqblk_queue *q,
-                              struct mqblk_completion *completions,
-                              int min,
-                              int max,
-                              int64_t timeout_ns);
-
-/*
- A file descriptor that becomes readable when `mqblk_queue_do_io()` would
- make progress, for an event loop (epoll, poll, select) that waits on
- I/O and sockets together. It lives as long as the queue; do not close
- it. Returns the fd or a negative error code.
-
- # Safety
-
- `q` is NULL or a live queue used by no other thread now.
- */
-int mqblk_queue_completion_fd(struct mqblk_queue *q);
-
-/*
- Fill `*out` with this queue's own counters.
-
- # Safety
-
- `q` is NULL or a live queue used by no other thread now; `out` is NULL or
- writable.
- */
-int mqblk_queue_get_stats(struct mqblk_queue *q, struct mqblk_stats *out);
 
 #ifdef __cplusplus
 } // extern "C"
