@@ -8,53 +8,25 @@
 //! inline: no allocation, no copy, and the bio itself is never moved);
 //! its completion carries the user pointer back.
 //!
-//! By call order: a queue is made here, requests go in through [`submit`]
+//! By call order: a queue ([`handle`]: its context and the completions
+//! ready) is made here, requests go in through [`submit`]
 //! (read, write, their vectors, flush, discard, write-zeroes, and the
 //! commit of the plug), and completions come back through [`reap`]
 //! (`do_io`, the completion fd, the queue's counters).
 
 use std::collections::VecDeque;
-use std::ffi::{c_int, c_void};
-
-use mqblk::Context;
+use std::ffi::c_int;
 
 use crate::device::{dev_ref, Mqblk};
 use crate::error::{entry, Failure};
 
+mod handle;
 mod reap;
 mod submit;
 
+pub use handle::{MqblkCompletion, MqblkQueue};
 pub use reap::*;
 pub use submit::*;
-
-/// Force unit access: the write is durable when it completes.
-pub const MQBLK_REQ_FUA: u32 = 1;
-/// Flush the device's write cache before this request.
-pub const MQBLK_REQ_PREFLUSH: u32 = 2;
-/// Never merge this request with a neighbour.
-pub const MQBLK_REQ_NOMERGE: u32 = 4;
-pub(crate) const REQ_ALL: u32 = MQBLK_REQ_FUA | MQBLK_REQ_PREFLUSH | MQBLK_REQ_NOMERGE;
-
-/// One finished request.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct MqblkCompletion {
-    /// The pointer given when the request was submitted.
-    pub user_data: *mut c_void,
-    /// MQBLK_ERROR_OK, or the negative error code of the request.
-    pub ret: c_int,
-    /// The errno a POSIX call would have set (0 on success).
-    pub errno_value: c_int,
-}
-
-/// A queue for one thread (opaque).
-pub struct MqblkQueue {
-    pub(crate) ctx: Context,
-    /// Completions reaped but not handed out yet (a caller may ask for
-    /// fewer than are ready). Sized at creation; it grows only if the
-    /// caller leaves more than that uncollected.
-    pub(crate) ready: VecDeque<MqblkCompletion>,
-}
 
 /// Make a queue on `dev` for the calling thread. On success `*out` is the
 /// queue. Control plane: this allocates; make queues before the I/O loop.
@@ -99,17 +71,4 @@ pub unsafe extern "C" fn mqblk_queue_destroy(q: *mut MqblkQueue) {
         }
         Ok(0)
     });
-}
-
-/// Borrow a queue, or fail with MQBLK_ERROR_NULL.
-///
-/// # Safety
-///
-/// `q` is NULL or a live queue that no other thread uses now.
-pub(crate) unsafe fn queue_mut<'a>(
-    q: *mut MqblkQueue,
-    func: &str,
-) -> Result<&'a mut MqblkQueue, Failure> {
-    // SAFETY: NULL or live and unshared (the caller's promise).
-    unsafe { q.as_mut() }.ok_or_else(|| Failure::null(func, "q"))
 }

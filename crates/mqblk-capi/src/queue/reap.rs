@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::ffi::{c_int, c_void};
 
-use super::{queue_mut, MqblkCompletion, MqblkQueue};
+use super::handle::{queue_mut, MqblkCompletion, MqblkQueue};
 use crate::device::MqblkStats;
 use crate::error::{entry, Failure, MqblkError};
 

@@ -6,8 +6,16 @@ use std::ptr::NonNull;
 
 use mqblk::{Bio, BioFlags, IoBuf, Op};
 
-use super::{queue_mut, MqblkQueue, MQBLK_REQ_FUA, MQBLK_REQ_NOMERGE, MQBLK_REQ_PREFLUSH, REQ_ALL};
+use super::handle::{queue_mut, MqblkQueue};
 use crate::error::{entry, Failure, MqblkError};
+
+/// Force unit access: the write is durable when it completes.
+pub const MQBLK_REQ_FUA: u32 = 1;
+/// Flush the device's write cache before this request.
+pub const MQBLK_REQ_PREFLUSH: u32 = 2;
+/// Never merge this request with a neighbour.
+pub const MQBLK_REQ_NOMERGE: u32 = 4;
+const REQ_ALL: u32 = MQBLK_REQ_FUA | MQBLK_REQ_PREFLUSH | MQBLK_REQ_NOMERGE;
 
 fn bio_flags(flags: u32, func: &str) -> Result<BioFlags, Failure> {
     if flags & !REQ_ALL != 0 {
