@@ -260,11 +260,11 @@ mod tests {
     fn an_unknown_key_is_told_every_key_in_order() {
         let msg = OptionError::UnknownKey.to_string();
         assert!(
-            msg.starts_with("unknown option; known: name, rw, bs, iodepth, numjobs,"),
+            msg.starts_with("unknown option; known: name, rw, readwrite, bs, blocksize, iodepth,"),
             "{msg}"
         );
         assert!(
-            msg.ends_with("buffer_compress_percentage, buffer_compress_chunk"),
+            msg.ends_with("log_hist_msec, log_hist_coarseness, per_job_logs"),
             "{msg}"
         );
     }
