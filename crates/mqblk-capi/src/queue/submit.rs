@@ -317,10 +317,19 @@ pub unsafe extern "C" fn mqblk_queue_writev(
 }
 
 /// A request without data: flush, discard or write-zeroes.
-fn no_data(func: &str, q: *mut MqblkQueue, bio: Bio, user_data: *mut c_void, flags: u32) -> c_int {
+///
+/// # Safety
+///
+/// `q` is NULL or a live queue used by no other thread now.
+unsafe fn no_data(
+    func: &str,
+    q: *mut MqblkQueue,
+    bio: Bio,
+    user_data: *mut c_void,
+    flags: u32,
+) -> c_int {
     entry(func, || {
-        // SAFETY: `q` is NULL or a live, unshared queue: the promise of
-        // every exported caller of this function.
+        // SAFETY: the caller's promise, passed on.
         let q = unsafe { queue_mut(q, func) }?;
         let flags = bio_flags(flags, func)?;
         submit(q, bio, user_data, flags)
@@ -339,7 +348,8 @@ pub unsafe extern "C" fn mqblk_queue_flush(
     user_data: *mut c_void,
     flags: u32,
 ) -> c_int {
-    no_data("mqblk_queue_flush", q, Bio::flush(), user_data, flags)
+    // SAFETY: the caller's promise, passed on.
+    unsafe { no_data("mqblk_queue_flush", q, Bio::flush(), user_data, flags) }
 }
 
 /// Submit a discard of `len` bytes at byte `offset`.
@@ -355,13 +365,16 @@ pub unsafe extern "C" fn mqblk_queue_discard(
     user_data: *mut c_void,
     flags: u32,
 ) -> c_int {
-    no_data(
-        "mqblk_queue_discard",
-        q,
-        Bio::discard_at(offset, len),
-        user_data,
-        flags,
-    )
+    // SAFETY: the caller's promise, passed on.
+    unsafe {
+        no_data(
+            "mqblk_queue_discard",
+            q,
+            Bio::discard_at(offset, len),
+            user_data,
+            flags,
+        )
+    }
 }
 
 /// Submit a write-zeroes of `len` bytes at byte `offset`: they read back as
@@ -378,13 +391,16 @@ pub unsafe extern "C" fn mqblk_queue_write_zeroes(
     user_data: *mut c_void,
     flags: u32,
 ) -> c_int {
-    no_data(
-        "mqblk_queue_write_zeroes",
-        q,
-        Bio::write_zeroes_at(offset, len),
-        user_data,
-        flags,
-    )
+    // SAFETY: the caller's promise, passed on.
+    unsafe {
+        no_data(
+            "mqblk_queue_write_zeroes",
+            q,
+            Bio::write_zeroes_at(offset, len),
+            user_data,
+            flags,
+        )
+    }
 }
 
 /// Issue every request submitted so far (flush the plug) without waiting.
