@@ -147,32 +147,15 @@ pub fn normal(specs: &[JobSpec], run: &RunResult) -> String {
             "{}: (groupid={}, jobs=1): err={err:2}{why}: pid={pid}: {date}",
             job.name, job.group
         );
-        if job.read.ios > 0 {
-            write_dir(
-                &mut out,
-                "read",
-                &job.read,
-                DirLat::of(specs, job, StatGroup::Read),
-                job.runtime_ns,
-            );
-        }
-        if job.write.ios > 0 {
-            write_dir(
-                &mut out,
-                "write",
-                &job.write,
-                DirLat::of(specs, job, StatGroup::Write),
-                job.runtime_ns,
-            );
-        }
-        if job.trim.ios > 0 {
-            write_dir(
-                &mut out,
-                "trim",
-                &job.trim,
-                DirLat::of(specs, job, StatGroup::Discard),
-                job.runtime_ns,
-            );
+        for (name, dir, group) in [
+            ("read", &job.read, StatGroup::Read),
+            ("write", &job.write, StatGroup::Write),
+            ("trim", &job.trim, StatGroup::Discard),
+        ] {
+            if dir.ios > 0 {
+                let lat = DirLat::of(specs, job, group);
+                write_dir(&mut out, name, dir, lat, job.runtime_ns);
+            }
         }
         let _ = writeln!(
             out,
