@@ -40,6 +40,7 @@ trap cleanup EXIT
 wait_sock() { for _ in $(seq 200); do [ -S "$1" ] && return 0; sleep 0.05; done; echo "no socket $1" >&2; exit 1; }
 clk=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+sys_ticks() { awk '{print $15}' "/proc/$1/stat"; }
 
 servers=(mqblk nbdkit qemu-nbd)
 declare -A pid
@@ -57,19 +58,22 @@ for s in "${servers[@]}"; do
     --iodepth=8 --size=1G --output-format=terse >/dev/null
 done
 
-run() { # server jobs -> "iops ns_per_io"
-  local s=$1 jobs=$2 t0 t1
+run() { # server jobs -> "iops ns_per_io sys_ns_per_io"
+  local s=$1 jobs=$2 t0 t1 k0 k1
   t0=$(cpu_ticks "${pid[$s]}")
+  k0=$(sys_ticks "${pid[$s]}")
   fio --name="$s" --ioengine=nbd --uri="nbd+unix:///?socket=$dir/$s.sock" --rw="$rw" --bs=4k \
     --iodepth=32 --numjobs="$jobs" --group_reporting --runtime="$runtime" --time_based \
     --size=1G --output-format=json --output="$dir/fio.json" >/dev/null
   t1=$(cpu_ticks "${pid[$s]}")
-  python3 - "$dir/fio.json" "$rw" "$((t1 - t0))" "$clk" <<'PY'
+  k1=$(sys_ticks "${pid[$s]}")
+  python3 - "$dir/fio.json" "$rw" "$((t1 - t0))" "$clk" "$((k1 - k0))" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))["jobs"][0]
 d = j["read"] if "read" in sys.argv[2] else j["write"]
 ios = max(d["total_ios"], 1)
-print(f"{d['iops']:.0f} {int(sys.argv[3]) * 1e9 / int(sys.argv[4]) / ios:.0f}")
+ns = 1e9 / int(sys.argv[4]) / ios
+print(f"{d['iops']:.0f} {int(sys.argv[3]) * ns:.0f} {int(sys.argv[5]) * ns:.0f}")
 PY
 }
 
@@ -86,12 +90,14 @@ for jobs in 1 4; do
   python3 - "$jobs" "${rows[@]}" <<'PY'
 import statistics, sys
 jobs, rows = sys.argv[1], [list(map(float, r.split())) for r in sys.argv[2:]]
-for i, (mi, mn, ki, kn, qi, qn) in enumerate(rows, 1):
+for i, (mi, mn, ms, ki, kn, ks, qi, qn, qs) in enumerate(rows, 1):
     print(f"  {jobs} job(s) round {i}: IOPS mqblk {mi:7.0f} nbdkit {ki:7.0f} qemu-nbd {qi:7.0f}"
-          f"   ns/IO mqblk {mn:6.0f} nbdkit {kn:6.0f} qemu-nbd {qn:6.0f}"
+          f"   ns/IO (of it in the kernel) mqblk {mn:6.0f} ({ms:.0f}) nbdkit {kn:6.0f} ({ks:.0f})"
+          f" qemu-nbd {qn:6.0f} ({qs:.0f})"
           f"   mqblk/nbdkit {mn / kn:.3f}  mqblk/qemu-nbd {mn / qn:.3f}")
 print(f"  {jobs} job(s) median: server CPU per I/O mqblk/nbdkit "
-      f"{statistics.median(r[1] / r[3] for r in rows):.3f}, mqblk/qemu-nbd "
-      f"{statistics.median(r[1] / r[5] for r in rows):.3f}")
+      f"{statistics.median(r[1] / r[4] for r in rows):.3f}, mqblk/qemu-nbd "
+      f"{statistics.median(r[1] / r[7] for r in rows):.3f}; mqblk's kernel time alone / nbdkit's "
+      f"total {statistics.median(r[2] / r[4] for r in rows):.3f}")
 PY
 done
