@@ -13,8 +13,16 @@
 //!
 //! Skips are counted by `scripts/test`: each one is appended as a line
 //! `<kind>\t<test>\t<why>` to the file named by `MQBLK_SKIP_LOG`.
+//!
+//! Beside that, what several test files would otherwise write again: a
+//! [`Scratch`] directory, [`wait_for_path`] for a server's socket, and a
+//! [`Watched`] child (its output read line by line, stopped by its pid).
 
 #![forbid(unsafe_code)]
+
+mod child;
+
+pub use child::{Line, Watched};
 
 use std::io::Write;
 
