@@ -59,6 +59,19 @@ fn finish(b: Watched) -> (Option<i32>, String, String) {
     (st.code(), out, err)
 }
 
+/// `stop` the bench (kill its backend, signal it), then wait for it to
+/// exit: its code, stdout and stderr, and how long after `stop` began it
+/// exited (the clock is read before `stop` runs: an upper bound).
+fn stop_and_finish(
+    mut b: Watched,
+    stop: impl FnOnce(&mut Watched),
+) -> (Option<i32>, String, String, Duration) {
+    let t = Instant::now();
+    stop(&mut b);
+    let (code, out, err) = finish(b);
+    (code, out, err, t.elapsed())
+}
+
 #[test]
 fn a_bench_ends_in_time_when_its_osd_dies_and_a_signal_ends_it_at_once() {
     let Some(c) = MicroCeph::start() else { return };
@@ -78,10 +91,7 @@ fn a_bench_ends_in_time_when_its_osd_dies_and_a_signal_ends_it_at_once() {
         }
         let b = bench(&spec, rw, 60, &DEEP);
         std::thread::sleep(Duration::from_secs(2));
-        let killed = Instant::now();
-        c.kill_osd();
-        let (code, out, err) = finish(b);
-        let took = killed.elapsed();
+        let (code, out, err, took) = stop_and_finish(b, |_| c.kill_osd());
         eprintln!("{rw}: exit {code:?} {took:?} after the OSD was killed");
         assert_eq!(code, Some(1), "{rw}: {err}");
         assert!(
@@ -99,15 +109,12 @@ fn a_bench_ends_in_time_when_its_osd_dies_and_a_signal_ends_it_at_once() {
 
     // A timeout far away: only the signal can end the bench.
     let spec = c.spec("dead-int", "create=256M,io_timeout_ms=60000");
-    let mut b = bench(&spec, "randwrite", 120, &DEEP);
+    let b = bench(&spec, "randwrite", 120, &DEEP);
     std::thread::sleep(Duration::from_secs(2));
     c.kill_osd();
     // Its I/O is stuck now.
     std::thread::sleep(Duration::from_secs(2));
-    let t = Instant::now();
-    b.signal("-INT");
-    let (code, out, err) = finish(b);
-    let took = t.elapsed();
+    let (code, out, err, took) = stop_and_finish(b, |b| b.signal("-INT"));
     eprintln!("SIGINT on a dead OSD: exit {code:?} {took:?} after the signal");
     assert_eq!(code, Some(130), "{err}");
     assert!(took < SIGNAL_BOUND, "{took:?} after SIGINT: {err}");
@@ -135,10 +142,7 @@ fn a_verified_bench_over_nbd_ends_in_time_when_its_server_is_killed() {
         &[&DEEP[..], &["--verify=crc32c"]].concat(),
     );
     std::thread::sleep(Duration::from_secs(1));
-    let killed = Instant::now();
-    server.kill();
-    let (code, out, err) = finish(b);
-    let took = killed.elapsed();
+    let (code, out, err, took) = stop_and_finish(b, |_| server.kill());
     eprintln!("nbd: exit {code:?} {took:?} after the server was killed");
     assert_eq!(code, Some(1), "{err}");
     assert!(took < EXIT_BOUND, "{took:?} after the kill: {err}");
