@@ -8,10 +8,10 @@
 //! process a test kills is one it started, by its pid.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use mqblk_test_support::{require_tool, Scratch};
+use mqblk_test_support::{require_tool, Scratch, Watched};
 
 const MIB: usize = 1 << 20;
 /// The chunk of the tables here: 128 sectors.
@@ -64,26 +64,20 @@ fn destripe(data: &[u8]) -> [Vec<u8>; 2] {
 
 /// A `mqblk serve` this test started; killed by its pid when dropped.
 struct Server {
-    child: Option<Child>,
+    proc: Watched,
     sock: PathBuf,
 }
 
 impl Server {
     fn start(dir: &Path, name: &str, spec: &str) -> Server {
         let sock = dir.join(format!("{name}.sock"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mqblk"))
-            .args(["serve", "--device", spec, "--socket"])
-            .arg(&sock)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start mqblk serve");
-        mqblk_test_support::wait_for_path(&sock, "mqblk serve", Some(&mut child));
-        Server {
-            child: Some(child),
-            sock,
-        }
+        let mut proc = Watched::spawn(
+            Command::new(env!("CARGO_BIN_EXE_mqblk"))
+                .args(["serve", "--device", spec, "--socket"])
+                .arg(&sock),
+        );
+        proc.wait_for_path(&sock);
+        Server { proc, sock }
     }
 
     /// The default export's URL.
@@ -93,30 +87,9 @@ impl Server {
 
     /// SIGTERM (the server flushes and exits 0), and wait.
     fn stop(mut self) {
-        let mut child = self.child.take().unwrap();
-        let st = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(st.success());
-        let t = Instant::now();
-        loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                assert!(s.success(), "mqblk serve exit status {s}");
-                return;
-            }
-            assert!(t.elapsed() < Duration::from_secs(60), "serve did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.proc.signal("-TERM");
+        let (s, _, err) = self.proc.finish(Duration::from_secs(60));
+        assert!(s.success(), "mqblk serve exit status {s}: {err}");
     }
 }
 

@@ -9,11 +9,11 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use common::MicroCeph;
-use mqblk_test_support::require_tool;
+use mqblk_test_support::{require_tool, Watched};
 
 fn run(cmd: &str, args: &[&str]) -> String {
     let o = Command::new(cmd).args(args).output().expect(cmd);
@@ -48,15 +48,13 @@ fn serve_exports_an_rbd_image_to_real_clients() {
     }
     c.rbd(&["create", "--size", "40M", "rbd/srv"]);
     let sock = c.dir.join("nbd.sock");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mqblk"))
-        .args(["serve", "--device", &c.spec("srv", ""), "--export", "disk"])
-        .arg("--socket")
-        .arg(&sock)
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start mqblk serve");
-    mqblk_test_support::wait_for_path(&sock, "mqblk serve", Some(&mut child));
+    let mut child = Watched::spawn(
+        Command::new(env!("CARGO_BIN_EXE_mqblk"))
+            .args(["serve", "--device", &c.spec("srv", ""), "--export", "disk"])
+            .arg("--socket")
+            .arg(&sock),
+    );
+    child.wait_for_path(&sock);
     let url = format!("nbd+unix:///disk?socket={}", sock.display());
     assert_eq!(
         run("nbdinfo", &["--size", &url]).trim(),
@@ -97,20 +95,9 @@ fn serve_exports_an_rbd_image_to_real_clients() {
             ],
         );
     }
-    let st = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let t = Instant::now();
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            assert!(s.success(), "mqblk serve exit status {s}");
-            break;
-        }
-        assert!(t.elapsed() < Duration::from_secs(60), "serve did not exit");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    child.signal("-TERM");
+    let (s, _, err) = child.finish(Duration::from_secs(60));
+    assert!(s.success(), "mqblk serve exit status {s}: {err}");
 }
 
 /// Run `mqblk bench ARGS --verify=crc32c --output-format=json`: it must
