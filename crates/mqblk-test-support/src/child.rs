@@ -197,7 +197,7 @@ impl Watched {
     /// Wait until `path` (its socket) exists, as [`crate::wait_for_path`]:
     /// failing at once if it exits first.
     pub fn wait_for_path(&mut self, path: &std::path::Path) {
-        crate::wait_for_path(path, &self.who, Some(&mut self.child));
+        crate::wait::wait_for_path(path, &self.who, Some(&mut self.child));
     }
 }
 
