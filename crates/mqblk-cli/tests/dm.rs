@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use mqblk_test_support::{require_tool, Scratch, Watched};
+use mqblk_test_support::{require_tool, run_ok, Scratch, Watched};
 
 const MIB: usize = 1 << 20;
 /// The chunk of the tables here: 128 sectors.
@@ -30,17 +30,6 @@ fn ok(o: Output) -> String {
         o.status.success(),
         "status {}: {}{}",
         o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn run(cmd: &str, args: &[&str]) -> String {
-    let o = Command::new(cmd).args(args).output().expect(cmd);
-    assert!(
-        o.status.success(),
-        "{cmd} {args:?}: {}{}",
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
@@ -221,15 +210,18 @@ fn serve_exports_a_striped_device_to_real_clients() {
     .unwrap();
     let srv = Server::start(dir.path(), "dm", &format!("dm:{}", tf.display()));
     let url = srv.url();
-    assert_eq!(run("nbdinfo", &["--size", &url]).trim(), size.to_string());
+    assert_eq!(
+        run_ok("nbdinfo", &["--size", &url]).trim(),
+        size.to_string()
+    );
     let src = dir.path().join("src.img");
     let data = pattern(0x5a, size);
     std::fs::write(&src, &data).unwrap();
-    run("nbdcopy", &[src.to_str().unwrap(), &url]);
+    run_ok("nbdcopy", &[src.to_str().unwrap(), &url]);
     let back = dir.path().join("back.img");
-    run("nbdcopy", &[&url, back.to_str().unwrap()]);
+    run_ok("nbdcopy", &[&url, back.to_str().unwrap()]);
     assert!(std::fs::read(&back).unwrap() == data, "nbdcopy round trip");
-    run(
+    run_ok(
         "qemu-img",
         &[
             "compare",
@@ -246,7 +238,7 @@ fn serve_exports_a_striped_device_to_real_clients() {
     for (i, want) in destripe(&data).iter().enumerate() {
         let exp = dir.path().join(format!("want{i}.img"));
         std::fs::write(&exp, want).unwrap();
-        run(
+        run_ok(
             "qemu-img",
             &[
                 "compare",

@@ -13,18 +13,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::MicroCeph;
-use mqblk_test_support::{require_tool, Watched};
-
-fn run(cmd: &str, args: &[&str]) -> String {
-    let o = Command::new(cmd).args(args).output().expect(cmd);
-    assert!(
-        o.status.success(),
-        "{cmd} {args:?}: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use mqblk_test_support::{require_tool, run_ok, Watched};
 
 const MIB: u64 = 1 << 20;
 
@@ -57,22 +46,22 @@ fn serve_exports_an_rbd_image_to_real_clients() {
     child.wait_for_path(&sock);
     let url = format!("nbd+unix:///disk?socket={}", sock.display());
     assert_eq!(
-        run("nbdinfo", &["--size", &url]).trim(),
+        run_ok("nbdinfo", &["--size", &url]).trim(),
         (40 * MIB).to_string()
     );
     // A fresh image is all hole.
-    let map = run("nbdinfo", &["--map", &url]);
+    let map = run_ok("nbdinfo", &["--map", &url]);
     assert!(map.contains("hole") && !map.contains("data"), "{map}");
 
     let src = c.dir.join("src.img");
     source(&src);
-    run("nbdcopy", &[src.to_str().unwrap(), &url]);
-    let map = run("nbdinfo", &["--map", &url]);
+    run_ok("nbdcopy", &[src.to_str().unwrap(), &url]);
+    let map = run_ok("nbdinfo", &["--map", &url]);
     assert!(map.lines().next().unwrap().contains("data"), "{map}");
     eprintln!("nbdinfo --map after nbdcopy:\n{map}");
 
     let back = c.dir.join("back.img");
-    run("nbdcopy", &[&url, back.to_str().unwrap()]);
+    run_ok("nbdcopy", &[&url, back.to_str().unwrap()]);
     assert!(
         std::fs::read(&back).unwrap() == std::fs::read(&src).unwrap(),
         "nbdcopy round trip"
@@ -82,7 +71,7 @@ fn serve_exports_an_rbd_image_to_real_clients() {
     c.rbd(&["export", "rbd/srv", exported.to_str().unwrap()]);
     // Against the export over NBD, and against the source file.
     for other in [url.as_str(), src.to_str().unwrap()] {
-        run(
+        run_ok(
             "qemu-img",
             &[
                 "compare",

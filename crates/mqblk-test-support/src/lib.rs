@@ -65,6 +65,22 @@ pub fn require_tool(tool: &str) {
     );
 }
 
+/// Run `cmd ARGS` (a tool, to its end) and fail the test unless it
+/// succeeds, with its stdout and stderr; its stdout.
+pub fn run_ok(cmd: &str, args: &[&str]) -> String {
+    let o = std::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {cmd}: {e}"));
+    assert!(
+        o.status.success(),
+        "{cmd} {args:?}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
 /// Skip the calling test because the kernel lacks `module`, one of
 /// [`OPTIONAL_MODULES`]. The caller returns right after.
 pub fn skip_no_module(module: &str, why: &str) {
