@@ -4,97 +4,37 @@
 //! exits at once. Every
 //! process signalled is one this test started, by its pid.
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, ChildStderr, ChildStdout, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use mqblk_test_support::Watched;
 
 /// Longest wait for the bench to reach a point (a hang guard, not a
 /// timing assertion).
 const WAIT_MAX: Duration = Duration::from_secs(60);
 
-struct Bench {
-    child: Option<Child>,
-}
-
-impl Drop for Bench {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// Lines of a pipe, forwarded to a channel, and all of it at the end.
-fn lines<R: Read + Send + 'static>(
-    r: R,
-) -> (mpsc::Receiver<String>, std::thread::JoinHandle<String>) {
-    let (tx, rx) = mpsc::channel();
-    let h = std::thread::spawn(move || {
-        let mut all = String::new();
-        for line in BufReader::new(r).lines() {
-            let Ok(line) = line else { break };
-            all.push_str(&line);
-            all.push('\n');
-            let _ = tx.send(line);
-        }
-        all
-    });
-    (rx, h)
-}
-
-fn wait_for(rx: &mpsc::Receiver<String>, what: &str) {
-    loop {
-        match rx.recv_timeout(WAIT_MAX) {
-            Ok(l) if l.contains(what) => return,
-            Ok(_) => continue,
-            Err(e) => panic!("never saw {what:?}: {e}"),
-        }
-    }
-}
-
-fn start(args: &[&str]) -> (Bench, ChildStdout, ChildStderr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mqblk"))
-        .arg("bench")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start mqblk bench");
-    let out = child.stdout.take().unwrap();
-    let err = child.stderr.take().unwrap();
-    (Bench { child: Some(child) }, out, err)
-}
-
-fn signal(b: &Bench, sig: &str) {
-    let pid = b.child.as_ref().unwrap().id().to_string();
-    let st = Command::new("kill").args([sig, &pid]).status().unwrap();
-    assert!(st.success());
-}
-
-fn exit_code(mut b: Bench) -> Option<i32> {
-    b.child.take().unwrap().wait().unwrap().code()
+fn start(args: &[&str]) -> Watched {
+    Watched::spawn(
+        Command::new(env!("CARGO_BIN_EXE_mqblk"))
+            .arg("bench")
+            .args(args),
+    )
 }
 
 #[test]
 fn the_first_signal_stops_drains_and_reports() {
     for (sig, code) in [("-INT", 130), ("-TERM", 143)] {
-        let (b, out, err) = start(&[
+        let mut b = start(&[
             "--device",
             "null",
             "--rw=randread",
             "--runtime=10m",
             "--time_based",
         ]);
-        let (out_rx, out_all) = lines(out);
-        let (_err_rx, err_all) = lines(err);
-        wait_for(&out_rx, "Starting 1 thread");
-        signal(&b, sig);
-        assert_eq!(exit_code(b), Some(code), "{sig}");
-        let out = out_all.join().unwrap();
-        let err = err_all.join().unwrap();
+        b.wait_out("Starting 1 thread", WAIT_MAX);
+        b.signal(sig);
+        let (st, out, err) = b.finish(WAIT_MAX);
+        assert_eq!(st.code(), Some(code), "{sig}");
         // The signal may come before the first I/O completes, so the report
         // may have no `read:` line; it is printed all the same.
         assert!(
@@ -142,17 +82,8 @@ fn stuck_export(tag: &str) -> (String, mqblk::Device) {
 }
 
 /// Start a bench on the stuck export and wait until its reads are there.
-fn bench_on_stuck(
-    spec: &str,
-    slow: &mqblk::Device,
-) -> (
-    Bench,
-    mpsc::Receiver<String>,
-    std::thread::JoinHandle<String>,
-    mpsc::Receiver<String>,
-    std::thread::JoinHandle<String>,
-) {
-    let (b, out, err) = start(&[
+fn bench_on_stuck(spec: &str, slow: &mqblk::Device) -> Watched {
+    let b = start(&[
         "--device",
         spec,
         "--rw=randread",
@@ -160,9 +91,7 @@ fn bench_on_stuck(
         "--runtime=10m",
         "--time_based",
     ]);
-    let (out_rx, out_all) = lines(out);
-    let (err_rx, err_all) = lines(err);
-    wait_for(&out_rx, "Starting 1 thread");
+    b.wait_out("Starting 1 thread", WAIT_MAX);
     let mut waited = Duration::ZERO;
     while slow.stats().snapshot().in_flight == 0 {
         assert!(
@@ -172,7 +101,7 @@ fn bench_on_stuck(
         std::thread::sleep(Duration::from_millis(10));
         waited += Duration::from_millis(10);
     }
-    (b, out_rx, out_all, err_rx, err_all)
+    b
 }
 
 /// The bound issue 26 sets: a signal ends a bench within 2 s, whatever its
@@ -183,13 +112,12 @@ const SIGNAL_BOUND: Duration = Duration::from_secs(2);
 fn one_signal_ends_a_bench_whose_device_never_answers_within_2s_report_first() {
     // io_timeout_ms=0: no timeout will ever end the reads it holds.
     let (spec, slow) = stuck_export("one");
-    let (b, _out_rx, out_all, _err_rx, err_all) = bench_on_stuck(&spec, &slow);
+    let mut b = bench_on_stuck(&spec, &slow);
     let t = Instant::now();
-    signal(&b, "-INT");
-    let code = exit_code(b);
+    b.signal("-INT");
+    let code = b.wait(WAIT_MAX).code();
     let took = t.elapsed();
-    let out = out_all.join().unwrap();
-    let err = err_all.join().unwrap();
+    let (_, out, err) = b.finish(WAIT_MAX);
     eprintln!("exit {code:?} {took:?} after SIGINT");
     assert_eq!(code, Some(130), "{err}");
     assert!(
@@ -210,16 +138,15 @@ fn a_second_signal_exits_at_once() {
     // for 100 s: after the first signal the bench waits a moment for it,
     // and a second signal ends the bench at once, with no report.
     let (spec, slow) = stuck_export("two");
-    let (b, _out_rx, out_all, err_rx, err_all) = bench_on_stuck(&spec, &slow);
-    signal(&b, "-TERM");
-    wait_for(&err_rx, "mqblk: stopping: reporting");
-    signal(&b, "-TERM");
-    assert_eq!(exit_code(b), Some(143));
-    let out = out_all.join().unwrap();
+    let mut b = bench_on_stuck(&spec, &slow);
+    b.signal("-TERM");
+    b.wait_err("mqblk: stopping: reporting", WAIT_MAX);
+    b.signal("-TERM");
+    let (st, out, err) = b.finish(WAIT_MAX);
+    assert_eq!(st.code(), Some(143));
     assert!(
         !out.contains("Run status group"),
         "no report after a second signal: {out}"
     );
-    let err = err_all.join().unwrap();
     assert!(!err.contains("terminated by signal"), "{err}");
 }

@@ -22,12 +22,11 @@ mod common;
 #[path = "../../mqblk-file/tests/hang_fuse/mod.rs"]
 mod hang_fuse;
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::MicroCeph;
+use mqblk_test_support::{Scratch, Watched};
 
 /// The device's io_timeout_ms in the kill cases.
 const TIMEOUT_MS: u64 = 3000;
@@ -38,85 +37,39 @@ const EXIT_BOUND: Duration = Duration::from_millis(TIMEOUT_MS + 2000);
 const SIGNAL_BOUND: Duration = Duration::from_secs(2);
 /// A hang guard for waits that have no bound of their own.
 const HANG: Duration = Duration::from_secs(120);
+/// The kill cases' I/O: 16 deep over the first 256 MiB.
+const DEEP: [&str; 2] = ["--iodepth=16", "--size=256m"];
 
-struct Bench {
-    child: Child,
-    out: mpsc::Receiver<String>,
-    out_all: Option<std::thread::JoinHandle<String>>,
-    err_all: Option<std::thread::JoinHandle<String>>,
-}
-
-impl Drop for Bench {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn lines<R: Read + Send + 'static>(
-    r: R,
-) -> (mpsc::Receiver<String>, std::thread::JoinHandle<String>) {
-    let (tx, rx) = mpsc::channel();
-    let h = std::thread::spawn(move || {
-        let mut all = String::new();
-        for line in BufReader::new(r).lines() {
-            let Ok(line) = line else { break };
-            all.push_str(&line);
-            all.push('\n');
-            let _ = tx.send(line);
-        }
-        all
-    });
-    (rx, h)
-}
-
-fn bench(args: &[&str]) -> Bench {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mqblk"))
-        .arg("bench")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start mqblk bench");
-    let (out, out_all) = lines(child.stdout.take().unwrap());
-    let (_, err_all) = lines(child.stderr.take().unwrap());
-    let b = Bench {
-        child,
-        out,
-        out_all: Some(out_all),
-        err_all: Some(err_all),
-    };
-    loop {
-        match b.out.recv_timeout(HANG) {
-            Ok(l) if l.contains("Starting 1 thread") => break,
-            Ok(_) => {}
-            Err(e) => panic!("the bench never started: {e}"),
-        }
-    }
+/// `mqblk bench` of 4 KiB random `rw` on `spec`, time based for
+/// `runtime_s`, with `more` options; once it has started.
+fn bench(spec: &str, rw: &str, runtime_s: u32, more: &[&str]) -> Watched {
+    let b = Watched::spawn(
+        Command::new(env!("CARGO_BIN_EXE_mqblk"))
+            .args(["bench", "--device", spec, &format!("--rw={rw}"), "--bs=4k"])
+            .args(more)
+            .args([&format!("--runtime={runtime_s}"), "--time_based"]),
+    );
+    b.wait_out("Starting 1 thread", HANG);
     b
 }
 
 /// Wait for the bench to exit; its code, stdout and stderr.
-fn finish(mut b: Bench) -> (Option<i32>, String, String) {
-    let t = Instant::now();
-    let code = loop {
-        if let Some(s) = b.child.try_wait().unwrap() {
-            break s.code();
-        }
-        assert!(t.elapsed() < HANG, "the bench never exited");
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let out = b.out_all.take().unwrap().join().unwrap();
-    let err = b.err_all.take().unwrap().join().unwrap();
-    (code, out, err)
+fn finish(b: Watched) -> (Option<i32>, String, String) {
+    let (st, out, err) = b.finish(HANG);
+    (st.code(), out, err)
 }
 
-fn sigint(b: &Bench) {
-    // SAFETY: kill(2) on the pid of a child this test started and has not
-    // reaped.
-    let r = unsafe { libc::kill(b.child.id() as libc::pid_t, libc::SIGINT) };
-    assert_eq!(r, 0);
+/// `stop` the bench (kill its backend, signal it), then wait for it to
+/// exit: its code, stdout and stderr, and how long after `stop` began it
+/// exited (the clock is read before `stop` runs: an upper bound).
+fn stop_and_finish(
+    mut b: Watched,
+    stop: impl FnOnce(&mut Watched),
+) -> (Option<i32>, String, String, Duration) {
+    let t = Instant::now();
+    stop(&mut b);
+    let (code, out, err) = finish(b);
+    (code, out, err, t.elapsed())
 }
 
 #[test]
@@ -136,21 +89,9 @@ fn a_bench_ends_in_time_when_its_osd_dies_and_a_signal_ends_it_at_once() {
                 .unwrap();
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         }
-        let b = bench(&[
-            "--device",
-            &spec,
-            &format!("--rw={rw}"),
-            "--bs=4k",
-            "--iodepth=16",
-            "--size=256m",
-            "--runtime=60",
-            "--time_based",
-        ]);
+        let b = bench(&spec, rw, 60, &DEEP);
         std::thread::sleep(Duration::from_secs(2));
-        let killed = Instant::now();
-        c.kill_osd();
-        let (code, out, err) = finish(b);
-        let took = killed.elapsed();
+        let (code, out, err, took) = stop_and_finish(b, |_| c.kill_osd());
         eprintln!("{rw}: exit {code:?} {took:?} after the OSD was killed");
         assert_eq!(code, Some(1), "{rw}: {err}");
         assert!(
@@ -168,24 +109,12 @@ fn a_bench_ends_in_time_when_its_osd_dies_and_a_signal_ends_it_at_once() {
 
     // A timeout far away: only the signal can end the bench.
     let spec = c.spec("dead-int", "create=256M,io_timeout_ms=60000");
-    let b = bench(&[
-        "--device",
-        &spec,
-        "--rw=randwrite",
-        "--bs=4k",
-        "--iodepth=16",
-        "--size=256m",
-        "--runtime=120",
-        "--time_based",
-    ]);
+    let b = bench(&spec, "randwrite", 120, &DEEP);
     std::thread::sleep(Duration::from_secs(2));
     c.kill_osd();
     // Its I/O is stuck now.
     std::thread::sleep(Duration::from_secs(2));
-    let t = Instant::now();
-    sigint(&b);
-    let (code, out, err) = finish(b);
-    let took = t.elapsed();
+    let (code, out, err, took) = stop_and_finish(b, |b| b.signal("-INT"));
     eprintln!("SIGINT on a dead OSD: exit {code:?} {took:?} after the signal");
     assert_eq!(code, Some(130), "{err}");
     assert!(took < SIGNAL_BOUND, "{took:?} after SIGINT: {err}");
@@ -194,39 +123,26 @@ fn a_bench_ends_in_time_when_its_osd_dies_and_a_signal_ends_it_at_once() {
 
 #[test]
 fn a_verified_bench_over_nbd_ends_in_time_when_its_server_is_killed() {
-    let dir = std::env::temp_dir().join(format!("mqblk-dead-nbd-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let sock = dir.join("s.sock");
-    let mut server = Command::new(env!("CARGO_BIN_EXE_mqblk"))
-        .args(["serve", "ram,size=256M", "--socket"])
-        .arg(&sock)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    mqblk_test_support::wait_for_path(&sock, "mqblk serve", Some(&mut server));
+    let dir = Scratch::new("dead-nbd");
+    let sock = dir.path().join("s.sock");
+    let mut server = Watched::spawn(
+        Command::new(env!("CARGO_BIN_EXE_mqblk"))
+            .args(["serve", "ram,size=256M", "--socket"])
+            .arg(&sock),
+    );
+    server.wait_for_path(&sock);
     let spec = format!(
         "nbd+unix:///?socket={},io_timeout_ms={TIMEOUT_MS}",
         sock.display()
     );
-    let b = bench(&[
-        "--device",
+    let b = bench(
         &spec,
-        "--rw=randwrite",
-        "--bs=4k",
-        "--iodepth=16",
-        "--size=256m",
-        "--runtime=60",
-        "--time_based",
-        "--verify=crc32c",
-    ]);
+        "randwrite",
+        60,
+        &[&DEEP[..], &["--verify=crc32c"]].concat(),
+    );
     std::thread::sleep(Duration::from_secs(1));
-    let killed = Instant::now();
-    server.kill().unwrap();
-    server.wait().unwrap();
-    let (code, out, err) = finish(b);
-    let took = killed.elapsed();
+    let (code, out, err, took) = stop_and_finish(b, |_| server.kill());
     eprintln!("nbd: exit {code:?} {took:?} after the server was killed");
     assert_eq!(code, Some(1), "{err}");
     assert!(took < EXIT_BOUND, "{took:?} after the kill: {err}");
@@ -236,7 +152,6 @@ fn a_verified_bench_over_nbd_ends_in_time_when_its_server_is_killed() {
         err.contains("the job stops (continue_on_error=none"),
         "{err}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Not a test: the FUSE server, when this test binary runs itself as it
@@ -263,15 +178,7 @@ fn a_bench_on_a_file_ends_in_time_when_its_fuse_server_stops_answering() {
             m.disk().display()
         );
         let started = Instant::now();
-        let b = bench(&[
-            "--device",
-            &spec,
-            "--rw=randread",
-            "--bs=4k",
-            "--iodepth=4",
-            "--runtime=60",
-            "--time_based",
-        ]);
+        let b = bench(&spec, "randread", 60, &["--iodepth=4"]);
         let (code, out, err) = finish(b);
         let took = started.elapsed();
         eprintln!("{engine}: exit {code:?} {took:?} after the bench started");

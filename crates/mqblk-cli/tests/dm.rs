@@ -8,10 +8,10 @@
 //! process a test kills is one it started, by its pid.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use mqblk_test_support::{require_tool, Scratch};
+use mqblk_test_support::{require_tool, run_ok, Scratch, Watched};
 
 const MIB: usize = 1 << 20;
 /// The chunk of the tables here: 128 sectors.
@@ -36,17 +36,6 @@ fn ok(o: Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn run(cmd: &str, args: &[&str]) -> String {
-    let o = Command::new(cmd).args(args).output().expect(cmd);
-    assert!(
-        o.status.success(),
-        "{cmd} {args:?}: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| ((i / 512) as u8).wrapping_mul(13) ^ (i as u8).wrapping_mul(31) ^ seed)
@@ -64,26 +53,20 @@ fn destripe(data: &[u8]) -> [Vec<u8>; 2] {
 
 /// A `mqblk serve` this test started; killed by its pid when dropped.
 struct Server {
-    child: Option<Child>,
+    proc: Watched,
     sock: PathBuf,
 }
 
 impl Server {
     fn start(dir: &Path, name: &str, spec: &str) -> Server {
         let sock = dir.join(format!("{name}.sock"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mqblk"))
-            .args(["serve", "--device", spec, "--socket"])
-            .arg(&sock)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start mqblk serve");
-        mqblk_test_support::wait_for_path(&sock, "mqblk serve", Some(&mut child));
-        Server {
-            child: Some(child),
-            sock,
-        }
+        let mut proc = Watched::spawn(
+            Command::new(env!("CARGO_BIN_EXE_mqblk"))
+                .args(["serve", "--device", spec, "--socket"])
+                .arg(&sock),
+        );
+        proc.wait_for_path(&sock);
+        Server { proc, sock }
     }
 
     /// The default export's URL.
@@ -93,30 +76,9 @@ impl Server {
 
     /// SIGTERM (the server flushes and exits 0), and wait.
     fn stop(mut self) {
-        let mut child = self.child.take().unwrap();
-        let st = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(st.success());
-        let t = Instant::now();
-        loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                assert!(s.success(), "mqblk serve exit status {s}");
-                return;
-            }
-            assert!(t.elapsed() < Duration::from_secs(60), "serve did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.proc.signal("-TERM");
+        let (s, _, err) = self.proc.finish(Duration::from_secs(60));
+        assert!(s.success(), "mqblk serve exit status {s}: {err}");
     }
 }
 
@@ -248,15 +210,18 @@ fn serve_exports_a_striped_device_to_real_clients() {
     .unwrap();
     let srv = Server::start(dir.path(), "dm", &format!("dm:{}", tf.display()));
     let url = srv.url();
-    assert_eq!(run("nbdinfo", &["--size", &url]).trim(), size.to_string());
+    assert_eq!(
+        run_ok("nbdinfo", &["--size", &url]).trim(),
+        size.to_string()
+    );
     let src = dir.path().join("src.img");
     let data = pattern(0x5a, size);
     std::fs::write(&src, &data).unwrap();
-    run("nbdcopy", &[src.to_str().unwrap(), &url]);
+    run_ok("nbdcopy", &[src.to_str().unwrap(), &url]);
     let back = dir.path().join("back.img");
-    run("nbdcopy", &[&url, back.to_str().unwrap()]);
+    run_ok("nbdcopy", &[&url, back.to_str().unwrap()]);
     assert!(std::fs::read(&back).unwrap() == data, "nbdcopy round trip");
-    run(
+    run_ok(
         "qemu-img",
         &[
             "compare",
@@ -273,7 +238,7 @@ fn serve_exports_a_striped_device_to_real_clients() {
     for (i, want) in destripe(&data).iter().enumerate() {
         let exp = dir.path().join(format!("want{i}.img"));
         std::fs::write(&exp, want).unwrap();
-        run(
+        run_ok(
             "qemu-img",
             &[
                 "compare",

@@ -10,7 +10,7 @@
 //! process stopped is one this test started, by its pid.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,24 +21,22 @@ use mqblk_dm::mirror::{LegState, Mirror};
 /// timing assertion).
 const WAIT_MAX: Duration = Duration::from_secs(60);
 
-struct Proc(Option<Child>);
+use mqblk_test_support::{Scratch, Watched};
 
-impl Proc {
-    fn kill(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill(); // SIGKILL, by pid
-            let _ = c.wait();
-        }
-    }
+/// `mqblk ARGS`, watched.
+fn spawn_mqblk<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Watched {
+    Watched::spawn(Command::new(env!("CARGO_BIN_EXE_mqblk")).args(args))
 }
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill();
-    }
+/// Whether two legs hold the same bytes (`cmp`).
+fn same_bytes(a: &Path, b: &Path) -> bool {
+    Command::new("cmp")
+        .arg(a)
+        .arg(b)
+        .status()
+        .expect("run cmp")
+        .success()
 }
-
-use mqblk_test_support::Scratch;
 
 fn with_mirror<T>(dev: &mqblk::Device, f: impl FnOnce(&Mirror) -> T) -> T {
     let h = mqblk_dm::find(dev.name()).expect("an open stacked device");
@@ -63,17 +61,13 @@ fn pattern(seed: u64, out: &mut [u8]) {
 fn a_leg_whose_server_is_killed_leaves_the_mirror_degraded_without_errors() {
     let s = Scratch::new("mirror-nbd");
     let sock = s.0.join("leg.sock");
-    let mut server = Proc(Some(
-        Command::new(env!("CARGO_BIN_EXE_mqblk"))
-            .args(["serve", "ram,size=16M", "--socket"])
-            .arg(&sock)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start mqblk serve"),
-    ));
-    mqblk_test_support::wait_for_path(&sock, "mqblk serve", server.0.as_mut());
+    let mut server = spawn_mqblk(&[
+        "serve".as_ref(),
+        "ram,size=16M".as_ref(),
+        "--socket".as_ref(),
+        sock.as_os_str(),
+    ]);
+    server.wait_for_path(&sock);
     let spec = format!(
         "dm-table:0 32768 mirror core 2 128 nosync 2 ram,size=16M 0 nbd+unix:///?socket={} 0",
         sock.display()
@@ -174,29 +168,21 @@ fn sigkill_mid_run_then_reopen_resyncs_only_dirty_regions() {
     assert_eq!(dirty_bits(&log), 0);
     // A verify workload over the first 8 MiB, killed once the log shows
     // regions dirty (writes are in flight).
-    let mut bench = Proc(Some(
-        Command::new(env!("CARGO_BIN_EXE_mqblk"))
-            .arg("bench")
-            .arg(format!("--device={spec}"))
-            .args([
-                "--rw=randwrite",
-                "--bs=4k",
-                "--iodepth=16",
-                "--size=8M",
-                "--runtime=60s",
-                "--time_based",
-                "--verify=crc32c",
-                "--output-format=json",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start mqblk bench"),
-    ));
+    let mut bench = spawn_mqblk(&[
+        "bench",
+        &format!("--device={spec}"),
+        "--rw=randwrite",
+        "--bs=4k",
+        "--iodepth=16",
+        "--size=8M",
+        "--runtime=60s",
+        "--time_based",
+        "--verify=crc32c",
+        "--output-format=json",
+    ]);
     let start = Instant::now();
     while dirty_bits(&log) == 0 {
-        if let Ok(Some(st)) = bench.0.as_mut().unwrap().try_wait() {
+        if let Some(st) = bench.try_wait() {
             panic!("the bench exited ({st}) before any region was dirty");
         }
         assert!(start.elapsed() < WAIT_MAX, "no region ever went dirty");
@@ -221,12 +207,7 @@ fn sigkill_mid_run_then_reopen_resyncs_only_dirty_regions() {
         "{st:?}"
     );
     drop(dev);
-    let same = Command::new("cmp")
-        .arg(&a)
-        .arg(&b)
-        .status()
-        .expect("run cmp");
-    assert!(same.success(), "the legs differ after the resync");
+    assert!(same_bytes(&a, &b), "the legs differ after the resync");
 }
 
 #[test]
@@ -245,27 +226,19 @@ fn dm_replace_rebuilds_a_leg_of_a_running_bench_under_load() {
         a.display(),
         b.display()
     );
-    let mut bench = Proc(Some(
-        Command::new(env!("CARGO_BIN_EXE_mqblk"))
-            .arg("bench")
-            .arg(format!("--device={spec}"))
-            .arg(format!("--control={}", sock.display()))
-            .args([
-                "--rw=randrw",
-                "--bs=4k",
-                "--iodepth=16",
-                "--runtime=4s",
-                "--time_based",
-                "--verify=crc32c",
-                "--output-format=json",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start mqblk bench"),
-    ));
-    mqblk_test_support::wait_for_path(&sock, "mqblk bench", bench.0.as_mut());
+    let mut bench = spawn_mqblk(&[
+        "bench",
+        &format!("--device={spec}"),
+        &format!("--control={}", sock.display()),
+        "--rw=randrw",
+        "--bs=4k",
+        "--iodepth=16",
+        "--runtime=4s",
+        "--time_based",
+        "--verify=crc32c",
+        "--output-format=json",
+    ]);
+    bench.wait_for_path(&sock);
     let mqblk = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_mqblk"))
             .args(args)
@@ -285,132 +258,29 @@ fn dm_replace_rebuilds_a_leg_of_a_running_bench_under_load() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("leg 1 rebuilt"), "{out}");
     // The bench runs to its end with nothing lost.
-    let child = bench.0.take().unwrap();
-    let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let (st, out, err) = bench.finish(WAIT_MAX);
+    assert!(st.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     for job in v["jobs"].as_array().unwrap() {
         assert_eq!(job["verify_errors"], 0, "{job:#}");
         assert_eq!(job["error"], 0, "{job:#}");
     }
-    let same = Command::new("cmp")
-        .arg(&a)
-        .arg(&c)
-        .status()
-        .expect("run cmp");
-    assert!(same.success(), "leg 0 and the rebuilt leg differ");
+    assert!(same_bytes(&a, &c), "leg 0 and the rebuilt leg differ");
 }
 
 /// The bound issue 26 sets: a signal ends a bench within 2 s, whatever its
 /// devices hold (a resync included).
 const SIGNAL_BOUND: Duration = Duration::from_secs(2);
 
-/// A child whose stdout and stderr are read as they come: lines to a
-/// channel, and all of it at the end.
-struct Watched {
-    proc: Proc,
-    out: Option<std::thread::JoinHandle<String>>,
-    err: Option<std::thread::JoinHandle<String>>,
-    err_lines: std::sync::mpsc::Receiver<String>,
-}
-
-fn read_lines(
-    r: impl std::io::Read + Send + 'static,
-) -> (
-    std::sync::mpsc::Receiver<String>,
-    std::thread::JoinHandle<String>,
-) {
-    use std::io::BufRead as _;
-    let (tx, rx) = std::sync::mpsc::channel();
-    let h = std::thread::spawn(move || {
-        let mut all = String::new();
-        for line in std::io::BufReader::new(r).lines() {
-            let Ok(line) = line else { break };
-            all.push_str(&line);
-            all.push('\n');
-            let _ = tx.send(line);
-        }
-        all
-    });
-    (rx, h)
-}
-
-fn spawn_mqblk(args: &[String]) -> Watched {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_mqblk"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start mqblk");
-    let (_, out) = read_lines(c.stdout.take().unwrap());
-    let (err_lines, err) = read_lines(c.stderr.take().unwrap());
-    Watched {
-        proc: Proc(Some(c)),
-        out: Some(out),
-        err: Some(err),
-        err_lines,
-    }
-}
-
-impl Watched {
-    fn pid(&self) -> u32 {
-        self.proc.0.as_ref().expect("running").id()
-    }
-
-    /// Wait for a stderr line holding `what`.
-    fn wait_err(&self, what: &str) -> String {
-        let start = Instant::now();
-        loop {
-            let left = WAIT_MAX.saturating_sub(start.elapsed());
-            match self.err_lines.recv_timeout(left) {
-                Ok(l) if l.contains(what) => return l,
-                Ok(_) => {}
-                Err(e) => panic!("never saw {what:?} on stderr: {e}"),
-            }
-        }
-    }
-
-    /// Wait for the exit (a hang guard of WAIT_MAX): status, stdout,
-    /// stderr.
-    fn finish(mut self) -> (std::process::ExitStatus, String, String) {
-        let mut c = self.proc.0.take().expect("running");
-        let start = Instant::now();
-        let st = loop {
-            if let Some(st) = c.try_wait().unwrap() {
-                break st;
-            }
-            if start.elapsed() > WAIT_MAX {
-                let _ = c.kill();
-                let _ = c.wait();
-                panic!("mqblk did not exit within {WAIT_MAX:?}");
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        };
-        let out = self.out.take().unwrap().join().unwrap();
-        let err = self.err.take().unwrap().join().unwrap();
-        (st, out, err)
-    }
-}
-
-/// Send `sig` to the child's pid.
-fn signal(pid: u32, sig: &str) {
-    let st = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(st.success(), "kill {sig} {pid}");
-}
-
 /// `mqblk serve SPEC --socket SOCK`, once it listens.
 fn serve(spec: &str, sock: &Path) -> Watched {
     let w = spawn_mqblk(&[
-        "serve".into(),
-        spec.into(),
-        "--socket".into(),
-        sock.display().to_string(),
+        "serve".as_ref(),
+        spec.as_ref(),
+        "--socket".as_ref(),
+        sock.as_os_str(),
     ]);
-    w.wait_err("mqblk serve: listening on");
+    w.wait_err("mqblk serve: listening on", WAIT_MAX);
     w
 }
 
@@ -449,16 +319,16 @@ fn nbd_leg_killed_under_bench_then_sigint_in_the_resync_then_reopen_copies_only_
     let mut server = serve(&b_spec, &sock);
     let runtime_ms = 4000;
     let bench = spawn_mqblk(&[
-        "bench".into(),
-        format!("--device={spec}"),
-        "--rw=randrw".into(),
-        "--bs=4k".into(),
-        "--iodepth=16".into(),
-        "--size=8M".into(),
-        format!("--runtime={runtime_ms}ms"),
-        "--time_based".into(),
-        "--verify=crc32c".into(),
-        "--output-format=json".into(),
+        "bench",
+        &format!("--device={spec}"),
+        "--rw=randrw",
+        "--bs=4k",
+        "--iodepth=16",
+        "--size=8M",
+        &format!("--runtime={runtime_ms}ms"),
+        "--time_based",
+        "--verify=crc32c",
+        "--output-format=json",
     ]);
     let start = Instant::now();
     while dirty_in(&log, 0, 512) == 0 {
@@ -466,8 +336,8 @@ fn nbd_leg_killed_under_bench_then_sigint_in_the_resync_then_reopen_copies_only_
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(500));
-    server.proc.kill(); // SIGKILL, by pid
-    let (st, out, err) = bench.finish();
+    server.kill(); // SIGKILL, by pid
+    let (st, out, err) = bench.finish(WAIT_MAX);
     eprintln!("{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     let job = &v["jobs"][0];
@@ -533,29 +403,29 @@ fn nbd_leg_killed_under_bench_then_sigint_in_the_resync_then_reopen_copies_only_
         0,
         "only the first 8 MiB was written"
     );
-    let server = serve(&format!("{b_spec},wbps=2m"), &sock);
+    let mut server = serve(&format!("{b_spec},wbps=2m"), &sock);
     // Writes elsewhere (16 to 24 MiB) while the resync runs.
-    let bench = spawn_mqblk(&[
-        "bench".into(),
-        format!("--device={spec}"),
-        "--rw=randwrite".into(),
-        "--bs=4k".into(),
-        "--iodepth=4".into(),
-        "--offset=16M".into(),
-        "--size=8M".into(),
-        "--runtime=60s".into(),
-        "--time_based".into(),
-        "--output-format=json".into(),
+    let mut bench = spawn_mqblk(&[
+        "bench",
+        &format!("--device={spec}"),
+        "--rw=randwrite",
+        "--bs=4k",
+        "--iodepth=4",
+        "--offset=16M",
+        "--size=8M",
+        "--runtime=60s",
+        "--time_based",
+        "--output-format=json",
     ]);
-    let started = bench.wait_err("resyncing");
+    let started = bench.wait_err("resyncing", WAIT_MAX).text;
     assert!(
         started.contains(&format!("resyncing {dirty_before} of 512 regions")),
         "{started}"
     );
     std::thread::sleep(Duration::from_millis(300));
     let t = Instant::now();
-    signal(bench.pid(), "-INT");
-    let (st, _out, err) = bench.finish();
+    bench.signal("-INT");
+    let (st, _out, err) = bench.finish(WAIT_MAX);
     let took = t.elapsed();
     eprintln!("{err}");
     assert_eq!(st.code(), Some(130), "{err}");
@@ -593,15 +463,10 @@ fn nbd_leg_killed_under_bench_then_sigint_in_the_resync_then_reopen_copies_only_
     drop(dev);
     assert_eq!(dirty_in(&log, 0, 512), 0, "closed clean");
     // The server stops cleanly (its export flushed), then the legs match.
-    signal(server.pid(), "-TERM");
-    let (st, _, err) = server.finish();
+    server.signal("-TERM");
+    let (st, _, err) = server.finish(WAIT_MAX);
     assert!(st.success(), "{err}");
-    let same = Command::new("cmp")
-        .arg(&a)
-        .arg(&b)
-        .status()
-        .expect("run cmp");
-    assert!(same.success(), "the legs differ after the resync");
+    assert!(same_bytes(&a, &b), "the legs differ after the resync");
 }
 
 #[test]
@@ -615,16 +480,16 @@ fn allow_degraded_lets_a_run_end_degraded_and_report_and_stat_say_so() {
         sock.display()
     );
     let bench = spawn_mqblk(&[
-        "bench".into(),
-        format!("--device={spec}"),
-        "--rw=randrw".into(),
-        "--bs=4k".into(),
-        "--iodepth=8".into(),
-        "--runtime=3s".into(),
-        "--time_based".into(),
-        "--verify=crc32c".into(),
-        "--allow_degraded=1".into(),
-        format!("--stats-dir={}", stats.display()),
+        "bench",
+        &format!("--device={spec}"),
+        "--rw=randrw",
+        "--bs=4k",
+        "--iodepth=8",
+        "--runtime=3s",
+        "--time_based",
+        "--verify=crc32c",
+        "--allow_degraded=1",
+        &format!("--stats-dir={}", stats.display()),
     ]);
     // Mid-run: the stats show I/O, then the leg's server dies.
     let start = Instant::now();
@@ -640,8 +505,8 @@ fn allow_degraded_lets_a_run_end_degraded_and_report_and_stat_say_so() {
         assert!(start.elapsed() < WAIT_MAX, "the bench never got going");
         std::thread::sleep(Duration::from_millis(20));
     }
-    server.proc.kill(); // SIGKILL, by pid
-    let (st, out, err) = bench.finish();
+    server.kill(); // SIGKILL, by pid
+    let (st, out, err) = bench.finish(WAIT_MAX);
     assert!(st.success(), "allow_degraded=1: {st}\n{out}\n{err}");
     assert!(out.contains("err= 0"), "{out}");
     let line = out

@@ -4,12 +4,39 @@
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use mqblk_nbd_proto::consts::{cmd, opt, rep};
 use mqblk_nbd_proto::handshake::{encode_option, OptionReplyHeader};
 use mqblk_nbd_proto::{InfoRequest, ReplyHeader, Request};
+use mqblk_test_support::{Scratch, Watched};
+
+/// A hang guard for a process that should exit (not a timing assertion).
+const WAIT_MAX: Duration = Duration::from_secs(60);
+
+/// `mqblk serve ARGS --socket S` with S in `dir`, once S is there: S and
+/// the server.
+fn serve(dir: &Scratch, args: &[&str]) -> (PathBuf, Watched) {
+    let sock = dir.path().join("nbd.sock");
+    let mut w = Watched::spawn(
+        Command::new(env!("CARGO_BIN_EXE_mqblk"))
+            .arg("serve")
+            .args(args)
+            .arg("--socket")
+            .arg(&sock),
+    );
+    w.wait_for_path(&sock);
+    (sock, w)
+}
+
+/// A client connection to `sock`, whose reads give up after 20 s.
+fn connect(sock: &Path) -> UnixStream {
+    let s = UnixStream::connect(sock).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s
+}
 
 fn handshake(s: &mut UnixStream, export: &str) {
     let mut g = [0u8; 18];
@@ -66,36 +93,26 @@ fn reply(s: &mut UnixStream) -> Option<(u32, u64)> {
 
 #[test]
 fn serve_drains_in_flight_requests_and_exits_zero_on_sigterm() {
-    let dir = std::env::temp_dir().join(format!("mqblk-serve-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let sock = dir.join("nbd.sock");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mqblk"))
-        .args(["serve", "--device", "ram,size=64M", "--export", "disk"])
-        .args([
+    let dir = Scratch::new("serve");
+    let (sock, mut child) = serve(
+        &dir,
+        &[
+            "--device",
+            "ram,size=64M",
+            "--export",
+            "disk",
             "--device",
             "null,size=1M,memory_backed=1",
             "--export",
             "small",
-        ])
-        .arg("--socket")
-        .arg(&sock)
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start mqblk serve");
-    mqblk_test_support::wait_for_path(&sock, "mqblk serve", None);
-    let connect = || {
-        let s = UnixStream::connect(&sock).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        s
-    };
-    let mut c = connect();
+        ],
+    );
+    let mut c = connect(&sock);
     handshake(&mut c, "disk");
-    let mut small = connect();
+    let mut small = connect(&sock);
     handshake(&mut small, "small");
     // An idle client still negotiating.
-    let mut idle = connect();
+    let mut idle = connect(&sock);
     let mut g = [0u8; 18];
     idle.read_exact(&mut g).unwrap();
 
@@ -106,11 +123,7 @@ fn serve_drains_in_flight_requests_and_exits_zero_on_sigterm() {
     // More writes, then SIGTERM while they may be in flight: every reply
     // that comes is a success and whole, then the server hangs up.
     c.write_all(&writes(32, 100)).unwrap();
-    let st = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    child.signal("-TERM");
     let mut got = 0;
     while let Some((err, cookie)) = reply(&mut c) {
         assert_eq!(err, 0, "cookie {cookie}");
@@ -118,31 +131,13 @@ fn serve_drains_in_flight_requests_and_exits_zero_on_sigterm() {
         got += 1;
     }
     assert!(got <= 32);
-    let t = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "mqblk serve did not exit after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let (status, _, err) = child.finish(Duration::from_secs(30));
     assert!(status.success(), "exit {status}: {err}");
     assert!(err.contains("stopped after 3 connections"), "{err}");
     let mut b = [0u8; 1];
     assert!(matches!(idle.read(&mut b), Ok(0) | Err(_)));
     assert!(matches!(small.read(&mut b), Ok(0) | Err(_)));
     assert!(!sock.exists(), "the socket is removed");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Issue 26: a stop signal ends `serve` within 2 s, whatever its devices
@@ -152,24 +147,12 @@ fn serve_drains_in_flight_requests_and_exits_zero_on_sigterm() {
 fn a_signal_ends_serve_within_2s_while_a_device_holds_a_request() {
     const SIGNAL_BOUND: Duration = Duration::from_secs(2);
     for sig in ["-INT", "-TERM"] {
-        let dir = std::env::temp_dir().join(format!("mqblk-serve-stuck-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let sock = dir.join("nbd.sock");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mqblk"))
-            .args([
-                "serve",
-                "null,size=1G,completion=timer,completion_nsec=100000000000,io_timeout_ms=0",
-                "--socket",
-            ])
-            .arg(&sock)
-            .stdin(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start mqblk serve");
-        mqblk_test_support::wait_for_path(&sock, "mqblk serve", None);
-        let mut c = UnixStream::connect(&sock).unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let dir = Scratch::new("serve-stuck");
+        let (sock, mut child) = serve(
+            &dir,
+            &["null,size=1G,completion=timer,completion_nsec=100000000000,io_timeout_ms=0"],
+        );
+        let mut c = connect(&sock);
         handshake(&mut c, "");
         let r = Request {
             flags: 0,
@@ -182,34 +165,14 @@ fn a_signal_ends_serve_within_2s_while_a_device_holds_a_request() {
         // The read is with the device now.
         std::thread::sleep(Duration::from_millis(300));
         let t = Instant::now();
-        let st = Command::new("kill")
-            .args([sig, &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(st.success());
-        let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "{sig}: mqblk serve never exited"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        };
+        child.signal(sig);
+        let status = child.wait(WAIT_MAX);
         let took = t.elapsed();
-        let mut err = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
+        let (_, _, err) = child.finish(WAIT_MAX);
         eprintln!("{sig}: serve exited {status} {took:?} after the signal");
         assert!(took < SIGNAL_BOUND, "{sig}: {took:?}: {err}");
         assert_eq!(status.code(), Some(1), "{sig}: {err}");
         assert!(err.contains("exiting without waiting"), "{sig}: {err}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
@@ -247,84 +210,52 @@ fn serve_rejects_bad_command_lines() {
     assert!(!o.status.success(), "a listen address is required");
 }
 
-/// nbdkit in the foreground on a unix socket; killed on drop.
-struct Kit(std::process::Child, std::path::PathBuf);
+/// nbdkit in the foreground on a unix socket in a scratch dir; killed
+/// (by its pid) on drop, before the dir goes.
+struct Kit {
+    _nbdkit: Watched,
+    sock: PathBuf,
+    _dir: Scratch,
+}
 
 impl Kit {
     fn start(args: &[&str]) -> Kit {
         mqblk_test_support::require_tool("nbdkit");
-        let dir =
-            std::env::temp_dir().join(format!("mqblk-kit-{}-{}", std::process::id(), args.len()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let sock = dir.join("kit.sock");
-        let child = Command::new("nbdkit")
-            .args(["-f", "-U"])
-            .arg(&sock)
-            .args(args)
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("start nbdkit");
-        mqblk_test_support::wait_for_path(&sock, "nbdkit", None);
-        Kit(child, dir)
+        let dir = Scratch::new(&format!("kit-{}", args.len()));
+        let sock = dir.path().join("kit.sock");
+        let mut nbdkit = Watched::spawn(
+            Command::new("nbdkit")
+                .args(["-f", "-U"])
+                .arg(&sock)
+                .args(args),
+        );
+        nbdkit.wait_for_path(&sock);
+        Kit {
+            _nbdkit: nbdkit,
+            sock,
+            _dir: dir,
+        }
     }
 
     fn spec(&self, opts: &str) -> String {
-        format!(
-            "nbd+unix:///?socket={},{opts}",
-            self.1.join("kit.sock").display()
-        )
-    }
-}
-
-impl Drop for Kit {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        let _ = std::fs::remove_dir_all(&self.1);
+        format!("nbd+unix:///?socket={},{opts}", self.sock.display())
     }
 }
 
 fn bench_ok(device: &str) -> String {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mqblk"))
-        .args([
-            "bench",
-            "--rw=randrw",
-            "--bs=4k",
-            "--iodepth=16",
-            "--numjobs=2",
-        ])
-        .args(["--size=32M", "--verify=crc32c", "--randseed=3"])
-        .arg(format!("--device={device}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if t.elapsed() > Duration::from_secs(120) {
-            let _ = child.kill();
-            panic!("mqblk bench on {device} did not finish");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let bench = Watched::spawn(
+        Command::new(env!("CARGO_BIN_EXE_mqblk"))
+            .args([
+                "bench",
+                "--rw=randrw",
+                "--bs=4k",
+                "--iodepth=16",
+                "--numjobs=2",
+            ])
+            .args(["--size=32M", "--verify=crc32c", "--randseed=3"])
+            .arg(format!("--device={device}")),
+    );
+    let (status, out, err) = bench.finish(Duration::from_secs(120));
     assert!(
         status.success(),
         "bench on {device}: {status}\n{out}\n{err}"
@@ -340,25 +271,12 @@ fn bench_verify_through_the_nbd_client_driver() {
     let kit = Kit::start(&["memory", "64M"]);
     bench_ok(&kit.spec("conns=2"));
 
-    let dir = std::env::temp_dir().join(format!("mqblk-serve-bench-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let sock = dir.join("nbd.sock");
-    let mut srv = Command::new(env!("CARGO_BIN_EXE_mqblk"))
-        .args(["serve", "--device", "ram,size=64M", "--socket"])
-        .arg(&sock)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    mqblk_test_support::wait_for_path(&sock, "mqblk serve", None);
+    let dir = Scratch::new("serve-bench");
+    let (sock, mut srv) = serve(&dir, &["--device", "ram,size=64M"]);
     bench_ok(&format!("nbd+unix:///?socket={},conns=2", sock.display()));
-    let _ = Command::new("kill")
-        .args(["-TERM", &srv.id().to_string()])
-        .status();
-    let st = srv.wait().unwrap();
+    srv.signal("-TERM");
+    let st = srv.wait(WAIT_MAX);
     assert!(st.success());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A `delay` table over a leg with an interrupt line (a file, through
@@ -369,24 +287,10 @@ fn bench_verify_through_the_nbd_client_driver() {
 /// a stall from a finish.
 #[test]
 fn a_delay_table_over_a_file_is_served() {
-    let dir = std::env::temp_dir().join(format!("mqblk-serve-delay-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let img = dir.join("leg.img");
-    std::fs::File::create(&img)
-        .unwrap()
-        .set_len(32 << 20)
-        .unwrap();
-    let sock = dir.join("nbd.sock");
+    let dir = Scratch::new("serve-delay");
+    let img = dir.file("leg.img", 32 << 20);
     let table = format!("dm-table:0 65536 delay file:{} 0 20", img.display());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mqblk"))
-        .args(["serve", &table, "--socket"])
-        .arg(&sock)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start mqblk serve");
-    mqblk_test_support::wait_for_path(&sock, "mqblk serve", Some(&mut child));
+    let (sock, mut child) = serve(&dir, &[&table]);
     let t = Instant::now();
     let o = Command::new(env!("CARGO_BIN_EXE_mqblk"))
         .args([
@@ -402,9 +306,8 @@ fn a_delay_table_over_a_file_is_served() {
         .output()
         .unwrap();
     let took = t.elapsed();
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&dir);
+    child.kill();
+    drop(dir);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v["jobs"][0]["read"]["total_ios"].as_u64().unwrap() >= 100);

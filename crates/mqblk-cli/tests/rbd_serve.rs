@@ -9,22 +9,11 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use common::MicroCeph;
-use mqblk_test_support::require_tool;
-
-fn run(cmd: &str, args: &[&str]) -> String {
-    let o = Command::new(cmd).args(args).output().expect(cmd);
-    assert!(
-        o.status.success(),
-        "{cmd} {args:?}: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use mqblk_test_support::{require_tool, run_ok, Watched};
 
 const MIB: u64 = 1 << 20;
 
@@ -48,33 +37,31 @@ fn serve_exports_an_rbd_image_to_real_clients() {
     }
     c.rbd(&["create", "--size", "40M", "rbd/srv"]);
     let sock = c.dir.join("nbd.sock");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mqblk"))
-        .args(["serve", "--device", &c.spec("srv", ""), "--export", "disk"])
-        .arg("--socket")
-        .arg(&sock)
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start mqblk serve");
-    mqblk_test_support::wait_for_path(&sock, "mqblk serve", Some(&mut child));
+    let mut child = Watched::spawn(
+        Command::new(env!("CARGO_BIN_EXE_mqblk"))
+            .args(["serve", "--device", &c.spec("srv", ""), "--export", "disk"])
+            .arg("--socket")
+            .arg(&sock),
+    );
+    child.wait_for_path(&sock);
     let url = format!("nbd+unix:///disk?socket={}", sock.display());
     assert_eq!(
-        run("nbdinfo", &["--size", &url]).trim(),
+        run_ok("nbdinfo", &["--size", &url]).trim(),
         (40 * MIB).to_string()
     );
     // A fresh image is all hole.
-    let map = run("nbdinfo", &["--map", &url]);
+    let map = run_ok("nbdinfo", &["--map", &url]);
     assert!(map.contains("hole") && !map.contains("data"), "{map}");
 
     let src = c.dir.join("src.img");
     source(&src);
-    run("nbdcopy", &[src.to_str().unwrap(), &url]);
-    let map = run("nbdinfo", &["--map", &url]);
+    run_ok("nbdcopy", &[src.to_str().unwrap(), &url]);
+    let map = run_ok("nbdinfo", &["--map", &url]);
     assert!(map.lines().next().unwrap().contains("data"), "{map}");
     eprintln!("nbdinfo --map after nbdcopy:\n{map}");
 
     let back = c.dir.join("back.img");
-    run("nbdcopy", &[&url, back.to_str().unwrap()]);
+    run_ok("nbdcopy", &[&url, back.to_str().unwrap()]);
     assert!(
         std::fs::read(&back).unwrap() == std::fs::read(&src).unwrap(),
         "nbdcopy round trip"
@@ -84,7 +71,7 @@ fn serve_exports_an_rbd_image_to_real_clients() {
     c.rbd(&["export", "rbd/srv", exported.to_str().unwrap()]);
     // Against the export over NBD, and against the source file.
     for other in [url.as_str(), src.to_str().unwrap()] {
-        run(
+        run_ok(
             "qemu-img",
             &[
                 "compare",
@@ -97,20 +84,9 @@ fn serve_exports_an_rbd_image_to_real_clients() {
             ],
         );
     }
-    let st = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let t = Instant::now();
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            assert!(s.success(), "mqblk serve exit status {s}");
-            break;
-        }
-        assert!(t.elapsed() < Duration::from_secs(60), "serve did not exit");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    child.signal("-TERM");
+    let (s, _, err) = child.finish(Duration::from_secs(60));
+    assert!(s.success(), "mqblk serve exit status {s}: {err}");
 }
 
 /// Run `mqblk bench ARGS --verify=crc32c --output-format=json`: it must

@@ -13,8 +13,18 @@
 //!
 //! Skips are counted by `scripts/test`: each one is appended as a line
 //! `<kind>\t<test>\t<why>` to the file named by `MQBLK_SKIP_LOG`.
+//!
+//! Beside that, what several test files would otherwise write again: a
+//! [`Scratch`] directory, [`wait_for_path`] for a server's socket, and a
+//! [`Watched`] child (its output read line by line, stopped by its pid).
 
 #![forbid(unsafe_code)]
+
+mod child;
+mod wait;
+
+pub use child::{Line, Watched};
+pub use wait::wait_for_path;
 
 use std::io::Write;
 
@@ -53,6 +63,22 @@ pub fn require_tool(tool: &str) {
         "`{tool}` is not installed: run scripts/test (as root it installs every tool the \
          tests use), or install it by hand"
     );
+}
+
+/// Run `cmd ARGS` (a tool, to its end) and fail the test unless it
+/// succeeds, with its stdout and stderr; its stdout.
+pub fn run_ok(cmd: &str, args: &[&str]) -> String {
+    let o = std::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {cmd}: {e}"));
+    assert!(
+        o.status.success(),
+        "{cmd} {args:?}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// Skip the calling test because the kernel lacks `module`, one of
@@ -157,29 +183,6 @@ impl Scratch {
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Wait until `path` exists (a server's socket), failing the test with
-/// `what` after 30 s, or at once if `child` (the server) has exited.
-pub fn wait_for_path(
-    path: &std::path::Path,
-    what: &str,
-    mut child: Option<&mut std::process::Child>,
-) {
-    let start = std::time::Instant::now();
-    while !path.exists() {
-        if let Some(c) = child.as_deref_mut() {
-            if let Ok(Some(st)) = c.try_wait() {
-                panic!("{what}: exited ({st}) before {} appeared", path.display());
-            }
-        }
-        assert!(
-            start.elapsed() < std::time::Duration::from_secs(30),
-            "{what}: {} did not appear within 30 s",
-            path.display()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 

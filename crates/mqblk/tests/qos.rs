@@ -2,6 +2,8 @@
 //! priorities, and a scheduler switched under load with nothing lost.
 //! (Rates and latencies are measured by scripts/qos-figures.sh, not here.)
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,17 +13,7 @@ use mqblk::stats::StatGroup;
 use mqblk::throttle::IoMaxLimits;
 use mqblk::{Error, IoPrio, IoPrioClass};
 
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+use common::pattern;
 
 /// How many times each bio was delivered, by its tag (the bio's `private`
 /// word, numbered from 0 as the bios are submitted). Counting a delivery
@@ -394,42 +386,66 @@ fn a_group_limit_holds_its_contexts_and_changes_live() {
     assert_eq!(dev.stats().snapshot().ios[0], 1100);
 }
 
-/// A limit set on a group after the device exists holds bios back: the
-/// device learns that one of its buckets is limited (one count per
-/// device), and the held bios count as in flight until they go.
-#[test]
-fn a_limit_set_later_on_a_group_holds_its_bios_back() {
+/// A 16 MiB null device that completes inline, a group `name` on it with
+/// no limit yet, and a context in the group.
+fn group_on_inline_null(name: &str) -> (mqblk::Device, Arc<mqblk::Group>, mqblk::Context) {
     let dev = mqblk::open("null,size=16M,completion=inline").expect("open");
     let g = dev
-        .create_group("late", mqblk::GroupConfig::default())
+        .create_group(name, mqblk::GroupConfig::default())
         .expect("create");
-    let mut ctx = dev.context_in(&g).expect("context");
-    g.set_limits(IoMaxLimits {
-        riops: 1,
-        ..Default::default()
-    });
-    g.set_burst_ms(0);
-    let mut tally = Tally::new();
+    let ctx = dev.context_in(&g).expect("context");
+    (dev, g, ctx)
+}
+
+/// A read's delivery: it succeeded, and it is counted against its tag.
+fn read_delivered(tally: &mut Tally, c: mqblk::Completion<'_>) {
+    c.result().expect("read");
+    tally.delivered(c.private());
+}
+
+/// Three 4 KiB reads submitted on a context under riops=1, each tagged in
+/// `tally`: at most one goes at once, and the others are held, in flight.
+/// How many completed at once.
+fn three_reads_held(dev: &mqblk::Device, ctx: &mut mqblk::Context, tally: &mut Tally) -> usize {
     for i in 0..3u64 {
         let mut bio = mqblk::Bio::read_at(i * 4096, dev.alloc_buf(4096));
         bio.private = tally.tag();
         ctx.submit(bio).expect("submit");
     }
     ctx.unplug();
-    let mut done = ctx.poll(|c| {
-        c.result().expect("read");
-        tally.delivered(c.private());
-    });
-    // One read a second: the first went, the other two wait 1 and 2 s.
+    let done = ctx.poll(|c| read_delivered(tally, c));
     assert!(done <= 1, "{done} reads went at once under riops=1");
     assert_eq!(ctx.in_flight() as usize, 3 - done);
+    done
+}
+
+/// Wait until the context has nothing in flight, each read's delivery
+/// counted; how many completed. A last poll then catches a delivery that
+/// comes late.
+fn reap_reads(ctx: &mut mqblk::Context, tally: &mut Tally) -> usize {
+    let mut done = 0;
     while ctx.in_flight() > 0 {
-        done += ctx.poll_wait(1, |c| {
-            c.result().expect("read");
-            tally.delivered(c.private());
-        });
+        done += ctx.poll_wait(1, |c| read_delivered(tally, c));
     }
     ctx.poll(|c| tally.delivered(c.private()));
+    done
+}
+
+/// A limit set on a group after the device exists holds bios back: the
+/// device learns that one of its buckets is limited (one count per
+/// device), and the held bios count as in flight until they go.
+#[test]
+fn a_limit_set_later_on_a_group_holds_its_bios_back() {
+    let (dev, g, mut ctx) = group_on_inline_null("late");
+    g.set_limits(IoMaxLimits {
+        riops: 1,
+        ..Default::default()
+    });
+    g.set_burst_ms(0);
+    let mut tally = Tally::new();
+    // One read a second: the first went, the other two wait 1 and 2 s.
+    let mut done = three_reads_held(&dev, &mut ctx, &mut tally);
+    done += reap_reads(&mut ctx, &mut tally);
     assert_eq!(done, 3);
     tally.assert_each_once("riops=1 set later");
 }
@@ -439,11 +455,7 @@ fn a_limit_set_later_on_a_group_holds_its_bios_back() {
 /// admission as one bit of its feature word, looks again at its next bio.
 #[test]
 fn a_limit_set_on_a_running_context_holds_its_next_bios_back() {
-    let dev = mqblk::open("null,size=16M,completion=inline").expect("open");
-    let g = dev
-        .create_group("running", mqblk::GroupConfig::default())
-        .expect("create");
-    let mut ctx = dev.context_in(&g).expect("context");
+    let (dev, g, mut ctx) = group_on_inline_null("running");
     let mut buf = dev.alloc_buf(4096);
     // Unlimited, and past the gate already.
     for i in 0..10u64 {
@@ -455,27 +467,10 @@ fn a_limit_set_on_a_running_context_holds_its_next_bios_back() {
         ..Default::default()
     });
     let mut tally = Tally::new();
-    for i in 0..3u64 {
-        let mut bio = mqblk::Bio::read_at(i * 4096, dev.alloc_buf(4096));
-        bio.private = tally.tag();
-        ctx.submit(bio).expect("submit");
-    }
-    ctx.unplug();
-    let mut done = ctx.poll(|c| {
-        c.result().expect("read");
-        tally.delivered(c.private());
-    });
-    assert!(done <= 1, "{done} reads went at once under riops=1");
-    assert_eq!(ctx.in_flight() as usize, 3 - done);
+    let mut done = three_reads_held(&dev, &mut ctx, &mut tally);
     // Lifted again: what is held goes, and new bios go at once.
     g.set_limits(IoMaxLimits::default());
-    while ctx.in_flight() > 0 {
-        done += ctx.poll_wait(1, |c| {
-            c.result().expect("read");
-            tally.delivered(c.private());
-        });
-    }
-    ctx.poll(|c| tally.delivered(c.private()));
+    done += reap_reads(&mut ctx, &mut tally);
     assert_eq!(done, 3);
     tally.assert_each_once("riops=1 set on a running context, then lifted");
 }
