@@ -133,23 +133,17 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
     };
     let one_file = &results[results.len() - 1];
 
-    let mut cols: Vec<String> = ["way", "files", "bs_kib"].map(String::from).to_vec();
-    cols.extend(Table::spread_columns("cpu_ns_per_kib"));
-    cols.extend(Table::spread_columns("mib_per_s"));
-    cols.extend(
-        [
+    let mut t = Table::with_spreads(
+        &["way", "files", "bs_kib"],
+        &["cpu_ns_per_kib", "mib_per_s"],
+        &[
             "rounds",
             "bytes_read",
             "page_cache_copy_bytes",
             "layer_bounce_bytes",
             "cpu_busy_percent",
-        ]
-        .map(String::from),
+        ],
     );
-    let mut t = Table {
-        columns: cols,
-        rows: Vec::new(),
-    };
     let cores = r.cores();
     let row_of =
         |t: &mut Table, name: &str, files: u32, kib: u64, page_cache: bool, res: &Rounds| {

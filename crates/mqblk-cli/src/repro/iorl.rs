@@ -37,14 +37,11 @@ const SEED_DM_MBS: (f64, f64) = (133.0, 235.0);
 
 /// Run the experiment.
 pub fn run(r: &mut Runner) -> Result<Outcome> {
-    let mut cols: Vec<String> = ["queue_mode", "devices", "jobs"].map(String::from).to_vec();
-    cols.extend(Table::spread_columns("iops"));
-    cols.extend(Table::spread_columns("cpu_ns_per_io"));
-    cols.extend(["rounds", "iops_per_job", "clat_p99_ns"].map(String::from));
-    let mut t = Table {
-        columns: cols,
-        rows: Vec::new(),
-    };
+    let mut t = Table::with_spreads(
+        &["queue_mode", "devices", "jobs"],
+        &["iops", "cpu_ns_per_io"],
+        &["rounds", "iops_per_job", "clat_p99_ns"],
+    );
     let mut plan = Vec::new();
     let mut keys = Vec::new();
     for mode in MODES {

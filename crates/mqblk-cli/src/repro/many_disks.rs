@@ -68,15 +68,11 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         &results[i]
     };
 
-    let mut cols: Vec<String> = ["queue_mode", "devices", "jobs"].map(String::from).to_vec();
-    cols.extend(Table::spread_columns("mib_per_s"));
-    cols.extend(Table::spread_columns("cpu_idle_percent"));
-    cols.extend(Table::spread_columns("over_global_lock"));
-    cols.extend(["rounds", "cpu_ns_per_io", "clat_p99_ns"].map(String::from));
-    let mut t = Table {
-        columns: cols,
-        rows: Vec::new(),
-    };
+    let mut t = Table::with_spreads(
+        &["queue_mode", "devices", "jobs"],
+        &["mib_per_s", "cpu_idle_percent", "over_global_lock"],
+        &["rounds", "cpu_ns_per_io", "clat_p99_ns"],
+    );
     let mut mib_lines: Vec<Series> = MODES.iter().map(|m| Series::new(*m)).collect();
     // global-lock's own line (1 in every round) keeps each mode's colour
     // the same in every panel.

@@ -51,23 +51,17 @@ const SEED_MULTI_SOCKET: f64 = 125e3;
 /// Run the experiment.
 pub fn run(r: &mut Runner) -> Result<Outcome> {
     let threads = thread_counts(r.cores());
-    let mut cols: Vec<String> = ["queue_mode", "threads"].map(String::from).to_vec();
-    cols.extend(Table::spread_columns("iops"));
-    cols.extend(Table::spread_columns("clat_p99_ns"));
-    cols.extend(
-        [
+    let mut t = Table::with_spreads(
+        &["queue_mode", "threads"],
+        &["iops", "clat_p99_ns"],
+        &[
             "rounds",
             "iops_per_thread",
             "cpu_ns_per_io",
             "clat_p50_ns",
             "clat_p99_9_ns",
-        ]
-        .map(String::from),
+        ],
     );
-    let mut t = Table {
-        columns: cols,
-        rows: Vec::new(),
-    };
     let mut plan = Vec::new();
     let mut keys = Vec::new();
     for mode in MODES {

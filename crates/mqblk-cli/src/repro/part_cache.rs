@@ -124,17 +124,11 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         &results[i]
     };
 
-    let mut cols: Vec<String> = ["pattern", "partition_cache", "partitions"]
-        .map(String::from)
-        .to_vec();
-    cols.extend(Table::spread_columns("cpu_ns_per_io"));
-    cols.extend(Table::spread_columns("lookup_ns_per_io"));
-    cols.extend(Table::spread_columns("iops"));
-    cols.push("rounds".into());
-    let mut t = Table {
-        columns: cols,
-        rows: Vec::new(),
-    };
+    let mut t = Table::with_spreads(
+        &["pattern", "partition_cache", "partitions"],
+        &["cpu_ns_per_io", "lookup_ns_per_io", "iops"],
+        &["rounds"],
+    );
     let cpu = |f: &super::point::Figures| f.cpu_ns_process_per_io();
     // The cost of counting in a partition: round k against round k of the
     // same I/O with no partitions.

@@ -87,25 +87,18 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         &results[wi * MAX_SECTORS.len() + k]
     };
 
-    let mut cols: Vec<String> = ["way", "max_sectors", "max_request_kib"]
-        .map(String::from)
-        .to_vec();
-    cols.extend(Table::spread_columns("requests_per_128k"));
-    cols.extend(
-        [
+    let mut t = Table::with_spreads(
+        &["way", "max_sectors", "max_request_kib"],
+        &["requests_per_128k"],
+        &[
             "rounds",
             "bios_per_128k",
             "merges_per_128k",
             "splits_per_128k",
             "iops",
             "cpu_ns_per_io",
-        ]
-        .map(String::from),
+        ],
     );
-    let mut t = Table {
-        columns: cols,
-        rows: Vec::new(),
-    };
     let mut request_lines = Vec::new();
     let mut bio_lines = Vec::new();
     for (wi, way) in WAYS.iter().enumerate() {
