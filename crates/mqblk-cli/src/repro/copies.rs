@@ -336,12 +336,12 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         figure,
         answer,
         notes: vec![
-            format!(
-                "Workload: rw=read (sequential), iodepth={IODEPTH}, numjobs=2, each job on its \
-                 own {size}-byte file written beforehand, {} ms per point, {} rounds of every \
-                 point in turn; the table gives the median with the lowest and highest.",
-                r.runtime(POINT_RUNTIME).as_millis(),
-                super::point::ROUNDS
+            r.workload_note(
+                &format!(
+                    "rw=read (sequential), iodepth={IODEPTH}, numjobs=2, each job on its own \
+                     {size}-byte file written beforehand"
+                ),
+                POINT_RUNTIME,
             ),
             "Reads through the page cache find the files cached after the first pass: their \
              cost is the copy and the cache lookup, not the disk."

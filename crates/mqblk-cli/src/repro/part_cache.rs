@@ -286,13 +286,9 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         figure,
         answer,
         notes: vec![
-            format!(
-                "Workload: rw=randread, bs=4k, iodepth=32, one job on {}, {} ms per point, {} \
-                 rounds of every point in turn; the table gives the median with the lowest \
-                 and highest.",
-                spec(true),
-                r.runtime(POINT_RUNTIME).as_millis(),
-                super::point::ROUNDS
+            r.workload_note(
+                &format!("rw=randread, bs=4k, iodepth=32, one job on {}", spec(true)),
+                POINT_RUNTIME,
             ),
             format!(
                 "Partitions of 16 MiB from sector {FIRST_SECTOR}, registered with \

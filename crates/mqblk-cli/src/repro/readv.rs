@@ -294,13 +294,8 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         figure,
         answer,
         notes: vec![
-            format!(
-                "Workload: rw=read, bs=64k, iodepth=1, one job, {} ms per point, {} rounds of \
-                 every point in turn; the table gives the median with the lowest and highest. \
-                 --segments=N cuts each buffer into N separately allocated pieces.",
-                r.runtime(POINT_RUNTIME).as_millis(),
-                super::point::ROUNDS
-            ),
+            r.workload_note("rw=read, bs=64k, iodepth=1, one job", POINT_RUNTIME)
+                + " --segments=N cuts each buffer into N separately allocated pieces.",
             format!(
                 "Devices: ram,size={size} (sparse: reads of never-written blocks), and a \
                  {size}-byte file written beforehand, opened O_DIRECT through io_uring."

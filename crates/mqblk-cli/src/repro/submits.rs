@@ -246,12 +246,9 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         figure,
         answer,
         notes: vec![
-            format!(
-                "Workload: rw=read (sequential) on null,max_sectors=N,nomerges=0|2,plug=on, \
-                 one job, {} ms per point, {} rounds of every point in turn; the table gives \
-                 the median with the lowest and highest.",
-                r.runtime(POINT_RUNTIME).as_millis(),
-                super::point::ROUNDS
+            r.workload_note(
+                "rw=read (sequential) on null,max_sectors=N,nomerges=0|2,plug=on, one job",
+                POINT_RUNTIME,
             ),
             "A 128 KiB bio is split where max_sectors requires (splits_per_128k); 4 KiB \
              bios in flight together are merged in the plug up to max_sectors."
