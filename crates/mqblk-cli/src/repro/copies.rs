@@ -14,6 +14,7 @@
 //! kernel has no counter of it), and a direct read copies none: the table
 //! gives that copy as the bytes read through the page cache.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -87,39 +88,32 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         r.out().join("copies-disk1.img"),
         r.out().join("copies-disk2.img"),
     ];
+    let runtime = r.runtime(POINT_RUNTIME);
+    // One job per file of `files`, each reading its file `way`, `kib` KiB
+    // at a time.
+    let read_job = |files: &[PathBuf], way: &Way, kib: u64| {
+        let mut j = job("copies", RwMode::Read, kib << 10, IODEPTH, runtime);
+        j.devices = files
+            .iter()
+            .map(|f| format!("file:{},{}", f.display(), way.options))
+            .collect();
+        j.numjobs = files.len() as u32;
+        j.size = Some(size);
+        j
+    };
     let made = files.iter().try_for_each(|f| data_file(f, size));
     let results = made.and_then(|()| {
         let mut plan = Vec::new();
         for (wi, way) in WAYS.iter().enumerate() {
             for kib in BLOCK_KIB {
-                let mut j = job(
-                    "copies",
-                    RwMode::Read,
-                    kib << 10,
-                    IODEPTH,
-                    r.runtime(POINT_RUNTIME),
-                );
-                j.devices = files
-                    .iter()
-                    .map(|f| format!("file:{},{}", f.display(), way.options))
-                    .collect();
-                j.numjobs = 2;
-                j.size = Some(size);
+                let j = read_job(&files, way, kib);
                 plan.push(Plan::new(format!("way{wi}-{kib}k"), vec![j]));
             }
         }
         // One job on one file, the direct way at the largest block: what
         // the second file adds.
         let kib = BLOCK_KIB[BLOCK_KIB.len() - 1];
-        let mut j = job(
-            "copies",
-            RwMode::Read,
-            kib << 10,
-            IODEPTH,
-            r.runtime(POINT_RUNTIME),
-        );
-        j.devices = vec![format!("file:{},{}", files[0].display(), WAYS[2].options)];
-        j.size = Some(size);
+        let j = read_job(&files[..1], &WAYS[2], kib);
         plan.push(Plan::new(format!("one-file-{kib}k"), vec![j]));
         r.rounds(&plan)
     });
