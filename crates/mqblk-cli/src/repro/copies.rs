@@ -14,6 +14,7 @@
 //! kernel has no counter of it), and a direct read copies none: the table
 //! gives that copy as the bytes read through the page cache.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -87,39 +88,32 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         r.out().join("copies-disk1.img"),
         r.out().join("copies-disk2.img"),
     ];
+    let runtime = r.runtime(POINT_RUNTIME);
+    // One job per file of `files`, each reading its file `way`, `kib` KiB
+    // at a time.
+    let read_job = |files: &[PathBuf], way: &Way, kib: u64| {
+        let mut j = job("copies", RwMode::Read, kib << 10, IODEPTH, runtime);
+        j.devices = files
+            .iter()
+            .map(|f| format!("file:{},{}", f.display(), way.options))
+            .collect();
+        j.numjobs = files.len() as u32;
+        j.size = Some(size);
+        j
+    };
     let made = files.iter().try_for_each(|f| data_file(f, size));
     let results = made.and_then(|()| {
         let mut plan = Vec::new();
         for (wi, way) in WAYS.iter().enumerate() {
             for kib in BLOCK_KIB {
-                let mut j = job(
-                    "copies",
-                    RwMode::Read,
-                    kib << 10,
-                    IODEPTH,
-                    r.runtime(POINT_RUNTIME),
-                );
-                j.devices = files
-                    .iter()
-                    .map(|f| format!("file:{},{}", f.display(), way.options))
-                    .collect();
-                j.numjobs = 2;
-                j.size = Some(size);
+                let j = read_job(&files, way, kib);
                 plan.push(Plan::new(format!("way{wi}-{kib}k"), vec![j]));
             }
         }
         // One job on one file, the direct way at the largest block: what
         // the second file adds.
         let kib = BLOCK_KIB[BLOCK_KIB.len() - 1];
-        let mut j = job(
-            "copies",
-            RwMode::Read,
-            kib << 10,
-            IODEPTH,
-            r.runtime(POINT_RUNTIME),
-        );
-        j.devices = vec![format!("file:{},{}", files[0].display(), WAYS[2].options)];
-        j.size = Some(size);
+        let j = read_job(&files[..1], &WAYS[2], kib);
         plan.push(Plan::new(format!("one-file-{kib}k"), vec![j]));
         r.rounds(&plan)
     });
@@ -133,23 +127,17 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
     };
     let one_file = &results[results.len() - 1];
 
-    let mut cols: Vec<String> = ["way", "files", "bs_kib"].map(String::from).to_vec();
-    cols.extend(Table::spread_columns("cpu_ns_per_kib"));
-    cols.extend(Table::spread_columns("mib_per_s"));
-    cols.extend(
-        [
+    let mut t = Table::with_spreads(
+        &["way", "files", "bs_kib"],
+        &["cpu_ns_per_kib", "mib_per_s"],
+        &[
             "rounds",
             "bytes_read",
             "page_cache_copy_bytes",
             "layer_bounce_bytes",
             "cpu_busy_percent",
-        ]
-        .map(String::from),
+        ],
     );
-    let mut t = Table {
-        columns: cols,
-        rows: Vec::new(),
-    };
     let cores = r.cores();
     let row_of =
         |t: &mut Table, name: &str, files: u32, kib: u64, page_cache: bool, res: &Rounds| {
@@ -342,12 +330,12 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         figure,
         answer,
         notes: vec![
-            format!(
-                "Workload: rw=read (sequential), iodepth={IODEPTH}, numjobs=2, each job on its \
-                 own {size}-byte file written beforehand, {} ms per point, {} rounds of every \
-                 point in turn; the table gives the median with the lowest and highest.",
-                r.runtime(POINT_RUNTIME).as_millis(),
-                super::point::ROUNDS
+            r.workload_note(
+                &format!(
+                    "rw=read (sequential), iodepth={IODEPTH}, numjobs=2, each job on its own \
+                     {size}-byte file written beforehand"
+                ),
+                POINT_RUNTIME,
             ),
             "Reads through the page cache find the files cached after the first pass: their \
              cost is the copy and the cache lookup, not the disk."

@@ -53,22 +53,17 @@ fn slope(points: &[(f64, f64)]) -> f64 {
 
 /// Run the experiment.
 pub fn run(r: &mut Runner) -> Result<Outcome> {
-    let mut cols: Vec<String> = vec!["queue_depth".into()];
-    cols.extend(Table::spread_columns("heap_bytes"));
-    cols.extend(
-        [
+    let mut t = Table::with_spreads(
+        &["queue_depth"],
+        &["heap_bytes"],
+        &[
             "heap_bytes_per_added_tag",
             "descriptor_bytes",
             "rounds",
             "iops",
             "allocs_per_io",
-        ]
-        .map(String::from),
+        ],
     );
-    let mut t = Table {
-        columns: cols,
-        rows: Vec::new(),
-    };
     // The heap a device holds, measured once per round at every depth.
     let mut held: Vec<Vec<f64>> = vec![Vec::new(); DEPTHS.len()];
     for _ in 0..super::point::ROUNDS {

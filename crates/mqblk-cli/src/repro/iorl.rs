@@ -12,15 +12,14 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::outcome::Outcome;
-use super::point::{cell, job, Plan, Runner};
+use super::point::{cell, job, Runner};
+use super::queue_modes::{self, Sweep, MODES};
 use super::seed::{self, S000};
 use super::table::{spread_cell, SeedRow, Table};
 use crate::bench::job::RwMode;
 use crate::plot::chart::{format_value, Axis, Figure, LineChart, Panel, Scale, Series, Unit};
 
 const DEVICES: [u32; 6] = [1, 2, 4, 8, 16, 32];
-/// The queue modes, oldest design first.
-pub const MODES: [&str; 3] = ["global-lock", "device-lock", "mq"];
 const POINT_RUNTIME: Duration = Duration::from_millis(700);
 
 /// Seed 000, Table 5 (SB kernel: one global lock), share of 8 CPUs spent
@@ -37,30 +36,21 @@ const SEED_DM_MBS: (f64, f64) = (133.0, 235.0);
 
 /// Run the experiment.
 pub fn run(r: &mut Runner) -> Result<Outcome> {
-    let mut cols: Vec<String> = ["queue_mode", "devices", "jobs"].map(String::from).to_vec();
-    cols.extend(Table::spread_columns("iops"));
-    cols.extend(Table::spread_columns("cpu_ns_per_io"));
-    cols.extend(["rounds", "iops_per_job", "clat_p99_ns"].map(String::from));
-    let mut t = Table {
-        columns: cols,
-        rows: Vec::new(),
-    };
-    let mut plan = Vec::new();
-    let mut keys = Vec::new();
-    for mode in MODES {
-        for n in DEVICES {
-            let mut j = job("iorl", RwMode::RandRead, 4096, 8, r.runtime(POINT_RUNTIME));
-            j.devices = vec!["null".to_string(); n as usize];
-            j.numjobs = n;
-            j.queue_mode = Some(mode.into());
-            plan.push(Plan::new(format!("{mode}-{n}dev"), vec![j]));
-            keys.push((mode, n));
-        }
-    }
-    let results = r.rounds(&plan)?;
-    let mut iops_lines: Vec<Series> = MODES.iter().map(|m| Series::new(*m)).collect();
-    let mut cpu_lines: Vec<Series> = MODES.iter().map(|m| Series::new(*m)).collect();
-    for (&(mode, n), res) in keys.iter().zip(&results) {
+    let mut t = Table::with_spreads(
+        &["queue_mode", "devices", "jobs"],
+        &["iops", "cpu_ns_per_io"],
+        &["rounds", "iops_per_job", "clat_p99_ns"],
+    );
+    let runtime = r.runtime(POINT_RUNTIME);
+    let sweep = Sweep::run(r, &DEVICES, "dev", |n| {
+        let mut j = job("iorl", RwMode::RandRead, 4096, 8, runtime);
+        j.devices = vec!["null".to_string(); n as usize];
+        j.numjobs = n;
+        j
+    })?;
+    let mut iops_lines = queue_modes::lines();
+    let mut cpu_lines = queue_modes::lines();
+    for (mode, n, res) in sweep.points() {
         let f = res.median();
         let iops = res.spread(|f| f.iops);
         let cpu = res.spread(|f| f.cpu_ns_process_per_io());
@@ -73,31 +63,21 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
             f.clat_ns[1].to_string(),
         ]);
         t.push(row);
-        let m = MODES.iter().position(|x| *x == mode).unwrap_or(0);
+        let m = queue_modes::line_of(mode);
         iops_lines[m].push_spread(f64::from(n), iops.median, iops.min, iops.max);
         cpu_lines[m].push_spread(f64::from(n), cpu.median, cpu.min, cpu.max);
     }
-    let find = |mode: &str, n: u32| {
-        keys.iter()
-            .position(|&(m, k)| m == mode && k == n)
-            .map(|i| &results[i])
-    };
     let most = DEVICES[DEVICES.len() - 1];
-    let ratio = |a: &str, b: &str, n: u32| match (find(a, n), find(b, n)) {
-        (Some(x), Some(y)) => x.paired(y, |p, q| p.iops / q.iops),
-        _ => super::point::Spread::of(&[]),
-    };
-    let cpu_ratio = |a: &str, b: &str, n: u32| match (find(a, n), find(b, n)) {
-        (Some(x), Some(y)) => x.paired(y, |p, q| {
+    let ratio = |a: &str, b: &str, n: u32| sweep.paired((a, n), (b, n), |p, q| p.iops / q.iops);
+    let cpu_ratio = |a: &str, b: &str, n: u32| {
+        sweep.paired((a, n), (b, n), |p, q| {
             p.cpu_ns_process_per_io() / q.cpu_ns_process_per_io()
-        }),
-        _ => super::point::Spread::of(&[]),
+        })
     };
     let split = ratio("device-lock", "global-lock", most);
     let mq = ratio("mq", "global-lock", most);
     let cpu = cpu_ratio("global-lock", "device-lock", most);
-    let iops_at =
-        |mode: &str, n: u32| find(mode, n).map_or(f64::NAN, |res| res.spread(|f| f.iops).median);
+    let iops_at = |mode: &str, n: u32| sweep.spread(mode, n, |f| f.iops).median;
     let (t2, t3, t5, t6) = (
         S000.at("Table 2"),
         S000.at("Table 3"),
@@ -124,10 +104,7 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
     } else {
         "within the rounds' spread: with few cores the global lock is rarely contended"
     };
-    let mq_over_split = match (find("mq", most), find("device-lock", most)) {
-        (Some(a), Some(b)) => a.paired(b, |p, q| p.iops / q.iops),
-        _ => super::point::Spread::of(&[]),
-    };
+    let mq_over_split = ratio("mq", "device-lock", most);
     let seed = vec![
         SeedRow::new(
             format!("throughput with a lock per queue ÷ one global lock, {most} devices"),

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::iorl::MODES;
 use super::outcome::Outcome;
-use super::point::{cell, job, Figures, Plan, Rounds, Runner, Spread};
+use super::point::{cell, job, Figures, Runner};
+use super::queue_modes::{self, Sweep};
 use super::seed::{self, S000};
 use super::table::{spread_cell, SeedRow, Table};
 use crate::bench::job::RwMode;
@@ -44,48 +44,36 @@ fn mib_per_s(f: &Figures) -> f64 {
 pub fn run(r: &mut Runner) -> Result<Outcome> {
     let cores = r.cores();
     let idle = move |f: &Figures| 100.0 - f.cpu_busy_percent(cores);
-    let mut plan = Vec::new();
-    let mut keys = Vec::new();
-    for mode in MODES {
-        for n in DEVICES {
-            let mut j = job("disk", RwMode::Read, BS, 1, r.runtime(POINT_RUNTIME));
-            j.devices = vec![
-                format!("null,completion=timer,completion_nsec={COMPLETION_NSEC}");
-                n as usize
-            ];
-            j.numjobs = n;
-            j.queue_mode = Some(mode.into());
-            plan.push(Plan::new(format!("{mode}-{n}disks"), vec![j]));
-            keys.push((mode, n));
-        }
-    }
-    let results = r.rounds(&plan)?;
-    let find = |mode: &str, n: u32| -> &Rounds {
-        let i = keys
-            .iter()
-            .position(|&(m, k)| m == mode && k == n)
-            .unwrap_or(0);
-        &results[i]
+    let runtime = r.runtime(POINT_RUNTIME);
+    let sweep = Sweep::run(r, &DEVICES, "disks", |n| {
+        let mut j = job("disk", RwMode::Read, BS, 1, runtime);
+        j.devices =
+            vec![format!("null,completion=timer,completion_nsec={COMPLETION_NSEC}"); n as usize];
+        j.numjobs = n;
+        j
+    })?;
+    // Each mode's throughput over global-lock's at `n` devices, round by
+    // round.
+    let over_global_lock = |mode: &str, n: u32| {
+        sweep.paired((mode, n), ("global-lock", n), |a, b| {
+            a.bw_bytes / b.bw_bytes
+        })
     };
 
-    let mut cols: Vec<String> = ["queue_mode", "devices", "jobs"].map(String::from).to_vec();
-    cols.extend(Table::spread_columns("mib_per_s"));
-    cols.extend(Table::spread_columns("cpu_idle_percent"));
-    cols.extend(Table::spread_columns("over_global_lock"));
-    cols.extend(["rounds", "cpu_ns_per_io", "clat_p99_ns"].map(String::from));
-    let mut t = Table {
-        columns: cols,
-        rows: Vec::new(),
-    };
-    let mut mib_lines: Vec<Series> = MODES.iter().map(|m| Series::new(*m)).collect();
+    let mut t = Table::with_spreads(
+        &["queue_mode", "devices", "jobs"],
+        &["mib_per_s", "cpu_idle_percent", "over_global_lock"],
+        &["rounds", "cpu_ns_per_io", "clat_p99_ns"],
+    );
+    let mut mib_lines = queue_modes::lines();
     // global-lock's own line (1 in every round) keeps each mode's colour
     // the same in every panel.
-    let mut ratio_lines: Vec<Series> = MODES.iter().map(|m| Series::new(*m)).collect();
-    let mut idle_lines: Vec<Series> = MODES.iter().map(|m| Series::new(*m)).collect();
-    for (&(mode, n), res) in keys.iter().zip(&results) {
+    let mut ratio_lines = queue_modes::lines();
+    let mut idle_lines = queue_modes::lines();
+    for (mode, n, res) in sweep.points() {
         let m = res.spread(mib_per_s);
         let i = res.spread(idle);
-        let q = res.paired(find("global-lock", n), |a, b| a.bw_bytes / b.bw_bytes);
+        let q = over_global_lock(mode, n);
         let f = res.median();
         let mut row = vec![mode.to_string(), n.to_string(), n.to_string()];
         row.extend(m.cells(1));
@@ -97,7 +85,7 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
             f.clat_ns[1].to_string(),
         ]);
         t.push(row);
-        let k = MODES.iter().position(|x| *x == mode).unwrap_or(0);
+        let k = queue_modes::line_of(mode);
         let x = f64::from(n);
         mib_lines[k].push_spread(x, m.median, m.min, m.max);
         idle_lines[k].push_spread(x, i.median, i.min, i.max);
@@ -129,11 +117,9 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
     }
 
     let most = DEVICES[DEVICES.len() - 1];
-    let ratio = |mode: &str| -> Spread {
-        find(mode, most).paired(find("global-lock", most), |a, b| a.bw_bytes / b.bw_bytes)
-    };
-    let idle_of = |mode: &str| find(mode, most).spread(idle);
-    let mib_of = |mode: &str| find(mode, most).spread(mib_per_s);
+    let ratio = |mode: &str| over_global_lock(mode, most);
+    let idle_of = |mode: &str| sweep.spread(mode, most, idle);
+    let mib_of = |mode: &str| sweep.spread(mode, most, mib_per_s);
     let (split, mq) = (ratio("device-lock"), ratio("mq"));
     let seed = vec![
         SeedRow::new(

@@ -126,16 +126,16 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         Spread::of(&calls[i].iter().map(f).collect::<Vec<_>>())
     };
 
-    let mut cols: Vec<String> = ["buffers", "bs_kib"].map(String::from).to_vec();
-    cols.extend(Table::spread_columns("cpu_ns_per_io"));
-    cols.extend(Table::spread_columns("pages_pinned_per_io"));
-    cols.extend(Table::spread_columns("tlb_shootdowns_per_io"));
-    cols.extend(Table::spread_columns("syscalls_per_io"));
-    cols.extend(["io_uring_enter_per_io", "iops", "rounds"].map(String::from));
-    let mut t = Table {
-        columns: cols,
-        rows: Vec::new(),
-    };
+    let mut t = Table::with_spreads(
+        &["buffers", "bs_kib"],
+        &[
+            "cpu_ns_per_io",
+            "pages_pinned_per_io",
+            "tlb_shootdowns_per_io",
+            "syscalls_per_io",
+        ],
+        &["io_uring_enter_per_io", "iops", "rounds"],
+    );
     let mut cpu_lines = Vec::new();
     let mut pin_lines = Vec::new();
     let mut tlb_lines = Vec::new();

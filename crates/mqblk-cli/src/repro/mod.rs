@@ -22,7 +22,9 @@
 //! calls with strace, [`table`] writes tables, [`seed`] names the seeds,
 //! [`outcome`] is what an experiment hands back, [`experiment`] what one
 //! is and what running it gave, [`machine`] and
-//! [`index`] make the report; then one module per experiment.
+//! [`index`] make the report, [`queue_modes`] runs a point in every queue
+//! mode at each count (for iorl, many-disks and mq-scaling); then one
+//! module per experiment.
 
 pub mod point;
 
@@ -41,6 +43,8 @@ pub mod experiment;
 pub mod machine;
 
 pub mod index;
+
+pub mod queue_modes;
 
 pub mod readv;
 

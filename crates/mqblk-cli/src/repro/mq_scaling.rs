@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::iorl::MODES;
 use super::outcome::Outcome;
-use super::point::{cell, job, Plan, Runner, Spread};
+use super::point::{cell, job, Runner};
+use super::queue_modes::{self, Sweep};
 use super::seed::{self, S004};
 use super::table::{spread_cell, SeedRow, Table};
 use crate::bench::job::RwMode;
@@ -51,40 +51,28 @@ const SEED_MULTI_SOCKET: f64 = 125e3;
 /// Run the experiment.
 pub fn run(r: &mut Runner) -> Result<Outcome> {
     let threads = thread_counts(r.cores());
-    let mut cols: Vec<String> = ["queue_mode", "threads"].map(String::from).to_vec();
-    cols.extend(Table::spread_columns("iops"));
-    cols.extend(Table::spread_columns("clat_p99_ns"));
-    cols.extend(
-        [
+    let mut t = Table::with_spreads(
+        &["queue_mode", "threads"],
+        &["iops", "clat_p99_ns"],
+        &[
             "rounds",
             "iops_per_thread",
             "cpu_ns_per_io",
             "clat_p50_ns",
             "clat_p99_9_ns",
-        ]
-        .map(String::from),
+        ],
     );
-    let mut t = Table {
-        columns: cols,
-        rows: Vec::new(),
-    };
-    let mut plan = Vec::new();
-    let mut keys = Vec::new();
-    for mode in MODES {
-        for &n in &threads {
-            let mut j = job("mq", RwMode::RandRead, 4096, 32, r.runtime(POINT_RUNTIME));
-            j.devices = vec!["null".into()];
-            j.numjobs = n;
-            j.queue_mode = Some(mode.into());
-            j.hw_queues = Some(n as u16);
-            plan.push(Plan::new(format!("{mode}-{n}thr"), vec![j]));
-            keys.push((mode, n));
-        }
-    }
-    let results = r.rounds(&plan)?;
-    let mut iops_lines: Vec<Series> = MODES.iter().map(|m| Series::new(*m)).collect();
-    let mut p99_lines: Vec<Series> = MODES.iter().map(|m| Series::new(*m)).collect();
-    for (&(mode, n), res) in keys.iter().zip(&results) {
+    let runtime = r.runtime(POINT_RUNTIME);
+    let sweep = Sweep::run(r, &threads, "thr", |n| {
+        let mut j = job("mq", RwMode::RandRead, 4096, 32, runtime);
+        j.devices = vec!["null".into()];
+        j.numjobs = n;
+        j.hw_queues = Some(n as u16);
+        j
+    })?;
+    let mut iops_lines = queue_modes::lines();
+    let mut p99_lines = queue_modes::lines();
+    for (mode, n, res) in sweep.points() {
         let f = res.median();
         let iops = res.spread(|f| f.iops);
         let p99 = res.spread(|f| f.clat_ns[1] as f64);
@@ -99,34 +87,23 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
             f.clat_ns[2].to_string(),
         ]);
         t.push(row);
-        let m = MODES.iter().position(|x| *x == mode).unwrap_or(0);
+        let m = queue_modes::line_of(mode);
         iops_lines[m].push_spread(f64::from(n), iops.median, iops.min, iops.max);
         p99_lines[m].push_spread(f64::from(n), p99.median, p99.min, p99.max);
     }
     let most = threads.last().copied().unwrap_or(1);
     let cores = r.cores() as u32;
-    let find = |mode: &str, n: u32| {
-        keys.iter()
-            .position(|&(m, k)| m == mode && k == n)
-            .map(|i| &results[i])
-    };
-    let iops =
-        |mode: &str, n: u32| find(mode, n).map_or(f64::NAN, |res| res.spread(|f| f.iops).median);
+    let iops = |mode: &str, n: u32| sweep.spread(mode, n, |f| f.iops).median;
     let best = |mode: &str| {
         threads
             .iter()
             .map(|&n| iops(mode, n))
             .fold(f64::NAN, f64::max)
     };
-    let gain = |mode: &str| match (find(mode, cores), find(mode, 1)) {
-        (Some(a), Some(b)) => a.paired(b, |p, q| p.iops / q.iops),
-        _ => Spread::of(&[]),
-    };
+    let iops_ratio = |a: (&str, u32), b: (&str, u32)| sweep.paired(a, b, |p, q| p.iops / q.iops);
+    let gain = |mode: &str| iops_ratio((mode, cores), (mode, 1));
     let (mq_gain, sq_gain) = (gain("mq"), gain("device-lock"));
-    let mq_over_sq = match (find("mq", cores), find("device-lock", cores)) {
-        (Some(a), Some(b)) => a.paired(b, |p, q| p.iops / q.iops),
-        _ => Spread::of(&[]),
-    };
+    let mq_over_sq = iops_ratio(("mq", cores), ("device-lock", cores));
     let (intro, fig4) = (S004.at("§3 Introduction"), S004.at("§4.2, Figure 4"));
     let count = |v: f64| format_value(v, Unit::Count);
     let seed = vec![

@@ -124,17 +124,11 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         &results[i]
     };
 
-    let mut cols: Vec<String> = ["pattern", "partition_cache", "partitions"]
-        .map(String::from)
-        .to_vec();
-    cols.extend(Table::spread_columns("cpu_ns_per_io"));
-    cols.extend(Table::spread_columns("lookup_ns_per_io"));
-    cols.extend(Table::spread_columns("iops"));
-    cols.push("rounds".into());
-    let mut t = Table {
-        columns: cols,
-        rows: Vec::new(),
-    };
+    let mut t = Table::with_spreads(
+        &["pattern", "partition_cache", "partitions"],
+        &["cpu_ns_per_io", "lookup_ns_per_io", "iops"],
+        &["rounds"],
+    );
     let cpu = |f: &super::point::Figures| f.cpu_ns_process_per_io();
     // The cost of counting in a partition: round k against round k of the
     // same I/O with no partitions.
@@ -292,13 +286,9 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         figure,
         answer,
         notes: vec![
-            format!(
-                "Workload: rw=randread, bs=4k, iodepth=32, one job on {}, {} ms per point, {} \
-                 rounds of every point in turn; the table gives the median with the lowest \
-                 and highest.",
-                spec(true),
-                r.runtime(POINT_RUNTIME).as_millis(),
-                super::point::ROUNDS
+            r.workload_note(
+                &format!("rw=randread, bs=4k, iodepth=32, one job on {}", spec(true)),
+                POINT_RUNTIME,
             ),
             format!(
                 "Partitions of 16 MiB from sector {FIRST_SECTOR}, registered with \

@@ -54,14 +54,11 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         .collect();
     let results = r.rounds(&plan)?;
 
-    let mut cols: Vec<String> = ["plug", "clock_reads"].map(String::from).to_vec();
-    cols.extend(Table::spread_columns("cpu_ns_per_io"));
-    cols.extend(Table::spread_columns("iops"));
-    cols.extend(["rounds", "allocs_per_io"].map(String::from));
-    let mut t = Table {
-        columns: cols,
-        rows: Vec::new(),
-    };
+    let mut t = Table::with_spreads(
+        &["plug", "clock_reads"],
+        &["cpu_ns_per_io", "iops"],
+        &["rounds", "allocs_per_io"],
+    );
     let cpu: Vec<Spread> = results
         .iter()
         .map(|res| res.spread(|f| f.cpu_ns_process_per_io()))

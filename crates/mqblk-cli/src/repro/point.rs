@@ -357,6 +357,17 @@ impl Runner {
         }
         Ok(runs.into_iter().map(|runs| Rounds { runs }).collect())
     }
+
+    /// An experiment's first note: its `workload`, how long each point ran
+    /// (`base` at this scale) and how [`Runner::rounds`] ran and reports
+    /// the points.
+    pub fn workload_note(&self, workload: &str, base: Duration) -> String {
+        format!(
+            "Workload: {workload}, {} ms per point, {ROUNDS} rounds of every point in turn; the \
+             table gives the median with the lowest and highest.",
+            self.runtime(base).as_millis()
+        )
+    }
 }
 
 /// `x` with `digits` decimals, for a table cell.

@@ -91,24 +91,18 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         &results[dev * SEGMENTS.len() + k]
     };
 
-    let mut cols: Vec<String> = vec!["device".into(), "segments".into(), "segment_bytes".into()];
-    cols.extend(Table::spread_columns("mib_per_s"));
-    cols.extend(Table::spread_columns("readv_over_read"));
-    cols.extend(
-        [
+    let mut t = Table::with_spreads(
+        &["device", "segments", "segment_bytes"],
+        &["mib_per_s", "readv_over_read"],
+        &[
             "rounds",
             "requests_per_bio",
             "bytes_copied",
             "cpu_ns_per_io",
             "clat_p50_ns",
             "clat_p99_ns",
-        ]
-        .map(String::from),
+        ],
     );
-    let mut t = Table {
-        columns: cols,
-        rows: Vec::new(),
-    };
     let mut mib_lines = Vec::new();
     let mut ratio_lines = Vec::new();
     for (d, (name, _)) in devices.iter().enumerate() {
@@ -300,13 +294,8 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         figure,
         answer,
         notes: vec![
-            format!(
-                "Workload: rw=read, bs=64k, iodepth=1, one job, {} ms per point, {} rounds of \
-                 every point in turn; the table gives the median with the lowest and highest. \
-                 --segments=N cuts each buffer into N separately allocated pieces.",
-                r.runtime(POINT_RUNTIME).as_millis(),
-                super::point::ROUNDS
-            ),
+            r.workload_note("rw=read, bs=64k, iodepth=1, one job", POINT_RUNTIME)
+                + " --segments=N cuts each buffer into N separately allocated pieces.",
             format!(
                 "Devices: ram,size={size} (sparse: reads of never-written blocks), and a \
                  {size}-byte file written beforehand, opened O_DIRECT through io_uring."

@@ -87,25 +87,18 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         &results[wi * MAX_SECTORS.len() + k]
     };
 
-    let mut cols: Vec<String> = ["way", "max_sectors", "max_request_kib"]
-        .map(String::from)
-        .to_vec();
-    cols.extend(Table::spread_columns("requests_per_128k"));
-    cols.extend(
-        [
+    let mut t = Table::with_spreads(
+        &["way", "max_sectors", "max_request_kib"],
+        &["requests_per_128k"],
+        &[
             "rounds",
             "bios_per_128k",
             "merges_per_128k",
             "splits_per_128k",
             "iops",
             "cpu_ns_per_io",
-        ]
-        .map(String::from),
+        ],
     );
-    let mut t = Table {
-        columns: cols,
-        rows: Vec::new(),
-    };
     let mut request_lines = Vec::new();
     let mut bio_lines = Vec::new();
     for (wi, way) in WAYS.iter().enumerate() {
@@ -253,12 +246,9 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
         figure,
         answer,
         notes: vec![
-            format!(
-                "Workload: rw=read (sequential) on null,max_sectors=N,nomerges=0|2,plug=on, \
-                 one job, {} ms per point, {} rounds of every point in turn; the table gives \
-                 the median with the lowest and highest.",
-                r.runtime(POINT_RUNTIME).as_millis(),
-                super::point::ROUNDS
+            r.workload_note(
+                "rw=read (sequential) on null,max_sectors=N,nomerges=0|2,plug=on, one job",
+                POINT_RUNTIME,
             ),
             "A 128 KiB bio is split where max_sectors requires (splits_per_128k); 4 KiB \
              bios in flight together are merged in the plug up to max_sectors."

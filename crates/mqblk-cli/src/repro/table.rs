@@ -21,6 +21,18 @@ impl Table {
         }
     }
 
+    /// An empty table of points: the columns that name a point (`keys`),
+    /// then each figure given with its spread ([`Table::spread_columns`]),
+    /// then the other figures.
+    pub fn with_spreads(keys: &[&str], spreads: &[&str], figures: &[&str]) -> Table {
+        let mut t = Table::new(keys);
+        for name in spreads {
+            t.columns.extend(Table::spread_columns(name));
+        }
+        t.columns.extend(figures.iter().map(|c| c.to_string()));
+        t
+    }
+
     /// Add a row; it must have a cell per column.
     pub fn push(&mut self, row: Vec<String>) {
         debug_assert_eq!(row.len(), self.columns.len());
@@ -161,5 +173,15 @@ mod tests {
         assert!(t
             .markdown()
             .starts_with("| a | b |\n| --- | --- |\n| 1 | x,y |"));
+    }
+
+    #[test]
+    fn spread_columns_stand_between_the_keys_and_the_figures() {
+        let t = Table::with_spreads(&["mode"], &["iops", "cpu"], &["rounds"]);
+        assert_eq!(
+            t.columns,
+            ["mode", "iops", "iops_min", "iops_max", "cpu", "cpu_min", "cpu_max", "rounds"]
+        );
+        assert!(t.rows.is_empty());
     }
 }
