@@ -14,6 +14,8 @@
 # load from elsewhere on a shared machine lands on all of them; the
 # figure to quote is the median ratio over the rounds.
 #
+# Last, the floor under any server: scripts/nbd-reply-floor.c.
+#
 # Usage: scripts/nbd-server-cpu.sh [RUNTIME_SECONDS] [ROUNDS] [RW]
 #   (defaults: 5 seconds, 3 rounds, randread)
 set -euo pipefail
@@ -101,3 +103,15 @@ print(f"  {jobs} job(s) median: server CPU per I/O mqblk/nbdkit "
       f"total {statistics.median(r[2] / r[4] for r in rows):.3f}")
 PY
 done
+
+# The floor: a thread that only reads requests and writes 4 KiB replies
+# over a unix socket pair (scripts/nbd-reply-floor.c), one reply per write
+# as a server must when requests come one per wake-up (fio's nbd engine
+# sends the next as each reply arrives), then 8 replies per writev.
+if command -v cc >/dev/null; then
+  cc -O2 -pthread -o "$dir/floor" scripts/nbd-reply-floor.c
+  echo "== the floor: a server thread that does nothing but the socket calls"
+  for batch in 1 8; do echo "  $("$dir/floor" 1000000 32 "$batch")"; done
+else
+  echo "nbd-server-cpu: no C compiler: the floor is not measured" >&2
+fi
