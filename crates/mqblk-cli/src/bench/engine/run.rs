@@ -196,8 +196,15 @@ fn run_group(
     alloc_count::exclude_this_thread();
 
     // Supervisor: ramp, measure, stop. Only this thread reads the clock.
-    shared.start.wait();
+    // Without a ramp the jobs measure from their first I/O: the phase is
+    // set before the barrier lets them go, so a job that runs before this
+    // thread does issues nothing outside the measured phase (a sized job
+    // does its size, no more).
     let first = &plan[0].0;
+    if first.ramp_time.is_none_or(|r| r.is_zero()) {
+        shared.phase.store(PHASE_MEASURE, Relaxed);
+    }
+    shared.start.wait();
     if let Some(ramp) = first.ramp_time {
         sleep_unless_done(&shared, n, ramp, stop);
     }
