@@ -1,0 +1,188 @@
+//! `mqblk bench`: the jobs from the command line and job files, the run,
+//! its report, and the exit status.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use anyhow::{bail, Context as _, Result};
+
+use crate::bench::report::{self, Format};
+
+use crate::cli::BenchArgs;
+
+pub(crate) fn bench_command(args: &BenchArgs) -> Result<()> {
+    let cli = args.job_options()?;
+    let jobs = match &args.jobfile {
+        Some(path) => {
+            if cli.name.is_some() {
+                bail!("--name names the command-line job; a job file names its jobs by their [sections]");
+            }
+            crate::bench::jobfile::load(path, &cli, &args.section)?
+        }
+        None => vec![cli.build("job0").map_err(anyhow::Error::msg)?],
+    };
+    crate::bench::options::check_run(&jobs).map_err(anyhow::Error::msg)?;
+    let format = args.output_format;
+    let interval = args
+        .status_interval
+        .as_deref()
+        .map(crate::bench::options::parse_duration)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--status-interval: {e}"))?
+        .filter(|d| !d.is_zero());
+    if interval.is_some_and(|d| d < std::time::Duration::from_millis(10)) {
+        bail!("--status-interval: expected at least 10ms between reports");
+    }
+    let status = crate::bench::status::StatusOptions {
+        eta: args.eta,
+        interval,
+    };
+    // Everything that can fail before the run fails here, before the banner.
+    let prepared = crate::bench::engine::prepare(&jobs)?;
+    let _control = match &args.control {
+        Some(path) => Some(crate::qos::Control::start(path, prepared.devices())?),
+        None => None,
+    };
+
+    // As fio: the first SIGINT or SIGTERM stops the jobs, drains them and
+    // prints what ran; a second one exits at once.
+    let stop = Arc::new(AtomicBool::new(false));
+    let signal = Arc::new(AtomicUsize::new(0));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, stop.clone())
+            .context("installing the signal handler")?;
+        signal_hook::flag::register_usize(sig, signal.clone(), sig as usize)
+            .context("installing the signal handler")?;
+        signal_hook::flag::register(sig, stop.clone()).context("installing the signal handler")?;
+    }
+
+    let mut out = std::io::stdout().lock();
+    if format == Format::Normal {
+        out.write_all(report::starting(&jobs).as_bytes())?;
+        out.flush()?;
+    }
+    let (run, teardown) = crate::bench::engine::run(prepared, &status, &stop)?;
+    let interrupted = match signal.load(Ordering::Relaxed) {
+        0 => None,
+        sig => {
+            eprintln!("mqblk: terminated by signal {sig}: the report covers what ran until then");
+            Some(sig)
+        }
+    };
+    match format {
+        Format::Normal => out.write_all(report::normal(&jobs, &run).as_bytes())?,
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut out, &report::json(&jobs, &run))?;
+            out.write_all(b"\n")?;
+        }
+    }
+    out.flush()?;
+    drop(out);
+    let outcome = bench_outcome(&run);
+
+    // Report first, then close. After an error or a signal the devices get
+    // CLOSE_BOUND: a backend that died may never let go, and the process
+    // exit returns what it holds.
+    drop(_control);
+    let ended_badly = interrupted.is_some() || outcome.is_err();
+    let open = teardown.close(ended_badly.then_some(CLOSE_BOUND));
+    let code = match (interrupted, &outcome) {
+        (Some(sig), _) => Some(128 + sig as i32),
+        (None, Err(_)) if !open.is_empty() => Some(1),
+        _ => None,
+    };
+    if !open.is_empty() {
+        eprintln!(
+            "mqblk: {} did not close within {CLOSE_BOUND:?} (its backend does not answer); \
+             exiting without waiting",
+            open.join(", ")
+        );
+    }
+    if let Some(code) = code {
+        if let Err(e) = &outcome {
+            eprintln!("mqblk: error: {e:#}");
+        }
+        let _ = std::io::stderr().flush();
+        if open.is_empty() {
+            std::process::exit(code);
+        }
+        // Threads of a backend that never answered still run: skip the
+        // exit handlers (a C library's destructors would race them).
+        // SAFETY: _exit ends the process at once; stdout and stderr were
+        // flushed above, and nothing else needs a destructor to run.
+        unsafe { libc::_exit(code) };
+    }
+    outcome
+}
+
+/// How long the devices may take to close after a run that ended on an
+/// error or a signal.
+pub(crate) const CLOSE_BOUND: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The run's verdict: an error naming the failed I/Os or the mismatches.
+pub(crate) fn bench_outcome(run: &crate::bench::result::RunResult) -> Result<()> {
+    let failed: Vec<String> = run
+        .jobs
+        .iter()
+        .filter(|j| j.first_error.is_some() || j.read.errors + j.write.errors > 0)
+        .map(|j| {
+            format!(
+                "{} (job {}): {} errors, first: {}{}",
+                j.name,
+                j.index,
+                j.read.errors + j.write.errors + j.trim.errors,
+                j.first_error.as_deref().unwrap_or("unknown"),
+                if j.stopped_at.is_some() {
+                    " (the job stopped there: continue_on_error=none)"
+                } else {
+                    ""
+                }
+            )
+        })
+        .collect();
+    if !failed.is_empty() {
+        bail!(
+            "I/O errors in {} job(s): {}",
+            failed.len(),
+            failed.join("; ")
+        );
+    }
+    let mismatched: Vec<String> = run
+        .jobs
+        .iter()
+        .filter_map(|j| {
+            let v = j.verify.as_ref().filter(|v| v.errors > 0)?;
+            let first = v.mismatches.first().map(|m| m.to_string());
+            Some(format!(
+                "{} (job {}): {} mismatches, first: {}",
+                j.name,
+                j.index,
+                v.errors,
+                first.as_deref().unwrap_or("unknown")
+            ))
+        })
+        .collect();
+    if !mismatched.is_empty() {
+        bail!(
+            "verify failed in {} job(s): {}",
+            mismatched.len(),
+            mismatched.join("; ")
+        );
+    }
+    let degraded: Vec<String> = run
+        .layer
+        .degraded
+        .iter()
+        .filter(|d| !d.allowed)
+        .map(|d| crate::degraded::text(&d.leg, d.run_ms))
+        .collect();
+    if !degraded.is_empty() {
+        bail!(
+            "the run ended degraded: {} (the I/O went on, on the legs left; allow_degraded=1 \
+             lets a run end degraded)",
+            degraded.join("; ")
+        );
+    }
+    Ok(())
+}
