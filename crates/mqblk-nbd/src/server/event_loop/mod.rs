@@ -19,12 +19,11 @@
 //! slot): a completion never runs inside a submission.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::io::{Read, Write};
 use std::net::IpAddr;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -32,8 +31,16 @@ use mqblk_core::Context;
 use rustix::event::epoll;
 
 use super::conn::{Conn, Done, End, Limbo};
+
+mod admission;
+mod log_limit;
+mod peer;
+
 use super::shared::{Listener, Shared};
 use crate::transport::Socket;
+pub(crate) use admission::Admission;
+pub(crate) use log_limit::LogLimit;
+pub(crate) use peer::Peer;
 
 const LISTENER: u64 = 0;
 const WAKE: u64 = 1;
@@ -45,35 +52,6 @@ const CONN_BASE: u64 = 1 << 48;
 const EVENTS_MAX: usize = 256;
 /// Scratch bytes for reading requests: many headers per `read`.
 pub(crate) const SCRATCH_BYTES: usize = 64 * 1024;
-
-/// Connections open across every I/O thread, by peer address.
-#[derive(Default)]
-pub(crate) struct Admission {
-    total: usize,
-    per_peer: HashMap<IpAddr, usize>,
-}
-
-/// What the I/O threads know of each other: each one's open connections
-/// (so an accepting thread hands a new connection to the least loaded
-/// one), and an inbox for the hand-off with a socket that wakes its loop.
-pub(crate) struct Peer {
-    pub(crate) conns: AtomicUsize,
-    inbox: Mutex<Vec<Limbo>>,
-    wake: (UnixStream, UnixStream),
-}
-
-impl Peer {
-    pub(crate) fn new() -> std::io::Result<Peer> {
-        let wake = UnixStream::pair()?;
-        wake.0.set_nonblocking(true)?;
-        wake.1.set_nonblocking(true)?;
-        Ok(Peer {
-            conns: AtomicUsize::new(0),
-            inbox: Mutex::new(Vec::new()),
-            wake,
-        })
-    }
-}
 
 /// The per-export context of this thread.
 struct Ctx {
@@ -122,36 +100,6 @@ struct Loop<'s> {
 
 /// How long the listener rests after an accept error.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
-
-/// At most one line a second for what a flood can cause (refusals,
-/// deadlines), with a count of the lines held back.
-#[derive(Default)]
-pub(crate) struct LogLimit {
-    last: Option<Instant>,
-    held: u64,
-}
-
-impl LogLimit {
-    pub(crate) fn line(&mut self, now: Instant, msg: std::fmt::Arguments<'_>) {
-        if self
-            .last
-            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
-        {
-            self.held += 1;
-            return;
-        }
-        if self.held > 0 {
-            eprintln!(
-                "mqblk serve: {msg} (and {} more such lines in the last second)",
-                self.held
-            );
-        } else {
-            eprintln!("mqblk serve: {msg}");
-        }
-        self.last = Some(now);
-        self.held = 0;
-    }
-}
 
 /// Run one I/O thread until shutdown has drained it.
 pub(crate) fn run(
@@ -451,45 +399,16 @@ impl<'s> Loop<'s> {
 
     /// Count the connection in, or say why not.
     fn admit(&self, peer: Option<IpAddr>, admission: &Mutex<Admission>) -> Option<String> {
-        let lim = &self.sh.limits;
-        let mut a = admission.lock().unwrap_or_else(|p| p.into_inner());
-        if a.total >= lim.max_connections {
-            return Some(format!(
-                "the server is serving its limit of {} connections (--max-connections)",
-                lim.max_connections
-            ));
+        let refused = Admission::admit(admission, &self.sh.limits, peer);
+        if refused.is_none() {
+            self.sh.stats.open.fetch_add(1, Ordering::Relaxed);
         }
-        if let Some(ip) = peer.map(peer_key) {
-            let n = a.per_peer.get(&ip).copied().unwrap_or(0);
-            if n >= lim.max_per_peer {
-                let who = match ip {
-                    IpAddr::V6(_) => format!("{ip}/64"),
-                    IpAddr::V4(_) => ip.to_string(),
-                };
-                return Some(format!(
-                    "{who} already has its limit of {} connections (--max-connections-per-peer)",
-                    lim.max_per_peer
-                ));
-            }
-            a.per_peer.insert(ip, n + 1);
-        }
-        a.total += 1;
-        self.sh.stats.open.fetch_add(1, Ordering::Relaxed);
-        None
+        refused
     }
 
     fn release(&self, peer: Option<IpAddr>, admission: &Mutex<Admission>) {
-        let mut a = admission.lock().unwrap_or_else(|p| p.into_inner());
-        a.total -= 1;
+        Admission::release(admission, peer);
         self.sh.stats.open.fetch_sub(1, Ordering::Relaxed);
-        if let Some(ip) = peer.map(peer_key) {
-            if let Some(n) = a.per_peer.get_mut(&ip) {
-                *n -= 1;
-                if *n == 0 {
-                    a.per_peer.remove(&ip);
-                }
-            }
-        }
     }
 
     /// Take a connection in (`me.conns` already counts it).
@@ -804,40 +723,9 @@ impl<'s> Loop<'s> {
     }
 }
 
-/// The peer a connection is counted against: its IPv4 address (an
-/// IPv4-mapped IPv6 one included), or the /64 network of its IPv6 address,
-/// since one host commonly holds a whole /64.
-fn peer_key(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(std::net::Ipv6Addr::from(
-                u128::from(v6) & !((1u128 << 64) - 1),
-            )),
-        },
-    }
-}
-
 /// Refused connections answered at once per thread.
 const REFUSING_MAX: usize = 64;
 /// Rounds of connections and contexts per wake-up before sleeping: the
 /// loop goes back to epoll (with a zero timeout if work remains), so new
 /// connections and deadlines are never starved.
 const SETTLE_ROUNDS_MAX: u32 = 64;
-
-#[cfg(test)]
-mod tests {
-    use super::peer_key;
-    use std::net::IpAddr;
-
-    #[test]
-    fn peers_are_ipv4_addresses_or_ipv6_slash_64s() {
-        let k = |s: &str| peer_key(s.parse::<IpAddr>().unwrap()).to_string();
-        assert_eq!(k("127.0.0.2"), "127.0.0.2");
-        assert_eq!(k("::ffff:127.0.0.2"), "127.0.0.2");
-        assert_eq!(k("2001:db8:1:2:3:4:5:6"), "2001:db8:1:2::");
-        assert_eq!(k("2001:db8:1:2:ffff::1"), "2001:db8:1:2::");
-        assert_ne!(k("2001:db8:1:3::1"), k("2001:db8:1:2::1"));
-    }
-}
