@@ -61,10 +61,7 @@
 
 use std::cell::Cell;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use mqblk_core::bio::{BioFlags, Op};
@@ -72,11 +69,17 @@ use mqblk_core::buf::BufRegion;
 use mqblk_core::driver::{Completions, HwNotifier, RqRef, TimeoutAction};
 use mqblk_core::error::Status;
 
-use crate::config::{TaskRun, WaitMode};
+use crate::config::WaitMode;
 use crate::discover::{DiscardHow, TargetKind};
 use crate::info::{note, Notes};
 use crate::psync::PsyncQueue;
 use crate::target::{fill_iovecs, Target, MAX_RETRIES, MAX_SEGMENTS};
+
+mod irq;
+mod ring;
+
+use irq::{eventfd, Irq};
+pub use ring::{build_ring, Flavor, RingConfig};
 
 /// `user_data` bits above the tag: what the entry is.
 const UD_MAIN: u64 = 0;
@@ -85,123 +88,10 @@ const UD_PREFLUSH: u64 = 1 << 32;
 /// An IORING_OP_ASYNC_CANCEL for the request at the tag (its own result
 /// is ignored: the cancelled request's completion is what counts).
 const UD_CANCEL: u64 = 2 << 32;
-/// Largest ring (the kernel's IORING_MAX_ENTRIES).
-const MAX_RING_ENTRIES: u32 = 32768;
 /// Longest the ring's drop waits for stray in-flight I/O, in 100 ms steps.
 const DROP_WAIT_STEPS: u32 = 100;
 /// Most drains of the interrupt line per `poll` (see `quiet_line`).
 const LINE_QUIET_ROUNDS: u32 = 4;
-
-/// How the ring's completion work is run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Flavor {
-    /// SINGLE_ISSUER | DEFER_TASKRUN | TASKRUN_FLAG.
-    Defer,
-    /// COOP_TASKRUN | TASKRUN_FLAG.
-    Coop,
-    /// Neither: completion work interrupts the submitting task.
-    Plain,
-}
-
-impl Flavor {
-    /// The setup flags, as io_uring_setup(2) names them.
-    pub fn describe(self) -> &'static str {
-        match self {
-            Flavor::Defer => "SINGLE_ISSUER|DEFER_TASKRUN|TASKRUN_FLAG",
-            Flavor::Coop => "COOP_TASKRUN|TASKRUN_FLAG",
-            Flavor::Plain => "no task-run flags",
-        }
-    }
-}
-
-/// What every ring of a device is set up with.
-#[derive(Clone, Debug)]
-pub struct RingConfig {
-    /// Submission queue entries (a power of two; at least the tag depth
-    /// when the kernel allows).
-    pub entries: u32,
-    /// IORING_SETUP_IOPOLL.
-    pub iopoll: bool,
-    /// IORING_SETUP_SQPOLL with this idle time.
-    pub sqpoll_idle_ms: Option<u32>,
-    /// The task-run mode asked for.
-    pub taskrun: TaskRun,
-    /// Completion style.
-    pub wait: WaitMode,
-}
-
-impl RingConfig {
-    /// Entries for `depth` requests in flight at once.
-    pub fn entries_for(depth: u32) -> u32 {
-        depth.max(8).next_power_of_two().min(MAX_RING_ENTRIES)
-    }
-
-    /// Does a `wait=poll` ring get an interrupt line (see the module's
-    /// doc)? Not with IOPOLL, whose completions no interrupt announces,
-    /// nor with `taskrun=coop`, whose eventfd a sleeper cannot count on.
-    pub fn irq_line(&self) -> bool {
-        self.wait == WaitMode::Poll && !self.iopoll && self.taskrun != TaskRun::Coop
-    }
-}
-
-fn try_build(cfg: &RingConfig, flavor: Flavor, submit_all: bool) -> io::Result<IoUring> {
-    let mut b = IoUring::builder();
-    b.setup_clamp();
-    b.setup_cqsize(cfg.entries * 2);
-    if submit_all {
-        b.setup_submit_all();
-    }
-    if cfg.iopoll {
-        b.setup_iopoll();
-    }
-    if let Some(idle) = cfg.sqpoll_idle_ms {
-        b.setup_sqpoll(idle);
-    }
-    match flavor {
-        Flavor::Defer => {
-            b.setup_single_issuer()
-                .setup_defer_taskrun()
-                .setup_taskrun_flag()
-                .setup_r_disabled();
-        }
-        Flavor::Coop => {
-            b.setup_coop_taskrun().setup_taskrun_flag();
-        }
-        Flavor::Plain => {}
-    }
-    b.build(cfg.entries)
-}
-
-/// Build a ring with the best flavor `cfg` allows; EINVAL from the kernel
-/// means a flag it does not know, so the next flavor is tried.
-pub fn build_ring(cfg: &RingConfig, allow_defer: bool) -> io::Result<(IoUring, Flavor)> {
-    let flavors: &[Flavor] = match (cfg.taskrun, cfg.wait) {
-        (TaskRun::Defer, _) => &[Flavor::Defer],
-        (TaskRun::Coop, _) => &[Flavor::Coop],
-        (TaskRun::Off, _) => &[Flavor::Plain],
-        // A sleeping waiter is woken through the eventfd, which a
-        // COOP_TASKRUN ring only signals once the sleeper itself runs the
-        // completion work: never use it for sleeping, nor for the
-        // interrupt line of `wait=poll`.
-        (TaskRun::Auto, WaitMode::Sleep) => &[Flavor::Defer, Flavor::Plain],
-        (TaskRun::Auto, WaitMode::Poll) if cfg.irq_line() => &[Flavor::Defer, Flavor::Plain],
-        (TaskRun::Auto, WaitMode::Poll) => &[Flavor::Defer, Flavor::Coop, Flavor::Plain],
-    };
-    let mut last = io::Error::from_raw_os_error(libc::EINVAL);
-    for &f in flavors {
-        if f == Flavor::Defer && (!allow_defer || cfg.sqpoll_idle_ms.is_some()) {
-            continue;
-        }
-        for submit_all in [true, false] {
-            match try_build(cfg, f, submit_all) {
-                Ok(r) => return Ok((r, f)),
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => last = e,
-                Err(e) => return Err(e),
-            }
-        }
-    }
-    Err(last)
-}
 
 /// The name of the file system under `fd` if its requests wait for a
 /// server (so an inline issue can block the submitting thread).
@@ -254,71 +144,6 @@ struct Slot {
     status: Status,
     /// Timed out: cancel sent; its completion ends it with `Timeout`.
     timed_out: bool,
-}
-
-/// The eventfd "interrupt line" of `wait=sleep`: the ring signals it when
-/// completions (or their task work) arrive; a helper thread blocked on it
-/// rings the hardware queue's notifier, waking sleeping contexts.
-struct Irq {
-    efd: Arc<OwnedFd>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Irq {
-    fn new(index: u16, hw: HwNotifier) -> io::Result<Irq> {
-        let efd = Arc::new(eventfd(libc::EFD_CLOEXEC)?);
-        let stop = Arc::new(AtomicBool::new(false));
-        let (e2, s2) = (efd.clone(), stop.clone());
-        let thread = std::thread::Builder::new()
-            .name(format!("mqblk-irq{index}"))
-            .stack_size(64 << 10)
-            .spawn(move || loop {
-                let mut v = 0u64;
-                // SAFETY: read writes 8 bytes into `v`, a live local.
-                let r = unsafe { libc::read(e2.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
-                if s2.load(Ordering::Acquire) {
-                    return;
-                }
-                if r == 8 {
-                    hw.notify();
-                } else if crate::target::errno() != libc::EINTR {
-                    return;
-                }
-            })?;
-        Ok(Irq {
-            efd,
-            stop,
-            thread: Some(thread),
-        })
-    }
-
-    fn fd(&self) -> RawFd {
-        self.efd.as_raw_fd()
-    }
-}
-
-impl Drop for Irq {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        let one = 1u64;
-        // SAFETY: write reads 8 bytes from `one`, a live local.
-        unsafe { libc::write(self.efd.as_raw_fd(), (&one as *const u64).cast(), 8) };
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// A new eventfd, with its count at 0.
-fn eventfd(flags: libc::c_int) -> io::Result<OwnedFd> {
-    // SAFETY: eventfd takes no pointers.
-    let fd = unsafe { libc::eventfd(0, flags) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a fresh descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// What a queue reports about its ring, for `mqblk info`.
