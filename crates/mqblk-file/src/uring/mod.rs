@@ -58,6 +58,10 @@
 //! the queue (or exits): a context must not move to another thread with
 //! I/O in flight on a DEFER_TASKRUN ring and then leave its old thread
 //! idle forever; `taskrun=coop` avoids the question.
+//!
+//! By call order: [`setup`] makes a queue and keeps its [`ring`] usable,
+//! [`submit`] turns requests into entries, [`complete`] reaps and waits,
+//! all on the state in [`queue`]; [`irq`] is the interrupt line.
 
 mod complete;
 mod irq;
