@@ -184,6 +184,75 @@ fn bad_tables_fail_the_command_naming_line_and_field() {
     }
 }
 
+/// `mqblk info SPEC`: its status, stdout and stderr.
+fn info(spec: &str) -> (std::process::ExitStatus, String, String) {
+    let o = mqblk(&["info", spec]);
+    (
+        o.status,
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_table_that_includes_itself_is_refused_naming_the_cycle() {
+    let dir = Scratch::new("dm-cli-self");
+    let path = |name: &str| dir.0.join(name).display().to_string();
+    // Directly: a line whose device is the table's own file.
+    let me = path("self.table");
+    std::fs::write(&me, format!("0 8 linear dm:{me} 0\n")).unwrap();
+    // Through another file, as a mirror leg (a partition of it, even).
+    let (a, b) = (path("a.table"), path("b.table"));
+    std::fs::write(
+        &a,
+        format!("0 2048 mirror core 2 8 nosync 2 ram,size=1M 0 dm:{b},part=1 0\n"),
+    )
+    .unwrap();
+    std::fs::write(&b, format!("0 2048 linear dm:{a},hw_queues=1 0\n")).unwrap();
+    for (spec, cycle) in [
+        (format!("dm:{me}"), format!("{me} → {me}")),
+        (format!("dm:{a}"), format!("{a} → {b} → {a}")),
+        (format!("dm:{b}"), format!("{b} → {a} → {b}")),
+    ] {
+        let (st, _, err) = info(&spec);
+        eprintln!("mqblk info {spec}: {st}: {err}");
+        // Refused with an error, not a signal.
+        assert_eq!(st.code(), Some(1), "{spec}: {st}: {err}");
+        assert!(
+            err.contains(&format!("the dm table includes itself: {cycle}")),
+            "{spec}: stderr lacks the cycle {cycle}: {err}"
+        );
+    }
+}
+
+#[test]
+fn dm_tables_nest_16_deep_and_the_17th_is_refused_naming_the_limit() {
+    let dir = Scratch::new("dm-cli-nest");
+    let path = |n: usize| dir.0.join(format!("t{n}.table")).display().to_string();
+    // t0 is a zero target; t{n} a linear view of t{n-1}.
+    let deepest = 17;
+    std::fs::write(path(0), "0 8 zero\n").unwrap();
+    for n in 1..deepest {
+        std::fs::write(path(n), format!("0 8 linear dm:{} 0\n", path(n - 1))).unwrap();
+    }
+    // t15 holds 16 tables, one inside another: allowed.
+    let (st, out, err) = info(&format!("dm:{}", path(15)));
+    assert!(st.success(), "16 deep: {st}: {err}");
+    assert!(out.contains("4096"), "16 deep: {out}");
+    // t16 holds 17.
+    let (st, _, err) = info(&format!("dm:{}", path(16)));
+    eprintln!("mqblk info dm:t16.table: {st}: {err}");
+    assert_eq!(st.code(), Some(1), "17 deep: {st}: {err}");
+    assert!(
+        err.contains("dm tables nest 17 deep, over the limit of 16"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("{} → {}", path(16), path(15))) && err.contains(&path(0)),
+        "the chain is named: {err}"
+    );
+}
+
 #[test]
 fn serve_exports_a_striped_device_to_real_clients() {
     for t in ["nbdinfo", "nbdcopy", "qemu-img"] {

@@ -7,7 +7,8 @@
 //!
 //! Each lower device (a leg) is named by its own mqblk spec and opened
 //! through the caller's opener (`mqblk::open`), so any device kind stacks,
-//! stacked devices included. The pipeline is the table ([`table`]), the
+//! stacked devices included, up to [`MAX_NESTING`] tables deep and never a
+//! table inside itself ([`nesting`]). The pipeline is the table ([`table`]), the
 //! targets ([`target`]), the legs ([`legs`]) and the lower ranges the
 //! lines map onto, never two on one ([`extent`]), the limits stacked from the
 //! legs' ([`limits`]), and the driver that sends child bios and completes
@@ -17,6 +18,7 @@ pub mod extent;
 mod handle;
 pub mod legs;
 pub mod limits;
+pub mod nesting;
 mod overlap;
 mod stacked;
 pub mod table;
@@ -30,6 +32,7 @@ use mqblk_core::{Device, DeviceConfig, Error, Result};
 pub use extent::{Overlap, Use};
 pub use handle::{find, Handle};
 pub use legs::{LegId, LegSet, Legs, Opener};
+pub use nesting::{Nesting, MAX_NESTING};
 pub use table::{Table, TableError, TableLine};
 pub use target::mirror;
 pub use target::Target;
@@ -43,11 +46,24 @@ fn table_error(spec: &str, e: TableError) -> Error {
     Error::spec(spec, format!("dm table {e}"))
 }
 
-/// Open `dm:PATH` (the table in a file). `opts` are the common device
-/// options (`hw_queues`, `queue_depth`, ...).
-pub fn open_path(path: &str, opts: SpecOptions, opener: Opener<'_>) -> Result<Device> {
+/// Opens a lower device from its spec within a chain of tables
+/// (`mqblk`'s opener): the legs of a table are opened with the chain that
+/// holds it.
+pub type NestedOpener<'a> = &'a dyn Fn(&str, &Nesting) -> Result<Device>;
+
+/// Open `dm:PATH` (the table in a file), inside the tables of `nesting`
+/// (none: [`Nesting::default`]). `opts` are the common device options
+/// (`hw_queues`, `queue_depth`, ...). A table that includes itself, or
+/// one past [`MAX_NESTING`] deep, is refused, naming the chain.
+pub fn open_path(
+    path: &str,
+    opts: SpecOptions,
+    nesting: &Nesting,
+    opener: NestedOpener<'_>,
+) -> Result<Device> {
     use std::io::Read as _;
     let spec = format!("dm:{path}");
+    let inside = nesting.enter_file(&spec, path)?;
     let cannot =
         |e: std::io::Error| Error::spec(&spec, format!("cannot read the table file {path}: {e}"));
     let mut bytes = Vec::new();
@@ -67,13 +83,20 @@ pub fn open_path(path: &str, opts: SpecOptions, opener: Opener<'_>) -> Result<De
     }
     let text = String::from_utf8(bytes)
         .map_err(|_| Error::spec(&spec, format!("the table file {path} is not UTF-8 text")))?;
-    open_text(&spec, &text, opts, opener)
+    open_text(&spec, &text, opts, &|leg| opener(leg, &inside))
 }
 
-/// Open `dm-table:TABLE` (the table inline, `;` between lines).
-pub fn open_inline(table: &str, opts: SpecOptions, opener: Opener<'_>) -> Result<Device> {
+/// Open `dm-table:TABLE` (the table inline, `;` between lines), inside the
+/// tables of `nesting`, as [`open_path`].
+pub fn open_inline(
+    table: &str,
+    opts: SpecOptions,
+    nesting: &Nesting,
+    opener: NestedOpener<'_>,
+) -> Result<Device> {
     let spec = format!("dm-table:{table}");
-    open_text(&spec, table, opts, opener)
+    let inside = nesting.enter_inline(&spec)?;
+    open_text(&spec, table, opts, &|leg| opener(leg, &inside))
 }
 
 fn open_text(spec: &str, text: &str, mut opts: SpecOptions, opener: Opener<'_>) -> Result<Device> {

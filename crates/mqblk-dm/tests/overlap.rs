@@ -17,7 +17,12 @@ fn opener(spec: &str) -> Result<Device> {
 }
 
 fn open(table: &str) -> Result<Device> {
-    mqblk_dm::open_inline(table, parse("dm-table:x").unwrap().options, &opener)
+    mqblk_dm::open_inline(
+        table,
+        parse("dm-table:x").unwrap().options,
+        &mqblk_dm::Nesting::default(),
+        &|spec, _| opener(spec),
+    )
 }
 
 /// The lower devices: specs and sizes in sectors. The same spec twice in a

@@ -19,7 +19,8 @@ fn open(table: &str) -> Device {
     mqblk_dm::open_inline(
         table,
         parse(&format!("dm-table:{table}")).unwrap().options,
-        &opener,
+        &mqblk_dm::Nesting::default(),
+        &|spec, _| opener(spec),
     )
     .unwrap()
 }

@@ -21,6 +21,7 @@ mod part_open;
 /// A failed mirror leg: which device, which leg, why, when
 /// ([`degraded_legs`]).
 pub use mqblk_dm::mirror::{DegradedLeg, LegFailure};
+use mqblk_dm::Nesting;
 pub use part_open::register_partitions;
 
 /// Open a device from a spec string such as `null,size=1T,completion=inline`.
@@ -42,14 +43,23 @@ pub use part_open::register_partitions;
 /// and `trace=DIR`: blktrace files of the device and every device below it
 /// ([`start_trace`]).
 pub fn open(spec: &str) -> Result<Device> {
+    open_in(spec, &Nesting::default())
+}
+
+/// Open `spec` inside the dm tables of `nesting`: a leg of a table.
+fn open_in(spec: &str, nesting: &Nesting) -> Result<Device> {
     let s = mqblk_core::spec::parse(spec)?;
-    open_parsed(s)
+    open_parsed_in(s, nesting)
 }
 
 /// Open an already parsed spec (the bench adds its overrides to it first).
 /// `trace=DIR` traces the device and every device below it
 /// ([`start_trace`]).
-pub fn open_parsed(mut s: mqblk_core::spec::DeviceSpec) -> Result<Device> {
+pub fn open_parsed(s: mqblk_core::spec::DeviceSpec) -> Result<Device> {
+    open_parsed_in(s, &Nesting::default())
+}
+
+fn open_parsed_in(mut s: mqblk_core::spec::DeviceSpec, nesting: &Nesting) -> Result<Device> {
     let trace = s.options.take_str("trace");
     if trace.as_deref() == Some("") {
         return Err(Error::spec(
@@ -58,8 +68,8 @@ pub fn open_parsed(mut s: mqblk_core::spec::DeviceSpec) -> Result<Device> {
         ));
     }
     let dev = match s.options.take_str("part") {
-        Some(n) => part_open::open_partition(s, &n, &open_kind)?,
-        None => open_kind(s)?,
+        Some(n) => part_open::open_partition(s, &n, &|s| open_kind(s, nesting))?,
+        None => open_kind(s, nesting)?,
     };
     if let Some(dir) = trace {
         start_trace(&dev, &dir)?;
@@ -96,8 +106,9 @@ pub fn stop_trace(dev: &Device) -> Result<Vec<TraceSummary>> {
     Ok(out)
 }
 
-/// Open the device of the spec's kind.
-fn open_kind(s: mqblk_core::spec::DeviceSpec) -> Result<Device> {
+/// Open the device of the spec's kind; a dm table inside the tables of
+/// `nesting` (refused if it is one of them, or one too many).
+fn open_kind(s: mqblk_core::spec::DeviceSpec, nesting: &Nesting) -> Result<Device> {
     match s.kind.as_str() {
         "null" | "nullb" => {
             if let Some(t) = &s.target {
@@ -138,7 +149,7 @@ fn open_kind(s: mqblk_core::spec::DeviceSpec) -> Result<Device> {
         }
         "rbd" => open_rbd(s),
         "dm" => match s.target {
-            Some(t) => mqblk_dm::open_path(&t, s.options, &open),
+            Some(t) => mqblk_dm::open_path(&t, s.options, nesting, &open_in),
             None => Err(Error::spec(
                 s.options.spec(),
                 "the dm device needs a table file, as in dm:/etc/mqblk/stripe.table",
@@ -146,7 +157,7 @@ fn open_kind(s: mqblk_core::spec::DeviceSpec) -> Result<Device> {
         },
         "dm-table" => {
             let t = s.target.unwrap_or_default();
-            mqblk_dm::open_inline(&t, s.options, &open)
+            mqblk_dm::open_inline(&t, s.options, nesting, &open_in)
         }
         other => {
             let near = mqblk_core::spec::nearest(other, KINDS.iter().map(|(k, _)| *k))

@@ -4,16 +4,15 @@
 //!
 //! On-disk layout, little endian: a 4096-byte header (magic, version,
 //! region size, number of regions, length of the mirror) and then the
-//! bitmap, one bit per region, in 4096-byte blocks. A bit is set and made
-//! durable (write, then flush) before the first write to its region is
-//! sent; it is cleared later, written out by the cleaner.
+//! bitmap, one bit per region, in 4096-byte blocks. A bit is written out
+//! and made durable (write, then flush) before the in-memory bit that
+//! lets writes to its region pass is set; it is cleared later, written
+//! out by the cleaner. Every write-out happens under [`Log::lock`].
 
 use std::sync::{Mutex, MutexGuard};
 
 use mqblk_core::buf::IoBuf;
 use mqblk_core::{Context, Device};
-
-use super::region::Bits;
 
 const MAGIC: &[u8; 8] = b"MQBKMIRR";
 const VERSION: u32 = 1;
@@ -157,14 +156,18 @@ impl Log {
         }
     }
 
-    /// Write words `first..=last` of `bits` to the log (the blocks holding
-    /// them), then flush. The caller holds [`Log::lock`]'s guard, passed in.
+    /// Write words `first..=last` of the bitmap to the log (the blocks
+    /// holding them), then flush. `word(n)` gives word `n` of the image to
+    /// write, for every word of those blocks (`nr_words` in all): the
+    /// caller's bitmap, with the bits it is about to set. The caller holds
+    /// [`Log::lock`]'s guard, passed in.
     pub(crate) fn write_out(
         &self,
         guard: &mut Option<MutexGuard<'_, DiskIo>>,
-        bits: &Bits,
+        nr_words: usize,
         first: usize,
         last: usize,
+        word: impl Fn(usize) -> u64,
     ) -> Result<(), String> {
         let Log::Disk { spec, .. } = self else {
             return Ok(());
@@ -177,12 +180,11 @@ impl Log {
         let b0 = first / words_per_block;
         let b1 = last / words_per_block;
         let w0 = b0 * words_per_block;
-        let w1 = ((b1 + 1) * words_per_block).min(bits.nr_words());
+        let w1 = ((b1 + 1) * words_per_block).min(nr_words);
         let img = d.image.as_mut_slice();
         for w in w0..w1 {
             let at = BLOCK + w * 8;
-            let v = bits.word(w).load(std::sync::atomic::Ordering::SeqCst);
-            img[at..at + 8].copy_from_slice(&v.to_le_bytes());
+            img[at..at + 8].copy_from_slice(&word(w).to_le_bytes());
         }
         let from = BLOCK + b0 * BLOCK;
         let to = (BLOCK + (b1 + 1) * BLOCK).min(d.image.len());

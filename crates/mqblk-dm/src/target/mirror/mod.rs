@@ -18,16 +18,20 @@
 //!   Each failed leg keeps what took it out (the I/O, its error, when),
 //!   for [`degraded_legs`] and the reports built on it.
 //! - Before the first write to a clean region is sent, the region's bit is
-//!   set and written to a `disk` log (one blocking write and flush, under
-//!   the log's lock: the rare path). A write to a dirty region costs a bit
-//!   test and a count of its children in flight. A cleaner thread clears
-//!   the bits of regions idle for a period and writes them out.
+//!   written to a `disk` log (one blocking write and flush, under the log's
+//!   lock: the rare path), and only then set in memory: a set bit is a
+//!   durable bit, for the write that set it and for every write on another
+//!   queue that finds it set. A write to a dirty region costs a bit test
+//!   and a count of its children in flight. A cleaner thread clears the
+//!   bits of regions idle for a period and writes them out.
 //! - Recovery (resync after an unclean stop, or [`replace`]) copies the
 //!   regions marked out of sync from a live leg to the legs being rebuilt
 //!   in a thread of its own, region by region: a region being copied is
 //!   locked (writes to it are requeued until it is done), and writes to
 //!   regions not copied yet skip the legs being rebuilt.
 
+#[cfg(test)]
+mod crash_model;
 mod log;
 mod recovery;
 mod region;
@@ -255,16 +259,10 @@ impl Mirror {
             }
             Found::Fresh if !assume_sync => {
                 inner.nosync.set_all();
-                if !inner.log.is_core() {
-                    // Until copied, a crash must copy them again.
-                    inner.dirty.set_all();
-                    let mut g = inner.log.lock();
-                    let last = inner.dirty.nr_words() - 1;
-                    inner
-                        .log
-                        .write_out(&mut g, &inner.dirty, 0, last)
-                        .map_err(|e| c.err(2, "log device", e))?;
-                }
+                // Until copied, a crash must copy them again.
+                inner
+                    .mark_all_dirty()
+                    .map_err(|e| c.err(2, "log device", e))?;
             }
             Found::Fresh => {}
         }
@@ -629,13 +627,7 @@ pub fn replace(
     // 2. Every region is out of sync on the new leg (and dirty on a disk
     //    log, so that a crash copies again); then it goes in.
     m.nosync.set_all();
-    if !m.log.is_core() {
-        m.dirty.set_all();
-        let mut g = m.log.lock();
-        m.log
-            .write_out(&mut g, &m.dirty, 0, m.dirty.nr_words() - 1)
-            .map_err(bad)?;
-    }
+    m.mark_all_dirty().map_err(bad)?;
     m.all.replace(l.id, Some(new), new_spec);
     *m.failures[leg].lock().unwrap_or_else(|e| e.into_inner()) = None;
     m.state.fetch_or(

@@ -45,7 +45,14 @@ pub(crate) struct Inner {
     pub(super) legs: Vec<Leg>,
     pub(super) all: Arc<Legs>,
     pub(super) state: AtomicU32,
-    /// Set on the log (durably, for a disk log) before a write is sent.
+    /// Regions whose bit is durable in a disk log: a write tests only
+    /// this bit before it goes to the legs, so a set bit must mean
+    /// durable. A bit is set only after the log write-out carrying it has
+    /// been flushed ([`Inner::mark_dirty`], [`Inner::mark_all_dirty`]),
+    /// and cleared only by the cleaner ([`Inner::clean`]) before the
+    /// write-out that clears it; both under the log's lock, so every
+    /// write-out finds in this bitmap exactly what is durable or on its
+    /// way to being cleared. At open it is what the log holds.
     pub(super) dirty: Bits,
     /// Not yet copied to the legs being rebuilt.
     pub(super) nosync: Bits,
@@ -225,18 +232,48 @@ impl Inner {
         }
     }
 
-    /// The rare path: make region `r`'s bit durable before its first write.
+    /// The rare path: make region `r`'s bit durable before its first
+    /// write. The bit is written out and flushed first and set in memory
+    /// after, under the log's lock: a write on another queue that finds
+    /// it set finds it durable, and one that finds it clear waits here for
+    /// the lock and then finds it set.
     #[cold]
     #[inline(never)]
     pub(super) fn mark_dirty(&self, r: u64) -> std::result::Result<(), String> {
         let mut g = self.log.lock();
-        if !self.dirty.set(r) {
-            // Set by another queue, which wrote it out under this lock; or
-            // set back by the cleaner, never having been written clear.
+        if self.dirty.test(r) {
+            // Set by another queue, after its write-out; or set back by
+            // the cleaner, never having been written clear (it holds the
+            // lock from its clear to its write-out).
             return Ok(());
         }
-        let w = (r >> 6) as usize;
-        self.log.write_out(&mut g, &self.dirty, w, w)
+        let (w, bit) = ((r >> 6) as usize, 1u64 << (r & 63));
+        self.log
+            .write_out(&mut g, self.dirty.nr_words(), w, w, |n| {
+                let d = self.dirty.word(n).load(Ordering::SeqCst);
+                if n == w {
+                    d | bit
+                } else {
+                    d
+                }
+            })?;
+        self.dirty.set(r);
+        Ok(())
+    }
+
+    /// Mark every region dirty: written out and flushed first, then set in
+    /// memory (a new log of legs not known to be the same, a leg being
+    /// replaced). Nothing for a core log.
+    pub(super) fn mark_all_dirty(&self) -> std::result::Result<(), String> {
+        if self.log.is_core() {
+            return Ok(());
+        }
+        let mut g = self.log.lock();
+        let n = self.dirty.nr_words();
+        self.log
+            .write_out(&mut g, n, 0, n - 1, |w| self.dirty.mask(w))?;
+        self.dirty.set_all();
+        Ok(())
     }
 
     /// The cleaner: every period, clear the bits of regions with no write
@@ -260,12 +297,21 @@ impl Inner {
     }
 
     /// One pass of the cleaner (`all`: at close, recent writes too).
+    ///
+    /// A write counts its children in `pending`, then tests the region's
+    /// bit; the cleaner clears the bit, then looks at the count (all
+    /// sequentially consistent), so a write that found the bit set is
+    /// seen here and its bit set back. The log's lock is held from the
+    /// first clear to the write-out: a [`Inner::mark_dirty`] in between
+    /// would write its word as it finds it, with a bit cleared here that
+    /// is about to be set back.
     pub(super) fn clean(&self, all: bool) -> std::result::Result<(), String> {
         let s = self.state.load(Ordering::SeqCst);
         let n = self.legs.len() as u32;
         if (s & LIVE) | ((s & REBUILD) >> REBUILD_SHIFT) != (1 << n) - 1 {
             return Ok(());
         }
+        let mut g = self.log.lock();
         let mut changed: Option<(usize, usize)> = None;
         for w in 0..self.dirty.nr_words() {
             let d = self.dirty.word(w).load(Ordering::SeqCst);
@@ -304,8 +350,10 @@ impl Inner {
             }
         }
         if let Some((a, b)) = changed {
-            let mut g = self.log.lock();
-            self.log.write_out(&mut g, &self.dirty, a, b)?;
+            self.log
+                .write_out(&mut g, self.dirty.nr_words(), a, b, |w| {
+                    self.dirty.word(w).load(Ordering::SeqCst)
+                })?;
         }
         Ok(())
     }
