@@ -28,6 +28,8 @@
 //!   `offset_increment`, the device's end).
 //! - [`ending`]: when the supervisor ends a job (its runtime, steady
 //!   state, `exitall`).
+//! - [`stop`]: the signals: the first stops the run, a second exits, and
+//!   one that comes while a device is opening says so and exits.
 //! - [`engine`]: runs the jobs, one thread and one context each.
 //! - [`counts`]: a job's counts per fio direction, published once per
 //!   batch for the averaged logs.
@@ -72,6 +74,8 @@ pub mod latency_target;
 pub mod clamp;
 
 pub mod ending;
+
+pub mod stop;
 
 pub mod engine;
 

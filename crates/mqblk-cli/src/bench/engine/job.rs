@@ -529,23 +529,29 @@ pub(super) fn job_thread<V: Hook>(
         m.stopped_at = m.first_error.clone();
     }
     // Stopped by a signal or an error: the figures go to the supervisor
-    // before the drain, which waits for a device that may not answer, and
-    // there is no verify phase. The bios stay in this thread until they
-    // come back.
-    let early = failed || shared.phase.load(Relaxed) == PHASE_ABORT;
+    // before the drain, which waits for a device that may not answer (or
+    // for a throttle to let the I/O go), and there is no verify phase. A
+    // signal during the drain or the verify phase stops them, and the
+    // figures go as they are then: the measured phase's, and the verify
+    // done so far. The bios stay in this thread until they come back.
+    let aborted = || shared.phase.load(Relaxed) == PHASE_ABORT;
+    let held = &*shared.throttled[index];
+    let early = failed || aborted();
     if !early {
-        drain(&mut ctx, &mut hook, &mut free);
-        // Every slot holds a data bio again, for the verify phase.
-        free.retain(|b| b.op().has_data());
-        free.append(&mut spare);
-        if job.end_fsync {
-            if let Err(e) = ctx.flush() {
-                eprintln!("mqblk: job {}: end_fsync: {e}", job.name);
+        if drain(&mut ctx, &mut hook, &mut free, &aborted, held) {
+            // Every slot holds a data bio again, for the verify phase.
+            free.retain(|b| b.op().has_data());
+            free.append(&mut spare);
+            if job.end_fsync {
+                if let Err(e) = ctx.flush() {
+                    eprintln!("mqblk: job {}: end_fsync: {e}", job.name);
+                }
             }
         }
         // fio's verify phase: read back what was written (not measured).
-        hook.verify_phase(&mut ctx, &mut free);
+        hook.verify_phase(&mut ctx, &mut free, &aborted);
     }
+    held.store(ctx.throttled(), Relaxed);
     let r = finish_job(
         base,
         index,
@@ -558,15 +564,25 @@ pub(super) fn job_thread<V: Hook>(
         latency_depth,
     );
     let _ = tx.send((index, Ok(r)));
-    if early {
-        drain(&mut ctx, &mut hook, &mut free);
-    }
+    drain(&mut ctx, &mut hook, &mut free, &|| false, held);
 }
 
-/// Wait for every bio in flight, without counting it.
-fn drain<V: Hook>(ctx: &mut mqblk::Context, hook: &mut V, free: &mut Vec<Bio>) {
+/// Wait for every bio in flight, without counting it; `held` says how
+/// many the throttle holds as it goes. False if `aborted` stopped it
+/// first.
+fn drain<V: Hook>(
+    ctx: &mut mqblk::Context,
+    hook: &mut V,
+    free: &mut Vec<Bio>,
+    aborted: &dyn Fn() -> bool,
+    held: &std::sync::atomic::AtomicU32,
+) -> bool {
     while ctx.in_flight() > 0 || ctx.ready() > 0 {
-        ctx.poll_wait(1, |c| {
+        held.store(ctx.throttled(), Relaxed);
+        if aborted() {
+            return false;
+        }
+        ctx.poll_wait_for(1, STOP_CHECK, |c| {
             if c.bio().op() == Op::Flush {
                 return;
             }
@@ -574,4 +590,6 @@ fn drain<V: Hook>(ctx: &mut mqblk::Context, hook: &mut V, free: &mut Vec<Bio>) {
             free.push(c.into_bio())
         });
     }
+    held.store(0, Relaxed);
+    true
 }
