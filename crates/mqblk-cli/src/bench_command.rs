@@ -41,7 +41,7 @@ pub(crate) fn bench_command(args: &BenchArgs) -> Result<()> {
     // first device opens: a signal while one opens says which.
     let stop = crate::bench::stop::Stop::install()?;
     // Everything that can fail before the run fails here, before the banner.
-    let prepared = crate::bench::engine::prepare(&jobs, Some(&stop))?;
+    let prepared = crate::bench::engine::prepare(&jobs, args.allow_overcommit, Some(&stop))?;
     let _control = match &args.control {
         Some(path) => Some(crate::qos::Control::start(path, prepared.devices())?),
         None => None,

@@ -26,6 +26,8 @@
 //!   `max_latency=`.
 //! - [`clamp`]: where each job's region lies on its device (percentages,
 //!   `offset_increment`, the device's end).
+//! - [`memory`]: what the jobs' slots will pin, checked against the
+//!   memory the machine has before anything is allocated.
 //! - [`ending`]: when the supervisor ends a job (its runtime, steady
 //!   state, `exitall`).
 //! - [`stop`]: the signals: the first stops the run, a second exits, and
@@ -72,6 +74,8 @@ pub mod flow;
 pub mod latency_target;
 
 pub mod clamp;
+
+pub mod memory;
 
 pub mod ending;
 

@@ -120,12 +120,16 @@ pub struct Prepared {
     pub(super) group_starts: Vec<usize>,
 }
 
-/// Open every device (a signal while one opens is
+/// Check what the jobs will pin against the memory there is (unless
+/// `allow_overcommit`), open every device (a signal while one opens is
 /// answered by `stop`, when the caller has one) and check every job against it:
 /// direction, size, block size, verify slices. Nothing runs yet, so any
 /// error comes before the banner and before any I/O.
-pub fn prepare(jobs: &[JobSpec], stop: Option<&Stop>) -> Result<Prepared> {
+pub fn prepare(jobs: &[JobSpec], allow_overcommit: bool, stop: Option<&Stop>) -> Result<Prepared> {
     crate::bench::verify::check_jobs(jobs)?;
+    if !allow_overcommit {
+        crate::bench::memory::check(jobs)?;
+    }
     for job in jobs.iter().filter(|j| {
         (j.write_bw_log.is_some() || j.write_iops_log.is_some() || j.write_lat_log.is_some())
             && !j.log_avg_msec_given
