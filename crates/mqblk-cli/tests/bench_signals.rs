@@ -245,7 +245,7 @@ fn a_stop_during_a_throttled_verify_reports_the_writes_and_the_verify_so_far() {
     // Not blamed on the device, and no "0 errors, first: ...".
     for wrong in [
         "does not answer",
-        "still waiting for",
+        "still waiting for nbd0",
         "errors, first",
         "err= 5",
     ] {
