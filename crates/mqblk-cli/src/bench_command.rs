@@ -2,10 +2,8 @@
 //! its report, and the exit status.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{bail, Result};
 
 use crate::bench::report::{self, Format};
 
@@ -38,38 +36,27 @@ pub(crate) fn bench_command(args: &BenchArgs) -> Result<()> {
         eta: args.eta,
         interval,
     };
+    // As fio: the first SIGINT or SIGTERM stops the jobs, drains them and
+    // prints what ran; a second one exits at once. In place before the
+    // first device opens: a signal while one opens says which.
+    let stop = crate::bench::stop::Stop::install()?;
     // Everything that can fail before the run fails here, before the banner.
-    let prepared = crate::bench::engine::prepare(&jobs)?;
+    let prepared = crate::bench::engine::prepare(&jobs, args.allow_overcommit, Some(&stop))?;
     let _control = match &args.control {
         Some(path) => Some(crate::qos::Control::start(path, prepared.devices())?),
         None => None,
     };
-
-    // As fio: the first SIGINT or SIGTERM stops the jobs, drains them and
-    // prints what ran; a second one exits at once.
-    let stop = Arc::new(AtomicBool::new(false));
-    let signal = Arc::new(AtomicUsize::new(0));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, stop.clone())
-            .context("installing the signal handler")?;
-        signal_hook::flag::register_usize(sig, signal.clone(), sig as usize)
-            .context("installing the signal handler")?;
-        signal_hook::flag::register(sig, stop.clone()).context("installing the signal handler")?;
-    }
 
     let mut out = std::io::stdout().lock();
     if format == Format::Normal {
         out.write_all(report::starting(&jobs).as_bytes())?;
         out.flush()?;
     }
-    let (run, teardown) = crate::bench::engine::run(prepared, &status, &stop)?;
-    let interrupted = match signal.load(Ordering::Relaxed) {
-        0 => None,
-        sig => {
-            eprintln!("mqblk: terminated by signal {sig}: the report covers what ran until then");
-            Some(sig)
-        }
-    };
+    let (run, teardown) = crate::bench::engine::run(prepared, &status, stop.flag())?;
+    let interrupted = stop.signal();
+    if let Some(sig) = interrupted {
+        eprintln!("mqblk: terminated by signal {sig}: the report covers what ran until then");
+    }
     match format {
         Format::Normal => out.write_all(report::normal(&jobs, &run).as_bytes())?,
         Format::Json => {
@@ -88,15 +75,17 @@ pub(crate) fn bench_command(args: &BenchArgs) -> Result<()> {
     let ended_badly = interrupted.is_some() || outcome.is_err();
     let open = teardown.close(ended_badly.then_some(CLOSE_BOUND));
     let code = match (interrupted, &outcome) {
-        (Some(sig), _) => Some(128 + sig as i32),
+        (Some(sig), _) => Some(128 + sig),
         (None, Err(_)) if !open.is_empty() => Some(1),
         _ => None,
     };
     if !open.is_empty() {
         eprintln!(
-            "mqblk: {} did not close within {CLOSE_BOUND:?} (its backend does not answer); \
-             exiting without waiting",
-            open.join(", ")
+            "mqblk: {} did not close within {CLOSE_BOUND:?}; exiting without waiting",
+            open.iter()
+                .map(|o| o.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     if let Some(code) = code {
@@ -120,24 +109,33 @@ pub(crate) fn bench_command(args: &BenchArgs) -> Result<()> {
 /// error or a signal.
 pub(crate) const CLOSE_BOUND: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// The run's verdict: an error naming the failed I/Os or the mismatches.
+/// The run's verdict: an error naming the failed I/Os or the mismatches,
+/// or what ended a job early (a latency bound, a minimum rate). "N errors,
+/// first: ..." is said only when there were errors; a job still waiting on
+/// its device or its throttle when a signal's grace ended is not an I/O
+/// error (the stop's own lines say it).
 pub(crate) fn bench_outcome(run: &crate::bench::result::RunResult) -> Result<()> {
+    let job_errors =
+        |j: &crate::bench::result::JobResult| j.read.errors + j.write.errors + j.trim.errors;
+    let stopped_there = |j: &crate::bench::result::JobResult| {
+        if j.stopped_at.is_some() {
+            " (the job stopped there: continue_on_error=none)"
+        } else {
+            ""
+        }
+    };
     let failed: Vec<String> = run
         .jobs
         .iter()
-        .filter(|j| j.first_error.is_some() || j.read.errors + j.write.errors > 0)
+        .filter(|j| !j.unfinished && job_errors(j) > 0)
         .map(|j| {
             format!(
                 "{} (job {}): {} errors, first: {}{}",
                 j.name,
                 j.index,
-                j.read.errors + j.write.errors + j.trim.errors,
-                j.first_error.as_deref().unwrap_or("unknown"),
-                if j.stopped_at.is_some() {
-                    " (the job stopped there: continue_on_error=none)"
-                } else {
-                    ""
-                }
+                job_errors(j),
+                j.first_error.as_deref().unwrap_or("not recorded"),
+                stopped_there(j)
             )
         })
         .collect();
@@ -147,6 +145,23 @@ pub(crate) fn bench_outcome(run: &crate::bench::result::RunResult) -> Result<()>
             failed.len(),
             failed.join("; ")
         );
+    }
+    let ended: Vec<String> = run
+        .jobs
+        .iter()
+        .filter(|j| !j.unfinished && job_errors(j) == 0)
+        .filter_map(|j| {
+            let why = j.first_error.as_deref()?;
+            Some(format!(
+                "{} (job {}): {why}{}",
+                j.name,
+                j.index,
+                stopped_there(j)
+            ))
+        })
+        .collect();
+    if !ended.is_empty() {
+        bail!("{} job(s) ended early: {}", ended.len(), ended.join("; "));
     }
     let mismatched: Vec<String> = run
         .jobs

@@ -315,6 +315,13 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_name = "SOCKET")]
     pub(crate) control: Option<PathBuf>,
 
+    /// Run even when what the jobs pin (iodepth x numjobs x bs of I/O
+    /// buffers, their bios, and the verify records) is more than the
+    /// memory available (MemAvailable, the cgroup's memory limit,
+    /// RLIMIT_AS); without it such a run is refused before it allocates.
+    #[arg(long = "allow-overcommit", alias = "allow_overcommit")]
+    pub(crate) allow_overcommit: bool,
+
     /// The status line on stderr (elapsed, eta, IOPS and bandwidth per
     /// direction, p99): auto shows it when stdout and stderr are terminals.
     #[arg(long, value_enum, default_value = "auto", value_name = "WHEN")]

@@ -132,6 +132,10 @@ fn one_signal_ends_a_bench_whose_device_never_answers_within_2s_report_first() {
     );
 }
 
+/// "At once": a second signal exits within this (the handler exits in
+/// the signal; the rest is the test's 5 ms polling and process teardown).
+const SECOND_SIGNAL_BOUND: Duration = Duration::from_millis(500);
+
 #[test]
 fn a_second_signal_exits_at_once() {
     // The bench reads from an NBD export whose device completes nothing
@@ -142,11 +146,224 @@ fn a_second_signal_exits_at_once() {
     b.signal("-TERM");
     b.wait_err("mqblk: stopping: reporting", WAIT_MAX);
     b.signal("-TERM");
-    let (st, out, err) = b.finish(WAIT_MAX);
-    assert_eq!(st.code(), Some(143));
+    // From the moment `kill` has sent it: the handler exits in the signal.
+    let t = Instant::now();
+    let code = b.wait(WAIT_MAX).code();
+    let took = t.elapsed();
+    let (_, out, err) = b.finish(WAIT_MAX);
+    eprintln!("exit {code:?} {took:?} after the second SIGTERM (bound {SECOND_SIGNAL_BOUND:?})");
+    assert_eq!(code, Some(143), "{err}");
+    assert!(
+        took <= SECOND_SIGNAL_BOUND,
+        "the bench took {took:?} to exit after a second signal; stderr: {err}"
+    );
     assert!(
         !out.contains("Run status group"),
         "no report after a second signal: {out}"
     );
     assert!(!err.contains("terminated by signal"), "{err}");
+}
+
+/// A ram device exported over a unix socket from this process (left
+/// running, as [`stuck_export`]): the bench's spec for it, with `options`
+/// added, and the device, to see what the bench's I/O did there.
+fn ram_export(tag: &str, options: &str) -> (String, mqblk::Device) {
+    let dir = std::env::temp_dir().join(format!("mqblk-sig-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("ram.sock");
+    let ram = mqblk::open("ram,size=16M").unwrap();
+    let server = mqblk_nbd::Server::bind(
+        mqblk_nbd::ServerConfig {
+            exports: vec![mqblk_nbd::Export::new("", ram.clone())],
+            tls_mode: mqblk_nbd::TlsMode::Off,
+            tls: None,
+            limits: mqblk_nbd::ConnLimits::default(),
+        },
+        &mqblk_nbd::Listen::Unix(sock.clone()),
+    )
+    .unwrap();
+    std::thread::spawn(move || server.run());
+    (
+        format!("nbd+unix:///?socket={},{options}", sock.display()),
+        ram,
+    )
+}
+
+/// Wait (bounded) until `ready` says so of `dev`'s counters.
+fn wait_stats(dev: &mqblk::Device, what: &str, ready: impl Fn(&mqblk::DiskStats) -> bool) {
+    let t = Instant::now();
+    while !ready(&dev.stats().snapshot()) {
+        assert!(t.elapsed() < WAIT_MAX, "never saw {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_stop_during_a_throttled_verify_reports_the_writes_and_the_verify_so_far() {
+    use mqblk::stats::StatGroup;
+    // The bench's own io.max limit holds the verify phase's reads: 2 a
+    // second, no burst, 8 at a time. Writes are not limited.
+    let (spec, ram) = ram_export("verify", "riops=2,throttle_burst_ms=0");
+    let mut b = start(&[
+        "--device",
+        &spec,
+        "--rw=write",
+        "--bs=4k",
+        "--size=256k",
+        "--iodepth=8",
+        "--verify=crc32c",
+    ]);
+    b.wait_out("Starting 1 thread", WAIT_MAX);
+    // Every block written (64 of 8 sectors), and a read of the verify
+    // phase through: the rest wait on the throttle.
+    wait_stats(&ram, "the writes and a verify read", |s| {
+        s.sectors[StatGroup::Write as usize] >= 64 * 8 && s.ios[StatGroup::Read as usize] > 0
+    });
+    let t = Instant::now();
+    b.signal("-TERM");
+    let code = b.wait(WAIT_MAX).code();
+    let took = t.elapsed();
+    let (_, out, err) = b.finish(WAIT_MAX);
+    let verify = out.lines().find(|l| l.contains("verify       :"));
+    eprintln!("exit {code:?} {took:?} after SIGTERM in the verify phase (bound {SIGNAL_BOUND:?})");
+    eprintln!("report: {verify:?}");
+    eprintln!("stderr:\n{err}");
+    assert_eq!(code, Some(143), "{err}");
+    assert!(took < SIGNAL_BOUND, "{took:?}; stderr: {err}");
+    // The write phase's figures: all 256 KiB, and the layer's counts.
+    assert!(out.contains("write: IOPS="), "{out}");
+    assert!(out.contains("io=256KiB"), "{out}");
+    assert!(!out.contains("requests=0,"), "{out}");
+    // The verify done so far, said to be that.
+    let verify = verify.unwrap_or_else(|| panic!("no verify line: {out}"));
+    assert!(verify.contains("64 blocks written"), "{verify}");
+    assert!(
+        verify.contains("the verify phase was stopped by the signal"),
+        "{verify}"
+    );
+    // Not blamed on the device, and no "0 errors, first: ...".
+    for wrong in [
+        "does not answer",
+        "still waiting for nbd0",
+        "errors, first",
+        "err= 5",
+    ] {
+        assert!(
+            !out.contains(wrong) && !err.contains(wrong),
+            "{wrong:?}: {out}\nstderr: {err}"
+        );
+    }
+    // Reads the throttle still held when the devices closed are said to
+    // wait on the limit.
+    if let Some(l) = err.lines().find(|l| l.contains("did not close")) {
+        assert!(l.contains("held by the io.max throttle, riops=2"), "{l}");
+    }
+}
+
+#[test]
+fn a_stop_while_a_device_is_still_opening_says_so_in_one_line() {
+    // An NBD server that takes the connection and never answers the
+    // handshake: the open waits (up to the client's 30 s handshake
+    // timeout).
+    let dir = std::env::temp_dir().join(format!("mqblk-sig-open-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("mute.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let spec = format!("nbd+unix:///?socket={}", sock.display());
+    let mut b = start(&[
+        "--device",
+        &spec,
+        "--rw=randread",
+        "--runtime=10m",
+        "--time_based",
+    ]);
+    // Its connection is here: it waits for the greeting now.
+    let t = Instant::now();
+    let _conn = loop {
+        match listener.accept() {
+            Ok((c, _)) => break c,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(t.elapsed() < WAIT_MAX, "the bench never connected");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let t = Instant::now();
+    b.signal("-INT");
+    let code = b.wait(WAIT_MAX).code();
+    let took = t.elapsed();
+    let (_, out, err) = b.finish(WAIT_MAX);
+    eprintln!("exit {code:?} {took:?} after SIGINT while opening (bound {SIGNAL_BOUND:?})");
+    eprintln!("stderr: {err}");
+    assert_eq!(code, Some(130), "{err}");
+    assert!(took < SIGNAL_BOUND, "{took:?}");
+    assert!(out.is_empty(), "nothing ran, nothing to report: {out}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {err}");
+    assert!(
+        lines[0].contains(&format!("while {spec} was still opening")),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_stop_while_an_rbd_image_is_still_opening_says_so_in_one_line() {
+    // A Ceph config whose monitor is a port of this process that takes
+    // the connection and never answers: librados waits in its connect.
+    let dir = std::env::temp_dir().join(format!("mqblk-sig-rbd-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mon = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    mon.set_nonblocking(true).unwrap();
+    let conf = dir.join("ceph.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "[global]\nmon_host = {}\nauth_client_required = none\n",
+            mon.local_addr().unwrap()
+        ),
+    )
+    .unwrap();
+    let spec = "rbd:rbd/img";
+    let mut b = Watched::spawn(
+        Command::new(env!("CARGO_BIN_EXE_mqblk"))
+            .env("CEPH_CONF", &conf)
+            .args(["bench", "--device", spec, "--rw=randread"])
+            .args(["--runtime=10m", "--time_based"]),
+    );
+    let t = Instant::now();
+    let _conn = loop {
+        match mon.accept() {
+            Ok((c, _)) => break c,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(t.elapsed() < WAIT_MAX, "librados never reached the monitor");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let t = Instant::now();
+    b.signal("-INT");
+    let code = b.wait(WAIT_MAX).code();
+    let took = t.elapsed();
+    let (_, out, err) = b.finish(WAIT_MAX);
+    eprintln!("exit {code:?} {took:?} after SIGINT while {spec} opened (bound {SIGNAL_BOUND:?})");
+    eprintln!("stderr: {err}");
+    assert_eq!(code, Some(130), "{err}");
+    assert!(took < SIGNAL_BOUND, "{took:?}");
+    assert!(out.is_empty(), "{out}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {err}");
+    assert!(
+        lines[0].contains(&format!("while {spec} was still opening")),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

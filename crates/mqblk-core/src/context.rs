@@ -154,6 +154,14 @@ impl Context {
         self.st.in_flight + self.st.throttled.len() as u32
     }
 
+    /// Bios the throttle (`io.max` limits) holds now: submitted, waiting
+    /// for their group's or device's budget, not yet at the device. A
+    /// caller that waits for them is waiting on its own limits, not on
+    /// the device.
+    pub fn throttled(&self) -> u32 {
+        self.st.throttled.len() as u32
+    }
+
     /// True if a bio of one request submitted now would start at once:
     /// a bio slot is free and so is a request (a tag), so `submit` will
     /// not wait for this context's completions. An event loop (the NBD

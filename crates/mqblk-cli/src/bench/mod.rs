@@ -26,8 +26,12 @@
 //!   `max_latency=`.
 //! - [`clamp`]: where each job's region lies on its device (percentages,
 //!   `offset_increment`, the device's end).
+//! - [`memory`]: what the jobs' slots will pin, checked against the
+//!   memory the machine has before anything is allocated.
 //! - [`ending`]: when the supervisor ends a job (its runtime, steady
 //!   state, `exitall`).
+//! - [`stop`]: the signals: the first stops the run, a second exits, and
+//!   one that comes while a device is opening says so and exits.
 //! - [`engine`]: runs the jobs, one thread and one context each.
 //! - [`counts`]: a job's counts per fio direction, published once per
 //!   batch for the averaged logs.
@@ -71,7 +75,11 @@ pub mod latency_target;
 
 pub mod clamp;
 
+pub mod memory;
+
 pub mod ending;
+
+pub mod stop;
 
 pub mod engine;
 

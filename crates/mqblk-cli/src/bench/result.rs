@@ -49,8 +49,11 @@ pub struct JobResult {
     pub usr_ns: u64,
     /// System CPU time of the job thread in the measured phase, ns.
     pub sys_ns: u64,
-    /// First error message, if any.
+    /// First error message, if any (for an unfinished job, why it is).
     pub first_error: Option<String>,
+    /// It did not hand over its figures within the grace of a signal: not
+    /// an I/O error, and no figures.
+    pub unfinished: bool,
     /// The failed I/O that stopped the job (`continue_on_error=` did not
     /// name it): the job issued nothing after it.
     pub stopped_at: Option<String>,
@@ -64,8 +67,27 @@ pub struct JobResult {
 
 impl JobResult {
     /// A job that did not hand over its figures within `grace` of a
-    /// signal: its device held it.
-    pub fn unfinished(name: &str, index: usize, device: &str, grace: std::time::Duration) -> Self {
+    /// signal: its device held it, or (`throttled` bios) its own `io.max`
+    /// limits did.
+    pub fn unfinished(
+        name: &str,
+        index: usize,
+        device: &str,
+        grace: std::time::Duration,
+        throttled: u32,
+    ) -> Self {
+        let why = if throttled > 0 {
+            format!(
+                "{throttled} I/Os still held by the io.max throttle of {device} {grace:?} after \
+                 the signal (waiting on the limit, not on the device): reported without its \
+                 figures"
+            )
+        } else {
+            format!(
+                "still waiting for {device} {grace:?} after the signal: reported without its \
+                 figures"
+            )
+        };
         JobResult {
             name: name.to_string(),
             index,
@@ -81,10 +103,8 @@ impl JobResult {
             runtime_ns: 0,
             usr_ns: 0,
             sys_ns: 0,
-            first_error: Some(format!(
-                "still waiting for {device} {grace:?} after the signal: reported without its \
-                 figures"
-            )),
+            first_error: Some(why),
+            unfinished: true,
             stopped_at: None,
             verify: None,
             latency_depth: None,

@@ -176,8 +176,8 @@ impl Runner {
     ) -> Result<Figures> {
         self.points += 1;
         eprintln!("mqblk: point {}: {label}", self.points);
-        let prepared =
-            engine::prepare(jobs).with_context(|| format!("point {label}: opening its devices"))?;
+        let prepared = engine::prepare(jobs, false, None)
+            .with_context(|| format!("point {label}: opening its devices"))?;
         if let Some(setup) = setup {
             setup(&prepared.devices()).with_context(|| format!("point {label}: setting up"))?;
         }

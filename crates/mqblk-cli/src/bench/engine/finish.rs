@@ -85,6 +85,7 @@ pub(super) fn finish_job<V: Hook>(
             usr_ns: m.usr_ns,
             sys_ns: m.sys_ns,
             first_error: m.first_error,
+            unfinished: false,
             stopped_at: m.stopped_at,
             verify: hook.result(),
             latency_depth,

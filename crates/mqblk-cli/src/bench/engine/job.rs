@@ -91,6 +91,61 @@ fn resized(bio: Bio, op: Op, offset_bytes: u64, len_bytes: u64) -> Bio {
     b
 }
 
+/// Where a job's slot buffers come from. First the device's own pool,
+/// while it carves them from its registered arena (a file device's
+/// io_uring fixed buffers); then, for the rest, an arena of the job's own,
+/// one allocation carved into the slots. A page-aligned buffer allocated
+/// alone costs the heap two pages for one (glibc's `memalign` leaves the
+/// page before it unused): 65536 slots of 4 KiB took 512 MiB, not 256.
+struct SlotBuffers<'a> {
+    dev: &'a Device,
+    piece: usize,
+    /// Buffers still to hand out.
+    left: usize,
+    own: Option<mqblk::BufPool>,
+}
+
+impl<'a> SlotBuffers<'a> {
+    fn new(dev: &'a Device, piece: usize, count: usize) -> SlotBuffers<'a> {
+        let mut b = SlotBuffers {
+            dev,
+            piece,
+            left: count,
+            own: None,
+        };
+        if dev.buf_pool().regions().is_empty() {
+            b.own_arena();
+        }
+        b
+    }
+
+    /// An arena for the buffers left, carved as the pool's size classes
+    /// carve it (what [`crate::bench::memory`] counts).
+    fn own_arena(&mut self) {
+        let align = self.dev.buf_pool().align();
+        let each = crate::bench::memory::carved_bytes(self.piece.max(align) as u64) as usize;
+        self.own = Some(mqblk::BufPool::with_arena(
+            align,
+            each.saturating_mul(self.left),
+        ));
+    }
+
+    fn get(&mut self) -> mqblk::IoBuf {
+        self.left = self.left.saturating_sub(1);
+        match &self.own {
+            Some(pool) => pool.get(self.piece),
+            None => {
+                let buf = self.dev.alloc_buf(self.piece);
+                if buf.arena_id().is_none() && self.left > 0 {
+                    // The device's arena is used up: the rest from ours.
+                    self.own_arena();
+                }
+                buf
+            }
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 pub(super) fn job_thread<V: Hook>(
     base: usize,
@@ -125,10 +180,11 @@ pub(super) fn job_thread<V: Hook>(
         // With --segments=N each bio gets N separately allocated (so
         // non-contiguous) pieces: a readv/writev-style bio.
         let piece = (job.block_sizes.max(job.bs) / u64::from(job.segments)) as usize;
+        let mut bufs = SlotBuffers::new(&dev, piece, job.iodepth as usize * job.segments as usize);
         for _ in 0..job.iodepth {
             let mut bio = Bio::at(Op::Read, 0);
             for _ in 0..job.segments {
-                let mut buf = dev.alloc_buf(piece);
+                let mut buf = bufs.get();
                 for chunk in buf.as_mut_slice().chunks_mut(8) {
                     let v = fill.next().to_le_bytes();
                     chunk.copy_from_slice(&v[..chunk.len()]);
@@ -529,23 +585,29 @@ pub(super) fn job_thread<V: Hook>(
         m.stopped_at = m.first_error.clone();
     }
     // Stopped by a signal or an error: the figures go to the supervisor
-    // before the drain, which waits for a device that may not answer, and
-    // there is no verify phase. The bios stay in this thread until they
-    // come back.
-    let early = failed || shared.phase.load(Relaxed) == PHASE_ABORT;
+    // before the drain, which waits for a device that may not answer (or
+    // for a throttle to let the I/O go), and there is no verify phase. A
+    // signal during the drain or the verify phase stops them, and the
+    // figures go as they are then: the measured phase's, and the verify
+    // done so far. The bios stay in this thread until they come back.
+    let aborted = || shared.phase.load(Relaxed) == PHASE_ABORT;
+    let held = &*shared.throttled[index];
+    let early = failed || aborted();
     if !early {
-        drain(&mut ctx, &mut hook, &mut free);
-        // Every slot holds a data bio again, for the verify phase.
-        free.retain(|b| b.op().has_data());
-        free.append(&mut spare);
-        if job.end_fsync {
-            if let Err(e) = ctx.flush() {
-                eprintln!("mqblk: job {}: end_fsync: {e}", job.name);
+        if drain(&mut ctx, &mut hook, &mut free, &aborted, held) {
+            // Every slot holds a data bio again, for the verify phase.
+            free.retain(|b| b.op().has_data());
+            free.append(&mut spare);
+            if job.end_fsync {
+                if let Err(e) = ctx.flush() {
+                    eprintln!("mqblk: job {}: end_fsync: {e}", job.name);
+                }
             }
         }
         // fio's verify phase: read back what was written (not measured).
-        hook.verify_phase(&mut ctx, &mut free);
+        hook.verify_phase(&mut ctx, &mut free, &aborted);
     }
+    held.store(ctx.throttled(), Relaxed);
     let r = finish_job(
         base,
         index,
@@ -558,15 +620,25 @@ pub(super) fn job_thread<V: Hook>(
         latency_depth,
     );
     let _ = tx.send((index, Ok(r)));
-    if early {
-        drain(&mut ctx, &mut hook, &mut free);
-    }
+    drain(&mut ctx, &mut hook, &mut free, &|| false, held);
 }
 
-/// Wait for every bio in flight, without counting it.
-fn drain<V: Hook>(ctx: &mut mqblk::Context, hook: &mut V, free: &mut Vec<Bio>) {
+/// Wait for every bio in flight, without counting it; `held` says how
+/// many the throttle holds as it goes. False if `aborted` stopped it
+/// first.
+fn drain<V: Hook>(
+    ctx: &mut mqblk::Context,
+    hook: &mut V,
+    free: &mut Vec<Bio>,
+    aborted: &dyn Fn() -> bool,
+    held: &std::sync::atomic::AtomicU32,
+) -> bool {
     while ctx.in_flight() > 0 || ctx.ready() > 0 {
-        ctx.poll_wait(1, |c| {
+        held.store(ctx.throttled(), Relaxed);
+        if aborted() {
+            return false;
+        }
+        ctx.poll_wait_for(1, STOP_CHECK, |c| {
             if c.bio().op() == Op::Flush {
                 return;
             }
@@ -574,4 +646,6 @@ fn drain<V: Hook>(ctx: &mut mqblk::Context, hook: &mut V, free: &mut Vec<Bio>) {
             free.push(c.into_bio())
         });
     }
+    held.store(0, Relaxed);
+    true
 }

@@ -3,6 +3,7 @@
 
 use crate::bench::job::JobSpec;
 use crate::bench::result::DeviceAlignment;
+use crate::bench::stop::Stop;
 use crate::bench::verify::Verifier;
 use crate::open::open_error;
 use anyhow::{bail, Result};
@@ -24,7 +25,7 @@ fn share_key(job: &JobSpec, spec: &str) -> String {
 /// `--device null --device null` is two null devices. A job that only
 /// reads opens its devices read-only (`ro=1`, unless its spec says `ro=`),
 /// so a file this user may only read can be measured, as fio does.
-fn open_devices(jobs: &[JobSpec]) -> Result<Vec<Vec<Device>>> {
+fn open_devices(jobs: &[JobSpec], stop: Option<&Stop>) -> Result<Vec<Vec<Device>>> {
     // As fio's jobs that name one file share it, jobs whose device specs
     // (with the command line's overrides) are the same share one device:
     // their contexts compete for its queues, its scheduler sees them all.
@@ -42,6 +43,9 @@ fn open_devices(jobs: &[JobSpec]) -> Result<Vec<Vec<Device>>> {
                 devs.push(d.clone());
                 continue;
             }
+            // A signal from here until it is open says which device was
+            // still opening.
+            let _opening = stop.map(|s| s.opening(spec));
             let mut parsed = mqblk::spec::parse(spec).map_err(|e| open_error(e, spec))?;
             if let Some(m) = &job.queue_mode {
                 parsed.options.set("queue_mode", m);
@@ -116,11 +120,16 @@ pub struct Prepared {
     pub(super) group_starts: Vec<usize>,
 }
 
-/// Open every device and check every job against it: direction, size, block
-/// size, verify slices. Nothing runs yet, so any error comes before the
-/// banner and before any I/O.
-pub fn prepare(jobs: &[JobSpec]) -> Result<Prepared> {
+/// Check what the jobs will pin against the memory there is (unless
+/// `allow_overcommit`), open every device (a signal while one opens is
+/// answered by `stop`, when the caller has one) and check every job against it:
+/// direction, size, block size, verify slices. Nothing runs yet, so any
+/// error comes before the banner and before any I/O.
+pub fn prepare(jobs: &[JobSpec], allow_overcommit: bool, stop: Option<&Stop>) -> Result<Prepared> {
     crate::bench::verify::check_jobs(jobs)?;
+    if !allow_overcommit {
+        crate::bench::memory::check(jobs)?;
+    }
     for job in jobs.iter().filter(|j| {
         (j.write_bw_log.is_some() || j.write_iops_log.is_some() || j.write_lat_log.is_some())
             && !j.log_avg_msec_given
@@ -140,7 +149,7 @@ pub fn prepare(jobs: &[JobSpec]) -> Result<Prepared> {
             );
         }
     }
-    let devs = open_devices(jobs)?;
+    let devs = open_devices(jobs, stop)?;
     // Expand numjobs; job i of the run uses device i mod n of its section.
     let mut plan: Vec<(JobSpec, Device)> = Vec::new();
     let mut specs: Vec<String> = Vec::new();

@@ -11,7 +11,7 @@ use crate::bench::verify::{NoVerify, Verifier};
 use anyhow::Result;
 use crossbeam_utils::CachePadded;
 use mqblk::Device;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Barrier, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -160,6 +160,7 @@ fn run_group(
             .map(|_| CachePadded::new(AtomicBool::new(false)))
             .collect(),
         done: (0..n).map(|_| AtomicBool::new(false)).collect(),
+        throttled: (0..n).map(|_| Arc::new(AtomicU32::new(0))).collect(),
     });
     let (tx, rx) = mpsc::channel::<JobMsg>();
     for (index, (job, dev)) in plan.iter().cloned().enumerate() {
@@ -190,8 +191,9 @@ fn run_group(
         teardown.handles.push(h);
     }
     drop(tx);
-    for (_, dev) in &plan {
+    for (i, (_, dev)) in plan.iter().enumerate() {
         teardown.keep(dev);
+        teardown.watch_throttled(dev.name(), shared.throttled[i].clone());
     }
     alloc_count::exclude_this_thread();
 
@@ -289,7 +291,7 @@ fn run_group(
     let _ = ends.due(t0.elapsed(), |i| shared.done[i].load(Relaxed), |_| (0, 0));
     if stop.load(Relaxed) {
         eprintln!(
-            "mqblk: stopping: reporting what ran; a device that does not answer gets {STOP_GRACE:?} \
+            "mqblk: stopping: reporting what ran; a job still waiting for its I/O gets {STOP_GRACE:?} \
              (a second signal exits at once)"
         );
     }
@@ -358,12 +360,20 @@ fn run_group(
         let (mut r, stats, rec) = match r {
             Some(r) => r?,
             None => {
-                // Blocked in its device past the grace: reported without
-                // its figures; its thread keeps its bios.
+                // Blocked past the grace (in its device, or on its
+                // throttle): reported without its figures; its thread
+                // keeps its bios.
                 layer.unfinished += 1;
                 let (job, dev) = &plan[index];
+                let throttled = shared.throttled[index].load(Relaxed);
                 (
-                    JobResult::unfinished(&job.name, base + index, dev.name(), STOP_GRACE),
+                    JobResult::unfinished(
+                        &job.name,
+                        base + index,
+                        dev.name(),
+                        STOP_GRACE,
+                        throttled,
+                    ),
                     mqblk::DiskStats::default(),
                     Recorded::default(),
                 )

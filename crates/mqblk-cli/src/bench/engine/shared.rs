@@ -5,8 +5,8 @@ use crate::bench::result::{DirResult, JobResult};
 use crate::bench::sample::Recorded;
 use anyhow::Result;
 use crossbeam_utils::CachePadded;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize};
-use std::sync::{Barrier, Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize};
+use std::sync::{Arc, Barrier, Condvar, Mutex};
 use std::time::Duration;
 
 pub(super) const PHASE_RAMP: u8 = 0;
@@ -19,9 +19,7 @@ pub(super) const ARENA_NOTE_PREFIX: &str = "fixed_bufs=";
 /// Stopped by a signal: drain, but skip the verify phase.
 pub(super) const PHASE_ABORT: u8 = 3;
 
-/// Longest a job waits for a completion before it looks at the phase
-/// again: a job whose device does not answer still sees a stop in time.
-pub(super) const STOP_CHECK: Duration = Duration::from_millis(100);
+pub(super) use crate::bench::stop::STOP_CHECK;
 /// After a signal, how long the supervisor waits for the jobs' figures
 /// before it reports without those still blocked in their device: with
 /// the devices' 500 ms to close after the report, the run ends within 2 s
@@ -53,6 +51,10 @@ pub(super) struct Shared {
     pub(super) stop_job: Vec<CachePadded<AtomicBool>>,
     /// Per job: it has stopped issuing (for `exitall`).
     pub(super) done: Vec<AtomicBool>,
+    /// Per job: bios its throttle held when it last looked (at its stop
+    /// and while it drains), so a stop does not blame the device for
+    /// them.
+    pub(super) throttled: Vec<Arc<AtomicU32>>,
 }
 
 impl Shared {
@@ -108,6 +110,7 @@ mod tests {
             counters: Vec::new(),
             stop_job: Vec::new(),
             done: Vec::new(),
+            throttled: Vec::new(),
         });
         let order = Arc::new(Mutex::new(Vec::new()));
         // The last job's thread starts first.

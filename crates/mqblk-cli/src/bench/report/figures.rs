@@ -249,7 +249,11 @@ impl DirLat {
 }
 
 pub(super) fn job_error(job: &JobResult) -> i32 {
-    if job.first_error.is_some()
+    if job.unfinished {
+        // Still waiting when the signal's grace ended: no figures, and no
+        // error either (its first_error says why).
+        0
+    } else if job.first_error.is_some()
         || job.read.errors > 0
         || job.write.errors > 0
         || job.trim.errors > 0

@@ -148,6 +148,7 @@ pub fn json(specs: &[JobSpec], run: &RunResult) -> Value {
                     "by_header_only": r.loose,
                     "errors": r.errors,
                     "stopped": r.stopped,
+                    "interrupted": r.interrupted,
                     "mismatches": r.mismatches.iter().map(|m| json!({
                         "offset": m.offset,
                         "reason": m.reason,

@@ -76,6 +76,7 @@ mod tests {
             usr_ns: 2_900_000_000,
             sys_ns: 10_000_000,
             first_error: None,
+            unfinished: false,
             stopped_at: None,
             verify: None,
             latency_depth: None,

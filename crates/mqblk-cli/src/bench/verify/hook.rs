@@ -38,8 +38,16 @@ pub trait Hook {
         false
     }
     /// After the measured phase, with nothing in flight: read back and
-    /// check what was written (`do_verify=1`).
-    fn verify_phase(&mut self, _ctx: &mut Context, _free: &mut Vec<Bio>) {}
+    /// check what was written (`do_verify=1`). Once `aborted` says so (a
+    /// signal), it issues no more and returns at once, its reads still in
+    /// flight: the job reports what was checked by then, and drains after.
+    fn verify_phase(
+        &mut self,
+        _ctx: &mut Context,
+        _free: &mut Vec<Bio>,
+        _aborted: &dyn Fn() -> bool,
+    ) {
+    }
     /// The result, if verifying.
     fn result(&mut self) -> Option<VerifyResult> {
         None

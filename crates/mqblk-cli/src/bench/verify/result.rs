@@ -54,6 +54,9 @@ pub struct VerifyResult {
     pub mismatches: Vec<Mismatch>,
     /// `verify_fatal=1` stopped the job at the first mismatch.
     pub stopped: bool,
+    /// A signal stopped the verify phase: `blocks_verified` is what was
+    /// checked by then.
+    pub interrupted: bool,
     /// Blocks a read-only check found never written (zeros).
     pub blocks_unwritten: u64,
     /// The record of what was written outgrew its budget: some blocks
@@ -67,7 +70,7 @@ impl VerifyResult {
     pub fn describe(&self, out: &mut String) {
         let _ = writeln!(
             out,
-            "  verify       : {}, {} blocks written{}, {} verified{}{}, {} errors{}",
+            "  verify       : {}, {} blocks written{}, {} verified{}{}{}, {} errors{}",
             self.kind,
             self.blocks_written,
             if self.blocks_trimmed + self.blocks_zeroed > 0 {
@@ -86,6 +89,11 @@ impl VerifyResult {
             },
             if self.loose {
                 " (some by header only: the record reached its budget)"
+            } else {
+                ""
+            },
+            if self.interrupted {
+                " (the verify phase was stopped by the signal: this is what it checked by then)"
             } else {
                 ""
             },

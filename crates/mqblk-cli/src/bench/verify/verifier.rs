@@ -490,13 +490,17 @@ impl Hook for Verifier {
         self.result.stopped
     }
 
-    fn verify_phase(&mut self, ctx: &mut Context, free: &mut Vec<Bio>) {
+    fn verify_phase(&mut self, ctx: &mut Context, free: &mut Vec<Bio>, aborted: &dyn Fn() -> bool) {
         if !self.spec.do_verify || self.spec.read_only || self.result.stopped {
             return;
         }
         let mut next = 0u64;
         let mut me = std::mem::replace(self, Verifier::placeholder());
         loop {
+            if aborted() {
+                me.result.interrupted = true;
+                break;
+            }
             // Aim every free bio at the next written block.
             while let Some(mut bio) = free.pop() {
                 let found = if me.result.stopped {
@@ -524,7 +528,9 @@ impl Hook for Verifier {
             if ctx.in_flight() == 0 && ctx.ready() == 0 {
                 break;
             }
-            ctx.poll_wait(1, |c| {
+            // Bounded, so that a stop is seen while a throttle or the
+            // device holds the reads.
+            ctx.poll_wait_for(1, crate::bench::stop::STOP_CHECK, |c| {
                 if c.bio().op() == Op::Read && c.status().is_ok() {
                     let block = me.block_of(c.bio());
                     me.set_busy(block, false);
