@@ -197,6 +197,15 @@ impl Conn<'_> {
             if !self.admits(&req) {
                 break;
             }
+            let buf_len = match req.cmd {
+                cmd::READ => Some(req.len as usize),
+                _ if plen > 0 => Some(plen),
+                _ => None,
+            };
+            if buf_len.is_some_and(|len| !self.budget_for(len)) {
+                self.over_budget = true;
+                break;
+            }
             if goes_to_device(req.cmd) && !ctx.has_room() {
                 self.stalled = true;
                 break;

@@ -17,6 +17,11 @@
 //! Completions are reaped from the contexts into a per-thread list and
 //! then routed to their connections (`bio.private` = connection index and
 //! slot): a completion never runs inside a submission.
+//!
+//! Connections that stopped because the server's memory budget is past
+//! its soft mark wait in a per-thread list, and are driven again when any
+//! thread has freed memory since (looked at on every wake-up, and at least
+//! every [`BUDGET_RETRY`] while some wait).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -86,6 +91,13 @@ struct Loop<'s> {
     woken: Vec<u32>,
     /// Connections to look at again before sleeping.
     dirty: Vec<u32>,
+    /// Connections waiting for the memory budget to free.
+    budget_waiting: Vec<u32>,
+    /// The budget's `freed` count when the waiting were last woken.
+    budget_freed_seen: u64,
+    /// The line that says the budget is full, at most once a second apart
+    /// from the others.
+    budget_log: LogLimit,
     scratch: Box<[u8]>,
     accepting: bool,
     /// After an accept error (out of descriptors, say), when to listen
@@ -154,6 +166,9 @@ pub(crate) fn run(
         done: Vec::with_capacity(256),
         woken: Vec::new(),
         dirty: Vec::with_capacity(64),
+        budget_waiting: Vec::new(),
+        budget_freed_seen: 0,
+        budget_log: LogLimit::default(),
         scratch: vec![0u8; SCRATCH_BYTES].into_boxed_slice(),
         accepting: true,
         accept_resume: None,
@@ -291,15 +306,26 @@ impl<'s> Loop<'s> {
             .iter()
             .flatten()
             .any(|c| c.ctx.in_flight() == 0 && !c.waiting.is_empty());
+        let budget = !self.budget_waiting.is_empty();
         let Some(Reverse((at, _, _))) = self.timers.peek() else {
-            return retry.then_some(rustix::event::Timespec {
-                tv_sec: 0,
-                tv_nsec: 1_000_000,
-            });
+            return match (retry, budget) {
+                (true, _) => Some(rustix::event::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 1_000_000,
+                }),
+                (false, true) => Some(rustix::event::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: BUDGET_RETRY.as_nanos() as i64,
+                }),
+                (false, false) => None,
+            };
         };
         let mut d = at.saturating_duration_since(Instant::now());
         if retry {
             d = d.min(Duration::from_micros(1));
+        }
+        if budget {
+            d = d.min(BUDGET_RETRY);
         }
         // Round up to a whole millisecond: waking early only to sleep
         // again would be a busy loop.
@@ -503,6 +529,17 @@ impl<'s> Loop<'s> {
             };
             self.wake_waiting(&w);
         }
+        // Connections waiting for memory try again once some was freed.
+        let freed = self.sh.budget.freed();
+        if freed != self.budget_freed_seen {
+            self.budget_freed_seen = freed;
+            for idx in std::mem::take(&mut self.budget_waiting) {
+                if let Some(c) = self.slots[idx as usize].conn.as_mut() {
+                    c.budget_waiting = false;
+                }
+                self.mark_dirty(idx);
+            }
+        }
         loop {
             // 1. Connections: read, parse, submit, write.
             let mut i = 0;
@@ -662,6 +699,25 @@ impl<'s> Loop<'s> {
                 }
             }
         }
+        if conn.over_budget {
+            conn.over_budget = false;
+            if !conn.budget_waiting {
+                conn.budget_waiting = true;
+                self.budget_waiting.push(idx);
+                let b = &self.sh.budget;
+                self.budget_log.line(
+                    now,
+                    format_args!(
+                        "memory budget full: {} of {} MiB held in buffers (the rest is kept \
+                         for connections holding under {} KiB each); the others take no \
+                         requests until memory frees",
+                        b.used() >> 20,
+                        b.max() >> 20,
+                        b.share() >> 10
+                    ),
+                );
+            }
+        }
         if conn.finished() {
             let _ = epoll::delete(&self.epoll, conn.fd());
             if conn.is_refusal() {
@@ -723,6 +779,9 @@ impl<'s> Loop<'s> {
     }
 }
 
+/// How often connections waiting for memory look at the budget again
+/// (they are also woken by any wake-up after memory was freed).
+const BUDGET_RETRY: Duration = Duration::from_millis(10);
 /// Refused connections answered at once per thread.
 const REFUSING_MAX: usize = 64;
 /// Rounds of connections and contexts per wake-up before sleeping: the
