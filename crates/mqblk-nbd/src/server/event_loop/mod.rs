@@ -25,8 +25,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::io::{Read, Write};
-use std::net::IpAddr;
+use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
@@ -35,16 +34,19 @@ use std::time::{Duration, Instant};
 use mqblk_core::Context;
 use rustix::event::epoll;
 
-use super::conn::{Conn, Done, End, Limbo};
+use super::conn::{Conn, Done, End};
+
+mod accept;
 
 mod admission;
 mod log_limit;
+mod memory_wait;
 mod peer;
 
 use super::shared::{Listener, Shared};
-use crate::transport::Socket;
 pub(crate) use admission::Admission;
 pub(crate) use log_limit::LogLimit;
+use memory_wait::{MemoryWait, BUDGET_RETRY};
 pub(crate) use peer::Peer;
 
 const LISTENER: u64 = 0;
@@ -92,12 +94,7 @@ struct Loop<'s> {
     /// Connections to look at again before sleeping.
     dirty: Vec<u32>,
     /// Connections waiting for the memory budget to free.
-    budget_waiting: Vec<u32>,
-    /// The budget's `freed` count when the waiting were last woken.
-    budget_freed_seen: u64,
-    /// The line that says the budget is full, at most once a second apart
-    /// from the others.
-    budget_log: LogLimit,
+    memory_wait: MemoryWait,
     scratch: Box<[u8]>,
     accepting: bool,
     /// After an accept error (out of descriptors, say), when to listen
@@ -109,9 +106,6 @@ struct Loop<'s> {
     refusing: usize,
     log: LogLimit,
 }
-
-/// How long the listener rests after an accept error.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Run one I/O thread until shutdown has drained it.
 pub(crate) fn run(
@@ -166,9 +160,7 @@ pub(crate) fn run(
         done: Vec::with_capacity(256),
         woken: Vec::new(),
         dirty: Vec::with_capacity(64),
-        budget_waiting: Vec::new(),
-        budget_freed_seen: 0,
-        budget_log: LogLimit::default(),
+        memory_wait: MemoryWait::default(),
         scratch: vec![0u8; SCRATCH_BYTES].into_boxed_slice(),
         accepting: true,
         accept_resume: None,
@@ -306,7 +298,7 @@ impl<'s> Loop<'s> {
             .iter()
             .flatten()
             .any(|c| c.ctx.in_flight() == 0 && !c.waiting.is_empty());
-        let budget = !self.budget_waiting.is_empty();
+        let budget = self.memory_wait.any();
         let Some(Reverse((at, _, _))) = self.timers.peek() else {
             return match (retry, budget) {
                 (true, _) => Some(rustix::event::Timespec {
@@ -349,141 +341,6 @@ impl<'s> Loop<'s> {
                 self.dirty.push(idx);
             }
         }
-    }
-
-    fn accept_all(
-        &mut self,
-        listener: &Listener,
-        admission: &Mutex<Admission>,
-        now: Instant,
-        me: usize,
-        peers: &[Peer],
-    ) {
-        loop {
-            let accepted = match listener {
-                Listener::Tcp(l) => l.accept().map(|(s, a)| (Socket::Tcp(s), Some(a.ip()))),
-                Listener::Unix(c) => c.listener.accept().map(|(s, _)| (Socket::Unix(s), None)),
-            };
-            let (sock, peer) = match accepted {
-                Ok(s) => s,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    // Out of descriptors and the like: the listener stays
-                    // readable, so it leaves the epoll set for a while
-                    // (connections wait in the backlog), and the line is
-                    // said at most once a second.
-                    self.log.line(
-                        now,
-                        format_args!(
-                            "accept: {e}; accepting again in {} ms",
-                            ACCEPT_BACKOFF.as_millis()
-                        ),
-                    );
-                    let _ = epoll::delete(&self.epoll, listener.as_fd());
-                    self.accept_resume = Some(now + ACCEPT_BACKOFF);
-                    return;
-                }
-            };
-            if sock.set_nonblocking().is_err() {
-                continue;
-            }
-            sock.set_nodelay();
-            let refusal = self.admit(peer, admission);
-            if let Some(why) = &refusal {
-                self.sh.stats.refused.fetch_add(1, Ordering::Relaxed);
-                self.log
-                    .line(now, format_args!("refused a connection: {why}"));
-            } else {
-                self.sh.stats.connections.fetch_add(1, Ordering::Relaxed);
-            }
-            let limbo = Limbo {
-                sock,
-                peer,
-                refusal,
-            };
-            // The least loaded thread takes it (this one on a tie).
-            let mut target = me;
-            for (i, p) in peers.iter().enumerate() {
-                if p.conns.load(Ordering::Relaxed) < peers[target].conns.load(Ordering::Relaxed) {
-                    target = i;
-                }
-            }
-            peers[target].conns.fetch_add(1, Ordering::Relaxed);
-            if target == me {
-                self.insert(limbo, now, admission);
-            } else {
-                let p = &peers[target];
-                p.inbox
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(limbo);
-                let _ = (&p.wake.1).write(&[1]);
-            }
-        }
-    }
-
-    /// Count the connection in, or say why not.
-    fn admit(&self, peer: Option<IpAddr>, admission: &Mutex<Admission>) -> Option<String> {
-        let refused = Admission::admit(admission, &self.sh.limits, peer);
-        if refused.is_none() {
-            self.sh.stats.open.fetch_add(1, Ordering::Relaxed);
-        }
-        refused
-    }
-
-    fn release(&self, peer: Option<IpAddr>, admission: &Mutex<Admission>) {
-        Admission::release(admission, peer);
-        self.sh.stats.open.fetch_sub(1, Ordering::Relaxed);
-    }
-
-    /// Take a connection in (`me.conns` already counts it).
-    fn insert(&mut self, limbo: Limbo, now: Instant, admission: &Mutex<Admission>) {
-        let refused = limbo.refusal.is_some();
-        // Refused connections are answered, but only a bounded number at
-        // once: past that they get a bare close.
-        if refused && self.refusing >= REFUSING_MAX {
-            limbo.sock.shutdown();
-            self.me.conns.fetch_sub(1, Ordering::Relaxed);
-            return;
-        }
-        let idx = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                self.slots.push(Slot {
-                    conn: None,
-                    generation: 0,
-                });
-                (self.slots.len() - 1) as u32
-            }
-        };
-        let peer = limbo.peer;
-        let conn = Conn::new(limbo, self.sh, now);
-        let r = epoll::add(
-            &self.epoll,
-            conn.fd(),
-            epoll::EventData::new_u64(CONN_BASE + u64::from(idx)),
-            epoll::EventFlags::IN
-                | epoll::EventFlags::OUT
-                | epoll::EventFlags::RDHUP
-                | epoll::EventFlags::ET,
-        );
-        if let Err(e) = r {
-            eprintln!("mqblk serve: epoll_ctl: {e}");
-            if !refused {
-                self.release(peer, admission);
-            }
-            self.me.conns.fetch_sub(1, Ordering::Relaxed);
-            self.free.push(idx);
-            return;
-        }
-        let slot = &mut self.slots[idx as usize];
-        slot.generation = slot.generation.wrapping_add(1);
-        slot.conn = Some(conn);
-        if refused {
-            self.refusing += 1;
-        }
-        self.mark_dirty(idx);
     }
 
     fn conn_event(&mut self, idx: u32, flags: epoll::EventFlags, _now: Instant) {
@@ -530,10 +387,8 @@ impl<'s> Loop<'s> {
             self.wake_waiting(&w);
         }
         // Connections waiting for memory try again once some was freed.
-        let freed = self.sh.budget.freed();
-        if freed != self.budget_freed_seen {
-            self.budget_freed_seen = freed;
-            for idx in std::mem::take(&mut self.budget_waiting) {
+        if let Some(woken) = self.memory_wait.take_if_freed(&self.sh.budget) {
+            for idx in woken {
                 if let Some(c) = self.slots[idx as usize].conn.as_mut() {
                     c.budget_waiting = false;
                 }
@@ -703,19 +558,7 @@ impl<'s> Loop<'s> {
             conn.over_budget = false;
             if !conn.budget_waiting {
                 conn.budget_waiting = true;
-                self.budget_waiting.push(idx);
-                let b = &self.sh.budget;
-                self.budget_log.line(
-                    now,
-                    format_args!(
-                        "memory budget full: {} of {} MiB held in buffers (the rest is kept \
-                         for connections holding under {} KiB each); the others take no \
-                         requests until memory frees",
-                        b.used() >> 20,
-                        b.max() >> 20,
-                        b.share() >> 10
-                    ),
-                );
+                self.memory_wait.park(idx, &self.sh.budget, now);
             }
         }
         if conn.finished() {
@@ -779,11 +622,6 @@ impl<'s> Loop<'s> {
     }
 }
 
-/// How often connections waiting for memory look at the budget again
-/// (they are also woken by any wake-up after memory was freed).
-const BUDGET_RETRY: Duration = Duration::from_millis(10);
-/// Refused connections answered at once per thread.
-const REFUSING_MAX: usize = 64;
 /// Rounds of connections and contexts per wake-up before sleeping: the
 /// loop goes back to epoll (with a zero timeout if work remains), so new
 /// connections and deadlines are never starved.
