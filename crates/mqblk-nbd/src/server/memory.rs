@@ -1,6 +1,7 @@
 //! The server's memory budget: one counter of the bytes every connection
 //! holds in data buffers (in flight, queued as replies, and cached for
-//! reuse), shared by every I/O thread. Each connection also keeps its own
+//! reuse) and in queued replies without data (errors, block status),
+//! shared by every I/O thread. Each connection also keeps its own
 //! bound (`ConnLimits::max_bytes`, counted in `conn/state.rs`); this one
 //! bounds their sum, so that many clients that queue reads and never read
 //! the replies cannot make the server allocate a per-connection bound
@@ -10,9 +11,12 @@
 //! connection that holds less than its share of the reserve
 //! (`reserve / max_connections`) may take more, and only up to that share.
 //! So the connections that hold the most stop taking requests, and a
-//! polite client with small requests is still served. Why that never goes
-//! past the budget: memory taken above `soft` is taken within a share, so
-//! at most `max_connections` shares are out above `soft`. Every charge is a
+//! polite client with small requests is still served. Why buffers never
+//! take it past the budget: memory taken above `soft` is taken within a
+//! share, so at most `max_connections` shares are out above `soft`. Replies
+//! without data are charged as they are queued (each is small, at most
+//! one block status of 512 KiB), and a connection past its share takes no
+//! request that would queue another. Every charge is a
 //! compare-and-swap on one atomic: no lock, and not on the device's I/O
 //! path (a connection takes memory per request only when its cache has no
 //! buffer of the size).
@@ -77,7 +81,6 @@ impl MemoryBudget {
             if used + need > self.soft && !within_share {
                 return false;
             }
-            debug_assert!(used + need <= self.max, "the reserve's arithmetic");
             match self.used.compare_exchange_weak(
                 used,
                 used + need,
@@ -90,7 +93,20 @@ impl MemoryBudget {
         }
     }
 
-    /// Give back `n` bytes taken with [`MemoryBudget::try_charge`].
+    /// May a connection holding `mine` take another request? Not past the
+    /// soft mark if it holds more than its share.
+    pub(crate) fn admits(&self, mine: u64) -> bool {
+        mine <= self.share || self.used() <= self.soft
+    }
+
+    /// Count `n` bytes already taken (replies without data, which are not
+    /// asked for: see [`MemoryBudget::admits`]).
+    pub(crate) fn charge(&self, n: u64) {
+        self.used.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Give back `n` bytes counted with [`MemoryBudget::try_charge`] or
+    /// [`MemoryBudget::charge`].
     pub(crate) fn credit(&self, n: u64) {
         if n == 0 {
             return;
@@ -134,5 +150,12 @@ mod tests {
         b.credit(32 << 20);
         assert_eq!(b.freed(), freed + (32 << 20));
         assert!(!b.may_cache(4096));
+        // A connection past its share takes no request at all.
+        assert!(!b.admits((256 << 10) + 1));
+        assert!(b.admits(256 << 10));
+        b.charge(100);
+        b.credit(100);
+        b.credit(992 << 20);
+        assert!(b.admits(u64::MAX));
     }
 }

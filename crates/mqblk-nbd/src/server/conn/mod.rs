@@ -120,6 +120,7 @@ impl<'s> Conn<'s> {
             cached_bytes: 0,
             held_bytes: 0,
             prepaid_bytes: 0,
+            meta_charged: 0,
             submitted: 0,
             busy_slots: 0,
             device: None,
@@ -248,6 +249,7 @@ impl<'s> Conn<'s> {
         while let Some(o) = self.out.pop_front() {
             self.drop_out(o);
         }
+        self.settle_meta_budget();
         self.hs_out = Vec::new();
     }
 

@@ -95,6 +95,10 @@ pub(crate) struct Conn<'s> {
     pub(super) held_bytes: u64,
     /// Bytes of the server's budget taken for a buffer not yet allocated.
     pub(super) prepaid_bytes: u64,
+    /// Bytes of the server's budget taken for the queued replies that hold
+    /// no data buffer (errors, block status): the reply queue's
+    /// `meta_bytes` as of the last [`Conn::settle_meta_budget`].
+    pub(super) meta_charged: u64,
     pub(super) submitted: u32,
     pub(super) busy_slots: u32,
     pub(super) device: Option<Device>,
@@ -162,7 +166,21 @@ impl Conn<'_> {
     /// Bytes of the server's memory budget this connection holds: its
     /// buffers in use, in its cache, and paid for ahead.
     pub(super) fn owned_bytes(&self) -> u64 {
-        self.held_bytes + self.cached_bytes + self.prepaid_bytes
+        self.held_bytes + self.cached_bytes + self.prepaid_bytes + self.meta_charged
+    }
+
+    /// Bring the budget's count of this connection's data-less replies up
+    /// to date (after a round of requests and replies). They are charged
+    /// as they come, not asked for: each is small, and a connection past
+    /// its share takes no requests that would queue more (`request.rs`).
+    pub(super) fn settle_meta_budget(&mut self) {
+        let now = self.out.meta_bytes() as u64;
+        if now > self.meta_charged {
+            self.sh.budget.charge(now - self.meta_charged);
+        } else {
+            self.sh.budget.credit(self.meta_charged - now);
+        }
+        self.meta_charged = now;
     }
 
     /// Make sure a buffer for `len` bytes can be had without breaking the
@@ -223,6 +241,7 @@ impl Conn<'_> {
     /// Free the cache and what was paid ahead, and give them back to the
     /// budget (the connection is closing).
     pub(super) fn release_budget(&mut self) {
+        self.settle_meta_budget();
         for c in self.cache.iter_mut() {
             c.clear();
         }
