@@ -21,7 +21,7 @@
 //! Connections that stopped because the server's memory budget is past
 //! its soft mark wait in a per-thread list, and are driven again when any
 //! thread has freed memory since (looked at on every wake-up, and at least
-//! every [`BUDGET_RETRY`] while some wait).
+//! every `BUDGET_RETRY` while some wait).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
