@@ -98,6 +98,15 @@ pub struct ServeArgs {
     #[arg(long = "max-mib", value_name = "MIB", default_value_t = DEFAULTS.max_bytes >> 20)]
     pub max_mib: u64,
 
+    /// Buffer memory of every connection together (requests in flight,
+    /// replies queued, buffers cached), as a size: 4G, 512M (a bare number
+    /// is bytes). Past three quarters of it, the connections that hold the
+    /// most take no requests until memory frees, and those that do not
+    /// read their replies go after --stall-timeout. Default: a quarter of
+    /// MemAvailable at start (the startup line says how much).
+    #[arg(long = "max-memory", value_name = "SIZE")]
+    pub max_memory: Option<String>,
+
     /// Seconds a client may stall mid-message (or not read replies)
     /// before it is disconnected.
     #[arg(
@@ -231,6 +240,24 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
             args.max_mib
         );
     }
+    let max_memory = match &args.max_memory {
+        None => None,
+        Some(v) => {
+            let min = ConnLimits::memory_min();
+            let bytes = mqblk::spec::parse_size(v).map_err(|why| {
+                anyhow::anyhow!("--max-memory {v:?}: {why}; expected a size such as 4G or 512M")
+            })?;
+            if bytes < min {
+                bail!(
+                    "--max-memory {v}: expected at least {}M, so that one request of up to \
+                     {min_mib} MiB fits below the three quarters of it that any connection may \
+                     take",
+                    min >> 20
+                );
+            }
+            Some(bytes)
+        }
+    };
     if args.max_requests == 0 {
         bail!("--max-requests 0: expected at least 1 request in flight per connection");
     }
@@ -319,6 +346,7 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         handshake_timeout: Duration::from_millis(args.handshake_timeout_ms),
         idle_timeout: (args.idle_timeout_ms > 0)
             .then(|| Duration::from_millis(args.idle_timeout_ms)),
+        max_memory,
     };
     let watch = opened.clone();
     let _control = match &args.control {
@@ -361,8 +389,9 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         .map(|e| format!("{:?} ({} bytes)", e.name, e.size))
         .collect();
     eprintln!(
-        "mqblk serve: listening on {at}, exports: {}",
-        names.join(", ")
+        "mqblk serve: listening on {at}, exports: {}; buffer memory up to {} MiB (--max-memory)",
+        names.join(", "),
+        server.max_memory() >> 20
     );
     watch_stop()?;
     server.run()?;

@@ -24,6 +24,7 @@ pub(crate) mod sync;
 
 pub mod clock;
 pub mod error;
+pub mod input;
 pub mod limits;
 pub mod op;
 pub mod spec;

@@ -17,6 +17,7 @@ mod conn;
 mod shared;
 
 mod export;
+mod memory;
 mod socket_path;
 
 use std::io::Write;
@@ -32,6 +33,7 @@ pub use export::{export_info, Export};
 pub use shared::{ConnLimits, ServerStats};
 pub use socket_path::lock_path;
 
+use memory::MemoryBudget;
 use shared::{Listener, Shared};
 
 /// Where to listen.
@@ -136,6 +138,17 @@ impl Server {
                 "connections served at once is 0; allow at least 1".into(),
             ));
         }
+        let max_memory = cfg
+            .limits
+            .max_memory
+            .unwrap_or_else(ConnLimits::memory_default);
+        if max_memory < ConnLimits::memory_min() {
+            return Err(ServerError::Config(format!(
+                "server-wide buffer memory of {max_memory} bytes is too small: three quarters of \
+                 it must hold one request of up to {min_bytes} bytes; allow at least {} MiB",
+                ConnLimits::memory_min() >> 20
+            )));
+        }
         let io = |what: String| move |source| ServerError::Io { what, source };
         let listener = match listen {
             Listen::Tcp(addr) => {
@@ -187,6 +200,7 @@ impl Server {
                 infos,
                 tls_mode: cfg.tls_mode,
                 tls: cfg.tls,
+                budget: MemoryBudget::new(max_memory, cfg.limits.max_connections),
                 limits: cfg.limits,
                 shutdown: Arc::new(AtomicBool::new(false)),
                 stats: ServerStats::default(),
@@ -227,6 +241,12 @@ impl Server {
     pub fn with_io_threads(mut self, n: usize) -> Server {
         self.io_threads = n.max(1);
         self
+    }
+
+    /// The server-wide memory budget for data buffers, in bytes (the one
+    /// given, or the default a quarter of the memory available).
+    pub fn max_memory(&self) -> u64 {
+        self.shared.budget.max()
     }
 
     /// The server's counters.

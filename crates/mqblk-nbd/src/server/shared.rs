@@ -1,7 +1,8 @@
 //! What the server shares with its I/O threads: the exports, the
-//! per-connection bounds, the counters, the listener and the shutdown
-//! wake. The bottom of the server's files but for the exports
-//! (`export.rs`) and the socket path (`socket_path.rs`): the server
+//! per-connection bounds, the memory budget, the counters, the listener
+//! and the shutdown wake. The bottom of the server's files but for the
+//! budget (`memory.rs`), the exports (`export.rs`) and the socket path
+//! (`socket_path.rs`): the server
 //! (`mod.rs`) fills it in, and the event loop (`event_loop.rs`) and its
 //! connections (`conn/`) read it.
 
@@ -15,6 +16,7 @@ use std::time::Duration;
 use mqblk_nbd_proto::{ExportInfo, TlsMode};
 
 use super::export::Export;
+use super::memory::MemoryBudget;
 use super::socket_path::ClaimedSocket;
 
 /// Per-connection bounds: what one client can make the server hold.
@@ -47,6 +49,14 @@ pub struct ConnLimits {
     /// `max_connections` by default (an eighth of it), so that one address
     /// cannot take every slot.
     pub max_per_peer: usize,
+    /// Bytes of data buffers (requests in flight, replies queued, buffers
+    /// cached) that every connection together may hold. `None`: a quarter
+    /// of the memory available when the server starts
+    /// ([`ConnLimits::memory_default`]). Past three quarters of it, the
+    /// connections that hold the most stop taking requests until memory
+    /// frees; those that do not read their replies are dropped after
+    /// `stall_timeout`.
+    pub max_memory: Option<u64>,
 }
 
 impl ConnLimits {
@@ -65,7 +75,28 @@ impl ConnLimits {
         // Enough for a host with 8 virtual machines of 16 connections
         // each, and 8 such hosts to fill the server.
         max_per_peer: 128,
+        max_memory: None,
     };
+
+    /// The server-wide memory budget when none is given: a quarter of
+    /// `MemAvailable` in `/proc/meminfo` (1 GiB if it cannot be read), and
+    /// at least [`ConnLimits::memory_min`].
+    pub fn memory_default() -> u64 {
+        let available = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+            let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib << 10)
+        });
+        available.map_or(1 << 30, |a| a / 4).max(Self::memory_min())
+    }
+
+    /// The smallest server-wide budget: one request of the largest
+    /// payload fits below its soft mark (three quarters), rounded up to a
+    /// MiB.
+    pub fn memory_min() -> u64 {
+        let payload = u64::from(mqblk_nbd_proto::consts::DEFAULT_MAX_PAYLOAD);
+        (payload * 4).div_ceil(3).next_multiple_of(1 << 20)
+    }
 }
 
 impl Default for ConnLimits {
@@ -81,6 +112,8 @@ pub(crate) struct Shared {
     pub(crate) tls_mode: TlsMode,
     pub(crate) tls: Option<Arc<rustls::ServerConfig>>,
     pub(crate) limits: ConnLimits,
+    /// Every connection's data buffers, together.
+    pub(crate) budget: MemoryBudget,
     pub(crate) shutdown: Arc<AtomicBool>,
     pub(crate) stats: ServerStats,
     /// Readable (edge) when the shutdown flag was set: every I/O thread has

@@ -13,7 +13,10 @@
 //!
 //! Bounds: at most `max_requests` requests and `max_bytes` of buffers per
 //! connection; past them the connection stops reading its socket (the
-//! client waits in TCP). A client that stops mid-message, or stops reading
+//! client waits in TCP). Every buffer is also paid for from the server's
+//! memory budget (`memory.rs`): when that is past its soft mark, a
+//! connection that holds more than its share stops reading too, until
+//! memory frees. A client that stops mid-message, or stops reading
 //! replies, for `stall_timeout` is dropped; so is one that has not
 //! finished negotiating within `handshake_timeout`, or (if set) one idle
 //! for `idle_timeout`.
@@ -116,6 +119,8 @@ impl<'s> Conn<'s> {
             cache: Default::default(),
             cached_bytes: 0,
             held_bytes: 0,
+            prepaid_bytes: 0,
+            meta_charged: 0,
             submitted: 0,
             busy_slots: 0,
             device: None,
@@ -127,6 +132,8 @@ impl<'s> Conn<'s> {
             more: false,
             stalled: false,
             waiting: false,
+            over_budget: false,
+            budget_waiting: false,
             accepted_at: now,
             last_active: now,
             partial_since: None,
@@ -242,6 +249,7 @@ impl<'s> Conn<'s> {
         while let Some(o) = self.out.pop_front() {
             self.drop_out(o);
         }
+        self.settle_meta_budget();
         self.hs_out = Vec::new();
     }
 
@@ -296,9 +304,7 @@ impl<'s> Conn<'s> {
             .fetch_add(self.requests, Ordering::Relaxed);
         sh.stats.errors.fetch_add(self.errors, Ordering::Relaxed);
         self.wire.sock.shutdown();
-        for c in self.cache.iter_mut() {
-            c.clear();
-        }
+        self.release_budget();
     }
 
     /// Make all the progress possible without blocking.

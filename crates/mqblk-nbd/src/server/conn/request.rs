@@ -58,6 +58,7 @@ impl Conn<'_> {
         // Send what is queued even when the input went wrong: replies to
         // the requests before the bad one are owed.
         let w = self.flush_out(now);
+        self.settle_meta_budget();
         r?;
         w?;
         if self.closing.is_none() && self.draining && self.submitted == 0 && self.out.is_empty() {
@@ -194,7 +195,23 @@ impl Conn<'_> {
                 .map_err(|e| End::Dropped(e.to_string()))?;
             let plen = payload_len(self.session(), &req).map_err(|e| End::Dropped(e.to_string()))?
                 as usize;
+            // Past the memory budget's soft mark, a connection that holds
+            // more than its share takes no request at all (buffers are
+            // asked for apart, below).
+            if !self.sh.budget.admits(self.owned_bytes()) {
+                self.over_budget = true;
+                break;
+            }
             if !self.admits(&req) {
+                break;
+            }
+            let buf_len = match req.cmd {
+                cmd::READ => Some(req.len as usize),
+                _ if plen > 0 => Some(plen),
+                _ => None,
+            };
+            if buf_len.is_some_and(|len| !self.budget_for(len)) {
+                self.over_budget = true;
                 break;
             }
             if goes_to_device(req.cmd) && !ctx.has_room() {

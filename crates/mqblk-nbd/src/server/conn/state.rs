@@ -93,6 +93,12 @@ pub(crate) struct Conn<'s> {
     pub(super) cache: [Vec<IoBuf>; NR_CLASSES],
     pub(super) cached_bytes: u64,
     pub(super) held_bytes: u64,
+    /// Bytes of the server's budget taken for a buffer not yet allocated.
+    pub(super) prepaid_bytes: u64,
+    /// Bytes of the server's budget taken for the queued replies that hold
+    /// no data buffer (errors, block status): the reply queue's
+    /// `meta_bytes` as of the last [`Conn::settle_meta_budget`].
+    pub(super) meta_charged: u64,
     pub(super) submitted: u32,
     pub(super) busy_slots: u32,
     pub(super) device: Option<Device>,
@@ -116,6 +122,12 @@ pub(crate) struct Conn<'s> {
     pub(crate) stalled: bool,
     /// In its export context's list of connections waiting for room.
     pub(crate) waiting: bool,
+    /// Stopped taking requests because the server's memory budget is past
+    /// its soft mark and this connection holds more than its share: the
+    /// loop drives it again when memory frees.
+    pub(crate) over_budget: bool,
+    /// In its thread's list of connections waiting for memory.
+    pub(crate) budget_waiting: bool,
     pub(super) accepted_at: Instant,
     pub(super) last_active: Instant,
     pub(super) partial_since: Option<Instant>,
@@ -151,16 +163,61 @@ impl Conn<'_> {
         self.device.as_ref().expect("set when transmission starts")
     }
 
+    /// Bytes of the server's memory budget this connection holds: its
+    /// buffers in use, in its cache, and paid for ahead.
+    pub(super) fn owned_bytes(&self) -> u64 {
+        self.held_bytes + self.cached_bytes + self.prepaid_bytes + self.meta_charged
+    }
+
+    /// Bring the budget's count of this connection's data-less replies up
+    /// to date (after a round of requests and replies). They are charged
+    /// as they come, not asked for: each is small, and a connection past
+    /// its share takes no requests that would queue more (`request.rs`).
+    pub(super) fn settle_meta_budget(&mut self) {
+        let now = self.out.meta_bytes() as u64;
+        if now > self.meta_charged {
+            self.sh.budget.charge(now - self.meta_charged);
+        } else {
+            self.sh.budget.credit(self.meta_charged - now);
+        }
+        self.meta_charged = now;
+    }
+
+    /// Make sure a buffer for `len` bytes can be had without breaking the
+    /// server's memory budget: one in the cache, or one paid for now.
+    /// False: the budget says wait (the connection stops taking requests
+    /// until memory frees).
+    pub(super) fn budget_for(&mut self, len: usize) -> bool {
+        let c = class_of(len);
+        let size = 1u64 << (c as u32 + MIN_CLASS_SHIFT);
+        if !self.cache[c].is_empty() || self.prepaid_bytes >= size {
+            return true;
+        }
+        if self.sh.budget.try_charge(self.owned_bytes(), size) {
+            self.prepaid_bytes += size;
+            return true;
+        }
+        false
+    }
+
     pub(super) fn get_buf(&mut self, len: usize) -> IoBuf {
         let c = class_of(len);
-        self.held_bytes += 1u64 << (c as u32 + MIN_CLASS_SHIFT);
+        let size = 1u64 << (c as u32 + MIN_CLASS_SHIFT);
+        self.held_bytes += size;
         if let Some(b) = self.cache[c].pop() {
             self.cached_bytes -= b.len() as u64;
             return b;
         }
-        self.device().alloc_buf(1 << (c as u32 + MIN_CLASS_SHIFT))
+        // New memory: paid for by `budget_for` (which every request that
+        // takes a buffer passes first).
+        debug_assert!(self.prepaid_bytes >= size, "a buffer not paid for");
+        self.prepaid_bytes = self.prepaid_bytes.saturating_sub(size);
+        self.device().alloc_buf(size as usize)
     }
 
+    /// A buffer comes back: kept in the cache while the connection's bound
+    /// and the server's budget allow, else freed and given back to the
+    /// budget.
     pub(super) fn put_buf(&mut self, buf: IoBuf) {
         let c = class_of(buf.len());
         let size = 1u64 << (c as u32 + MIN_CLASS_SHIFT);
@@ -169,12 +226,30 @@ impl Conn<'_> {
         if self.closing.is_none()
             && buf.len() as u64 == size
             && self.cached_bytes + self.held_bytes + size <= self.limits.max_bytes
+            && self.sh.budget.may_cache(size)
         {
             self.cached_bytes += size;
             self.cache[c].push(buf);
-        } else if let Some(d) = &self.device {
-            d.buf_pool().put(buf);
+        } else {
+            // Freed, not pooled: memory the budget no longer counts must
+            // not stay allocated.
+            drop(buf);
+            self.sh.budget.credit(size);
         }
+    }
+
+    /// Free the cache and what was paid ahead, and give them back to the
+    /// budget (the connection is closing).
+    pub(super) fn release_budget(&mut self) {
+        self.settle_meta_budget();
+        for c in self.cache.iter_mut() {
+            c.clear();
+        }
+        self.sh
+            .budget
+            .credit(self.cached_bytes + self.prepaid_bytes);
+        self.cached_bytes = 0;
+        self.prepaid_bytes = 0;
     }
 
     pub(super) fn take_slot(&mut self, s: Slot) -> u32 {

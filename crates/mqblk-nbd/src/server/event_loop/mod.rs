@@ -17,11 +17,15 @@
 //! Completions are reaped from the contexts into a per-thread list and
 //! then routed to their connections (`bio.private` = connection index and
 //! slot): a completion never runs inside a submission.
+//!
+//! Connections that stopped because the server's memory budget is past
+//! its soft mark wait in a per-thread list, and are driven again when any
+//! thread has freed memory since (looked at on every wake-up, and at least
+//! every `BUDGET_RETRY` while some wait).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::io::{Read, Write};
-use std::net::IpAddr;
+use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
@@ -30,16 +34,19 @@ use std::time::{Duration, Instant};
 use mqblk_core::Context;
 use rustix::event::epoll;
 
-use super::conn::{Conn, Done, End, Limbo};
+use super::conn::{Conn, Done, End};
+
+mod accept;
 
 mod admission;
 mod log_limit;
+mod memory_wait;
 mod peer;
 
 use super::shared::{Listener, Shared};
-use crate::transport::Socket;
 pub(crate) use admission::Admission;
 pub(crate) use log_limit::LogLimit;
+use memory_wait::{MemoryWait, BUDGET_RETRY};
 pub(crate) use peer::Peer;
 
 const LISTENER: u64 = 0;
@@ -86,6 +93,8 @@ struct Loop<'s> {
     woken: Vec<u32>,
     /// Connections to look at again before sleeping.
     dirty: Vec<u32>,
+    /// Connections waiting for the memory budget to free.
+    memory_wait: MemoryWait,
     scratch: Box<[u8]>,
     accepting: bool,
     /// After an accept error (out of descriptors, say), when to listen
@@ -97,9 +106,6 @@ struct Loop<'s> {
     refusing: usize,
     log: LogLimit,
 }
-
-/// How long the listener rests after an accept error.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Run one I/O thread until shutdown has drained it.
 pub(crate) fn run(
@@ -154,6 +160,7 @@ pub(crate) fn run(
         done: Vec::with_capacity(256),
         woken: Vec::new(),
         dirty: Vec::with_capacity(64),
+        memory_wait: MemoryWait::default(),
         scratch: vec![0u8; SCRATCH_BYTES].into_boxed_slice(),
         accepting: true,
         accept_resume: None,
@@ -291,15 +298,26 @@ impl<'s> Loop<'s> {
             .iter()
             .flatten()
             .any(|c| c.ctx.in_flight() == 0 && !c.waiting.is_empty());
+        let budget = self.memory_wait.any();
         let Some(Reverse((at, _, _))) = self.timers.peek() else {
-            return retry.then_some(rustix::event::Timespec {
-                tv_sec: 0,
-                tv_nsec: 1_000_000,
-            });
+            return match (retry, budget) {
+                (true, _) => Some(rustix::event::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 1_000_000,
+                }),
+                (false, true) => Some(rustix::event::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: BUDGET_RETRY.as_nanos() as i64,
+                }),
+                (false, false) => None,
+            };
         };
         let mut d = at.saturating_duration_since(Instant::now());
         if retry {
             d = d.min(Duration::from_micros(1));
+        }
+        if budget {
+            d = d.min(BUDGET_RETRY);
         }
         // Round up to a whole millisecond: waking early only to sleep
         // again would be a busy loop.
@@ -323,141 +341,6 @@ impl<'s> Loop<'s> {
                 self.dirty.push(idx);
             }
         }
-    }
-
-    fn accept_all(
-        &mut self,
-        listener: &Listener,
-        admission: &Mutex<Admission>,
-        now: Instant,
-        me: usize,
-        peers: &[Peer],
-    ) {
-        loop {
-            let accepted = match listener {
-                Listener::Tcp(l) => l.accept().map(|(s, a)| (Socket::Tcp(s), Some(a.ip()))),
-                Listener::Unix(c) => c.listener.accept().map(|(s, _)| (Socket::Unix(s), None)),
-            };
-            let (sock, peer) = match accepted {
-                Ok(s) => s,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    // Out of descriptors and the like: the listener stays
-                    // readable, so it leaves the epoll set for a while
-                    // (connections wait in the backlog), and the line is
-                    // said at most once a second.
-                    self.log.line(
-                        now,
-                        format_args!(
-                            "accept: {e}; accepting again in {} ms",
-                            ACCEPT_BACKOFF.as_millis()
-                        ),
-                    );
-                    let _ = epoll::delete(&self.epoll, listener.as_fd());
-                    self.accept_resume = Some(now + ACCEPT_BACKOFF);
-                    return;
-                }
-            };
-            if sock.set_nonblocking().is_err() {
-                continue;
-            }
-            sock.set_nodelay();
-            let refusal = self.admit(peer, admission);
-            if let Some(why) = &refusal {
-                self.sh.stats.refused.fetch_add(1, Ordering::Relaxed);
-                self.log
-                    .line(now, format_args!("refused a connection: {why}"));
-            } else {
-                self.sh.stats.connections.fetch_add(1, Ordering::Relaxed);
-            }
-            let limbo = Limbo {
-                sock,
-                peer,
-                refusal,
-            };
-            // The least loaded thread takes it (this one on a tie).
-            let mut target = me;
-            for (i, p) in peers.iter().enumerate() {
-                if p.conns.load(Ordering::Relaxed) < peers[target].conns.load(Ordering::Relaxed) {
-                    target = i;
-                }
-            }
-            peers[target].conns.fetch_add(1, Ordering::Relaxed);
-            if target == me {
-                self.insert(limbo, now, admission);
-            } else {
-                let p = &peers[target];
-                p.inbox
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(limbo);
-                let _ = (&p.wake.1).write(&[1]);
-            }
-        }
-    }
-
-    /// Count the connection in, or say why not.
-    fn admit(&self, peer: Option<IpAddr>, admission: &Mutex<Admission>) -> Option<String> {
-        let refused = Admission::admit(admission, &self.sh.limits, peer);
-        if refused.is_none() {
-            self.sh.stats.open.fetch_add(1, Ordering::Relaxed);
-        }
-        refused
-    }
-
-    fn release(&self, peer: Option<IpAddr>, admission: &Mutex<Admission>) {
-        Admission::release(admission, peer);
-        self.sh.stats.open.fetch_sub(1, Ordering::Relaxed);
-    }
-
-    /// Take a connection in (`me.conns` already counts it).
-    fn insert(&mut self, limbo: Limbo, now: Instant, admission: &Mutex<Admission>) {
-        let refused = limbo.refusal.is_some();
-        // Refused connections are answered, but only a bounded number at
-        // once: past that they get a bare close.
-        if refused && self.refusing >= REFUSING_MAX {
-            limbo.sock.shutdown();
-            self.me.conns.fetch_sub(1, Ordering::Relaxed);
-            return;
-        }
-        let idx = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                self.slots.push(Slot {
-                    conn: None,
-                    generation: 0,
-                });
-                (self.slots.len() - 1) as u32
-            }
-        };
-        let peer = limbo.peer;
-        let conn = Conn::new(limbo, self.sh, now);
-        let r = epoll::add(
-            &self.epoll,
-            conn.fd(),
-            epoll::EventData::new_u64(CONN_BASE + u64::from(idx)),
-            epoll::EventFlags::IN
-                | epoll::EventFlags::OUT
-                | epoll::EventFlags::RDHUP
-                | epoll::EventFlags::ET,
-        );
-        if let Err(e) = r {
-            eprintln!("mqblk serve: epoll_ctl: {e}");
-            if !refused {
-                self.release(peer, admission);
-            }
-            self.me.conns.fetch_sub(1, Ordering::Relaxed);
-            self.free.push(idx);
-            return;
-        }
-        let slot = &mut self.slots[idx as usize];
-        slot.generation = slot.generation.wrapping_add(1);
-        slot.conn = Some(conn);
-        if refused {
-            self.refusing += 1;
-        }
-        self.mark_dirty(idx);
     }
 
     fn conn_event(&mut self, idx: u32, flags: epoll::EventFlags, _now: Instant) {
@@ -502,6 +385,15 @@ impl<'s> Loop<'s> {
                 _ => continue,
             };
             self.wake_waiting(&w);
+        }
+        // Connections waiting for memory try again once some was freed.
+        if let Some(woken) = self.memory_wait.take_if_freed(&self.sh.budget) {
+            for idx in woken {
+                if let Some(c) = self.slots[idx as usize].conn.as_mut() {
+                    c.budget_waiting = false;
+                }
+                self.mark_dirty(idx);
+            }
         }
         loop {
             // 1. Connections: read, parse, submit, write.
@@ -662,6 +554,13 @@ impl<'s> Loop<'s> {
                 }
             }
         }
+        if conn.over_budget {
+            conn.over_budget = false;
+            if !conn.budget_waiting {
+                conn.budget_waiting = true;
+                self.memory_wait.park(idx, &self.sh.budget, now);
+            }
+        }
         if conn.finished() {
             let _ = epoll::delete(&self.epoll, conn.fd());
             if conn.is_refusal() {
@@ -723,8 +622,6 @@ impl<'s> Loop<'s> {
     }
 }
 
-/// Refused connections answered at once per thread.
-const REFUSING_MAX: usize = 64;
 /// Rounds of connections and contexts per wake-up before sleeping: the
 /// loop goes back to epoll (with a zero timeout if work remains), so new
 /// connections and deadlines are never starved.
