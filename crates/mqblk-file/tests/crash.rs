@@ -200,8 +200,20 @@ fn crash_rounds(test: &str, dir: &Path, direct_ok: bool) {
                 .args([test, "--exact", "--nocapture", "--test-threads=1"])
                 .env(CHILD, round.encode(&file)),
         );
-        for _ in 0..round.kill_after {
-            child.wait_out("synced", FLUSH_WAIT);
+        for n in 0..round.kill_after {
+            let said = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                child.wait_out("synced", FLUSH_WAIT);
+            }));
+            if said.is_err() {
+                let (status, _, err) = child.finish(FLUSH_WAIT);
+                panic!(
+                    "round {r} ({} depth={} fsync={}): the writer stopped ({status}) after {n} \
+                     flushes: {err}",
+                    round.opts(),
+                    round.depth,
+                    round.fsync
+                );
+            }
         }
         assert!(
             child.try_wait().is_none(),
