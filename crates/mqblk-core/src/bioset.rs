@@ -11,9 +11,10 @@
 //! hardware queue, and `bio_split` draws from a bio set with a reserve),
 //! [`RESERVED`] slots, past the caller's, are kept for the bios the layer
 //! makes for itself: the flush request of a flush sequence and the pieces
-//! of a split bio, which take them first. A caller's bios never take them. Without it, caller bios waiting in a
-//! flush sequence could fill every slot and leave none for the flush they
-//! wait for: nothing in flight would ever free one.
+//! of a split bio, which take them first. A caller's bios never take them.
+//! Without it, caller bios waiting in a flush sequence could fill every
+//! slot and leave none for the flush they wait for: nothing in flight
+//! would ever free one.
 
 use std::cell::UnsafeCell;
 use std::ptr::NonNull;
