@@ -140,27 +140,10 @@ fn verify_passes_on_a_regular_file_with_both_engines() {
 fn verify_passes_on_a_loop_device() {
     let s = Scratch::new("verify-loop");
     let p = s.file("backing.img", 16 << 20);
-    mqblk_test_support::require_tool("losetup");
-    let out = Command::new("losetup")
-        .args(["-f", "--show"])
-        .arg(&p)
-        .output()
-        .expect("run losetup");
-    if !out.status.success() {
-        mqblk_test_support::skip_unless_ci(&format!(
-            "no loop device: losetup failed: {}",
-            text(&out.stderr).trim()
-        ));
+    let Some(lo) = mqblk_test_support::LoopDev::attach(&p) else {
         return;
-    }
-    let dev = text(&out.stdout).trim().to_string();
-    struct Detach(String);
-    impl Drop for Detach {
-        fn drop(&mut self) {
-            let _ = Command::new("losetup").args(["-d", &self.0]).status();
-        }
-    }
-    let _d = Detach(dev.clone());
+    };
+    let dev = lo.dev.clone();
     write_then_read(&format!("file:{dev},direct=1"), "16M");
 }
 

@@ -6,6 +6,15 @@
 //! when bios merge. The set is sized when the context is created and never
 //! grows, so the per-I/O path allocates nothing; when it is empty, the
 //! submitter is pushed back until completions free slots.
+//!
+//! Like a mempool's reserve (Linux keeps one preallocated `flush_rq` per
+//! hardware queue, and `bio_split` draws from a bio set with a reserve),
+//! [`RESERVED`] slots, past the caller's, are kept for the bios the layer
+//! makes for itself: the flush request of a flush sequence and the pieces
+//! of a split bio, which take them first. A caller's bios never take them.
+//! Without it, caller bios waiting in a flush sequence could fill every
+//! slot and leave none for the flush they wait for: nothing in flight
+//! would ever free one.
 
 use std::cell::UnsafeCell;
 use std::ptr::NonNull;
@@ -14,6 +23,13 @@ use std::task::Waker;
 use crate::bio::{Bio, Op};
 use crate::error::Status;
 use crate::slots::RawSlots;
+
+/// Slots only the layer's own bios take ([`BioSet::insert`]). One is
+/// enough: the layer issues one of its own at a time per context (one
+/// flush request at a time; the pieces of a bio one after the other), and
+/// each of them holds its slot only while its request is out, so a wait
+/// for the slot always has a request in flight to reap.
+pub(crate) const RESERVED: usize = 1;
 
 /// How the completion of a slot's bio is delivered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,11 +90,18 @@ pub(crate) struct BioSet {
     // Beside the nodes, not in them: only futures use wakers, and a node
     // stays within the descriptor budget without one.
     wakers: Box<[Option<Waker>]>,
+    /// Free slots for anyone: indexes below `first_reserved`.
     free: Vec<u32>,
+    /// Free slots of the reserve: indexes from `first_reserved` on.
+    reserve: Vec<u32>,
+    first_reserved: u32,
 }
 
 impl BioSet {
+    /// A set of `capacity` slots for a caller's bios, plus [`RESERVED`].
     pub(crate) fn new(capacity: u32) -> BioSet {
+        let first_reserved = capacity;
+        let capacity = capacity + RESERVED as u32;
         let nodes = RawSlots::new(
             (0..capacity)
                 .map(|_| {
@@ -97,7 +120,9 @@ impl BioSet {
         BioSet {
             nodes,
             wakers: (0..capacity).map(|_| None).collect(),
-            free: (0..capacity).rev().collect(),
+            free: (0..first_reserved).rev().collect(),
+            reserve: (first_reserved..capacity).rev().collect(),
+            first_reserved,
         }
     }
 
@@ -123,32 +148,55 @@ impl BioSet {
         self.node(index).state == SlotState::Ended
     }
 
-    /// Slots in all.
+    /// Slots for a caller's bios (the reserve apart).
     #[inline]
     pub(crate) fn capacity(&self) -> usize {
-        self.nodes.len()
+        self.first_reserved as usize
     }
 
+    /// Free slots a caller's bio may take.
     #[inline]
     pub(crate) fn available(&self) -> usize {
         self.free.len()
     }
 
-    /// Store `bio` in a free slot; gives it back if the set is full.
+    /// Free slots a bio the layer makes may take: the reserve too.
+    #[inline]
+    pub(crate) fn available_to_layer(&self) -> usize {
+        self.free.len() + self.reserve.len()
+    }
+
+    /// Store a bio the layer made (a piece, a flush request) in a free
+    /// slot, of the reserve first; gives it back if none is free.
     #[allow(clippy::result_large_err)]
     #[inline]
     pub(crate) fn insert(&mut self, bio: Bio, delivery: Delivery) -> Result<NonNull<BioNode>, Bio> {
-        let index = self.insert_index(bio, delivery)?;
+        let index = match self.reserve.pop() {
+            Some(index) => index,
+            None => match self.free.pop() {
+                Some(index) => index,
+                None => return Err(bio),
+            },
+        };
+        self.fill(index, bio, delivery);
         Ok(self.node_ptr(index))
     }
 
-    /// [`BioSet::insert`], giving the slot's index.
+    /// Store a caller's `bio` in a free slot outside the reserve, giving
+    /// the slot's index; gives the bio back if there is none.
     #[allow(clippy::result_large_err)]
     #[inline]
-    pub(crate) fn insert_index(&mut self, mut bio: Bio, delivery: Delivery) -> Result<u32, Bio> {
+    pub(crate) fn insert_index(&mut self, bio: Bio, delivery: Delivery) -> Result<u32, Bio> {
         let Some(index) = self.free.pop() else {
             return Err(bio);
         };
+        self.fill(index, bio, delivery);
+        Ok(index)
+    }
+
+    /// Put `bio` in free slot `index`, just taken off a free list.
+    #[inline(always)]
+    fn fill(&mut self, index: u32, mut bio: Bio, delivery: Delivery) {
         // The status describes one submission: a bio that failed before
         // starts clean.
         bio.status = Status::Ok;
@@ -165,7 +213,6 @@ impl BioSet {
         node.state = SlotState::Owned;
         node.parent = false;
         node.stages = 0;
-        Ok(index)
     }
 
     /// Take a free slot for a bio built in place: the slot's kept bio
@@ -212,6 +259,10 @@ impl BioSet {
         node.next = None;
         debug_assert!(self.wakers[index as usize].is_none(), "bio slot {index}");
         debug_assert!(
+            index < self.first_reserved,
+            "bio slot {index} is the layer's"
+        );
+        debug_assert!(
             self.free.len() < self.nodes.len(),
             "bio slot {index} freed twice"
         );
@@ -246,10 +297,14 @@ impl BioSet {
         node.next = None;
         self.wakers[index as usize] = None;
         debug_assert!(
-            self.free.len() < self.nodes.len(),
+            self.available_to_layer() < self.nodes.len(),
             "bio slot {index} freed twice"
         );
-        self.free.push(index);
+        if index < self.first_reserved {
+            self.free.push(index);
+        } else {
+            self.reserve.push(index);
+        }
         bio
     }
 

@@ -119,15 +119,19 @@ impl FlushMachine {
 
     /// Sequence `idx` waits for a device flush, combined with any already
     /// waiting. Returns true if the caller must issue a flush request now
-    /// (then call [`FlushMachine::issued`]).
+    /// (then call [`FlushMachine::issued`]). A flush that is due (the
+    /// running one ended with sequences pending, and the submitting side
+    /// has not issued the next yet) takes it too: it starts after this
+    /// sequence's writes ended, so it covers them, and it is issued once.
     pub(crate) fn join(&mut self, idx: u32) -> bool {
         if self.running {
             debug_assert!(self.pending.len() < self.pending.capacity());
             self.pending.push(idx);
             false
         } else {
+            debug_assert!(self.waiting_running.len() < self.waiting_running.capacity());
             self.waiting_running.push(idx);
-            true
+            !self.kick
         }
     }
 
@@ -245,6 +249,27 @@ mod tests {
         m.flush_done(Status::IoError, |i, s| failed.push((i, s)));
         assert_eq!(failed, vec![(2, Status::IoError), (3, Status::IoError)]);
         assert!(!m.has_work());
+        assert_eq!(m.issued, 2);
+    }
+
+    #[test]
+    fn a_sequence_that_joins_while_a_flush_is_due_shares_it() {
+        let mut m = FlushMachine::new(8);
+        assert!(m.join(1));
+        m.issued();
+        assert!(!m.join(2), "waits for the next flush");
+        m.flush_done(Status::Ok, |_, _| unreachable!());
+        // The next flush is due but not issued yet: a sequence joining now
+        // must not issue a second one beside it.
+        assert!(!m.join(3), "the due flush covers it");
+        // Sized as the context's scratch list is: the machine keeps it.
+        let mut ready = Vec::with_capacity(8);
+        assert!(m.take_work(&mut ready), "the due flush is issued once");
+        m.issued();
+        m.flush_done(Status::Ok, |_, _| unreachable!());
+        ready.clear();
+        assert!(!m.take_work(&mut ready));
+        assert_eq!(ready, vec![2, 3]);
         assert_eq!(m.issued, 2);
     }
 }

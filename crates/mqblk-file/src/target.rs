@@ -24,7 +24,7 @@ use crate::discover::{DiscardHow, Geometry, TargetKind, ZeroHow, BLKDISCARD, BLK
 /// keeps (Linux's default `BLK_MAX_SEGMENTS`).
 pub const MAX_SEGMENTS: usize = 128;
 
-/// Retries of a read or write that failed with EAGAIN or EINTR before the
+/// Retries of an operation that failed with EAGAIN or EINTR before the
 /// error is reported.
 pub const MAX_RETRIES: u8 = 16;
 
@@ -107,7 +107,7 @@ impl Target {
     }
 
     fn fdatasync(&self, cancel: &impl Cancel) -> Status {
-        retry_eintr(cancel, || {
+        retry_again(cancel, || {
             // SAFETY: fdatasync takes no pointers.
             unsafe { libc::fdatasync(self.fd) as isize }
         })
@@ -122,7 +122,7 @@ impl Target {
         };
         if let Some(req) = ioctl_req {
             let range: [u64; 2] = [offset, len];
-            return retry_eintr(cancel, || {
+            return retry_again(cancel, || {
                 // SAFETY: BLKDISCARD and BLKZEROOUT read two u64s (start,
                 // length) from the pointer, a live local.
                 unsafe { libc::ioctl(self.fd, req as _, range.as_ptr()) as isize }
@@ -132,7 +132,7 @@ impl Target {
         let Some(mode) = self.fallocate_mode(op) else {
             return Status::NotSupported;
         };
-        retry_eintr(cancel, || {
+        retry_again(cancel, || {
             // SAFETY: fallocate takes no pointers.
             unsafe {
                 libc::fallocate(self.fd, mode, offset as libc::off_t, len as libc::off_t) as isize
@@ -240,10 +240,10 @@ pub fn errno() -> i32 {
         .unwrap_or(libc::EIO)
 }
 
-/// Run a system call that returns -1 on error, retrying EINTR a bounded
+/// Run a system call that returns -1 on error, retrying EINTR and EAGAIN a bounded
 /// number of times unless `cancel` says stop. Returns the errno on failure
 /// (ETIMEDOUT once cancelled).
-fn retry_eintr(cancel: &impl Cancel, mut f: impl FnMut() -> isize) -> Result<isize, i32> {
+fn retry_again(cancel: &impl Cancel, mut f: impl FnMut() -> isize) -> Result<isize, i32> {
     let mut tries = 0;
     loop {
         if cancel.cancelled() {
@@ -254,7 +254,7 @@ fn retry_eintr(cancel: &impl Cancel, mut f: impl FnMut() -> isize) -> Result<isi
             return Ok(r);
         }
         let e = errno();
-        if e == libc::EINTR && tries < MAX_RETRIES {
+        if (e == libc::EINTR || e == libc::EAGAIN) && tries < MAX_RETRIES {
             tries += 1;
             continue;
         }

@@ -8,9 +8,10 @@ mod common;
 
 use std::io::{IoSlice, IoSliceMut};
 
-use common::{expect_pattern, open, pattern, LoopDev, Scratch, Tmpfs};
+use common::{expect_pattern, open, pattern, Scratch, Tmpfs};
 use mqblk_core::bio::{Bio, BioFlags};
 use mqblk_core::error::{Error, Status};
+use mqblk_test_support::LoopDev;
 
 const MIB: u64 = 1 << 20;
 

@@ -312,7 +312,7 @@ fn hung_block_device_keeps_the_request(engine: &str) {
     let Some(m) = mount(&format!("loop-{engine}")) else {
         return;
     };
-    let Some(lo) = common::LoopDev::attach(&m.disk()) else {
+    let Some(lo) = mqblk_test_support::LoopDev::attach(&m.disk()) else {
         return;
     };
     let dev = common::open(std::path::Path::new(&lo.dev), &spec(engine)).unwrap();

@@ -4,7 +4,8 @@
 
 mod common;
 
-use common::{expect_pattern, open, pattern, LoopDev, Scratch, Tmpfs};
+use common::{expect_pattern, open, pattern, Scratch, Tmpfs};
+use mqblk_test_support::LoopDev;
 
 const MIB: u64 = 1 << 20;
 

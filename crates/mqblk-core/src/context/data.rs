@@ -12,7 +12,7 @@ use std::ptr::NonNull;
 use super::state::{feat, CtxState};
 use super::wait::{Bound, Step};
 use crate::bio::{Bio, BioFlags, Op};
-use crate::bioset::{BioNode, Delivery};
+use crate::bioset::{BioNode, BioSet, Delivery};
 use crate::bounce;
 use crate::error::Status;
 use crate::flush;
@@ -210,10 +210,12 @@ impl CtxState {
         }
     }
 
-    /// Put a bio the layer made (a piece, a flush) in a slot: when none is
-    /// free, reap this context's own completions to free one. Gives the bio
-    /// back when every slot holds a completion the caller has not polled:
-    /// the caller fails the bio it serves instead of spinning.
+    /// Put a bio the layer made (a piece, a flush) in a slot, the bio
+    /// set's reserve included: when none is free, reap this context's own
+    /// completions to free one. The reserve holds only such bios, each
+    /// with its request out, so a wait here always has one to reap; the
+    /// bio comes back only if that request outlived its timeout and the
+    /// grace, and the caller fails the bio it serves.
     #[allow(clippy::result_large_err)]
     pub(super) fn insert_internal(
         &mut self,
@@ -224,22 +226,28 @@ impl CtxState {
         match self.bioset.insert(bio, delivery) {
             Ok(n) => Ok(n),
             Err(bio) => {
-                self.make_room(dev);
+                self.wait_room(dev, BioSet::available_to_layer);
                 self.bioset.insert(bio, delivery)
             }
         }
     }
 
-    /// Wait (bounded by the request timeouts) until a bio slot is free, or
-    /// nothing is left in flight to free one.
+    /// Wait (bounded by the request timeouts) until a slot for a caller's
+    /// bio is free, or nothing is left in flight to free one.
     pub(super) fn make_room(&mut self, dev: &DeviceInner) {
+        self.wait_room(dev, BioSet::available);
+    }
+
+    /// Wait (bounded by the request timeouts) until `free` counts a slot,
+    /// or nothing is left in flight to free one.
+    fn wait_room(&mut self, dev: &DeviceInner, free: fn(&BioSet) -> usize) {
         self.reap_until(dev, Bound::Timeout, |st, dev| {
-            if st.bioset.available() > 0 || st.in_flight == 0 {
+            if free(&st.bioset) > 0 || st.in_flight == 0 {
                 return Step::Done;
             }
             st.flush_plug(dev);
             st.reap(dev);
-            if st.bioset.available() > 0 {
+            if free(&st.bioset) > 0 {
                 Step::Done
             } else {
                 Step::Again

@@ -296,8 +296,11 @@ impl CtxState {
         let node = match self.insert_internal(dev, Bio::flush(), Delivery::FlushInternal) {
             Ok(n) => n,
             Err(_) => {
-                // No slot for the flush: its waiters fail, typed, instead
-                // of spinning.
+                // The bio set's reserve keeps a slot for this request, and
+                // only the layer's own bios, each with its request out,
+                // take it: it frees once that request ends. Only one that
+                // outlived its timeout and the grace leaves it taken; the
+                // waiters then fail, typed, instead of spinning.
                 self.flush_done(Status::Resource);
                 return;
             }

@@ -250,12 +250,18 @@ impl UringQueue {
                         continue;
                     }
                 }
-                Op::Read | Op::Write
-                    if (res == -libc::EAGAIN
-                        || res == -libc::EINTR
-                        || (res == -libc::EOPNOTSUPP && iopoll))
-                        && slot.retries < MAX_RETRIES
-                        && slot.status.is_ok() =>
+                // Try again (EAGAIN, EINTR), whatever the op: a flush or
+                // a fallocate answered EAGAIN is resubmitted as a read or
+                // write is, never handed up as the caller's error while
+                // retries remain. EOPNOTSUPP on a polled ring is a read's
+                // or write's only.
+                op if (res == -libc::EAGAIN
+                    || res == -libc::EINTR
+                    || (res == -libc::EOPNOTSUPP
+                        && iopoll
+                        && matches!(op, Op::Read | Op::Write)))
+                    && slot.retries < MAX_RETRIES
+                    && slot.status.is_ok() =>
                 {
                     *iopoll_refused |= res == -libc::EOPNOTSUPP;
                     slot.retries += 1;

@@ -1,6 +1,6 @@
 //! Helpers shared by the file driver's integration tests: scratch files on
-//! a file system that supports O_DIRECT, loop devices, a small tmpfs, and
-//! data patterns. A missing tool that scripts/test installs fails the test;
+//! a file system that supports O_DIRECT, a small tmpfs, and data patterns
+//! (loop devices and ext4 mounts come from `mqblk_test_support`). A missing tool that scripts/test installs fails the test;
 //! a loop device or a mount that cannot be had (no root) is a counted skip
 //! on a developer's machine and a failure in CI (`mqblk_test_support`).
 
@@ -48,42 +48,6 @@ impl Scratch {
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A loop device over a file, detached on drop.
-pub struct LoopDev {
-    pub dev: String,
-}
-
-impl LoopDev {
-    /// Attach `file`; None (the skip recorded) if losetup cannot.
-    pub fn attach(file: &Path) -> Option<LoopDev> {
-        mqblk_test_support::require_tool("losetup");
-        let out = Command::new("losetup")
-            .args(["-f", "--show"])
-            .arg(file)
-            .output();
-        match out {
-            Ok(o) if o.status.success() => {
-                let dev = String::from_utf8_lossy(&o.stdout).trim().to_string();
-                Some(LoopDev { dev })
-            }
-            Ok(o) => {
-                mqblk_test_support::skip_unless_ci(&format!(
-                    "no loop device: losetup failed: {}",
-                    String::from_utf8_lossy(&o.stderr).trim()
-                ));
-                None
-            }
-            Err(e) => panic!("cannot run losetup: {e}"),
-        }
-    }
-}
-
-impl Drop for LoopDev {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
     }
 }
 
