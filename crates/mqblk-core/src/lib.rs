@@ -48,6 +48,7 @@ pub mod throttle;
 mod completion;
 pub mod driver;
 mod hw_queue;
+pub mod irq;
 mod plug;
 mod remap;
 mod request;
