@@ -48,7 +48,7 @@ pub mod throttle;
 mod completion;
 pub mod driver;
 mod hw_queue;
-pub mod irq;
+mod irq;
 mod plug;
 mod remap;
 mod request;

@@ -39,7 +39,7 @@ impl Context {
     /// stack, instead of an epoll set per level, which the kernel refuses
     /// past four (ELOOP). The fds leave `up` when this context is dropped.
     /// Control plane.
-    pub fn forward_irq_lines(&mut self, up: &crate::irq::IrqLines) -> crate::Result<()> {
+    pub fn forward_irq_lines(&mut self, up: &crate::driver::IrqLines) -> crate::Result<()> {
         self.st
             .forward_irq_lines(&self.dev, up)
             .map_err(|e| crate::Error::Setup {
