@@ -63,9 +63,9 @@ struct Ctx {
     /// pays no eventfd signal per submission.
     fd_armed: bool,
     /// The completion fd could not be made or put in the epoll set: the
-    /// loop polls this context at least every [`POLL_FALLBACK`] while it
-    /// has requests in flight, rather than sleep on a set that would not
-    /// wake for them.
+    /// loop polls this context at least every
+    /// [`completion_fd::POLL_FALLBACK`] while it has requests in flight,
+    /// rather than sleep on a set that would not wake for them.
     fd_failed: bool,
     /// Connections that stopped taking requests because this context had
     /// no room: driven again when it reaps a completion.
