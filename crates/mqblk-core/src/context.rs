@@ -542,7 +542,7 @@ impl Context {
             Waiting::Subscribed {
                 recheck: self.st.timeout_recheck(),
             }
-        } else if hq.irq_fd.is_none() && !self.st.has_deferred() && polls < SPIN_BUDGET {
+        } else if hq.irq.is_none() && !self.st.has_deferred() && polls < SPIN_BUDGET {
             // A driver that completes only when polled, with no interrupt
             // line: poll again at once, for a while (as an SPDK reactor
             // does).
@@ -680,9 +680,7 @@ impl Drop for Context {
         // Bios with end_io still get their call; the rest are dropped.
         st.deliver(dev, |_| {});
         st.tags.drain_cache(&mut st.tag_cache);
-        if let Some(fd) = st.efd.take() {
-            dev.hw_queues[st.hwq as usize].notify.unsubscribe_fd(&fd);
-        }
+        st.release_fd(dev);
         for up in st.forwards.drain(..) {
             dev.hw_queues[st.hwq as usize].notify.unforward(&up);
         }

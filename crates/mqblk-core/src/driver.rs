@@ -18,6 +18,7 @@ pub use crate::bio::{BioFlags, Op, Segment};
 pub use crate::buf::BufRegion;
 pub use crate::completion::{Completions, HwNotifier};
 pub use crate::error::{Error, InvalidKind, Result, Status};
+pub use crate::irq::IrqLines;
 pub use crate::limits::{Features, QueueLimits, SECTOR_SIZE};
 pub use crate::request::{ReadBufs, Request, RqRef, RqState, WriteBufs};
 pub use crate::sync::Notify;
@@ -70,6 +71,12 @@ pub struct HwQueueSetup<'a> {
     /// as the device its children come from
     /// ([`crate::Context::submit_remapped`]).
     pub devnum: crate::blktrace::event::DevNum,
+    /// This queue's interrupt lines, for a stacked driver to put its
+    /// contexts' lines on the legs in
+    /// ([`crate::Context::forward_irq_lines`]), so that a completion fd
+    /// on top holds every leaf directly. A leaf driver need not touch it:
+    /// its [`Driver::irq_fd`] goes here.
+    pub irq_lines: IrqLines,
 }
 
 /// One run of a device's address space, as block status reports it (NBD
@@ -224,8 +231,9 @@ pub trait Driver: Send + Sync + 'static {
 
     /// The interrupt line of `hq`: a file descriptor that is readable while
     /// `poll` on it would find a completion (a socket, an eventfd that a
-    /// library signals). The core adds it to the completion fd of every
-    /// context on the queue, so that an event loop sleeps until it fires
+    /// library signals). The core adds it to the queue's
+    /// [`IrqLines`], and so to the completion fd of every context on the
+    /// queue, so that an event loop sleeps until it fires
     /// instead of being kept awake while requests are in flight on a
     /// driver that completes only when polled. It must stay open, and the
     /// same, for the hardware queue's life. Default: none.

@@ -36,8 +36,10 @@ pub(crate) struct HwQueue {
     pub(crate) async_writes: std::sync::atomic::AtomicU32,
     pub(crate) notify: crate::sync::Arc<Notify>,
     pub(crate) tags: Arc<Tags>,
-    /// The driver's interrupt line ([`crate::driver::Driver::irq_fd`]).
-    pub(crate) irq_fd: Option<std::os::fd::RawFd>,
+    /// The queue's interrupt lines: the driver's
+    /// ([`crate::driver::Driver::irq_fd`]), or those a stacked driver
+    /// forwards from its legs. `None` if it had none once set up.
+    pub(crate) irq: Option<crate::irq::IrqLines>,
     /// Set when the timeout scan finds a request its driver holds past
     /// its deadline ([`HwInner::overdue`]): read without the lock.
     has_overdue: std::sync::atomic::AtomicBool,
@@ -100,13 +102,17 @@ impl HwQueue {
         tags: Arc<Tags>,
         budget: Option<u32>,
         timeout_ms: u32,
+        irq: crate::irq::IrqLines,
     ) -> HwQueue {
         let total = tags.total() as usize;
+        if let Some(fd) = ops.irq_fd() {
+            irq.add(fd);
+        }
         HwQueue {
             nr_ctx: std::sync::atomic::AtomicU32::new(0),
             async_writes: std::sync::atomic::AtomicU32::new(0),
             notify,
-            irq_fd: ops.irq_fd(),
+            irq: (!irq.is_empty()).then_some(irq),
             has_overdue: std::sync::atomic::AtomicBool::new(false),
             inner: CachePadded::new(Mutex::new(HwInner {
                 index,

@@ -49,6 +49,7 @@ pub mod throttle;
 mod completion;
 pub mod driver;
 mod hw_queue;
+mod irq;
 mod plug;
 mod remap;
 mod request;

@@ -287,6 +287,7 @@ impl Device {
         let mut hw_queues = Vec::with_capacity(nr);
         for (i, t) in tags.iter().enumerate() {
             let notify = crate::sync::Arc::new(Notify::default());
+            let irq = crate::irq::IrqLines::default();
             let hq = driver.init_hw_queue(HwQueueSetup {
                 index: i as u16,
                 notifier: HwNotifier(notify.clone()),
@@ -294,12 +295,21 @@ impl Device {
                 reserved_tags: cfg.reserved_tags,
                 buf_regions: &buf_regions,
                 devnum,
+                irq_lines: irq.clone(),
             })?;
             let ops = Box::new(Bound {
                 driver: driver.clone(),
                 hq,
             });
-            let hwq = HwQueue::new(i as u16, ops, notify, t.clone(), budget, cfg.timeout_ms);
+            let hwq = HwQueue::new(
+                i as u16,
+                ops,
+                notify,
+                t.clone(),
+                budget,
+                cfg.timeout_ms,
+                irq,
+            );
             if let Some(e) = &cfg.elevator {
                 let mut inner = hwq.lock();
                 inner.set_elevator(Some(e.init(i as u16, sched_depth)));
@@ -436,7 +446,7 @@ impl Device {
     /// ([`crate::driver::Driver::irq_fd`]): its completions need polling,
     /// but a context's completion fd fires when there are some.
     pub fn has_irq_lines(&self) -> bool {
-        self.inner.hw_queues.iter().any(|q| q.irq_fd.is_some())
+        self.inner.hw_queues.iter().any(|q| q.irq.is_some())
     }
 
     /// Device name.

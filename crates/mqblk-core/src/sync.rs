@@ -361,11 +361,13 @@ mod loom_model {
 }
 
 /// The completion fd as the caller sees it: an epoll set of the context's
-/// eventfd and a timer, so that the fd also turns readable when a bio the
-/// throttle holds comes due, with no thread to wake it. The timer is armed
-/// only while bios wait in the throttle, and read only once it has fired.
+/// eventfd, a timer and its hardware queue's interrupt lines
+/// ([`crate::irq::IrqLines`]), so that the fd also turns readable when a
+/// bio the throttle holds comes due, with no thread to wake it. The timer
+/// is armed only while bios wait in the throttle, and read only once it
+/// has fired.
 pub(crate) struct FdTimer {
-    epoll: std::os::fd::OwnedFd,
+    set: std::sync::Arc<crate::irq::EpollSet>,
     timer: std::os::fd::OwnedFd,
     /// When the timer fires (monotonic ns); 0 when disarmed.
     armed_ns: u64,
@@ -381,60 +383,38 @@ fn owned(fd: libc::c_int) -> std::io::Result<std::os::fd::OwnedFd> {
 }
 
 impl FdTimer {
-    pub(crate) fn new(event: &EventFd) -> std::io::Result<FdTimer> {
+    pub(crate) fn new(event: &std::sync::Arc<EventFd>) -> std::io::Result<FdTimer> {
         use std::os::fd::AsRawFd;
-        // SAFETY: epoll_create1 and timerfd_create take no pointers.
-        let epoll = owned(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
-        // SAFETY: as above.
+        let set = crate::irq::EpollSet::new(event.clone())?;
+        // SAFETY: timerfd_create takes no pointers.
         let timer = owned(unsafe {
             libc::timerfd_create(
                 libc::CLOCK_MONOTONIC,
                 libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
             )
         })?;
-        for fd in [event.raw(), timer.as_raw_fd()] {
-            let mut ev = libc::epoll_event {
-                events: libc::EPOLLIN as u32,
-                u64: fd as u64,
-            };
-            // SAFETY: ev is a live epoll_event; both fds are open and ours.
-            let rc =
-                unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
-            if rc < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-        }
+        set.add_own(timer.as_raw_fd())?;
         Ok(FdTimer {
-            epoll,
+            set: std::sync::Arc::new(set),
             timer,
             armed_ns: 0,
         })
     }
 
-    /// Make the fd readable also while `fd` is (a driver's interrupt
-    /// line). `fd` must stay open as long as this timer. (Not
-    /// `EPOLLEXCLUSIVE`: tried, it cut 4 bench jobs on a 2-connection NBD
-    /// device from 1.1M to 0.3M IOPS.)
-    pub(crate) fn add_readable(&self, fd: std::os::fd::RawFd) -> std::io::Result<()> {
-        use std::os::fd::AsRawFd;
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: fd as u64,
-        };
-        // SAFETY: ev is a live epoll_event; the epoll fd is ours, and the
-        // caller keeps `fd` open for as long as the epoll set.
-        let rc =
-            unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
-        if rc < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
+    /// The epoll set, for the interrupt lines to watch.
+    pub(crate) fn set(&self) -> &std::sync::Arc<crate::irq::EpollSet> {
+        &self.set
     }
 
     /// The fd handed to the caller.
     pub(crate) fn raw(&self) -> std::os::fd::RawFd {
+        self.set.raw()
+    }
+
+    /// The timer's own fd, for the lines of a stacked queue above.
+    pub(crate) fn timer_raw(&self) -> std::os::fd::RawFd {
         use std::os::fd::AsRawFd;
-        self.epoll.as_raw_fd()
+        self.timer.as_raw_fd()
     }
 
     /// Fire at `at_ns` (monotonic), unless already armed for then.

@@ -13,8 +13,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use mqblk_core::driver::{
-    Completions, Driver, Error, Features, HwNotifier, HwQueueSetup, Op, QueueLimits, QueueRq,
-    Request, RqRef, Status,
+    Completions, Driver, Error, Features, HwNotifier, HwQueueSetup, IrqLines, Op, QueueLimits,
+    QueueRq, Request, RqRef, Status,
 };
 use mqblk_core::{Bio, Context, Device};
 
@@ -75,13 +75,15 @@ pub(crate) struct StackedQueue {
     /// a child came from.
     devnum: mqblk_core::DevNum,
     notifier: HwNotifier,
-    /// The queue's interrupt line, when a leg is a polled device with
-    /// interrupt lines (an NBD client): an epoll set of the completion fds
-    /// of this queue's contexts on such legs.
-    irq: Option<rustix::fd::OwnedFd>,
-    /// In the interrupt line's set: a timer for the first delayed child
-    /// (`delay` lines), so a queue that sleeps on its line wakes to send
-    /// it on time.
+    /// The queue's interrupt lines, which the core watches from every
+    /// completion fd on this queue. When a leg is a polled device with
+    /// interrupt lines (an NBD client, a ring), this queue's context on
+    /// it forwards its leaf fds here, so that they stay one level deep
+    /// however deep the stack: no epoll set of ours holds another.
+    irq: IrqLines,
+    /// Among the lines, when a leg has some: a timer for the first delayed
+    /// child (`delay` lines), so a queue that sleeps on its lines wakes to
+    /// send it on time.
     timer: Option<mqblk_core::timer::IrqTimer>,
     generation: u64,
     /// A context on each leg (`None`: the leg is out).
@@ -104,30 +106,18 @@ impl Stacked {
         &self,
         leg: usize,
         notifier: &HwNotifier,
-        irq: Option<&rustix::fd::OwnedFd>,
+        irq: &IrqLines,
     ) -> Result<Option<Context>, Error> {
         match self.legs.get(leg as LegId) {
             Some(dev) => {
                 let mut ctx = dev.context()?;
                 ctx.forward_completions(notifier);
-                if let (Some(irq), true) = (irq, dev.has_irq_lines()) {
-                    // The leg's replies wake this queue's waiters. The fd
-                    // lives with the context; closing it takes it out of
-                    // the set.
-                    let fd = ctx.completion_fd()?;
-                    // SAFETY: `fd` is the context's, open for the
-                    // context's life; the borrow lasts for this call.
-                    let bfd = unsafe { rustix::fd::BorrowedFd::borrow_raw(fd) };
-                    rustix::event::epoll::add(
-                        irq,
-                        bfd,
-                        rustix::event::epoll::EventData::new_u64(leg as u64),
-                        rustix::event::epoll::EventFlags::IN,
-                    )
-                    .map_err(|e| Error::Setup {
-                        device: self.name.as_str().into(),
-                        reason: format!("leg {leg}: cannot watch its completion fd: {e}"),
-                    })?;
+                if dev.has_irq_lines() {
+                    // The leg's replies wake this queue's waiters: its
+                    // leaf fds join this queue's lines (also when the leg
+                    // is opened after a completion fd on top was made),
+                    // and leave them when the context is dropped.
+                    ctx.forward_irq_lines(irq)?;
                 }
                 Ok(Some(ctx))
             }
@@ -176,7 +166,7 @@ impl Stacked {
                     }
                 }
             }
-            hq.ctxs[i] = match self.open_ctx(i, &hq.notifier, hq.irq.as_ref()) {
+            hq.ctxs[i] = match self.open_ctx(i, &hq.notifier, &hq.irq) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!(
@@ -264,24 +254,15 @@ impl Stacked {
         n
     }
 
-    /// The timer of the delayed children, watched by the interrupt line
-    /// `ep` (its event data is past every leg's index).
-    fn delay_timer(&self, ep: &rustix::fd::OwnedFd) -> Result<mqblk_core::timer::IrqTimer, Error> {
-        let setup = |e: std::io::Error| Error::Setup {
+    /// The timer of the delayed children, one of the interrupt lines
+    /// `irq` (the queue holds both, and the timer's fd stays open as long
+    /// as the lines it is in).
+    fn delay_timer(&self, irq: &IrqLines) -> Result<mqblk_core::timer::IrqTimer, Error> {
+        let t = mqblk_core::timer::IrqTimer::new().map_err(|e| Error::Setup {
             device: self.name.as_str().into(),
             reason: format!("cannot make the delay timer: {e}"),
-        };
-        let t = mqblk_core::timer::IrqTimer::new().map_err(setup)?;
-        // SAFETY: the timer's fd lives in the queue beside the epoll set
-        // (dropped with it); the borrow lasts for this call.
-        let bfd = unsafe { rustix::fd::BorrowedFd::borrow_raw(t.raw()) };
-        rustix::event::epoll::add(
-            ep,
-            bfd,
-            rustix::event::epoll::EventData::new_u64(u64::MAX),
-            rustix::event::epoll::EventFlags::IN,
-        )
-        .map_err(|e| setup(e.into()))?;
+        })?;
+        irq.add(t.raw());
         Ok(t)
     }
 
@@ -504,19 +485,11 @@ impl Driver for Stacked {
     fn init_hw_queue(&self, setup: HwQueueSetup<'_>) -> Result<StackedQueue, Error> {
         let n = self.legs.len();
         let depth = (setup.queue_depth + setup.reserved_tags) as usize;
-        let irq = if self.legs.all().iter().flatten().any(Device::has_irq_lines) {
-            let ep = rustix::event::epoll::create(rustix::event::epoll::CreateFlags::CLOEXEC)
-                .map_err(|e| Error::Setup {
-                    device: self.name.as_str().into(),
-                    reason: format!("cannot make an interrupt line: {e}"),
-                })?;
-            Some(ep)
+        let irq = setup.irq_lines;
+        let timer = if self.legs.all().iter().flatten().any(Device::has_irq_lines) {
+            Some(self.delay_timer(&irq)?)
         } else {
             None
-        };
-        let timer = match &irq {
-            Some(ep) => Some(self.delay_timer(ep)?),
-            None => None,
         };
         let mut hq = StackedQueue {
             index: setup.index,
@@ -536,7 +509,7 @@ impl Driver for Stacked {
             delayed: VecDeque::new(),
         };
         for i in 0..n {
-            let c = self.open_ctx(i, &hq.notifier, hq.irq.as_ref())?;
+            let c = self.open_ctx(i, &hq.notifier, &hq.irq)?;
             hq.ctxs.push(c);
         }
         Ok(hq)
@@ -687,10 +660,5 @@ impl Driver for Stacked {
 
     fn completes_async(&self) -> bool {
         self.all_async
-    }
-
-    fn irq_fd(&self, hq: &StackedQueue) -> Option<std::os::fd::RawFd> {
-        use std::os::fd::AsRawFd;
-        hq.irq.as_ref().map(|e| e.as_raw_fd())
     }
 }

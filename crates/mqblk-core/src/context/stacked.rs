@@ -1,7 +1,9 @@
 //! The face a stacked driver submits its children through (Linux's
 //! `submit_bio_noacct` with `trace_block_bio_remap`): a child bio that
 //! names the sector of the stacked device it came from, so a traced lower
-//! device shows the remap.
+//! device shows the remap; and the interrupt lines it hands up
+//! ([`Context::forward_irq_lines`]), so a completion fd on top holds the
+//! legs' leaf fds directly.
 
 use super::{state, Bio, Context, SubmitError};
 
@@ -26,6 +28,24 @@ impl Context {
             return self.submit(bio);
         }
         self.submit_noted(bio, from, from_sector)
+    }
+
+    /// Put the fds that make this context's completion fd readable (its
+    /// eventfd, its throttle timer, and every interrupt line of its
+    /// hardware queue, as they are now and as they change) into `up`: the
+    /// lines of a stacked driver's hardware queue, from
+    /// [`crate::driver::HwQueueSetup::irq_lines`]. A context on top of the
+    /// stack then watches every leaf in one epoll set, however deep the
+    /// stack, instead of an epoll set per level, which the kernel refuses
+    /// past four (ELOOP). The fds leave `up` when this context is dropped.
+    /// Control plane.
+    pub fn forward_irq_lines(&mut self, up: &crate::driver::IrqLines) -> crate::Result<()> {
+        self.st
+            .forward_irq_lines(&self.dev, up)
+            .map_err(|e| crate::Error::Setup {
+                device: self.dev.info.name.clone(),
+                reason: format!("cannot make the fds of its interrupt lines: {e}"),
+            })
     }
 
     /// `submit_remapped` when the trace may want the remap.

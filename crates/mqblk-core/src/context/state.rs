@@ -111,9 +111,16 @@ pub(super) struct CtxState {
     pub(super) fd_timer: Option<crate::sync::FdTimer>,
     /// This context made the eventfd readable and has not polled since.
     pub(super) fd_signalled: bool,
-    /// The completion fd also watches the hardware queue's interrupt line:
-    /// requests in flight on a polled driver need not keep it readable.
+    /// The hardware queue's interrupt lines reach whoever waits on this
+    /// context (its completion fd watches them, or they are forwarded to
+    /// a stacked queue above): requests in flight on a polled driver need
+    /// not keep the eventfd readable.
     pub(super) irq_in_fd: bool,
+    /// The completion fd's epoll set watches the hardware queue's lines.
+    pub(super) lines_watched: bool,
+    /// The lines of the stacked queue above that this context's own fds
+    /// and its queue's lines were put in ([`crate::Context::forward_irq_lines`]).
+    pub(super) lent: Option<crate::irq::IrqLines>,
     /// This context has bounced a segment already (it is said once).
     pub(super) bounced_once: bool,
     /// This context's bio throttle, if the device has one.
@@ -192,6 +199,8 @@ impl CtxState {
             fd_timer: None,
             fd_signalled: false,
             irq_in_fd: false,
+            lines_watched: false,
+            lent: None,
             bounced_once: false,
             throttle: dev.cfg.throttle.as_ref().map(|t| t.for_context(id)),
             forwards: Vec::new(),

@@ -125,7 +125,7 @@ impl CtxState {
             *spins = SPIN_POLLS;
             return;
         }
-        if self.in_flight > 0 && !dev.completes_async && hq.irq_fd.is_some() {
+        if self.in_flight > 0 && !dev.completes_async && hq.irq.is_some() && !self.fd_degraded() {
             // A polled driver with an interrupt line, on a queue shared
             // with other contexts: sleep on this context's completion fd,
             // which the line wakes, and so does another context that
@@ -185,29 +185,103 @@ impl CtxState {
         }
     }
 
-    /// The completion fd (see `Context::completion_fd`), made on first use.
+    /// The completion fd (see `Context::completion_fd`), made on first
+    /// use: an epoll set that watches the hardware queue's lines.
     pub(super) fn completion_fd(
         &mut self,
         dev: &DeviceInner,
     ) -> std::io::Result<std::os::fd::RawFd> {
-        if let Some(t) = &self.fd_timer {
-            return Ok(t.raw());
+        self.fd_sources(dev)?;
+        let t = self.fd_timer.as_ref().expect("made by fd_sources");
+        let (raw, set) = (t.raw(), t.set().clone());
+        if !self.lines_watched {
+            if let Some(lines) = &dev.hw_queues[self.hwq as usize].irq {
+                // The hardware queue (and so its lines) outlives every
+                // context on it; `release_fd` stops the watch.
+                lines.watch(&set);
+                self.lines_watched = true;
+                self.irq_in_fd = true;
+            }
         }
-        let fd = Arc::new(crate::sync::EventFd::new()?);
-        let timer = crate::sync::FdTimer::new(&fd)?;
-        let hq = &dev.hw_queues[self.hwq as usize];
-        if let Some(irq) = hq.irq_fd {
-            // The hardware queue (and so the driver's fd) outlives every
-            // context on it.
-            timer.add_readable(irq)?;
+        Ok(raw)
+    }
+
+    /// Put this context's eventfd and timer, and its hardware queue's
+    /// lines as they are and as they change, in `up` (see
+    /// `Context::forward_irq_lines`), until the context is dropped.
+    pub(super) fn forward_irq_lines(
+        &mut self,
+        dev: &DeviceInner,
+        up: &crate::irq::IrqLines,
+    ) -> std::io::Result<()> {
+        if self.lent.is_some() {
+            return Ok(());
+        }
+        self.fd_sources(dev)?;
+        let event = self.efd.as_ref().expect("made by fd_sources").raw();
+        let timer = self
+            .fd_timer
+            .as_ref()
+            .expect("made by fd_sources")
+            .timer_raw();
+        up.add(event);
+        up.add(timer);
+        if let Some(lines) = &dev.hw_queues[self.hwq as usize].irq {
+            lines.forward_to(up);
             self.irq_in_fd = true;
         }
-        hq.notify.subscribe_fd(fd.clone());
-        let raw = timer.raw();
-        self.efd = Some(fd);
-        self.fd_timer = Some(timer);
+        self.lent = Some(up.clone());
         self.kick_fd(dev);
-        Ok(raw)
+        Ok(())
+    }
+
+    /// The eventfd and the timer behind the completion fd, made on first
+    /// use.
+    fn fd_sources(&mut self, dev: &DeviceInner) -> std::io::Result<()> {
+        if self.fd_timer.is_none() {
+            let fd = Arc::new(crate::sync::EventFd::new()?);
+            let timer = crate::sync::FdTimer::new(&fd)?;
+            dev.hw_queues[self.hwq as usize]
+                .notify
+                .subscribe_fd(fd.clone());
+            self.efd = Some(fd);
+            self.fd_timer = Some(timer);
+            self.kick_fd(dev);
+        }
+        Ok(())
+    }
+
+    /// Take this context's fds out of every line set and notify list,
+    /// before they are closed (the context is being dropped).
+    pub(super) fn release_fd(&mut self, dev: &DeviceInner) {
+        let hq = &dev.hw_queues[self.hwq as usize];
+        if let (Some(t), Some(lines)) = (&self.fd_timer, &hq.irq) {
+            if self.lines_watched {
+                lines.unwatch(t.set());
+            }
+        }
+        if let Some(up) = self.lent.take() {
+            if let Some(lines) = &hq.irq {
+                lines.unforward(&up);
+            }
+            if let (Some(e), Some(t)) = (&self.efd, &self.fd_timer) {
+                up.remove(e.raw());
+                up.remove(t.timer_raw());
+            }
+        }
+        if let Some(fd) = self.efd.take() {
+            hq.notify.unsubscribe_fd(&fd);
+        }
+    }
+
+    /// True if the completion fd's set could not take one of the lines:
+    /// then it does not hear them, and requests in flight keep it
+    /// readable instead (the caller polls).
+    #[inline]
+    fn fd_degraded(&self) -> bool {
+        self.fd_timer
+            .as_ref()
+            .is_some_and(|t| t.set().is_degraded())
     }
 
     /// How long a sleeper may go before a poll must look for timed-out
@@ -260,7 +334,9 @@ impl CtxState {
             || !self.plug.is_empty()
             || !self.sw.is_empty()
             || self.flush.has_work()
-            || (self.in_flight > 0 && !dev.completes_async && !self.irq_in_fd)
+            || (self.in_flight > 0
+                && !dev.completes_async
+                && (!self.irq_in_fd || self.fd_degraded()))
         {
             fd.signal();
             self.fd_signalled = true;

@@ -39,6 +39,7 @@ use super::conn::{Conn, Done, End};
 mod accept;
 
 mod admission;
+mod completion_fd;
 mod log_limit;
 mod memory_wait;
 mod peer;
@@ -68,6 +69,11 @@ struct Ctx {
     /// that completes within `poll` (ram, null) never needs it, and then
     /// pays no eventfd signal per submission.
     fd_armed: bool,
+    /// The completion fd could not be made or put in the epoll set: the
+    /// loop polls this context at least every
+    /// [`completion_fd::POLL_FALLBACK`] while it has requests in flight,
+    /// rather than sleep on a set that would not wake for them.
+    fd_failed: bool,
     /// Connections that stopped taking requests because this context had
     /// no room: driven again when it reaps a completion.
     waiting: Vec<u32>,
@@ -202,6 +208,7 @@ pub(crate) fn run(
         } else {
             lp.next_timeout()
         };
+        let timeout = lp.cap_for_polling(timeout);
         let timeout = match lp.accept_resume {
             Some(at) => {
                 // Round up to a whole millisecond, as next_timeout does.
@@ -464,49 +471,11 @@ impl<'s> Loop<'s> {
             self.ctxs[export] = Some(Ctx {
                 ctx,
                 fd_armed: false,
+                fd_failed: false,
                 waiting: Vec::new(),
             });
         }
         Ok(())
-    }
-
-    /// Before sleeping: every context with requests in flight has its
-    /// completion fd in the epoll set. Returns true if one was just added:
-    /// then the contexts must be polled once more before sleeping, for a
-    /// completion that came before the fd existed.
-    #[allow(unsafe_code)]
-    fn arm_completion_fds(&mut self) -> bool {
-        let mut armed = false;
-        for (export, slot) in self.ctxs.iter_mut().enumerate() {
-            let Some(c) = slot.as_mut() else { continue };
-            if c.fd_armed || c.ctx.in_flight() == 0 {
-                continue;
-            }
-            let fd = match c.ctx.completion_fd() {
-                Ok(fd) => fd,
-                Err(e) => {
-                    eprintln!("mqblk serve: no completion fd: {e}");
-                    continue;
-                }
-            };
-            // SAFETY: the fd belongs to `c.ctx`, which this loop keeps (in
-            // `self.ctxs`) for as long as the epoll set exists; the borrow
-            // only lives for the epoll_ctl call.
-            let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
-            match epoll::add(
-                &self.epoll,
-                bfd,
-                epoll::EventData::new_u64(CTX_BASE + export as u64),
-                epoll::EventFlags::IN,
-            ) {
-                Ok(()) => {
-                    c.fd_armed = true;
-                    armed = true;
-                }
-                Err(e) => eprintln!("mqblk serve: epoll_ctl: {e}"),
-            }
-        }
-        armed
     }
 
     /// Drive one connection as far as it goes without blocking.
