@@ -42,7 +42,8 @@ impl Opener {
                 let dev = mqblk_dm::open_inline(
                     &table,
                     parse(&format!("dm-table:{table}")).unwrap().options,
-                    &|s| self.open(s),
+                    &mqblk_dm::Nesting::default(),
+                    &|s, _| self.open(s),
                 )?;
                 assert!(dev.has_irq_lines(), "level {n} hands its leaf's lines up");
                 dev
