@@ -16,13 +16,17 @@
 //!
 //! Beside that, what several test files would otherwise write again: a
 //! [`Scratch`] directory, [`wait_for_path`] for a server's socket, and a
-//! [`Watched`] child (its output read line by line, stopped by its pid).
+//! [`Watched`] child (its output read line by line, stopped by its pid),
+//! and [`time_bound`], which prints a time bound's figure in the one line
+//! `scripts/time-bounds.sh` reads.
 
 #![forbid(unsafe_code)]
 
+mod bound;
 mod child;
 mod wait;
 
+pub use bound::time_bound;
 pub use child::{Line, Watched};
 pub use wait::wait_for_path;
 
