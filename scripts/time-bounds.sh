@@ -5,7 +5,11 @@
 # item 8). A test that fails here is fixed by design, never by a looser
 # bound.
 #
-# Usage: scripts/time-bounds.sh [ROUNDS]
+# Usage: scripts/time-bounds.sh [ROUNDS [PATTERN]]
+#
+# With PATTERN (an extended regular expression), only the tests whose
+# line below ("crate binary name") matches it run: the failing ones again
+# after a fix.
 #
 # Each test prints every bound it checks in one line, through
 # `mqblk_test_support::time_bound`:
@@ -22,8 +26,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 rounds=${1:-5}
+pattern=${2:-}
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || {
-  echo "usage: $0 [ROUNDS]" >&2
+  echo "usage: $0 [ROUNDS [PATTERN]]" >&2
   exit 2
 }
 
@@ -68,6 +73,14 @@ tests=(
   "mqblk-cli input_caps a_dm_table_file_of_dev_zero_fails_naming_it_and_the_cap"
   "mqblk-cli dm_mirror nbd_leg_killed_under_bench_then_sigint_in_the_resync_then_reopen_copies_only_dirty_regions"
 )
+
+if [ -n "$pattern" ]; then
+  mapfile -t tests < <(printf '%s\n' "${tests[@]}" | grep -E -- "$pattern" || true)
+  [ ${#tests[@]} -gt 0 ] || {
+    echo "no test matches $pattern" >&2
+    exit 2
+  }
+fi
 
 export CARGO_TERM_COLOR=never
 
