@@ -14,7 +14,7 @@ use std::time::Duration;
 /// whether it is within: the caller asserts on it with its own message.
 pub fn time_bound(what: &str, figure: Duration, bound: Duration) -> bool {
     let what = what.replace(char::is_whitespace, "_");
-    let name = crate::test_name().replace(char::is_whitespace, "_");
+    let name = crate::name::test_name().replace(char::is_whitespace, "_");
     let name = if what.is_empty() {
         name
     } else {

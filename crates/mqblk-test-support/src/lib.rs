@@ -24,10 +24,12 @@
 
 mod bound;
 mod child;
+mod name;
 mod wait;
 
 pub use bound::time_bound;
 pub use child::{Line, Watched};
+pub use name::test_name;
 pub use wait::wait_for_path;
 
 use std::io::Write;
@@ -41,14 +43,6 @@ pub const SKIP_LOG: &str = "MQBLK_SKIP_LOG";
 /// True when running in CI (`CI=true`, as GitHub Actions and `.ci/run` set).
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
-
-/// The running test's name (libtest names each test's thread after it).
-pub fn test_name() -> String {
-    std::thread::current()
-        .name()
-        .unwrap_or("<unnamed test thread>")
-        .to_string()
 }
 
 /// Whether `tool` is an executable on `PATH` (or in the sbin directories,
