@@ -30,6 +30,9 @@ const HANG: Duration = Duration::from_secs(30);
 
 /// Run I/O from THREADS contexts, kill the OSD, and return, per thread,
 /// how long after the kill its first failing I/O ended, and its status.
+/// An I/O issued after the kill began (the kill command takes a moment
+/// on a loaded machine, and the OSD answers until it dies) is timed from
+/// its issue: its timeout runs from there, not from the kill.
 fn run_until_failure(c: &MicroCeph, dev: &Arc<Device>) -> Vec<(Duration, Status)> {
     let killed: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
@@ -45,6 +48,7 @@ fn run_until_failure(c: &MicroCeph, dev: &Arc<Device>) -> Vec<(Duration, Status)
                 let mut i = 0u64;
                 loop {
                     let off = ((t as u64 * 7919 + i * 104_729) % 4096) * 4096;
+                    let issued = Instant::now();
                     let r = if i.is_multiple_of(2) {
                         ctx.write_at(&buf, off)
                     } else {
@@ -57,7 +61,7 @@ fn run_until_failure(c: &MicroCeph, dev: &Arc<Device>) -> Vec<(Duration, Status)
                             Error::Io { status, .. } => status,
                             e => panic!("untyped failure: {e}"),
                         };
-                        return (k.elapsed(), status);
+                        return (k.max(issued).elapsed(), status);
                     }
                     assert!(
                         !stop.load(Ordering::Relaxed),
