@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use mqblk_test_support::Scratch;
 
 /// Run mqblk with `args`; it must fail, within `bound` (a hang bound: the
-/// commands used to read on for as long as they were let), and the last
-/// line of stderr is returned.
-fn fails(args: &[&str], bound: Duration) -> String {
+/// commands used to read on for as long as they were let; `what` names
+/// it), and the last line of stderr is returned.
+fn fails(what: &str, args: &[&str], bound: Duration) -> String {
     let t = Instant::now();
     let o = Command::new(env!("CARGO_BIN_EXE_mqblk"))
         .args(args)
@@ -19,7 +19,10 @@ fn fails(args: &[&str], bound: Duration) -> String {
     let took = t.elapsed();
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(!o.status.success(), "{args:?} succeeded: {err}");
-    assert!(took < bound, "{args:?} took {took:?}: {err}");
+    assert!(
+        mqblk_test_support::time_bound(what, took, bound),
+        "{args:?} took {took:?}: {err}"
+    );
     err.lines().last().unwrap_or_default().to_string()
 }
 
@@ -28,6 +31,7 @@ fn plot_of_dev_zero_fails_within_a_second_naming_the_file_and_the_cap() {
     let d = Scratch::new("cap-plot");
     let out = d.path().join("fig");
     let e = fails(
+        "plot",
         &["plot", "/dev/zero", "--out", out.to_str().unwrap()],
         Duration::from_secs(1),
     );
@@ -46,6 +50,7 @@ fn stat_of_a_dev_zero_stats_file_fails_naming_it_and_the_cap() {
     let json = d.path().join("mqblk.json");
     std::os::unix::fs::symlink("/dev/zero", &json).unwrap();
     let e = fails(
+        "capped",
         &["stat", d.path().to_str().unwrap()],
         Duration::from_secs(1),
     );
@@ -60,6 +65,7 @@ fn stat_of_a_dev_zero_stats_file_fails_naming_it_and_the_cap() {
     // A missing one still says what to do.
     std::fs::remove_file(&json).unwrap();
     let e = fails(
+        "missing",
         &["stat", d.path().to_str().unwrap()],
         Duration::from_secs(5),
     );
@@ -68,7 +74,7 @@ fn stat_of_a_dev_zero_stats_file_fails_naming_it_and_the_cap() {
 
 #[test]
 fn a_dm_table_file_of_dev_zero_fails_naming_it_and_the_cap() {
-    let e = fails(&["info", "dm:/dev/zero"], Duration::from_secs(1));
+    let e = fails("info", &["info", "dm:/dev/zero"], Duration::from_secs(1));
     assert!(
         e.contains(&format!(
             "the table file /dev/zero is larger than {} bytes, the most mqblk reads of a dm table",
@@ -109,9 +115,7 @@ fn serve_with_tls_file_of_dev_zero(which: &str, what: &str) {
         args.push(opt);
         args.push(if opt == which { "/dev/zero" } else { path });
     }
-    let t = Instant::now();
-    let e = fails(&args, Duration::from_secs(1));
-    eprintln!("{which} /dev/zero: failed in {:?}: {e}", t.elapsed());
+    let e = fails(which, &args, Duration::from_secs(1));
     assert_eq!(
         e,
         format!(

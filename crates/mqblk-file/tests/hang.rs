@@ -59,7 +59,7 @@ fn hang_bound() -> Duration {
 /// Assert that `what` took less than [`late_bound`].
 fn assert_in_time(what: &str, took: Duration) {
     assert!(
-        took < late_bound(),
+        mqblk_test_support::time_bound(what, took, late_bound()),
         "{what} took {took:?}, past the {TIMEOUT_MS} ms timeout plus 1 s"
     );
 }

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use mqblk::Bio;
+use mqblk_test_support::time_bound;
 
 /// Seeds from this one on get a server that goes silent mid-run.
 const STALLING_FROM: u64 = 30;
@@ -167,6 +168,7 @@ fn damaged_replies_never_panic_or_hang_and_every_bio_completes_once() {
                     round_at.elapsed()
                 );
             }
+            time_bound(&format!("round {round}"), round_at.elapsed(), ROUND_MAX);
         }
         assert!(submitted > 0);
         eprintln!(

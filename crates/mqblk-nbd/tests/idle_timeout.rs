@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use mqblk_nbd::{ConnLimits, TlsMode};
 use mqblk_nbd_proto::consts::{cmd, DEFAULT_MAX_PAYLOAD};
+use mqblk_test_support::time_bound;
 
 const IDLE: Duration = Duration::from_millis(500);
 /// What a bound allows on top of the deadline it tests.
@@ -31,8 +32,10 @@ fn rss_bytes() -> u64 {
     pages * 4096
 }
 
-/// One write of `data` at `offset`, and its simple reply.
-fn write(s: &mut TcpStream, cookie: u64, offset: u64, data: &[u8]) {
+/// A write of `data` at `offset`, all of it but its last byte: the
+/// request is still arriving, which the server times by its stall timeout
+/// (30 s by default), not by the idle timeout.
+fn write_but_the_last_byte(s: &mut TcpStream, cookie: u64, offset: u64, data: &[u8]) {
     let r = mqblk_nbd_proto::Request {
         flags: 0,
         cmd: cmd::WRITE,
@@ -41,7 +44,13 @@ fn write(s: &mut TcpStream, cookie: u64, offset: u64, data: &[u8]) {
         len: data.len() as u32,
     };
     s.write_all(&r.encode()).unwrap();
-    s.write_all(data).unwrap();
+    s.write_all(&data[..data.len() - 1]).unwrap();
+}
+
+/// The last byte of the write [`write_but_the_last_byte`] began, and its
+/// simple reply.
+fn write_the_last_byte(s: &mut TcpStream, cookie: u64, data: &[u8]) {
+    s.write_all(&data[data.len() - 1..]).unwrap();
     let mut b = [0u8; 16];
     s.read_exact(&mut b).unwrap();
     match mqblk_nbd_proto::ReplyHeader::decode(&b).unwrap() {
@@ -74,19 +83,20 @@ fn an_idle_timed_out_connection_frees_its_socket_buffers_and_slot() {
         s
     };
     let rss0 = rss_bytes();
-    // Every slot of the peer is taken, each connection caching one
-    // largest-payload buffer after its write.
+    // Every slot of the peer is taken, each connection holding one
+    // largest-payload buffer: a write that lacks only its last byte. None
+    // of them is idle yet, so however long filling the slots takes on a
+    // loaded machine, none is closed before the checks below (a complete
+    // write here would start its connection's idle clock while the next
+    // slots were still being filled).
+    let data = vec![0x5au8; DEFAULT_MAX_PAYLOAD as usize];
     let mut held: Vec<TcpStream> = Vec::new();
-    {
-        let data = vec![0x5au8; DEFAULT_MAX_PAYLOAD as usize];
-        for i in 0..PER_PEER {
-            let mut s = connect();
-            assert!(matches!(go(&mut s), Go::Served));
-            write(&mut s, i as u64, (i as u64) << 25, &data);
-            held.push(s);
-        }
+    for i in 0..PER_PEER {
+        let mut s = connect();
+        assert!(matches!(go(&mut s), Go::Served));
+        write_but_the_last_byte(&mut s, i as u64, (i as u64) << 25, &data);
+        held.push(s);
     }
-    let last_reply = Instant::now();
     // Counted before the refused connection: the server closes its side
     // of that one in its own time, so it is not counted either way.
     let fds_held = open_fds();
@@ -109,6 +119,14 @@ fn an_idle_timed_out_connection_frees_its_socket_buffers_and_slot() {
         rss_held >= rss0 + cached / 2,
         "the connections hold no buffers: RSS {rss0} -> {rss_held}, so this tests nothing"
     );
+    // Each write completes (its buffer stays cached with its connection),
+    // and each connection goes idle from its reply. The server's idle
+    // clock starts before the client reads the reply, so the time from
+    // the last reply read is an upper bound on each one's idle time.
+    for (i, s) in held.iter_mut().enumerate() {
+        write_the_last_byte(s, i as u64, &data);
+    }
+    let last_reply = Instant::now();
 
     // The idle timeout closes each one.
     for s in &mut held {
@@ -120,7 +138,10 @@ fn an_idle_timed_out_connection_frees_its_socket_buffers_and_slot() {
     }
     let closed = last_reply.elapsed();
     println!("all closed {closed:?} after their last reply (idle timeout {IDLE:?})");
-    assert!(closed < IDLE + GRACE, "closed after {closed:?}");
+    assert!(
+        time_bound("closed", closed, IDLE + GRACE),
+        "closed after {closed:?}"
+    );
 
     // Its descriptor, buffers and slot are given back.
     let t = Instant::now();
@@ -134,6 +155,7 @@ fn an_idle_timed_out_connection_frees_its_socket_buffers_and_slot() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+    time_bound("given back", t.elapsed(), GRACE);
     let rss_after = rss_bytes();
     println!(
         "after the idle timeout: {} descriptors (from {fds_held}), RSS {} MiB (from {} MiB)",

@@ -418,9 +418,15 @@ fn verify_peer_serves_only_client_certificates_the_ca_signed() {
         // the count is waited for (a second at most) before it is compared.
         let clients = 2 + u64::from(*qemu);
         let deadline = std::time::Instant::now() + Duration::from_secs(1);
+        let counted_from = std::time::Instant::now();
         while dropped(&srv) - before < clients && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
+        mqblk_test_support::time_bound(
+            &format!("{what} drops counted"),
+            counted_from.elapsed(),
+            Duration::from_secs(1),
+        );
         assert_eq!(
             dropped(&srv) - before,
             clients,

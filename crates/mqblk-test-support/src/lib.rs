@@ -17,16 +17,20 @@
 //! Beside that, what several test files would otherwise write again: a
 //! [`Scratch`] directory, [`wait_for_path`] for a server's socket, and a
 //! [`Watched`] child (its output read line by line, stopped by its pid),
-//! a [`LoopDev`] over a file and an [`Ext4`] mounted on one.
+//! a [`LoopDev`] over a file and an [`Ext4`] mounted on one, and
+//! [`time_bound`], which prints a time bound's figure in the one line
+//! `scripts/time-bounds.sh` reads.
 
 #![forbid(unsafe_code)]
 
+mod bound;
 mod child;
 mod loop_dev;
 mod machine;
 mod scratch;
 mod wait;
 
+pub use bound::time_bound;
 pub use child::{Line, Watched};
 pub use loop_dev::{Ext4, LoopDev};
 pub use machine::{
