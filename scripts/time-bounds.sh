@@ -72,6 +72,16 @@ tests=(
   "mqblk-cli input_caps stat_of_a_dev_zero_stats_file_fails_naming_it_and_the_cap"
   "mqblk-cli input_caps a_dm_table_file_of_dev_zero_fails_naming_it_and_the_cap"
   "mqblk-cli dm_mirror nbd_leg_killed_under_bench_then_sigint_in_the_resync_then_reopen_copies_only_dirty_regions"
+  "mqblk-cli bench_signals a_second_signal_exits_at_once"
+  "mqblk-cli bench_signals a_stop_during_a_throttled_verify_reports_the_writes_and_the_verify_so_far"
+  "mqblk-cli bench_signals a_stop_while_a_device_is_still_opening_says_so_in_one_line"
+  "mqblk-cli bench_signals a_stop_while_an_rbd_image_is_still_opening_says_so_in_one_line"
+  "mqblk-cli bench_memory iodepth_65536_numjobs_64_is_refused_at_once_when_the_memory_is_not_there"
+  "mqblk-cli bench_memory the_same_jobs_at_bs_1m_are_refused_against_the_machines_memory"
+  "mqblk-cli serve_memory clients_that_never_read_cannot_exhaust_the_server_and_a_polite_client_is_served"
+  "mqblk-cli input_caps serve_with_a_tls_certificate_of_dev_zero_fails_within_a_second_naming_it_and_the_cap"
+  "mqblk-cli input_caps serve_with_a_tls_key_of_dev_zero_fails_within_a_second_naming_it_and_the_cap"
+  "mqblk-cli input_caps serve_with_a_tls_ca_of_dev_zero_fails_within_a_second_naming_it_and_the_cap"
 )
 
 if [ -n "$pattern" ]; then

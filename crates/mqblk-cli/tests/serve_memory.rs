@@ -173,7 +173,7 @@ fn clients_that_never_read_cannot_exhaust_the_server_and_a_polite_client_is_serv
     assert_eq!(u32::from_be_bytes(reply[4..8].try_into().unwrap()), 0);
     assert_eq!(u64::from_be_bytes(reply[8..16].try_into().unwrap()), 7);
     assert!(
-        took < POLITE_BOUND,
+        mqblk_test_support::time_bound("polite client served", took, POLITE_BOUND),
         "the polite client waited {took:?} (bound {POLITE_BOUND:?})"
     );
     assert_alive(&mut server, "after the polite client");
