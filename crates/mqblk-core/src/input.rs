@@ -86,6 +86,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(miri, ignore)] // opens /dev/zero
     fn dev_zero_is_refused_at_the_cap_naming_the_file_and_the_cap() {
         let e = read_capped(Path::new("/dev/zero"), "plot input", 4096).unwrap_err();
         assert!(
@@ -99,6 +100,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // makes a directory and a file
     fn a_file_of_exactly_the_cap_is_read_whole() {
         let dir = std::env::temp_dir().join(format!("mqblk-input-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
