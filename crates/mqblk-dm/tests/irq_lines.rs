@@ -120,6 +120,7 @@ fn reads_through_the_loop(ctx: &mut Context, ep: &OwnedFd, n: u64) -> u64 {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "epoll sets and timerfds")]
 fn a_completion_fd_three_stacks_deep_wakes_an_event_loop_for_every_read() {
     let o = Opener;
     let top = o.open("deep:3").unwrap();
@@ -136,6 +137,7 @@ fn a_completion_fd_three_stacks_deep_wakes_an_event_loop_for_every_read() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "epoll sets and timerfds")]
 fn a_leg_opened_after_the_completion_fd_was_made_wakes_it_too() {
     let o = Opener;
     let top = o.open("deep:3").unwrap();
