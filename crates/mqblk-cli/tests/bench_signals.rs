@@ -7,7 +7,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use mqblk_test_support::Watched;
+use mqblk_test_support::{Scratch, Watched};
 
 /// Longest wait for the bench to reach a point (a hang guard, not a
 /// timing assertion).
@@ -264,96 +264,25 @@ fn a_stop_during_a_throttled_verify_reports_the_writes_and_the_verify_so_far() {
     }
 }
 
-#[test]
-fn a_stop_while_a_device_is_still_opening_says_so_in_one_line() {
-    // An NBD server that takes the connection and never answers the
-    // handshake: the open waits (up to the client's 30 s handshake
-    // timeout).
-    let dir = std::env::temp_dir().join(format!("mqblk-sig-open-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let sock = dir.join("mute.sock");
-    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let spec = format!("nbd+unix:///?socket={}", sock.display());
-    let mut b = start(&[
-        "--device",
-        &spec,
-        "--rw=randread",
-        "--runtime=10m",
-        "--time_based",
-    ]);
-    // Its connection is here: it waits for the greeting now.
+/// The bench's first connection to a server that `accept`s (non-blocking)
+/// and never answers, kept open: its device stays opening.
+fn first_connection<C>(what: &str, mut accept: impl FnMut() -> std::io::Result<C>) -> C {
     let t = Instant::now();
-    let _conn = loop {
-        match listener.accept() {
-            Ok((c, _)) => break c,
+    loop {
+        match accept() {
+            Ok(c) => return c,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                assert!(t.elapsed() < WAIT_MAX, "the bench never connected");
+                assert!(t.elapsed() < WAIT_MAX, "{what} never connected");
                 std::thread::sleep(Duration::from_millis(5));
             }
             Err(e) => panic!("accept: {e}"),
         }
-    };
-    std::thread::sleep(Duration::from_millis(100));
-    let t = Instant::now();
-    b.signal("-INT");
-    let code = b.wait(WAIT_MAX).code();
-    let took = t.elapsed();
-    let (_, out, err) = b.finish(WAIT_MAX);
-    eprintln!("exit {code:?} {took:?} after SIGINT while opening (bound {SIGNAL_BOUND:?})");
-    eprintln!("stderr: {err}");
-    assert_eq!(code, Some(130), "{err}");
-    assert!(
-        mqblk_test_support::time_bound("", took, SIGNAL_BOUND),
-        "{took:?}"
-    );
-    assert!(out.is_empty(), "nothing ran, nothing to report: {out}");
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 1, "one line: {err}");
-    assert!(
-        lines[0].contains(&format!("while {spec} was still opening")),
-        "{err}"
-    );
-    let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
-#[test]
-fn a_stop_while_an_rbd_image_is_still_opening_says_so_in_one_line() {
-    // A Ceph config whose monitor is a port of this process that takes
-    // the connection and never answers: librados waits in its connect.
-    let dir = std::env::temp_dir().join(format!("mqblk-sig-rbd-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mon = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    mon.set_nonblocking(true).unwrap();
-    let conf = dir.join("ceph.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "[global]\nmon_host = {}\nauth_client_required = none\n",
-            mon.local_addr().unwrap()
-        ),
-    )
-    .unwrap();
-    let spec = "rbd:rbd/img";
-    let mut b = Watched::spawn(
-        Command::new(env!("CARGO_BIN_EXE_mqblk"))
-            .env("CEPH_CONF", &conf)
-            .args(["bench", "--device", spec, "--rw=randread"])
-            .args(["--runtime=10m", "--time_based"]),
-    );
-    let t = Instant::now();
-    let _conn = loop {
-        match mon.accept() {
-            Ok((c, _)) => break c,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                assert!(t.elapsed() < WAIT_MAX, "librados never reached the monitor");
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(e) => panic!("accept: {e}"),
-        }
-    };
+/// SIGINT to bench `b` while its device `spec` is still opening: exit 130
+/// within the bound, nothing on stdout, and one line on stderr saying so.
+fn interrupt_while_opening(mut b: Watched, spec: &str) {
     std::thread::sleep(Duration::from_millis(100));
     let t = Instant::now();
     b.signal("-INT");
@@ -367,12 +296,59 @@ fn a_stop_while_an_rbd_image_is_still_opening_says_so_in_one_line() {
         mqblk_test_support::time_bound("", took, SIGNAL_BOUND),
         "{took:?}"
     );
-    assert!(out.is_empty(), "{out}");
+    assert!(out.is_empty(), "nothing ran, nothing to report: {out}");
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 1, "one line: {err}");
     assert!(
         lines[0].contains(&format!("while {spec} was still opening")),
         "{err}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_stop_while_a_device_is_still_opening_says_so_in_one_line() {
+    // An NBD server that takes the connection and never answers the
+    // handshake: the open waits (up to the client's 30 s handshake
+    // timeout).
+    let dir = Scratch::new("sig-open");
+    let sock = dir.path().join("mute.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let spec = format!("nbd+unix:///?socket={}", sock.display());
+    let b = start(&[
+        "--device",
+        &spec,
+        "--rw=randread",
+        "--runtime=10m",
+        "--time_based",
+    ]);
+    let _conn = first_connection("the bench", || listener.accept());
+    interrupt_while_opening(b, &spec);
+}
+
+#[test]
+fn a_stop_while_an_rbd_image_is_still_opening_says_so_in_one_line() {
+    // A Ceph config whose monitor is a port of this process that takes
+    // the connection and never answers: librados waits in its connect.
+    let dir = Scratch::new("sig-rbd");
+    let mon = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    mon.set_nonblocking(true).unwrap();
+    let conf = dir.path().join("ceph.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "[global]\nmon_host = {}\nauth_client_required = none\n",
+            mon.local_addr().unwrap()
+        ),
+    )
+    .unwrap();
+    let spec = "rbd:rbd/img";
+    let b = Watched::spawn(
+        Command::new(env!("CARGO_BIN_EXE_mqblk"))
+            .env("CEPH_CONF", &conf)
+            .args(["bench", "--device", spec, "--rw=randread"])
+            .args(["--runtime=10m", "--time_based"]),
+    );
+    let _conn = first_connection("librados", || mon.accept());
+    interrupt_while_opening(b, spec);
 }
