@@ -53,20 +53,17 @@ fn the_first_signal_stops_drains_and_reports() {
     }
 }
 
-/// An NBD export whose device completes nothing for 100 s, served from
-/// this process (left running: its connection holds I/O for 100 s, and
-/// the test process ends before that matters); returns the bench's spec
-/// and the device, to see the bench's I/O in flight there.
-fn stuck_export(tag: &str) -> (String, mqblk::Device) {
+/// `dev` exported over a unix socket from this process, its server left
+/// running (the test process ends before that matters): the bench's spec
+/// for it, with `options` added.
+fn export(tag: &str, dev: &mqblk::Device, options: &str) -> String {
     let dir = std::env::temp_dir().join(format!("mqblk-sig-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let sock = dir.join("slow.sock");
-    let slow =
-        mqblk::open("null,completion=timer,completion_nsec=100000000000,io_timeout_ms=0").unwrap();
+    let sock = dir.join("export.sock");
     let server = mqblk_nbd::Server::bind(
         mqblk_nbd::ServerConfig {
-            exports: vec![mqblk_nbd::Export::new("", slow.clone())],
+            exports: vec![mqblk_nbd::Export::new("", dev.clone())],
             tls_mode: mqblk_nbd::TlsMode::Off,
             tls: None,
             limits: mqblk_nbd::ConnLimits::default(),
@@ -75,10 +72,16 @@ fn stuck_export(tag: &str) -> (String, mqblk::Device) {
     )
     .unwrap();
     std::thread::spawn(move || server.run());
-    (
-        format!("nbd+unix:///?socket={},io_timeout_ms=0", sock.display()),
-        slow,
-    )
+    format!("nbd+unix:///?socket={},{options}", sock.display())
+}
+
+/// An NBD export whose device completes nothing for 100 s (its
+/// connection holds I/O that long); returns the bench's spec and the
+/// device, to see the bench's I/O in flight there.
+fn stuck_export(tag: &str) -> (String, mqblk::Device) {
+    let slow =
+        mqblk::open("null,completion=timer,completion_nsec=100000000000,io_timeout_ms=0").unwrap();
+    (export(tag, &slow, "io_timeout_ms=0"), slow)
 }
 
 /// Start a bench on the stuck export and wait until its reads are there.
@@ -164,30 +167,12 @@ fn a_second_signal_exits_at_once() {
     assert!(!err.contains("terminated by signal"), "{err}");
 }
 
-/// A ram device exported over a unix socket from this process (left
-/// running, as [`stuck_export`]): the bench's spec for it, with `options`
-/// added, and the device, to see what the bench's I/O did there.
+/// A ram device exported from this process (as [`stuck_export`]): the
+/// bench's spec for it, with `options` added, and the device, to see what
+/// the bench's I/O did there.
 fn ram_export(tag: &str, options: &str) -> (String, mqblk::Device) {
-    let dir = std::env::temp_dir().join(format!("mqblk-sig-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let sock = dir.join("ram.sock");
     let ram = mqblk::open("ram,size=16M").unwrap();
-    let server = mqblk_nbd::Server::bind(
-        mqblk_nbd::ServerConfig {
-            exports: vec![mqblk_nbd::Export::new("", ram.clone())],
-            tls_mode: mqblk_nbd::TlsMode::Off,
-            tls: None,
-            limits: mqblk_nbd::ConnLimits::default(),
-        },
-        &mqblk_nbd::Listen::Unix(sock.clone()),
-    )
-    .unwrap();
-    std::thread::spawn(move || server.run());
-    (
-        format!("nbd+unix:///?socket={},{options}", sock.display()),
-        ram,
-    )
+    (export(tag, &ram, options), ram)
 }
 
 /// Wait (bounded) until `ready` says so of `dev`'s counters.
