@@ -33,8 +33,8 @@ const REGIONS: u64 = 2;
 /// The writers' regions.
 const WRITERS: [u64; 3] = [0, 0, 1];
 const CLEANER: usize = WRITERS.len();
-/// Passes of the cleaner (one under Miri, which is slow).
-const PASSES: u8 = if cfg!(miri) { 1 } else { 2 };
+/// Passes of the cleaner.
+const PASSES: u8 = 2;
 /// The cleaner's last step.
 const CLEAN_END: u8 = 7;
 /// A writer's last step.
@@ -374,6 +374,11 @@ fn dfs(
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "exhaustive: tens of thousands of states, over 10 minutes under Miri; \
+              a model of the ordering, with no unsafe code of its own"
+)]
 fn no_crash_at_any_step_of_any_interleaving_loses_a_divergent_region() {
     let e = explore(NOW, true);
     eprintln!(
@@ -385,6 +390,11 @@ fn no_crash_at_any_step_of_any_interleaving_loses_a_divergent_region() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "thousands of states before the loss, 5 minutes under Miri; \
+              a model of the ordering, with no unsafe code of its own"
+)]
 fn the_ordering_before_issue_34_loses_a_region_and_the_model_sees_it() {
     // The bit set in memory before its write-out: a second writer passes
     // (with the cleaner locked, so that this is the only fault).
