@@ -53,17 +53,12 @@ impl Nesting {
             .as_ref()
             .and_then(|f| self.links.iter().position(|l| l.file.as_ref() == Some(f)))
         {
-            let cycle: Vec<&str> = self.links[at..]
-                .iter()
-                .chain(std::iter::once(&link))
-                .map(|l| l.shown.as_str())
-                .collect();
             return Err(Error::spec(
                 spec,
                 format!(
                     "the dm table includes itself: {}; a table may not name itself as a device, \
                      directly or through other tables",
-                    cycle.join(" → ")
+                    Nesting::shown(&self.links[at..], &link)
                 ),
             ));
         }
@@ -81,25 +76,29 @@ impl Nesting {
 
     fn enter(&self, spec: &str, link: Link) -> Result<Nesting> {
         if self.links.len() >= MAX_NESTING {
-            let chain: Vec<&str> = self
-                .links
-                .iter()
-                .chain(std::iter::once(&link))
-                .map(|l| l.shown.as_str())
-                .collect();
             return Err(Error::spec(
                 spec,
                 format!(
                     "dm tables nest {} deep, over the limit of {MAX_NESTING} \
                      (mqblk_dm::nesting::MAX_NESTING): {}",
-                    chain.len(),
-                    chain.join(" → ")
+                    self.links.len() + 1,
+                    Nesting::shown(&self.links, &link)
                 ),
             ));
         }
         let mut links = self.links.clone();
         links.push(link);
         Ok(Nesting { links })
+    }
+
+    /// `links` then `last`, as an error shows the chain: `a → b → c`.
+    fn shown(links: &[Link], last: &Link) -> String {
+        links
+            .iter()
+            .chain(std::iter::once(last))
+            .map(|l| l.shown.as_str())
+            .collect::<Vec<_>>()
+            .join(" → ")
     }
 }
 

@@ -32,7 +32,7 @@ mod wait;
 
 pub use bound::time_bound;
 pub use child::{Line, Watched};
-pub use loop_dev::{Ext4, LoopDev};
+pub use loop_dev::{unmount, Ext4, LoopDev};
 pub use machine::{
     have_tool, in_ci, require_tool, run_ok, skip_no_module, skip_unless_ci, test_name,
     OPTIONAL_MODULES, SKIP_LOG,

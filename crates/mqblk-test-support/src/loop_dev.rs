@@ -107,19 +107,24 @@ impl Ext4 {
 
 impl Drop for Ext4 {
     fn drop(&mut self) {
-        // The kernel lets go of an io_uring's registered file a moment
-        // after the ring closes: retry while the mount is busy, bounded.
-        for _ in 0..250 {
-            let unmounted = Command::new("umount")
-                .arg(&self.mnt)
-                .stderr(std::process::Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if unmounted {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        eprintln!("could not unmount {} within 5 s", self.mnt.display());
+        unmount(&self.mnt);
     }
+}
+
+/// Unmount `dir`, retrying while the mount is busy (the kernel lets go of
+/// an io_uring's registered file a moment after the ring closes), for at
+/// most 5 s; says so if it could not.
+pub fn unmount(dir: &Path) {
+    for _ in 0..250 {
+        let unmounted = Command::new("umount")
+            .arg(dir)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if unmounted {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("could not unmount {} within 5 s", dir.display());
 }

@@ -86,19 +86,7 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        // The kernel lets go of a ring's registered file a moment after the
-        // ring is closed: retry while the mount is busy.
-        for _ in 0..100 {
-            let unmounted = Command::new("umount")
-                .arg(&self.dir)
-                .stderr(std::process::Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if unmounted {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        mqblk_test_support::unmount(&self.dir);
         let _ = std::fs::remove_dir(&self.dir);
     }
 }
