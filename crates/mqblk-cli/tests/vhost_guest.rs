@@ -5,7 +5,8 @@
 //! export checks ext4 and reads the files back (mqblk-test-support's
 //! `guest` module does the guest's part). The export is
 //! qemu-storage-daemon, the peer, over a file: the harness itself is
-//! shown to work against it.
+//! shown to work against it, both on the backing file and on a copy
+//! read over NBD.
 //!
 //! Every process a test starts (the server, qemu) is a `Watched` child,
 //! killed by its own pid if the test fails.
@@ -15,7 +16,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use mqblk_test_support::{
-    e2fsck_clean, require_tool, time_bound, Guest, Phase, Scratch, Watched, QUEUES,
+    e2fsck_clean, require_tool, run_ok, time_bound, Guest, Phase, Scratch, Watched, QUEUES,
 };
 
 /// How long a server has to drain and exit 0 after SIGTERM (issue 35's
@@ -32,6 +33,8 @@ struct Export {
     server: Option<Watched>,
     /// Its vhost-user-blk socket.
     vhost: PathBuf,
+    /// The same device over NBD, where it exports that too.
+    nbd_uri: Option<String>,
 }
 
 impl Export {
@@ -63,10 +66,11 @@ impl Drop for Export {
 }
 
 /// qemu-storage-daemon exporting `image` over vhost-user-blk with
-/// [`QUEUES`] queues, its socket in `dir`.
+/// [`QUEUES`] queues, and over NBD (read-only), its sockets in `dir`.
 fn qsd_export(image: &Path, dir: &Path) -> Export {
     require_tool("qemu-storage-daemon");
     let vhost = dir.join("vhost.sock");
+    let nbd = dir.join("nbd.sock");
     let blockdev = format!(
         "driver=file,node-name=f,filename={},cache.direct=off",
         image.display()
@@ -76,17 +80,38 @@ fn qsd_export(image: &Path, dir: &Path) -> Export {
          num-queues={QUEUES}",
         vhost.display()
     );
+    let nbd_server = format!("addr.type=unix,addr.path={}", nbd.display());
     let mut server = Watched::spawn(Command::new("qemu-storage-daemon").args([
         "--blockdev",
         &blockdev,
         "--export",
         &export,
+        "--nbd-server",
+        &nbd_server,
+        "--export",
+        "type=nbd,id=n,node-name=f,name=",
     ]));
     server.wait_for_path(&vhost);
+    server.wait_for_path(&nbd);
     Export {
         server: Some(server),
         vhost,
+        nbd_uri: Some(format!("nbd+unix:///?socket={}", nbd.display())),
     }
+}
+
+/// The device's bytes, copied over the export's NBD socket (`nbdcopy`)
+/// into a file in `dir`: where the data lives only in the server.
+fn copy_over_nbd(export: &Export, dir: &Path) -> PathBuf {
+    require_tool("nbdcopy");
+    let uri = export
+        .nbd_uri
+        .as_deref()
+        .expect("the export has an NBD socket");
+    let copy = dir.join("nbd-copy.img");
+    let _ = std::fs::remove_file(&copy);
+    run_ok("nbdcopy", &[uri, &copy.to_string_lossy()]);
+    copy
 }
 
 /// The round trip through `export`, a device of `sectors`: a write boot,
@@ -113,6 +138,9 @@ fn qemu_storage_daemon_the_peer_passes_the_round_trip_on_a_file() {
     let bytes = 256 << 20;
     let image = s.file("disk.img", bytes);
     let export = qsd_export(&image, s.path());
-    round_trip("qsd", &export, bytes >> 9, || image.clone());
+    round_trip("qsd", &export, bytes >> 9, || {
+        e2fsck_clean(&image);
+        copy_over_nbd(&export, s.path())
+    });
     export.stop();
 }

@@ -158,6 +158,7 @@ fn image_package() -> String {
 /// Download `package` and unpack it into `tree`, through a staging
 /// directory of this process's own.
 fn unpack(package: &str, cache: &Path, tree: &Path) {
+    remove_dead_staging(package, cache);
     let staging = cache.join(format!(".{package}.{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&staging);
     std::fs::create_dir_all(&staging)
@@ -188,6 +189,24 @@ fn unpack(package: &str, cache: &Path, tree: &Path) {
         );
     }
     let _ = std::fs::remove_dir_all(&staging);
+}
+
+/// Remove the staging directories that processes which died mid-fetch
+/// left (`.<package>.<pid>`, its pid no longer running).
+fn remove_dead_staging(package: &str, cache: &Path) {
+    let prefix = format!(".{package}.");
+    let Ok(entries) = std::fs::read_dir(cache) else {
+        return;
+    };
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix(&prefix) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// `apt-get download` into `dir`; once more after `apt-get update` if the
