@@ -22,7 +22,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use mqblk_test_support::{
-    e2fsck_clean, require_tool, run_ok, time_bound, Guest, Phase, Scratch, Watched, QUEUES,
+    e2fsck_clean, require_tool, run_ok_within, time_bound, Guest, Phase, Scratch, Watched, QUEUES,
 };
 
 /// How long a server has to drain and exit 0 after SIGTERM (issue 35's
@@ -147,7 +147,10 @@ fn copy_over_nbd(export: &Export, dir: &Path) -> PathBuf {
         .expect("the export has an NBD socket");
     let copy = dir.join("nbd-copy.img");
     let _ = std::fs::remove_file(&copy);
-    run_ok("nbdcopy", &[uri, &copy.to_string_lossy()]);
+    run_ok_within(
+        Command::new("nbdcopy").arg(uri).arg(&copy),
+        Duration::from_secs(120),
+    );
     copy
 }
 

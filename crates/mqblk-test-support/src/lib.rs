@@ -33,7 +33,7 @@ mod scratch;
 mod wait;
 
 pub use bound::time_bound;
-pub use child::{Line, Watched};
+pub use child::{run_ok_within, Line, Watched};
 pub use guest::{e2fsck_clean, Boot, Guest, GuestFile, Phase, BOOT_MAX, QUEUES};
 pub use loop_dev::{unmount, Ext4, LoopDev};
 pub use machine::{

@@ -9,10 +9,15 @@ use std::collections::BTreeSet;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use super::files::GuestFile;
 use super::kernel::Kernel;
-use crate::machine::{require_tool, run_ok, tool_path};
+use crate::child::{run_ok_within, Watched};
+use crate::machine::{require_tool, tool_path};
+
+/// The longest `ldd` may take.
+const LDD_MAX: Duration = Duration::from_secs(60);
 
 /// What the guest loads: the virtio PCI transport and block driver, and
 /// ext4 with the crc32c it checksums metadata with (a soft dependency,
@@ -134,11 +139,8 @@ fn read(path: &Path) -> Vec<u8> {
 fn static_busybox() -> PathBuf {
     require_tool("busybox");
     let path = tool_path("busybox").expect("busybox is on PATH");
-    let out = Command::new("ldd")
-        .arg(&path)
-        .output()
-        .unwrap_or_else(|e| panic!("run ldd: {e}"));
-    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    let (_, out, err) = Watched::spawn(Command::new("ldd").arg(&path)).finish(LDD_MAX);
+    let text = out + &err;
     assert!(
         text.contains("not a dynamic executable") || text.contains("statically linked"),
         "{} is dynamically linked; the guest needs busybox-static (scripts/test installs \
@@ -151,7 +153,7 @@ fn static_busybox() -> PathBuf {
 /// The shared libraries (and the dynamic loader) that `ldd` names for
 /// `binary`, by the paths the binary asks for.
 fn shared_libraries(binary: &Path) -> Vec<PathBuf> {
-    run_ok("ldd", &[&binary.to_string_lossy()])
+    run_ok_within(Command::new("ldd").arg(binary), LDD_MAX)
         .lines()
         .filter_map(|l| {
             let l = l.trim();

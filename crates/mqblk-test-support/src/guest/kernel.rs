@@ -10,11 +10,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
+use std::time::Duration;
 
-use crate::machine::{require_tool, run_ok};
+use crate::child::{run_ok_within, Watched};
+use crate::machine::require_tool;
 
 /// The metapackage whose dependency names the kernel to fetch.
 const METAPACKAGE: &str = "linux-image-amd64";
+
+/// The longest an apt or dpkg step may take (a 70 MB download on a
+/// loaded machine, or unpacking 400 MB of modules).
+const STEP_MAX: Duration = Duration::from_secs(300);
 
 /// An unpacked kernel: its image and its modules.
 pub(super) struct Kernel {
@@ -142,7 +148,10 @@ fn fetch() -> Kernel {
 
 /// The real kernel package that the metapackage depends on today.
 fn image_package() -> String {
-    let out = run_ok("apt-cache", &["depends", METAPACKAGE]);
+    let out = run_ok_within(
+        Command::new("apt-cache").args(["depends", METAPACKAGE]),
+        STEP_MAX,
+    );
     out.lines()
         .filter_map(|l| l.trim().strip_prefix("Depends: "))
         .find(|p| p.starts_with("linux-image-") && p.ends_with("-amd64"))
@@ -172,13 +181,16 @@ fn unpack(package: &str, cache: &Path, tree: &Path) {
         .find(|p| p.extension().is_some_and(|x| x == "deb"))
         .unwrap_or_else(|| panic!("apt-get download {package} left no .deb"));
     let root = staging.join("root");
-    run_ok(
-        "dpkg-deb",
-        &["-x", &deb.to_string_lossy(), &root.to_string_lossy()],
+    run_ok_within(
+        Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root),
+        STEP_MAX,
     );
     let _ = std::fs::remove_file(&deb);
     let release = only_release(&root);
-    run_ok("depmod", &["-b", &root.to_string_lossy(), &release]);
+    run_ok_within(
+        Command::new("depmod").arg("-b").arg(&root).arg(&release),
+        STEP_MAX,
+    );
     // The first process to rename wins; a later one finds the tree there.
     if let Err(e) = std::fs::rename(&root, tree) {
         assert!(
@@ -212,28 +224,18 @@ fn remove_dead_staging(package: &str, cache: &Path) {
 /// `apt-get download` into `dir`; once more after `apt-get update` if the
 /// lists named a version that the archive no longer has.
 fn download(package: &str, dir: &Path) {
-    let get = || {
-        Command::new("apt-get")
-            .args(["download", "-q", package])
-            .current_dir(dir)
-            .output()
-            .unwrap_or_else(|e| panic!("run apt-get: {e}"))
-    };
-    let first = get();
-    if first.status.success() {
+    let mut get = Command::new("apt-get");
+    get.args(["download", "-q", package]).current_dir(dir);
+    let (status, _, err) = Watched::spawn(&mut get).finish(STEP_MAX);
+    if status.success() {
         return;
     }
     eprintln!(
         "guest: apt-get download {package} failed ({}); apt-get update, once",
-        String::from_utf8_lossy(&first.stderr).trim()
+        err.trim()
     );
-    run_ok("apt-get", &["update", "-qq"]);
-    let again = get();
-    assert!(
-        again.status.success(),
-        "apt-get download {package}: {}",
-        String::from_utf8_lossy(&again.stderr)
-    );
+    run_ok_within(Command::new("apt-get").args(["update", "-qq"]), STEP_MAX);
+    run_ok_within(&mut get, STEP_MAX);
 }
 
 /// The one release under `root/lib/modules`.

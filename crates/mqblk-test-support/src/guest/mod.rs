@@ -14,10 +14,12 @@ mod vm;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 pub use files::GuestFile;
 pub use vm::{Boot, Phase, BOOT_MAX, QUEUES};
 
+use crate::child::Watched;
 use crate::machine::require_tool;
 use crate::scratch::Scratch;
 
@@ -125,21 +127,13 @@ impl Guest {
 /// line (`IMAGE: N/M files (...), B/T blocks`).
 pub fn e2fsck_clean(image: &Path) -> String {
     require_tool("e2fsck");
-    let out = Command::new("e2fsck")
-        .arg("-fn")
-        .arg(image)
-        .output()
-        .unwrap_or_else(|e| panic!("run e2fsck: {e}"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (status, out, err) = Watched::spawn(Command::new("e2fsck").arg("-fn").arg(image))
+        .finish(Duration::from_secs(120));
+    let text = out + &err;
     assert!(
-        out.status.success(),
-        "e2fsck -fn {} exited {}:\n{text}",
-        image.display(),
-        out.status
+        status.success(),
+        "e2fsck -fn {} exited {status}:\n{text}",
+        image.display()
     );
     let summary = text
         .lines()
