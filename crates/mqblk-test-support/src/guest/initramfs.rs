@@ -67,7 +67,9 @@ check)
   /sbin/e2fsck -fn /dev/vda
   say "e2fsck $?"
   mount -t ext4 -o ro /dev/vda /mnt || fail "mount -o ro /dev/vda"
-  for f in /mnt/*.bin; do say "sha256 $(sha256sum "$f")"; done
+  for f in /mnt/*; do
+    [ -f "$f" ] && say "sha256 $(sha256sum "$f")"
+  done
   umount /mnt || fail "umount /mnt"
   ;;
 *)

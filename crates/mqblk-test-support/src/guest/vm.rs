@@ -39,7 +39,8 @@ pub enum Phase {
     /// mkfs.ext4 on the disk, copy the files onto it, sync, unmount,
     /// `e2fsck -fn`.
     Write,
-    /// `e2fsck -fn`, mount read-only, print each file's SHA-256.
+    /// `e2fsck -fn`, mount read-only, print the SHA-256 of each regular
+    /// file in the file system's root.
     Check,
 }
 
