@@ -44,8 +44,8 @@ struct Export {
 }
 
 impl Export {
-    /// SIGTERM: it must exit 0 within [`STOP_MAX`].
-    fn stop(mut self) {
+    /// SIGTERM: it must exit 0 within [`STOP_MAX`]. Its stderr.
+    fn stop(mut self) -> String {
         let mut server = self.server.take().expect("stopped once");
         let start = Instant::now();
         server.signal("-TERM");
@@ -56,6 +56,7 @@ impl Export {
             "the server took over {STOP_MAX:?} to exit:\n{stderr}"
         );
         assert!(status.success(), "the server exited {status}:\n{stderr}");
+        stderr
     }
 }
 
@@ -98,6 +99,23 @@ fn mqblk_export(spec: &str, dir: &Path, nbd: bool) -> Export {
         server.wait_for_path(nbd);
     }
     export
+}
+
+/// Stop `mqblk serve`, which must have served each boot as a frontend
+/// of its own (one VM at a time, then the next).
+fn stop_mqblk(export: Export) {
+    let stderr = export.stop();
+    let served = stderr
+        .lines()
+        .find(|l| l.contains("vhost-user-blk stopped after"))
+        .unwrap_or_else(|| {
+            panic!("mqblk serve never said how many frontends it served:\n{stderr}")
+        });
+    eprintln!("server: {served}");
+    assert!(
+        served.ends_with("stopped after 2 frontends"),
+        "two boots, two frontends:\n{stderr}"
+    );
 }
 
 /// qemu-storage-daemon exporting `image` over vhost-user-blk with
@@ -179,7 +197,7 @@ fn a_vm_makes_and_checks_ext4_through_mqblk_on_a_file_device() {
     let image = s.file("disk.img", bytes);
     let export = mqblk_export(&format!("file:{}", image.display()), s.path(), false);
     round_trip("file", &export, bytes >> 9, || image.clone());
-    export.stop();
+    stop_mqblk(export);
 }
 
 #[test]
@@ -197,7 +215,7 @@ fn a_vm_makes_and_checks_ext4_through_mqblk_on_a_stripe_over_two_ram_legs() {
     round_trip("stripe", &export, sectors, || {
         copy_over_nbd(&export, s.path())
     });
-    export.stop();
+    stop_mqblk(export);
 }
 
 #[test]
