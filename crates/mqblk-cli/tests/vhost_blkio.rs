@@ -414,3 +414,130 @@ fn sigint_with_a_client_attached_exits_within_2s_and_the_next_client_is_served_f
     );
     drop(c);
 }
+
+/// `mqblk qos --control=SOCKET ARGS...`: its stdout, failing on an error.
+fn qos(ctl: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+        .arg("qos")
+        .arg(format!("--control={}", ctl.display()))
+        .args(args)
+        .output()
+        .expect("run mqblk qos");
+    assert!(
+        out.status.success(),
+        "qos {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The read and write completions of `dev` in a diskstats file
+/// (`MAJOR MINOR NAME reads ... writes ...`, as /proc/diskstats).
+fn diskstats(path: &Path, dev: &str) -> (u64, u64) {
+    let text = std::fs::read_to_string(path).expect("read diskstats");
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().nth(2) == Some(dev))
+        .unwrap_or_else(|| panic!("no {dev} in {text}"));
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(3)
+        .map(|x| x.parse().unwrap())
+        .collect();
+    (f[0], f[4])
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "runs mqblk serve, libblkio and blkparse (syscalls)")]
+fn the_layers_stats_limits_scheduler_and_trace_reach_the_guests_disk() {
+    mqblk_test_support::require_tool("blkparse");
+    let scratch = Scratch::new("vhost-blkio-services");
+    let ctl = scratch.path().join("control");
+    let trace = scratch.path().join("trace");
+    let stats = scratch.path().join("stats");
+    std::fs::create_dir_all(&trace).unwrap();
+    let (server, sock) = serve(
+        &scratch,
+        "ram,size=16M",
+        &[
+            "--num-queues",
+            "2",
+            "--control",
+            ctl.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+            "--stats-dir",
+            stats.to_str().unwrap(),
+        ],
+    );
+    mqblk_test_support::wait_for_path(&ctl, "the control socket", None);
+    let mut c = connect(&sock, 2);
+    // Limits and the elevator change while the guest's disk is in use.
+    qos(&ctl, &["device", "riops=100000", "wbps=64m"]);
+    qos(&ctl, &["scheduler", "mq-deadline"]);
+    let show: serde_json::Value = serde_json::from_str(&qos(&ctl, &["show"])).unwrap();
+    assert_eq!(show["devices"][0]["limits"]["riops"], 100000);
+    const N: usize = 64;
+    for i in 0..N {
+        let q = i % 2;
+        let ret = c.one(q, |q, p| {
+            q.write((i as u64) << 12, p, 4096, i, ReqFlags::empty())
+        });
+        assert_eq!(ret, 0, "write {i}");
+    }
+    qos(&ctl, &["scheduler", "none"]);
+    for i in 0..N {
+        let ret = c.one(i % 2, |q, p| {
+            q.read((i as u64) << 12, p, 4096, i, ReqFlags::empty())
+        });
+        assert_eq!(ret, 0, "read {i}");
+    }
+    drop(c);
+    stop(server);
+    // The counters `mqblk stat` and iostat read.
+    let (reads, writes) = diskstats(&stats.join("diskstats"), "ram0");
+    assert!(
+        reads >= N as u64 && writes >= N as u64,
+        "diskstats: {reads} reads, {writes} writes; expected at least {N} of each"
+    );
+    let stat = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+        .arg("stat")
+        .arg(&stats)
+        .output()
+        .unwrap();
+    let stat_out = String::from_utf8_lossy(&stat.stdout);
+    assert!(
+        stat.status.success() && stat_out.contains("ram0"),
+        "{stat_out}"
+    );
+    assert!(
+        stat_out.contains("bytes_copied=0"),
+        "the guest's I/O was copied: {stat_out}"
+    );
+    // blkparse reads the guest's requests from the trace.
+    let out = Command::new("blkparse")
+        .arg("-D")
+        .arg(&trace)
+        .args(["-i", "ram0"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "blkparse failed");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let queued = |rwbs: &str| {
+        text.lines()
+            .filter(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.len() > 6 && f[5] == "Q" && f[6].starts_with(rwbs)
+            })
+            .count()
+    };
+    let (qr, qw) = (queued("R"), queued("W"));
+    assert!(
+        qr >= N && qw >= N,
+        "blkparse: {qr} reads and {qw} writes queued; expected at least {N} of each"
+    );
+    eprintln!(
+        "diskstats: {reads} reads, {writes} writes; blkparse: {qr} reads and {qw} writes \
+         queued; bytes_copied=0"
+    );
+}
