@@ -114,9 +114,10 @@ impl Rng {
 /// device stores what is written (a plain null device does not, and
 /// leaves a read's buffer as it was, as null_blk does: only the statuses
 /// are checked).
-fn model_check(tag: &str, spec: &str, size: u64, keeps_data: bool) {
+fn model_check(tag: &str, spec: &str, size: u64, keeps_data: bool, extra: &[&str]) {
     let scratch = Scratch::new(tag);
-    let (server, sock) = serve(&scratch, spec, &["--num-queues", "2"]);
+    let args: Vec<&str> = ["--num-queues", "2"].iter().chain(extra).copied().collect();
+    let (server, sock) = serve(&scratch, spec, &args);
     let mut c = connect(&sock, 2);
     assert_eq!(c.blkio.get_u64("capacity").unwrap(), size);
     let mut model = vec![0u8; size as usize];
@@ -203,7 +204,7 @@ fn stop(mut server: Watched) {
 #[test]
 #[cfg_attr(miri, ignore = "runs mqblk serve and libblkio (syscalls)")]
 fn libblkio_reads_back_what_it_wrote_over_two_queues_on_ram() {
-    model_check("vhost-blkio-ram", "ram,size=64M", 64 << 20, true);
+    model_check("vhost-blkio-ram", "ram,size=64M", 64 << 20, true, &[]);
 }
 
 #[test]
@@ -216,18 +217,32 @@ fn libblkio_reads_back_what_it_wrote_over_two_queues_on_a_file() {
         &format!("file:{}", f.display()),
         32 << 20,
         true,
+        &[],
     );
 }
 
 #[test]
 #[cfg_attr(miri, ignore = "runs mqblk serve and libblkio (syscalls)")]
 fn libblkio_reads_back_what_it_wrote_over_two_queues_on_null() {
-    model_check("vhost-blkio-null", "null,size=1G", 1 << 30, false);
+    model_check("vhost-blkio-null", "null,size=1G", 1 << 30, false, &[]);
     model_check(
         "vhost-blkio-null-mem",
         "null,size=256M,memory_backed=1",
         256 << 20,
         true,
+        &[],
+    );
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "runs mqblk serve and libblkio (syscalls)")]
+fn libblkio_reads_back_what_it_wrote_with_the_queues_busy_polling() {
+    model_check(
+        "vhost-blkio-poll",
+        "ram,size=64M",
+        64 << 20,
+        true,
+        &["--poll-us", "200"],
     );
 }
 

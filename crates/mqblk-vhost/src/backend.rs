@@ -30,11 +30,18 @@ pub(crate) struct BlkBackend {
     memory: Mutex<Option<AtomicMemory>>,
     /// The driver turned the write cache off (CONFIG_WCE): writes carry FUA.
     write_through: AtomicBool,
+    /// Busy-poll for this long after each batch (`--poll-us`).
+    poll: Option<Duration>,
 }
 
 impl BlkBackend {
-    pub(crate) fn new(shape: Arc<Shape>, workers: Vec<Worker>) -> BlkBackend {
+    pub(crate) fn new(
+        shape: Arc<Shape>,
+        workers: Vec<Worker>,
+        poll: Option<Duration>,
+    ) -> BlkBackend {
         BlkBackend {
+            poll,
             shape,
             workers: workers.into_iter().map(Mutex::new).collect(),
             memory: Mutex::new(None),
@@ -177,7 +184,12 @@ impl VhostUserBackend for BlkBackend {
         if u64::from(device_event) == self.completion_token(thread_id) {
             w.complete(&mem, vring);
         } else {
-            w.run(&mem, vring, !self.wce() && self.shape.write_cache);
+            w.run(
+                &mem,
+                vring,
+                !self.wce() && self.shape.write_cache,
+                self.poll,
+            );
         }
         // Errors of the driver's making end in its ring, never here: an
         // error returned to the backend crate would end this thread.

@@ -36,6 +36,10 @@ pub struct ServerConfig {
     pub read_only: bool,
     /// The GET_ID answer (up to 20 bytes; default: the device's name).
     pub serial: Option<String>,
+    /// After each batch, keep polling the ring and the device for this
+    /// long past the last request or completion found (off: `None`). A
+    /// queue thread then spins instead of sleeping while the guest is busy.
+    pub poll: Option<Duration>,
 }
 
 /// Counters over a server's life.
@@ -84,6 +88,7 @@ pub struct Server {
     socket: PathBuf,
     stop: StopHandle,
     stats: Arc<ServerStats>,
+    poll: Option<Duration>,
 }
 
 /// Claim `path` for a listening socket: a live server's socket is refused,
@@ -156,6 +161,7 @@ impl Server {
                 current: Arc::new(Mutex::new(None)),
             },
             stats: Arc::new(ServerStats::default()),
+            poll: cfg.poll.filter(|p| !p.is_zero()),
         })
     }
 
@@ -223,7 +229,7 @@ impl Server {
             let ctx = self.dev.context().map_err(Error::Device)?;
             workers.push(Worker::new(ctx, self.shape.clone(), &self.serial, q as u16));
         }
-        let backend = Arc::new(BlkBackend::new(self.shape.clone(), workers));
+        let backend = Arc::new(BlkBackend::new(self.shape.clone(), workers, self.poll));
         let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
         let mut daemon = VhostUserDaemon::new("mqblk-vhost".into(), backend.clone(), mem)
             .map_err(|e| self.daemon_error("start the queue threads", e))?;

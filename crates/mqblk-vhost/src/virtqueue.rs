@@ -8,6 +8,7 @@
 use std::collections::VecDeque;
 use std::ptr::NonNull;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use mqblk_core::{Bio, BioFlags, Context, IoBuf, Op as BioOp, Status};
 use vhost_user_backend::{VringRwLock, VringState, VringT};
@@ -78,6 +79,9 @@ pub(crate) struct Worker {
     broken: Option<&'static str>,
     /// Used elements added since the driver was last interrupted.
     added: u32,
+    /// Chains taken and completions reaped, for the busy poll's progress.
+    taken: u64,
+    reaped: u64,
     queue: u16,
 }
 
@@ -117,6 +121,8 @@ impl Worker {
             done: Vec::with_capacity(size),
             broken: None,
             added: 0,
+            taken: 0,
+            reaped: 0,
             queue,
         }
     }
@@ -153,7 +159,13 @@ impl Worker {
 
     /// A kick (or a completion): take every available chain, submit, reap,
     /// and interrupt the driver if it asked to be.
-    pub(crate) fn run(&mut self, atomic: &AtomicMemory, vring: &Vring, write_through: bool) {
+    pub(crate) fn run(
+        &mut self,
+        atomic: &AtomicMemory,
+        vring: &Vring,
+        write_through: bool,
+        poll: Option<Duration>,
+    ) {
         self.refresh(atomic);
         let mem = self.generations.back().expect("a generation").mem.clone();
         let mut state = vring.get_mut();
@@ -178,6 +190,36 @@ impl Worker {
         }
         self.reap(&mut state, &mem);
         self.notify(&mut state, &mem);
+        drop(state);
+        if let Some(poll) = poll {
+            self.busy_poll(&mem, vring, write_through, poll);
+        }
+    }
+
+    /// After a batch, keep looking for chains and completions for `poll`
+    /// past the last one found (`--poll-us`): a driver that submits again
+    /// within it needs no kick, and its completions no eventfd round trip.
+    /// The ring's lock is taken per look, so the frontend's control
+    /// messages wait for one look at most.
+    fn busy_poll(&mut self, mem: &Arc<Memory>, vring: &Vring, write_through: bool, poll: Duration) {
+        let mut deadline = Instant::now() + poll;
+        while self.broken.is_none() {
+            let seen = (self.taken, self.reaped);
+            let mut state = vring.get_mut();
+            self.take_available(mem, &mut state, write_through);
+            self.ctx.unplug();
+            self.reap(&mut state, mem);
+            self.notify(&mut state, mem);
+            drop(state);
+            let now = Instant::now();
+            if (self.taken, self.reaped) != seen {
+                deadline = now + poll;
+            } else if now >= deadline {
+                break;
+            } else {
+                std::hint::spin_loop();
+            }
+        }
     }
 
     /// Reap completions only (the context's fd fired).
@@ -229,6 +271,7 @@ impl Worker {
             Err(_) => return,
         };
         for chain in iter {
+            self.taken += 1;
             let head = chain.head_index();
             self.descs.clear();
             let mut more = 0usize;
@@ -363,6 +406,7 @@ impl Worker {
     /// Write the status of each reaped completion; queue its used element.
     fn answer_done(&mut self) {
         let done = std::mem::take(&mut self.done);
+        self.reaped += done.len() as u64;
         for &(slot, status) in &done {
             if let Some((f, generation)) = self.finish(slot) {
                 let g = &self.generations[(generation - self.gen_base) as usize];
