@@ -664,4 +664,70 @@ mod tests {
             IoErr
         );
     }
+
+    mod prop {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn desc() -> impl Strategy<Value = Desc> {
+            // Addresses in and around the test memory (and at the top of
+            // the address space), lengths small and huge.
+            let addr = prop_oneof![
+                (BASE..BASE + 0x10000),
+                (0u64..0x20000),
+                (u64::MAX - 0x1000..=u64::MAX),
+            ];
+            let len = prop_oneof![0u32..64, 0u32..0x2000, Just(u32::MAX)];
+            (addr, len, any::<bool>()).prop_map(|(addr, len, writable)| Desc {
+                addr,
+                len,
+                writable,
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 16 } else { 2000 }))]
+            /// Whatever the chain, parsing answers without panicking, and
+            /// what it submits stays inside the chain and the device.
+            #[test]
+            fn any_chain_is_answered_and_submissions_stay_inside(
+                descs in proptest::collection::vec(desc(), 0..8),
+                req_type in prop_oneof![Just(0u32), Just(1), Just(4), Just(8), Just(11), Just(13), any::<u32>()],
+                sector in prop_oneof![0u64..4096, any::<u64>()],
+                range in (any::<u64>(), any::<u32>(), 0u32..4),
+            ) {
+                let mut m = mem_with(req_type, sector);
+                m.put(DATA, &Range { sector: range.0 % 4096, sectors: range.1 % 64, flags: range.2 }.encode());
+                let shape = shape();
+                match parse(&shape, &descs, 0, None, &m) {
+                    Parsed::Submit(r) => {
+                        let cap = shape.capacity_sectors << SECTOR_SHIFT;
+                        match r.op {
+                            Op::Read { offset, data } | Op::Write { offset, data } => {
+                                prop_assert!(offset + u64::from(data.len) <= cap);
+                                let total: u64 = data.pieces(&descs).map(|(_, n)| u64::from(n)).sum();
+                                prop_assert_eq!(total, u64::from(data.len));
+                                for (a, n) in data.pieces(&descs) {
+                                    prop_assert!(descs.iter().any(|d| a >= d.addr
+                                        && a + u64::from(n) <= d.addr + u64::from(d.len)));
+                                }
+                            }
+                            Op::Discard { offset, len } | Op::WriteZeroes { offset, len, .. } => {
+                                prop_assert!(offset + len <= cap);
+                            }
+                            Op::Flush | Op::GetId { .. } => {}
+                        }
+                        let last = descs.last().unwrap();
+                        prop_assert!(last.writable);
+                        prop_assert_eq!(r.status_at, last.addr + (u64::from(last.len) - 1));
+                    }
+                    Parsed::Answer { status_at, .. } => {
+                        let last = descs.last().unwrap();
+                        prop_assert_eq!(status_at, last.addr + (u64::from(last.len) - 1));
+                    }
+                    Parsed::Broken(_) => {}
+                }
+            }
+        }
+    }
 }
