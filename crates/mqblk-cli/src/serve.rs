@@ -1,6 +1,7 @@
 //! `mqblk serve`: export any mqblk device over NBD (TCP or a unix socket,
-//! optionally TLS). The protocol and the data path are in `mqblk_nbd`;
-//! this is the command line: options, exports, signals.
+//! optionally TLS), to virtual machines over vhost-user-blk, or both at
+//! once. The protocols and the data paths are in `mqblk_nbd` and
+//! `mqblk_vhost`; this is the command line: options, exports, signals.
 //!
 //! SIGINT or SIGTERM stops accepting, lets every connection finish its
 //! in-flight requests and send their replies, flushes every export, and
@@ -52,12 +53,13 @@ pub struct ServeArgs {
     pub export: Vec<String>,
 
     /// Listen on TCP HOST:PORT (port 0 picks a free one; it is printed).
-    /// Give this or --socket.
+    /// Give this, --socket or --vhost-user-blk.
     #[arg(long, value_name = "HOST:PORT", conflicts_with = "socket")]
     pub listen: Option<String>,
 
     /// Listen on a unix socket at PATH (a new path, or a stale socket; a
-    /// lock file PATH.lock keeps two servers apart). Give this or --listen.
+    /// lock file PATH.lock keeps two servers apart). Give this, --listen
+    /// or --vhost-user-blk.
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
 
@@ -170,6 +172,24 @@ pub struct ServeArgs {
     /// serving.
     #[arg(long, value_name = "DIR")]
     pub trace: Option<PathBuf>,
+
+    /// Serve the (first) device to virtual machines as a vhost-user-blk
+    /// backend on the unix socket PATH (QEMU's `vhost-user-blk-pci`,
+    /// cloud-hypervisor's `--disk vhost_user=true`, libblkio's
+    /// `virtio-blk-vhost-user`): one VM at a time, then the next. With
+    /// --listen or --socket, the same device is exported over NBD too.
+    #[arg(long = "vhost-user-blk", value_name = "PATH")]
+    pub vhost_user_blk: Option<PathBuf>,
+
+    /// Virtqueues the VM may use, each served by a thread with its own
+    /// context (default: the device's hardware queues).
+    #[arg(long = "num-queues", value_name = "N", requires = "vhost_user_blk")]
+    pub num_queues: Option<usize>,
+
+    /// The disk's serial, as the guest reads it (`/sys/block/vda/serial`;
+    /// up to 20 bytes; default: the device's name).
+    #[arg(long = "serial", value_name = "ID", requires = "vhost_user_blk")]
+    pub serial: Option<String>,
 }
 
 /// The server's own defaults, which the options' defaults are.
@@ -200,13 +220,21 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
     // Everything the command line alone can tell is checked before any
     // device is opened.
     let listen = match (&args.listen, &args.socket) {
-        (Some(l), _) => Listen::Tcp(check_listen(l)?),
-        (None, Some(p)) => Listen::Unix(p.clone()),
+        (Some(l), _) => Some(Listen::Tcp(check_listen(l)?)),
+        (None, Some(p)) => Some(Listen::Unix(p.clone())),
+        (None, None) if args.vhost_user_blk.is_some() => None,
         (None, None) => bail!(
-            "serve needs an address: --listen HOST:PORT (TCP, as in --listen 127.0.0.1:10809) \
-             or --socket PATH (a unix socket)"
+            "serve needs an address: --listen HOST:PORT (TCP, as in --listen 127.0.0.1:10809), \
+             --socket PATH (a unix socket) or --vhost-user-blk PATH (for virtual machines)"
         ),
     };
+    if args.num_queues == Some(0) || args.num_queues > Some(mqblk_vhost::MAX_QUEUES) {
+        bail!(
+            "--num-queues {}: expected 1 to {} virtqueues",
+            args.num_queues.unwrap_or(0),
+            mqblk_vhost::MAX_QUEUES
+        );
+    }
     let devices: Vec<String> = args
         .specs
         .iter()
@@ -349,52 +377,117 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         max_memory,
     };
     let watch = opened.clone();
+    let vhost = match &args.vhost_user_blk {
+        Some(path) => {
+            let cfg = mqblk_vhost::ServerConfig {
+                socket: path.clone(),
+                num_queues: args.num_queues,
+                read_only: args.read_only,
+                serial: args.serial.clone(),
+            };
+            Some(mqblk_vhost::Server::bind(opened[0].clone(), &cfg).map_err(anyhow::Error::msg)?)
+        }
+        None => None,
+    };
     let _control = match &args.control {
         Some(path) => Some(crate::qos::Control::start(path, opened)?),
         None => None,
     };
-    let server = Server::bind(
-        ServerConfig {
-            exports,
-            tls_mode,
-            tls,
-            limits,
-        },
-        &listen,
-    )?;
-    let server = match args.io_threads {
-        Some(n) if n > 0 => server.with_io_threads(n),
-        Some(_) => bail!("--io-threads 0: expected at least 1"),
-        None => server,
+    let nbd = match &listen {
+        Some(listen) => {
+            let server = Server::bind(
+                ServerConfig {
+                    exports,
+                    tls_mode,
+                    tls,
+                    limits,
+                },
+                listen,
+            )?;
+            Some(match args.io_threads {
+                Some(n) if n > 0 => server.with_io_threads(n),
+                Some(_) => bail!("--io-threads 0: expected at least 1"),
+                None => server,
+            })
+        }
+        None => None,
     };
-    let stop: Arc<AtomicBool> = server.shutdown_handle();
+    // A second signal exits at once.
+    let stopping = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        // A second signal exits at once.
-        signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, stop.clone())
+        signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, stopping.clone())
             .context("installing the signal handler")?;
-        // The flag first, then the byte that wakes the I/O threads to see it.
-        signal_hook::flag::register(sig, stop.clone()).context("installing the signal handler")?;
-        let wake = server.wake_fd().context("the server's wake socket")?;
-        signal_hook::low_level::pipe::register(sig, wake)
+        signal_hook::flag::register(sig, stopping.clone())
             .context("installing the signal handler")?;
     }
-    let at = match (server.local_addr(), &listen) {
-        (Some(a), _) => format!("nbd://{a}"),
-        (None, Listen::Unix(p)) => format!("nbd+unix:///?socket={}", p.display()),
-        (None, Listen::Tcp(l)) => l.clone(),
+    if let Some(server) = &nbd {
+        let stop: Arc<AtomicBool> = server.shutdown_handle();
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            // The flag first, then the byte that wakes the I/O threads to see it.
+            signal_hook::flag::register(sig, stop.clone())
+                .context("installing the signal handler")?;
+            let wake = server.wake_fd().context("the server's wake socket")?;
+            signal_hook::low_level::pipe::register(sig, wake)
+                .context("installing the signal handler")?;
+        }
+        let at = match (server.local_addr(), &listen) {
+            (Some(a), _) => format!("nbd://{a}"),
+            (None, Some(Listen::Unix(p))) => format!("nbd+unix:///?socket={}", p.display()),
+            (None, Some(Listen::Tcp(l))) => l.clone(),
+            (None, None) => unreachable!("an NBD server has an address"),
+        };
+        let names: Vec<String> = server
+            .export_infos()
+            .iter()
+            .map(|e| format!("{:?} ({} bytes)", e.name, e.size))
+            .collect();
+        eprintln!(
+            "mqblk serve: listening on {at}, exports: {}; buffer memory up to {} MiB (--max-memory)",
+            names.join(", "),
+            server.max_memory() >> 20
+        );
+    }
+    let vhost_thread = match vhost {
+        Some(server) => {
+            let stop = server.stop_handle();
+            stop_on_signal(stop.clone())?;
+            let dev = &watch[0];
+            eprintln!(
+                "mqblk serve: vhost-user-blk on {}: {} ({} bytes, {} virtqueues{})",
+                server.socket().display(),
+                dev.name(),
+                dev.capacity_bytes(),
+                server.num_queues(),
+                if args.read_only { ", read-only" } else { "" }
+            );
+            let stats = server.stats();
+            let t = std::thread::Builder::new()
+                .name("vhost-user-blk".into())
+                .spawn(move || server.run())
+                .context("starting the vhost-user-blk server")?;
+            Some((t, stats, stop))
+        }
+        None => None,
     };
-    let names: Vec<String> = server
-        .export_infos()
-        .iter()
-        .map(|e| format!("{:?} ({} bytes)", e.name, e.size))
-        .collect();
-    eprintln!(
-        "mqblk serve: listening on {at}, exports: {}; buffer memory up to {} MiB (--max-memory)",
-        names.join(", "),
-        server.max_memory() >> 20
-    );
     watch_stop()?;
-    server.run()?;
+    let nbd_result = match &nbd {
+        Some(server) => server.run().map_err(anyhow::Error::from),
+        None => Ok(()),
+    };
+    if let Some((t, stats, stop)) = vhost_thread {
+        if nbd_result.is_err() {
+            stop.stop();
+        }
+        match t.join() {
+            Ok(r) => r.map_err(anyhow::Error::msg)?,
+            Err(_) => bail!("the vhost-user-blk server panicked"),
+        }
+        eprintln!(
+            "mqblk serve: vhost-user-blk stopped after {} frontends",
+            stats.connections.load(Ordering::Relaxed)
+        );
+    }
+    nbd_result?;
     // An export that ran degraded says so, as its last word.
     for dev in &watch {
         for leg in mqblk::degraded_legs(dev) {
@@ -405,14 +498,37 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
             );
         }
     }
-    let st = server.stats();
-    eprintln!(
-        "mqblk serve: stopped after {} connections, {} requests ({} errors, {} connections dropped)",
-        st.connections.load(Ordering::Relaxed),
-        st.requests.load(Ordering::Relaxed),
-        st.errors.load(Ordering::Relaxed),
-        st.dropped.load(Ordering::Relaxed)
-    );
+    if let Some(server) = &nbd {
+        let st = server.stats();
+        eprintln!(
+            "mqblk serve: stopped after {} connections, {} requests ({} errors, {} connections dropped)",
+            st.connections.load(Ordering::Relaxed),
+            st.requests.load(Ordering::Relaxed),
+            st.errors.load(Ordering::Relaxed),
+            st.dropped.load(Ordering::Relaxed)
+        );
+    }
+    Ok(())
+}
+
+/// At SIGINT or SIGTERM, stop the vhost-user-blk server: a thread sleeps on
+/// a socket the signal handler writes to.
+fn stop_on_signal(stop: mqblk_vhost::StopHandle) -> Result<()> {
+    let (mut rx, tx) = std::os::unix::net::UnixStream::pair().context("a socket pair")?;
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::low_level::pipe::register(sig, tx.try_clone()?)
+            .context("installing the signal handler")?;
+    }
+    std::thread::Builder::new()
+        .name("vhost-stop".into())
+        .spawn(move || {
+            use std::io::Read as _;
+            let mut b = [0u8; 1];
+            if rx.read(&mut b).unwrap_or(0) > 0 {
+                stop.stop();
+            }
+        })
+        .context("starting the stop watcher")?;
     Ok(())
 }
 

@@ -1,0 +1,416 @@
+//! `mqblk serve --vhost-user-blk` with a real client: libblkio's
+//! `virtio-blk-vhost-user` driver (the `blkio` crate), as QEMU's and
+//! SPDK's users reach a vhost-user-blk backend. Reads and writes checked
+//! against a plain in-memory model over several queues at once, flush,
+//! discard, write-zeroes, capacity and block size from the configuration
+//! space, a read-only device, memory regions added while running, and
+//! SIGINT with the client attached.
+
+use std::mem::MaybeUninit;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use blkio::{Blkio, Blkioq, Completion, MemoryRegion, ReqFlags};
+use mqblk_test_support::{time_bound, Scratch, Watched};
+
+/// `mqblk serve SPEC --vhost-user-blk SOCKET` and its extra options;
+/// waits for the socket.
+fn serve(scratch: &Scratch, spec: &str, extra: &[&str]) -> (Watched, PathBuf) {
+    let sock = scratch.path().join("vhost.sock");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mqblk"));
+    cmd.args(["serve", spec, "--vhost-user-blk"])
+        .arg(&sock)
+        .args(extra);
+    let mut server = Watched::spawn(&mut cmd);
+    server.wait_for_path(&sock);
+    (server, sock)
+}
+
+/// A started libblkio instance with `queues` queues and one memory region.
+struct Client {
+    blkio: Blkio,
+    queues: Vec<Blkioq>,
+    region: MemoryRegion,
+}
+
+fn connect(sock: &Path, queues: i32) -> Client {
+    connect_as(sock, queues, false)
+}
+
+/// As [`connect`]; `read_only` opens the device read-only, as libblkio
+/// requires of a device that offers VIRTIO_BLK_F_RO.
+fn connect_as(sock: &Path, queues: i32, read_only: bool) -> Client {
+    let mut blkio = Blkio::new("virtio-blk-vhost-user").expect("libblkio driver");
+    blkio
+        .set_str("path", sock.to_str().unwrap())
+        .expect("set path");
+    blkio.set_bool("read-only", read_only).expect("read-only");
+    blkio.connect().expect("connect to the vhost-user socket");
+    blkio.set_i32("num-queues", queues).expect("num-queues");
+    let out = blkio.start().expect("start");
+    let region = blkio
+        .alloc_mem_region(1 << 20)
+        .expect("alloc a memory region");
+    blkio
+        .map_mem_region(&region)
+        .expect("map the memory region");
+    Client {
+        blkio,
+        queues: out.queues,
+        region,
+    }
+}
+
+impl Client {
+    /// The region's bytes.
+    fn buf(&mut self) -> &mut [u8] {
+        // SAFETY: the region is `len` bytes mapped read-write by libblkio
+        // for as long as `self.blkio` lives; no request is in flight while
+        // this borrow is used (every helper waits for its completions).
+        unsafe { std::slice::from_raw_parts_mut(self.region.addr as *mut u8, self.region.len) }
+    }
+
+    /// Wait for `n` completions on queue `q`; their results, by user_data.
+    fn reap(&mut self, q: usize, n: usize) -> Vec<(usize, i32)> {
+        let mut out = Vec::new();
+        let mut c = [const { MaybeUninit::<Completion>::uninit() }; 64];
+        while out.len() < n {
+            let mut timeout = Duration::from_secs(10);
+            let got = self.queues[q]
+                .do_io(&mut c, 1, Some(&mut timeout), None)
+                .expect("do_io");
+            assert!(got > 0, "no completion on queue {q} within 10 s");
+            for done in &c[..got] {
+                // SAFETY: do_io initialised the first `got` completions.
+                let done = unsafe { done.assume_init_ref() };
+                out.push((done.user_data, done.ret));
+            }
+        }
+        out
+    }
+
+    /// One request on queue `q`, waited for: its result.
+    fn one(&mut self, q: usize, submit: impl FnOnce(&mut Blkioq, *mut u8)) -> i32 {
+        let base = self.region.addr as *mut u8;
+        submit(&mut self.queues[q], base);
+        self.reap(q, 1)[0].1
+    }
+}
+
+/// A deterministic generator for offsets and data.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Random 4 KiB writes and reads over two queues, 16 in flight on each,
+/// checked against a model of the device's bytes. `keeps_data`: the
+/// device stores what is written (a plain null device does not, and
+/// leaves a read's buffer as it was, as null_blk does: only the statuses
+/// are checked).
+fn model_check(tag: &str, spec: &str, size: u64, keeps_data: bool) {
+    let scratch = Scratch::new(tag);
+    let (server, sock) = serve(&scratch, spec, &["--num-queues", "2"]);
+    let mut c = connect(&sock, 2);
+    assert_eq!(c.blkio.get_u64("capacity").unwrap(), size);
+    let mut model = vec![0u8; size as usize];
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    const BS: usize = 4096;
+    const DEPTH: usize = 16;
+    let blocks = size / BS as u64;
+    let mut verified = 0u64;
+    for round in 0..40 {
+        // Each queue gets DEPTH requests at distinct blocks, written first,
+        // then all read back: requests in flight never overlap.
+        let mut picked: Vec<u64> = Vec::new();
+        while picked.len() < 2 * DEPTH {
+            let b = rng.next() % blocks;
+            if !picked.contains(&b) {
+                picked.push(b);
+            }
+        }
+        for (i, &b) in picked.iter().enumerate() {
+            let slot = i * BS;
+            let fill = (rng.next() & 0xff) as u8;
+            for (j, byte) in c.buf()[slot..slot + BS].iter_mut().enumerate() {
+                *byte = fill ^ (j as u8) ^ (round as u8);
+            }
+            let data = c.buf()[slot..slot + BS].to_vec();
+            if keeps_data {
+                model[(b as usize) * BS..(b as usize + 1) * BS].copy_from_slice(&data);
+            }
+            let base = c.region.addr as *const u8;
+            // SAFETY: slot + BS lies inside the 1 MiB region (2 * DEPTH * BS).
+            let p = unsafe { base.add(slot) };
+            c.queues[i % 2].write(b * BS as u64, p, BS, i, ReqFlags::empty());
+        }
+        for q in 0..2 {
+            for (ud, ret) in c.reap(q, DEPTH) {
+                assert_eq!(ret, 0, "write {ud} on queue {q} failed: {ret}");
+            }
+        }
+        for byte in c.buf()[..2 * DEPTH * BS].iter_mut() {
+            *byte = 0xa5;
+        }
+        for (i, &b) in picked.iter().enumerate() {
+            let base = c.region.addr as *mut u8;
+            // SAFETY: as above.
+            let p = unsafe { base.add(i * BS) };
+            c.queues[i % 2].read(b * BS as u64, p, BS, i, ReqFlags::empty());
+        }
+        for q in 0..2 {
+            for (ud, ret) in c.reap(q, DEPTH) {
+                assert_eq!(ret, 0, "read {ud} on queue {q} failed: {ret}");
+            }
+        }
+        for (i, &b) in picked.iter().enumerate() {
+            if !keeps_data {
+                break;
+            }
+            let want = &model[(b as usize) * BS..(b as usize + 1) * BS];
+            let got = &c.buf()[i * BS..(i + 1) * BS];
+            assert!(
+                got == want,
+                "{spec}: block {b} read back differs from the model"
+            );
+            verified += 1;
+        }
+    }
+    if keeps_data {
+        eprintln!("{spec}: {verified} blocks read back over 2 queues, 0 verify errors");
+    } else {
+        eprintln!(
+            "{spec}: {} writes and reads over 2 queues, all completed OK",
+            40 * 4 * DEPTH
+        );
+    }
+    stop(server);
+}
+
+/// SIGINT: the server exits 0.
+fn stop(mut server: Watched) {
+    server.signal("-INT");
+    let st = server.wait(Duration::from_secs(5));
+    assert!(st.success(), "mqblk serve exited {st}");
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "runs mqblk serve and libblkio (syscalls)")]
+fn libblkio_reads_back_what_it_wrote_over_two_queues_on_ram() {
+    model_check("vhost-blkio-ram", "ram,size=64M", 64 << 20, true);
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "runs mqblk serve and libblkio (syscalls)")]
+fn libblkio_reads_back_what_it_wrote_over_two_queues_on_a_file() {
+    let scratch = Scratch::new("vhost-blkio-file-img");
+    let f = scratch.file("disk.img", 32 << 20);
+    model_check(
+        "vhost-blkio-file",
+        &format!("file:{}", f.display()),
+        32 << 20,
+        true,
+    );
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "runs mqblk serve and libblkio (syscalls)")]
+fn libblkio_reads_back_what_it_wrote_over_two_queues_on_null() {
+    model_check("vhost-blkio-null", "null,size=1G", 1 << 30, false);
+    model_check(
+        "vhost-blkio-null-mem",
+        "null,size=256M,memory_backed=1",
+        256 << 20,
+        true,
+    );
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "runs mqblk serve and libblkio (syscalls)")]
+fn flush_discard_and_write_zeroes_reach_the_device() {
+    let scratch = Scratch::new("vhost-blkio-ops");
+    let (server, sock) = serve(&scratch, "ram,size=16M", &["--num-queues", "1"]);
+    let mut c = connect(&sock, 1);
+    let bs = 64 << 10;
+    c.buf()[..bs].fill(0x5a);
+    let ret = c.one(0, |q, p| q.write(0, p, bs, 1, ReqFlags::empty()));
+    assert_eq!(ret, 0, "write");
+    assert_eq!(c.one(0, |q, _| q.flush(2, ReqFlags::empty())), 0, "flush");
+    // Zero the first 32 KiB, discard the next 32 KiB (ram reads zeros after
+    // a discard, as brd does).
+    assert_eq!(
+        c.one(0, |q, _| q.write_zeroes(0, 32 << 10, 3, ReqFlags::empty())),
+        0,
+        "write-zeroes"
+    );
+    assert_eq!(
+        c.one(0, |q, _| q.discard(
+            32 << 10,
+            32 << 10,
+            4,
+            ReqFlags::empty()
+        )),
+        0,
+        "discard"
+    );
+    c.buf()[..bs].fill(0xff);
+    assert_eq!(c.one(0, |q, p| q.read(0, p, bs, 5, ReqFlags::empty())), 0);
+    assert!(c.buf()[..32 << 10].iter().all(|&b| b == 0), "zeroed range");
+    assert!(
+        c.buf()[32 << 10..bs].iter().all(|&b| b == 0),
+        "discarded range"
+    );
+    // A range past the end fails, and the queue goes on.
+    let ret = c.one(0, |q, _| {
+        q.write_zeroes(16 << 20, 4096, 6, ReqFlags::empty())
+    });
+    assert!(ret < 0, "write-zeroes past the end succeeded");
+    assert_eq!(c.one(0, |q, p| q.read(0, p, 4096, 7, ReqFlags::empty())), 0);
+    stop(server);
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "runs mqblk serve and libblkio (syscalls)")]
+fn capacity_and_block_size_come_from_the_config_space() {
+    let scratch = Scratch::new("vhost-blkio-config");
+    let (server, sock) = serve(
+        &scratch,
+        "ram,size=8M,block_size=4096",
+        &["--num-queues", "3"],
+    );
+    let c = connect(&sock, 3);
+    assert_eq!(c.blkio.get_u64("capacity").unwrap(), 8 << 20);
+    assert_eq!(c.blkio.get_i32("request-alignment").unwrap(), 4096);
+    assert_eq!(c.blkio.get_i32("num-queues").unwrap(), 3);
+    assert!(!c.blkio.get_bool("read-only").unwrap());
+    eprintln!(
+        "config space: capacity {} bytes, request-alignment {}, max-segments {}, \
+         max-segment-len {}",
+        c.blkio.get_u64("capacity").unwrap(),
+        c.blkio.get_i32("request-alignment").unwrap(),
+        c.blkio.get_i32("max-segments").unwrap(),
+        c.blkio.get_i32("max-segment-len").unwrap(),
+    );
+    drop(c);
+    stop(server);
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "runs mqblk serve and libblkio (syscalls)")]
+fn a_read_only_device_refuses_writes_and_serves_reads() {
+    let scratch = Scratch::new("vhost-blkio-ro");
+    let (server, sock) = serve(&scratch, "ram,size=8M", &["--read-only"]);
+    // libblkio refuses to start a device that offers RO unless it is
+    // opened read-only.
+    let refused = std::panic::catch_unwind(|| connect(&sock, 1));
+    assert!(
+        refused.is_err(),
+        "libblkio started a read-only device read-write"
+    );
+    let mut c = connect_as(&sock, 1, true);
+    assert!(c.blkio.get_bool("read-only").unwrap(), "RO not offered");
+    let ret = c.one(0, |q, p| q.write(0, p, 4096, 1, ReqFlags::empty()));
+    assert!(ret < 0, "a write to a read-only device succeeded");
+    assert_eq!(c.one(0, |q, p| q.read(0, p, 4096, 2, ReqFlags::empty())), 0);
+    eprintln!("read-only: the write ended with {ret}, the read with 0");
+    stop(server);
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "runs mqblk serve and libblkio (syscalls)")]
+fn memory_regions_added_while_running_carry_io() {
+    let scratch = Scratch::new("vhost-blkio-regions");
+    let (server, sock) = serve(&scratch, "ram,size=8M", &["--num-queues", "1"]);
+    let mut c = connect(&sock, 1);
+    // Three more regions, mapped after start (VHOST_USER_ADD_MEM_REGION),
+    // each written from and read into.
+    let mut regions = Vec::new();
+    for i in 0..3u8 {
+        let r = c.blkio.alloc_mem_region(64 << 10).expect("alloc");
+        c.blkio.map_mem_region(&r).expect("map after start");
+        // SAFETY: `r` is 64 KiB mapped read-write until it is freed below;
+        // nothing is in flight on it while this borrow is used.
+        let b = unsafe { std::slice::from_raw_parts_mut(r.addr as *mut u8, r.len) };
+        b.fill(0x30 + i);
+        let ret = c.one(0, |q, _| {
+            q.write(
+                u64::from(i) << 16,
+                r.addr as *const u8,
+                r.len,
+                1,
+                ReqFlags::empty(),
+            )
+        });
+        assert_eq!(ret, 0, "write from added region {i}");
+        regions.push(r);
+    }
+    for (i, r) in regions.iter().enumerate() {
+        // SAFETY: as above.
+        let b = unsafe { std::slice::from_raw_parts_mut(r.addr as *mut u8, r.len) };
+        b.fill(0);
+        let ret = c.one(0, |q, _| {
+            q.read(
+                (i as u64) << 16,
+                r.addr as *mut u8,
+                r.len,
+                2,
+                ReqFlags::empty(),
+            )
+        });
+        assert_eq!(ret, 0);
+        // SAFETY: as above; the read completed.
+        let b = unsafe { std::slice::from_raw_parts(r.addr as *const u8, r.len) };
+        assert!(b.iter().all(|&x| x == 0x30 + i as u8), "region {i}");
+    }
+    // One region unmapped (VHOST_USER_REM_MEM_REGION); the others still
+    // carry I/O.
+    c.blkio.unmap_mem_region(&regions[0]);
+    let r = &regions[1];
+    let ret = c.one(0, |q, _| {
+        q.read(0, r.addr as *mut u8, r.len, 3, ReqFlags::empty())
+    });
+    assert_eq!(ret, 0);
+    eprintln!("3 regions added after start carried I/O; one removed, the rest went on");
+    stop(server);
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "runs mqblk serve and libblkio (syscalls)")]
+fn sigint_with_a_client_attached_exits_within_2s_and_the_next_client_is_served_first() {
+    let scratch = Scratch::new("vhost-blkio-sigint");
+    let (mut server, sock) = serve(&scratch, "null,size=1G", &["--num-queues", "2"]);
+    // A first client comes and goes; a second one is served after it.
+    let first = connect(&sock, 2);
+    drop(first);
+    let mut c = connect(&sock, 2);
+    // Requests in flight on both queues when the signal comes.
+    for q in 0..2 {
+        for i in 0..16 {
+            let base = c.region.addr as *mut u8;
+            // SAFETY: 32 reads of 4 KiB fit in the 1 MiB region.
+            let p = unsafe { base.add((q * 16 + i) * 4096) };
+            c.queues[q].read((i as u64) << 12, p, 4096, i, ReqFlags::empty());
+        }
+    }
+    let t = Instant::now();
+    server.signal("-INT");
+    let st = server.wait(Duration::from_secs(10));
+    let took = t.elapsed();
+    time_bound(
+        "vhost-user-blk: SIGINT with a client attached to exit",
+        took,
+        Duration::from_secs(2),
+    );
+    assert!(st.success(), "mqblk serve exited {st}");
+    assert!(
+        took < Duration::from_secs(2),
+        "exit took {took:?}, bound 2 s"
+    );
+    drop(c);
+}

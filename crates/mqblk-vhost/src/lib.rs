@@ -1,0 +1,75 @@
+//! vhost-user-blk for mqblk: any mqblk device served to virtual machines
+//! (QEMU, cloud-hypervisor, libblkio), on rust-vmm's `vhost-user-backend`.
+//!
+//! The crate has the two halves every export has:
+//! - the protocol half, which never touches a device: [`virtio_blk`]
+//!   (request types, statuses, the header and ranges, the configuration
+//!   space) and [`request`] (a descriptor chain checked and read as a
+//!   request: what to submit, what to answer at once, or a broken ring);
+//! - the data half, `virtqueue`: one thread and one mqblk context per
+//!   virtqueue, as blk-mq maps CPUs onto software queues. A request's
+//!   segments become its bio's segments, pointing into guest memory: no
+//!   bounce buffer and no copy. Requests complete out of order, as the
+//!   device finishes them, and EVENT_IDX keeps interrupts and kicks to
+//!   those the driver asked for.
+//!
+//! `backend` is the device as vhost-user-backend sees it (features,
+//! configuration space, memory tables, `GET_VRING_BASE` waiting for the
+//! ring's requests), and [`Server`] the listener: one frontend at a time,
+//! each with fresh queues, until [`StopHandle::stop`].
+//!
+//! A driver's mistakes end in its own ring: each bad request gets
+//! `VIRTIO_BLK_S_IOERR` or `VIRTIO_BLK_S_UNSUPP`, and a chain with no
+//! status byte to answer in (or an available index past the ring) marks
+//! that ring broken; other queues and other devices go on.
+
+mod backend;
+pub mod request;
+mod server;
+mod shape;
+pub mod virtio_blk;
+mod virtqueue;
+
+use std::path::PathBuf;
+
+pub use server::{Server, ServerConfig, ServerStats, StopHandle};
+
+/// Most virtqueues a server offers (one thread each).
+pub const MAX_QUEUES: usize = 64;
+
+/// What can go wrong setting a server up.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The socket cannot be listened on.
+    #[error("vhost-user-blk socket {socket}: {reason}")]
+    Socket {
+        /// The path asked for.
+        socket: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// More queues than a server offers.
+    #[error("device {device}: {queues} virtqueues asked for; at most {max}")]
+    Queues {
+        /// The device.
+        device: String,
+        /// Queues asked for.
+        queues: usize,
+        /// The most allowed.
+        max: usize,
+    },
+    /// A serial longer than GET_ID can answer.
+    #[error("serial {serial:?} is longer than virtio-blk's {max} bytes")]
+    Serial {
+        /// The serial.
+        serial: String,
+        /// The most allowed.
+        max: usize,
+    },
+    /// The device refused a context.
+    #[error(transparent)]
+    Device(#[from] mqblk_core::Error),
+    /// A system call failed.
+    #[error(transparent)]
+    Io(std::io::Error),
+}
