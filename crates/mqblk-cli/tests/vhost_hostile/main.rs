@@ -14,8 +14,9 @@
 //! broken ring (no used element within [`NO_ANSWER_WAIT`]); then a good
 //! write and read succeed on the same queue, or on the other one if the
 //! ring is broken. The server stays up throughout, a last frontend reads
-//! back everything the good requests wrote, and SIGINT ends the server
-//! with exit 0 within 2 s. Each case prints what it got. A used element
+//! back everything the good requests wrote, so does nbdcopy over the same
+//! server's NBD export (`--socket`), and SIGINT ends the server with exit
+//! 0 within 2 s. Each case prints what it got. A used element
 //! whose status byte was left unwritten meets no case: the issue allows a
 //! status or a broken ring, nothing else. An answer that comes after
 //! `NO_ANSWER_WAIT` (a slow machine) is judged as any other.

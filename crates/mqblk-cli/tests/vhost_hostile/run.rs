@@ -2,9 +2,11 @@
 //! read, then the next; at the end a new frontend reads back.
 
 use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
-use mqblk_test_support::vhost_frontend::{status, Outcome, VhostBlk};
+use mqblk_test_support::require_tool;
+use mqblk_test_support::vhost_frontend::{status, Outcome, VhostBlk, SECTOR_BYTES};
 
 use crate::cases::{cases, Case, Ctx, Expect, BROKEN};
 use crate::server::{Serve, Server};
@@ -182,5 +184,47 @@ pub(crate) fn hostile_table(
         }
     }
     drop(fe);
+    let readback = readback.and_then(|()| nbd_readback(&server, dir, &reports));
     (reports, server, readback)
+}
+
+/// The good writes, read by a host tool (nbdcopy) over the same server's
+/// NBD export, if it has one: the hostile guest did not stop it either.
+fn nbd_readback(server: &Server, dir: &Path, reports: &[Report]) -> Result<(), String> {
+    let Some(nbd) = &server.nbd else {
+        return Ok(());
+    };
+    require_tool("nbdcopy");
+    let copy = dir.join("copy.img");
+    let uri = format!("nbd+unix:///?socket={}", nbd.display());
+    let out = Command::new("timeout")
+        .args(["60", "nbdcopy", &uri])
+        .arg(&copy)
+        .output()
+        .map_err(|e| format!("run nbdcopy: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "nbdcopy {uri}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let img = std::fs::read(&copy).map_err(|e| format!("read nbdcopy's copy: {e}"))?;
+    let mut checked = 0;
+    for (i, r) in reports.iter().enumerate() {
+        if r.after.1.is_err() {
+            continue;
+        }
+        let at = (check_sector(i) * SECTOR_BYTES) as usize;
+        if img.get(at..at + 4096) != Some(&pattern(i as u64)[..]) {
+            return Err(format!(
+                "nbdcopy: case {i}'s write reads back wrong over NBD"
+            ));
+        }
+        checked += 1;
+    }
+    eprintln!(
+        "{}: nbdcopy over NBD read back {checked} good writes",
+        server.name
+    );
+    Ok(())
 }

@@ -20,27 +20,34 @@ pub(crate) const SIGINT_EXIT_MAX: Duration = Duration::from_secs(2);
 pub(crate) struct Server {
     pub(crate) name: &'static str,
     pub(crate) socket: PathBuf,
+    /// The same device's NBD export (`--socket`), if it has one.
+    pub(crate) nbd: Option<PathBuf>,
     pub(crate) proc: Watched,
 }
 
 /// Starts a server in a directory, read-only or not.
 pub(crate) type Serve = fn(&Path, bool) -> Server;
 
-/// `mqblk serve MQBLK_SPEC --vhost-user-blk SOCKET --num-queues 2`.
+/// `mqblk serve MQBLK_SPEC --vhost-user-blk SOCKET --num-queues 2
+/// --socket NBD_SOCKET`: the device to VMs, and over NBD to host tools.
 pub(crate) fn serve_mqblk(dir: &Path, read_only: bool) -> Server {
     let socket = dir.join("vhost.sock");
+    let nbd = dir.join("nbd.sock");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_mqblk"));
     cmd.args(["serve", MQBLK_SPEC, "--vhost-user-blk"])
         .arg(&socket)
-        .args(["--num-queues", "2"]);
+        .args(["--num-queues", "2", "--socket"])
+        .arg(&nbd);
     if read_only {
         cmd.arg("--read-only");
     }
     let mut proc = Watched::spawn(&mut cmd);
     proc.wait_for_path(&socket);
+    proc.wait_for_path(&nbd);
     Server {
         name: "mqblk serve",
         socket,
+        nbd: Some(nbd),
         proc,
     }
 }
@@ -72,6 +79,7 @@ pub(crate) fn serve_qsd(dir: &Path, read_only: bool) -> Server {
     Server {
         name: "qemu-storage-daemon",
         socket,
+        nbd: None,
         proc,
     }
 }
