@@ -40,6 +40,17 @@ pub enum FrontendError {
     /// The guest memory could not be made, mapped or reached.
     #[error("guest memory: {0}")]
     Memory(String),
+    /// A queue's kick or call eventfd failed.
+    #[error("queue {queue}: {what} eventfd: {source}")]
+    Event {
+        /// The queue.
+        queue: u16,
+        /// Which fd, and what was done with it.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// A queue index the frontend did not set up.
     #[error("queue {queue} is not set up (the frontend has {num_queues})")]
     NoQueue {

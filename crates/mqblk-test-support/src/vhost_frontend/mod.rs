@@ -227,35 +227,40 @@ impl VhostBlk {
     }
 
     fn ring(&mut self, q: u16) -> Result<&mut SplitRing, FrontendError> {
+        Ok(self.mem_and_ring(q)?.1)
+    }
+
+    /// The guest memory and queue `q`'s ring, borrowed together.
+    fn mem_and_ring(&mut self, q: u16) -> Result<(&GuestMem, &mut SplitRing), FrontendError> {
         let num_queues = self.rings.len() as u16;
-        self.rings
+        let ring = self
+            .rings
             .get_mut(usize::from(q))
             .ok_or(FrontendError::NoQueue {
                 queue: q,
                 num_queues,
-            })
+            })?;
+        Ok((&self.mem, ring))
     }
 
-    /// Write `descs` as queue `q`'s indirect table `slot`: the address and
-    /// length an INDIRECT descriptor names.
+    /// Write `descs` as queue `q`'s indirect table `slot` (below
+    /// [`INDIRECT_TABLES`]): the address and length an INDIRECT
+    /// descriptor names.
     pub fn put_indirect(
         &mut self,
         q: u16,
         slot: u16,
         descs: &[Desc],
     ) -> Result<(u64, u32), FrontendError> {
-        let table_gpa = self
-            .mem
-            .layout
-            .indirect_gpa(q, slot.min(INDIRECT_TABLES - 1));
-        let ring = self
-            .rings
-            .get(usize::from(q))
-            .ok_or(FrontendError::NoQueue {
+        let (mem, ring) = self.mem_and_ring(q)?;
+        if slot >= INDIRECT_TABLES {
+            return Err(FrontendError::ChainTooLong {
                 queue: q,
-                num_queues: self.rings.len() as u16,
-            })?;
-        ring.put_indirect(&self.mem, table_gpa, slot, descs)
+                descs: descs.len(),
+                room: 0,
+            });
+        }
+        ring.put_indirect(mem, mem.layout.indirect_gpa(q, slot), slot, descs)
     }
 
     /// Put `descs` in queue `q`'s descriptor table from slot 0, publish
@@ -267,14 +272,7 @@ impl VhostBlk {
         head: u16,
         avail_advance: u16,
     ) -> Result<(), FrontendError> {
-        let mem = &self.mem;
-        let ring = self
-            .rings
-            .get_mut(usize::from(q))
-            .ok_or(FrontendError::NoQueue {
-                queue: q,
-                num_queues: 0,
-            })?;
+        let (mem, ring) = self.mem_and_ring(q)?;
         ring.put_descs(mem, 0, descs)?;
         ring.publish(mem, head, avail_advance)?;
         ring.kick()
@@ -282,14 +280,7 @@ impl VhostBlk {
 
     /// Wait at most `max` for queue `q`'s next used element.
     pub fn wait_used(&mut self, q: u16, max: Duration) -> Result<Option<Used>, FrontendError> {
-        let mem = &self.mem;
-        let ring = self
-            .rings
-            .get_mut(usize::from(q))
-            .ok_or(FrontendError::NoQueue {
-                queue: q,
-                num_queues: 0,
-            })?;
+        let (mem, ring) = self.mem_and_ring(q)?;
         ring.wait_used(mem, max)
     }
 

@@ -86,9 +86,12 @@ impl SplitRing {
         avail_gpa: u64,
         used_gpa: u64,
     ) -> Result<SplitRing, FrontendError> {
-        let fd = || {
-            EventFd::new(EFD_NONBLOCK)
-                .map_err(|e| FrontendError::Memory(format!("eventfd for queue {index}: {e}")))
+        let fd = |what| {
+            EventFd::new(EFD_NONBLOCK).map_err(|source| FrontendError::Event {
+                queue: index,
+                what,
+                source,
+            })
         };
         Ok(SplitRing {
             index,
@@ -98,8 +101,8 @@ impl SplitRing {
             used_gpa,
             next_avail: 0,
             next_used: 0,
-            kick: fd()?,
-            call: fd()?,
+            kick: fd("make the kick")?,
+            call: fd("make the call")?,
         })
     }
 
@@ -175,9 +178,11 @@ impl SplitRing {
 
     /// Kick the device.
     pub fn kick(&self) -> Result<(), FrontendError> {
-        self.kick
-            .write(1)
-            .map_err(|e| FrontendError::Memory(format!("kick queue {}: {e}", self.index)))
+        self.kick.write(1).map_err(|source| FrontendError::Event {
+            queue: self.index,
+            what: "write the kick",
+            source,
+        })
     }
 
     /// The next used element if the device has put one.
