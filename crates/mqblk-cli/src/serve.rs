@@ -173,6 +173,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DIR")]
     pub trace: Option<PathBuf>,
 
+    /// Keep the counters of every exported device (and the devices below
+    /// it) in DIR, refreshed every 100 ms, as `mqblk bench --stats-dir`
+    /// does: `mqblk stat DIR` and iostat read them while serving.
+    #[arg(long = "stats-dir", value_name = "DIR")]
+    pub stats_dir: Option<PathBuf>,
+
     /// Serve the (first) device to virtual machines as a vhost-user-blk
     /// backend on the unix socket PATH (QEMU's `vhost-user-blk-pci`,
     /// cloud-hypervisor's `--disk vhost_user=true`, libblkio's
@@ -469,6 +475,10 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         }
         None => None,
     };
+    let stats_thread = match &args.stats_dir {
+        Some(dir) => Some(keep_stats(dir, &watch, stopping.clone())?),
+        None => None,
+    };
     watch_stop()?;
     let nbd_result = match &nbd {
         Some(server) => server.run().map_err(anyhow::Error::from),
@@ -488,6 +498,13 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         );
     }
     nbd_result?;
+    if let Some(t) = stats_thread {
+        stopping.store(true, Ordering::Relaxed);
+        match t.join() {
+            Ok(r) => r?,
+            Err(_) => bail!("the stats writer panicked"),
+        }
+    }
     // An export that ran degraded says so, as its last word.
     for dev in &watch {
         for leg in mqblk::degraded_legs(dev) {
@@ -509,6 +526,35 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Write the counters of `devices` and the devices below them into `dir`
+/// every 100 ms until `stop`, then once more, final.
+fn keep_stats(
+    dir: &std::path::Path,
+    devices: &[mqblk::Device],
+    stop: Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<Result<()>>> {
+    let mut devs: Vec<mqblk::Device> = Vec::new();
+    for d in devices {
+        for d in std::iter::once(d.clone()).chain(mqblk::lower_devices(d)) {
+            if !devs.iter().any(|x| x.name() == d.name()) {
+                devs.push(d);
+            }
+        }
+    }
+    let sd = crate::stat::StatsDir::new(dir, devs)?;
+    sd.write(false)?;
+    std::thread::Builder::new()
+        .name("serve-stats".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+                sd.write(false)?;
+            }
+            sd.write(true)
+        })
+        .context("starting the stats writer")
 }
 
 /// At SIGINT or SIGTERM, stop the vhost-user-blk server: a thread sleeps on

@@ -201,6 +201,17 @@ impl Watched {
     }
 }
 
+/// Run `cmd` to its end (as a [`Watched`] child), at most `max`: past
+/// that it is killed, by its pid, and the test fails; and fail the test
+/// unless it succeeds, with its stdout and stderr. Its stdout.
+pub fn run_ok_within(cmd: &mut Command, max: Duration) -> String {
+    let w = Watched::spawn(cmd);
+    let who = w.who.clone();
+    let (status, out, err) = w.finish(max);
+    assert!(status.success(), "`{who}` exited {status}:\n{out}{err}");
+    out
+}
+
 impl Drop for Watched {
     fn drop(&mut self) {
         self.kill();

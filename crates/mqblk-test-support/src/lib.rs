@@ -17,9 +17,10 @@
 //! Beside that, what several test files would otherwise write again: a
 //! [`Scratch`] directory, [`wait_for_path`] for a server's socket, and a
 //! [`Watched`] child (its output read line by line, stopped by its pid),
-//! a [`LoopDev`] over a file and an [`Ext4`] mounted on one, and
+//! a [`LoopDev`] over a file and an [`Ext4`] mounted on one,
 //! [`time_bound`], which prints a time bound's figure in the one line
-//! `scripts/time-bounds.sh` reads.
+//! `scripts/time-bounds.sh` reads, and a [`Guest`]: a virtual machine
+//! under qemu whose disk is a vhost-user-blk export.
 //!
 //! And a test driver for the exports: [`vhost_frontend`], a minimal
 //! virtio-blk driver over vhost-user that puts any chain of descriptors,
@@ -29,6 +30,7 @@
 
 mod bound;
 mod child;
+mod guest;
 mod loop_dev;
 mod machine;
 mod scratch;
@@ -36,7 +38,8 @@ pub mod vhost_frontend;
 mod wait;
 
 pub use bound::time_bound;
-pub use child::{Line, Watched};
+pub use child::{run_ok_within, Line, Watched};
+pub use guest::{e2fsck_clean, Boot, Guest, GuestFile, Phase, BOOT_MAX, QUEUES};
 pub use loop_dev::{unmount, Ext4, LoopDev};
 pub use machine::{
     have_tool, in_ci, require_tool, run_ok, skip_no_module, skip_unless_ci, test_name,

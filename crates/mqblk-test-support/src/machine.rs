@@ -26,10 +26,16 @@ pub fn test_name() -> String {
 /// Whether `tool` is an executable on `PATH` (or in the sbin directories,
 /// which a non-login root shell may leave out).
 pub fn have_tool(tool: &str) -> bool {
+    tool_path(tool).is_some()
+}
+
+/// Where `tool` is, as [`have_tool`] looks for it.
+pub(crate) fn tool_path(tool: &str) -> Option<std::path::PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain(["/usr/sbin", "/sbin"].map(Into::into))
-        .any(|d| d.join(tool).is_file())
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
 }
 
 /// Fail (never skip) when a tool that `scripts/test` installs is missing.

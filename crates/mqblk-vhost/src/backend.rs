@@ -16,10 +16,7 @@ use vmm_sys_util::event::{
 };
 
 use crate::virtio_blk::Shape;
-use crate::virtqueue::{AtomicMemory, Vring, Worker};
-
-/// The largest ring a driver may set up.
-pub(crate) const MAX_QUEUE_SIZE: usize = 1024;
+use crate::virtqueue::{AtomicMemory, Vring, Worker, MAX_QUEUE_SIZE};
 
 /// How long `GET_VRING_BASE` waits for a ring's requests in flight.
 pub(crate) const STOP_WAIT: Duration = Duration::from_secs(10);

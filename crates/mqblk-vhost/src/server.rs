@@ -2,7 +2,6 @@
 //! queues' threads and contexts), then the next. A stop ends the
 //! connection, waits for the requests in flight, and returns.
 
-use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -17,9 +16,9 @@ use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 
 use crate::backend::BlkBackend;
+use crate::error::{Error, MAX_QUEUES};
 use crate::virtio_blk::Shape;
 use crate::virtqueue::Worker;
-use crate::Error;
 
 /// How long the requests of a frontend that left may take before their
 /// memory is kept mapped for good and the next frontend is served.
@@ -116,11 +115,11 @@ impl Server {
     /// Listen on `cfg.socket` for frontends of `dev`.
     pub fn bind(dev: Device, cfg: &ServerConfig) -> Result<Server, Error> {
         let queues = cfg.num_queues.unwrap_or_else(|| dev.nr_hw_queues()).max(1);
-        if queues > crate::MAX_QUEUES {
+        if queues > MAX_QUEUES {
             return Err(Error::Queues {
                 device: dev.name().to_string(),
                 queues,
-                max: crate::MAX_QUEUES,
+                max: MAX_QUEUES,
             });
         }
         let shape = Arc::new(crate::shape::of(&dev, queues, cfg.read_only)?);
@@ -252,7 +251,16 @@ impl Server {
             daemon.request_shutdown();
         }
         if let Err(e) = daemon.wait() {
-            if !self.stop.is_stopped() {
+            // A frontend that hangs up (a VM powered off, a client that
+            // closed) ends this way: only other endings are worth a line.
+            let hung_up = matches!(
+                e,
+                vhost_user_backend::Error::HandleRequest(
+                    vhost::vhost_user::Error::Disconnected
+                        | vhost::vhost_user::Error::PartialMessage
+                )
+            );
+            if !hung_up && !self.stop.is_stopped() {
                 eprintln!(
                     "mqblk serve: vhost-user-blk {}: the frontend's connection ended: {e}",
                     self.socket.display()
@@ -283,11 +291,5 @@ impl Server {
             socket: self.socket.clone(),
             reason: format!("cannot {what}: {e}"),
         }
-    }
-}
-
-impl From<io::Error> for Error {
-    fn from(e: io::Error) -> Error {
-        Error::Io(e)
     }
 }

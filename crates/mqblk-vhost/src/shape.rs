@@ -3,8 +3,8 @@
 
 use mqblk_core::Device;
 
+use crate::error::{Error, MAX_QUEUES};
 use crate::virtio_blk::{Shape, SECTOR_SHIFT};
-use crate::Error;
 
 /// Data segments per request offered to the driver (`seg_max`): a ring of
 /// 256 with indirect descriptors carries requests of up to 254 segments,
@@ -38,7 +38,7 @@ pub(crate) fn of(dev: &Device, queues: usize, read_only: bool) -> Result<Shape, 
     let queues = u16::try_from(queues).map_err(|_| Error::Queues {
         device: dev.name().to_string(),
         queues,
-        max: crate::MAX_QUEUES,
+        max: MAX_QUEUES,
     })?;
     Ok(Shape {
         capacity_sectors,

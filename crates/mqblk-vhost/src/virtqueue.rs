@@ -19,6 +19,9 @@ use vm_memory::{
 use crate::request::{self, Desc, Op, Parsed, ReadGuest};
 use crate::virtio_blk::{BlkStatus, Shape};
 
+/// The largest ring a driver may set up.
+pub(crate) const MAX_QUEUE_SIZE: usize = 1024;
+
 /// Guest memory as the backend maps it (no dirty-page log).
 pub(crate) type Memory = GuestMemoryMmap<()>;
 /// The shared, replaceable view of it.
@@ -94,7 +97,7 @@ fn blk_status(s: Status) -> BlkStatus {
 impl Worker {
     /// A worker for virtqueue `queue`, on context `ctx`.
     pub(crate) fn new(ctx: Context, shape: Arc<Shape>, serial: &[u8], queue: u16) -> Worker {
-        let size = crate::backend::MAX_QUEUE_SIZE;
+        let size = MAX_QUEUE_SIZE;
         let mut id = [0u8; crate::virtio_blk::ID_LEN];
         let n = serial.len().min(id.len());
         id[..n].copy_from_slice(&serial[..n]);
