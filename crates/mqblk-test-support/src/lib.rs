@@ -21,6 +21,10 @@
 //! [`time_bound`], which prints a time bound's figure in the one line
 //! `scripts/time-bounds.sh` reads, and a [`Guest`]: a virtual machine
 //! under qemu whose disk is a vhost-user-blk export.
+//!
+//! And a test driver for the exports: [`vhost_frontend`], a minimal
+//! virtio-blk driver over vhost-user that puts any chain of descriptors,
+//! good or hostile, on a backend's queues.
 
 #![forbid(unsafe_code)]
 
@@ -30,6 +34,7 @@ mod guest;
 mod loop_dev;
 mod machine;
 mod scratch;
+pub mod vhost_frontend;
 mod wait;
 
 pub use bound::time_bound;
@@ -41,6 +46,7 @@ pub use machine::{
     OPTIONAL_MODULES, SKIP_LOG,
 };
 pub use scratch::Scratch;
+pub use vhost_frontend::{Outcome, VhostBlk};
 pub use wait::wait_for_path;
 
 /// The Debian source tree of the installed fio (its `examples/` job files

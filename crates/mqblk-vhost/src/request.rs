@@ -244,6 +244,9 @@ pub fn parse(
             if seg_count(data) > shape.seg_max {
                 return answer(BlkStatus::IoErr, "more data segments than seg_max");
             }
+            if data.pieces(descs).any(|(_, n)| n > shape.size_max) {
+                return answer(BlkStatus::IoErr, "a data segment longer than size_max");
+            }
             if write && shape.read_only {
                 return answer(BlkStatus::IoErr, "a write to a read-only device");
             }
@@ -563,6 +566,19 @@ mod tests {
             .chain(std::iter::once(d(ST, 1, true)))
             .collect();
         assert_eq!(status_of(run(&m, &descs)), IoErr);
+        // A segment longer than size_max (1 MiB), inside the device.
+        let descs = [
+            d(HDR, 16, false),
+            d(DATA, (1 << 20) + 4096, true),
+            d(ST, 1, true),
+        ];
+        match run(&m, &descs) {
+            Parsed::Answer { status, why, .. } => {
+                assert_eq!(status, IoErr);
+                assert_eq!(why, "a data segment longer than size_max");
+            }
+            other => panic!("expected an answer, got {other:?}"),
+        }
         // More descriptors than were kept.
         assert_eq!(
             status_of(parse(

@@ -276,8 +276,13 @@ impl Worker {
             self.descs.clear();
             let mut more = 0usize;
             let mut last = None;
+            // The iterator stops at a loop (after as many descriptors as
+            // the table holds) or at a next index past the table, and
+            // then the last descriptor it gave still says NEXT.
+            let mut open_end = false;
             let cap = self.shape.seg_max as usize + 2;
             for d in chain {
+                open_end = d.has_next();
                 let desc = Desc {
                     addr: d.addr().0,
                     len: d.len(),
@@ -289,6 +294,10 @@ impl Worker {
                     more += 1;
                     last = Some(desc);
                 }
+            }
+            if open_end {
+                self.break_ring("the chain does not end: a loop, or a next index past the table");
+                return;
             }
             match request::parse(&self.shape, &self.descs, more, last, &**mem) {
                 Parsed::Submit(req) => self.submit(head, req, mem, write_through),
