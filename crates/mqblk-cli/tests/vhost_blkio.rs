@@ -16,15 +16,42 @@ use mqblk_test_support::{time_bound, Scratch, Watched};
 
 /// `mqblk serve SPEC --vhost-user-blk SOCKET` and its extra options;
 /// waits for the socket.
-fn serve(scratch: &Scratch, spec: &str, extra: &[&str]) -> (Watched, PathBuf) {
+/// The server a test started: killed by its pid when dropped, and then,
+/// if the test is failing, what it printed is shown.
+struct Server(Option<Watched>);
+
+impl Server {
+    fn signal(&mut self, sig: &str) {
+        self.0.as_mut().expect("running").signal(sig);
+    }
+    fn wait(&mut self, max: Duration) -> std::process::ExitStatus {
+        self.0.as_mut().expect("running").wait(max)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut s) = self.0.take() {
+            s.kill();
+            let (_, _, err) = s.finish(Duration::from_secs(10));
+            if std::thread::panicking() {
+                eprintln!("--- mqblk serve's stderr:\n{err}");
+            }
+        }
+    }
+}
+
+fn serve(scratch: &Scratch, spec: &str, extra: &[&str]) -> (Server, PathBuf) {
     let sock = scratch.path().join("vhost.sock");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_mqblk"));
     cmd.args(["serve", spec, "--vhost-user-blk"])
         .arg(&sock)
         .args(extra);
-    let mut server = Watched::spawn(&mut cmd);
-    server.wait_for_path(&sock);
-    (server, sock)
+    let server = Watched::spawn(&mut cmd);
+    // The startup line comes once the socket listens (its path appears at
+    // bind, a moment before).
+    server.wait_err("mqblk serve: vhost-user-blk on", Duration::from_secs(30));
+    (Server(Some(server)), sock)
 }
 
 /// A started libblkio instance with `queues` queues and one memory region.
@@ -195,7 +222,7 @@ fn model_check(tag: &str, spec: &str, size: u64, keeps_data: bool, extra: &[&str
 }
 
 /// SIGINT: the server exits 0.
-fn stop(mut server: Watched) {
+fn stop(mut server: Server) {
     server.signal("-INT");
     let st = server.wait(Duration::from_secs(5));
     assert!(st.success(), "mqblk serve exited {st}");

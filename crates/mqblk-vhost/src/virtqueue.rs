@@ -79,6 +79,9 @@ pub(crate) struct Worker {
     broken: Option<&'static str>,
     /// Used elements added since the driver was last interrupted.
     added: u32,
+    /// Requests refused since the last line said so, and when it was.
+    refusals: u64,
+    said_at: Option<Instant>,
     /// Chains taken and completions reaped, for the busy poll's progress.
     taken: u64,
     reaped: u64,
@@ -121,6 +124,8 @@ impl Worker {
             done: Vec::with_capacity(size),
             broken: None,
             added: 0,
+            refusals: 0,
+            said_at: None,
             taken: 0,
             reaped: 0,
             queue,
@@ -139,7 +144,8 @@ impl Worker {
 
     /// Take the driver's current memory table as the newest generation,
     /// and let go of older ones no request points into.
-    fn refresh(&mut self, atomic: &AtomicMemory) {
+    /// True if the table is newer than the one taken before.
+    fn refresh(&mut self, atomic: &AtomicMemory) -> bool {
         let now = atomic.memory();
         let same = self
             .generations
@@ -155,6 +161,7 @@ impl Worker {
             self.generations.pop_front();
             self.gen_base += 1;
         }
+        !same
     }
 
     /// A kick (or a completion): take every available chain, submit, reap,
@@ -167,32 +174,31 @@ impl Worker {
         poll: Option<Duration>,
     ) {
         self.refresh(atomic);
-        let mem = self.generations.back().expect("a generation").mem.clone();
         let mut state = vring.get_mut();
         let event_idx = state.get_queue().event_idx_enabled();
         while self.broken.is_none() {
             if event_idx {
-                let _ = state.get_queue_mut().disable_notification(&*mem);
+                let _ = state.get_queue_mut().disable_notification(&*self.current());
             }
-            self.take_available(&mem, &mut state, write_through);
+            self.take_available(atomic, &mut state, write_through);
             self.ctx.unplug();
-            self.reap(&mut state, &mem);
+            self.reap(&mut state);
             if !event_idx {
                 break;
             }
             // Re-arm, and look once more: a chain made available between
             // the last look and the re-arm would otherwise wait for a kick
             // the driver will not send.
-            match state.get_queue_mut().enable_notification(&*mem) {
+            match state.get_queue_mut().enable_notification(&*self.current()) {
                 Ok(true) => continue,
                 _ => break,
             }
         }
-        self.reap(&mut state, &mem);
-        self.notify(&mut state, &mem);
+        self.reap(&mut state);
+        self.notify(&mut state);
         drop(state);
         if let Some(poll) = poll {
-            self.busy_poll(&mem, vring, write_through, poll);
+            self.busy_poll(atomic, vring, write_through, poll);
         }
     }
 
@@ -201,15 +207,21 @@ impl Worker {
     /// within it needs no kick, and its completions no eventfd round trip.
     /// The ring's lock is taken per look, so the frontend's control
     /// messages wait for one look at most.
-    fn busy_poll(&mut self, mem: &Arc<Memory>, vring: &Vring, write_through: bool, poll: Duration) {
+    fn busy_poll(
+        &mut self,
+        atomic: &AtomicMemory,
+        vring: &Vring,
+        write_through: bool,
+        poll: Duration,
+    ) {
         let mut deadline = Instant::now() + poll;
         while self.broken.is_none() {
             let seen = (self.taken, self.reaped);
             let mut state = vring.get_mut();
-            self.take_available(mem, &mut state, write_through);
+            self.take_available(atomic, &mut state, write_through);
             self.ctx.unplug();
-            self.reap(&mut state, mem);
-            self.notify(&mut state, mem);
+            self.reap(&mut state);
+            self.notify(&mut state);
             drop(state);
             let now = Instant::now();
             if (self.taken, self.reaped) != seen {
@@ -225,10 +237,9 @@ impl Worker {
     /// Reap completions only (the context's fd fired).
     pub(crate) fn complete(&mut self, atomic: &AtomicMemory, vring: &Vring) {
         self.refresh(atomic);
-        let mem = self.generations.back().expect("a generation").mem.clone();
         let mut state = vring.get_mut();
-        self.reap(&mut state, &mem);
-        self.notify(&mut state, &mem);
+        self.reap(&mut state);
+        self.notify(&mut state);
     }
 
     /// Reap without a ring (the frontend is gone): wait for every request
@@ -255,64 +266,125 @@ impl Worker {
         }
     }
 
+    /// Take every available chain, read with a memory table loaded after
+    /// the available index was: the driver publishes a chain only after
+    /// the regions it points into were added (and acknowledged), so such a
+    /// table has them all. A table loaded before the index might not.
     fn take_available(
         &mut self,
-        mem: &Arc<Memory>,
+        atomic: &AtomicMemory,
         state: &mut VringState<AtomicMemory>,
         write_through: bool,
     ) {
-        let queue = state.get_queue_mut();
-        let iter = match queue.iter(&**mem) {
-            Ok(it) => it,
-            Err(QueueError::InvalidAvailRingIndex) => {
-                self.break_ring("the available index moved past the queue size");
-                return;
-            }
-            Err(_) => return,
-        };
-        for chain in iter {
-            self.taken += 1;
-            let head = chain.head_index();
-            self.descs.clear();
-            let mut more = 0usize;
-            let mut last = None;
-            // The iterator stops at a loop (after as many descriptors as
-            // the table holds) or at a next index past the table, and
-            // then the last descriptor it gave still says NEXT.
-            let mut open_end = false;
-            let cap = self.shape.seg_max as usize + 2;
-            for d in chain {
-                open_end = d.has_next();
-                let desc = Desc {
-                    addr: d.addr().0,
-                    len: d.len(),
-                    writable: d.is_write_only(),
-                };
-                if self.descs.len() < cap {
-                    self.descs.push(desc);
-                } else {
-                    more += 1;
-                    last = Some(desc);
-                }
-            }
-            if open_end {
-                self.break_ring("the chain does not end: a loop, or a next index past the table");
-                return;
-            }
-            match request::parse(&self.shape, &self.descs, more, last, &**mem) {
-                Parsed::Submit(req) => self.submit(head, req, mem, write_through),
-                Parsed::Answer {
-                    status, status_at, ..
-                } => {
-                    let _ = mem.write_obj(status as u8, GuestAddress(status_at));
-                    self.used.push((head, 1));
-                }
-                Parsed::Broken(why) => {
-                    self.break_ring(why);
+        'table: loop {
+            let mem = self.current();
+            let queue = state.get_queue_mut();
+            let iter = match queue.iter(&*mem) {
+                Ok(it) => it,
+                Err(QueueError::InvalidAvailRingIndex) => {
+                    self.break_ring("the available index moved past the queue size");
                     return;
                 }
+                Err(_) => return,
+            };
+            if self.refresh(atomic) {
+                continue 'table;
             }
+            for chain in iter {
+                let head = chain.head_index();
+                self.descs.clear();
+                let mut more = 0usize;
+                let mut last = None;
+                // The iterator stops at a loop (after as many descriptors
+                // as the table holds), at a next index past the table or
+                // at a descriptor it cannot read; then the last one it gave
+                // still says NEXT.
+                let mut open_end = false;
+                let cap = self.shape.seg_max as usize + 2;
+                for d in chain {
+                    open_end = d.has_next();
+                    let desc = Desc {
+                        addr: d.addr().0,
+                        len: d.len(),
+                        writable: d.is_write_only(),
+                    };
+                    if self.descs.len() < cap {
+                        self.descs.push(desc);
+                    } else {
+                        more += 1;
+                        last = Some(desc);
+                    }
+                }
+                let parsed = if open_end {
+                    Parsed::Broken("the chain does not end: a loop, or a next index past the table")
+                } else {
+                    request::parse(&self.shape, &self.descs, more, last, &*mem)
+                };
+                let translated = match parsed {
+                    Parsed::Submit(req) => {
+                        translate(req.op, &self.descs, &self.serial, &mem, &mut self.pieces)
+                    }
+                    _ => Ok(()),
+                };
+                self.taken += 1;
+                match (parsed, translated) {
+                    (Parsed::Submit(req), Ok(())) => self.submit(head, req, &mem, write_through),
+                    (Parsed::Submit(req), Err(status)) => {
+                        self.refused(status, "data outside guest memory");
+                        let _ = mem.write_obj(status as u8, GuestAddress(req.status_at));
+                        self.used.push((head, 1));
+                    }
+                    (
+                        Parsed::Answer {
+                            status,
+                            status_at,
+                            why,
+                        },
+                        _,
+                    ) => {
+                        self.refused(status, why);
+                        let _ = mem.write_obj(status as u8, GuestAddress(status_at));
+                        self.used.push((head, 1));
+                    }
+                    (Parsed::Broken(why), _) => {
+                        self.break_ring(why);
+                        return;
+                    }
+                }
+            }
+            return;
         }
+    }
+
+    /// The newest memory table this worker has taken.
+    fn current(&self) -> Arc<Memory> {
+        self.generations.back().expect("a generation").mem.clone()
+    }
+
+    /// Say why a request was refused: at most one line a second per
+    /// queue (a driver that sends only bad requests cannot flood the log),
+    /// with the count of those not said.
+    fn refused(&mut self, status: BlkStatus, why: &'static str) {
+        self.refusals += 1;
+        let now = Instant::now();
+        if self
+            .said_at
+            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
+        {
+            return;
+        }
+        let more = self.refusals - 1;
+        eprintln!(
+            "mqblk serve: vhost-user-blk queue {}: a request answered {status:?}: {why}{}",
+            self.queue,
+            if more > 0 {
+                format!(" ({more} more refused since the last line)")
+            } else {
+                String::new()
+            }
+        );
+        self.refusals = 0;
+        self.said_at = Some(now);
     }
 
     fn break_ring(&mut self, why: &'static str) {
@@ -324,21 +396,24 @@ impl Worker {
         self.broken = Some(why);
     }
 
-    /// Turn one checked request into a bio on the context.
+    /// Turn one checked request, its data resolved into `pieces`, into a
+    /// bio on the context (GET_ID, whose answer is written already, is
+    /// answered at once).
     fn submit(&mut self, head: u16, req: request::Request, mem: &Arc<Memory>, write_through: bool) {
         let answer_now = |w: &mut Worker, status: BlkStatus, len: u32| {
             let _ = mem.write_obj(status as u8, GuestAddress(req.status_at));
             w.used.push((head, len));
         };
-        if let Err(status) = translate(req.op, &self.descs, &self.serial, mem, &mut self.pieces) {
-            return answer_now(self, status, 1);
-        }
         if let Op::GetId { .. } = req.op {
             return answer_now(self, BlkStatus::Ok, req.used_len);
         }
         let Some(slot) = self.free.pop() else {
             // More chains than the ring holds: only a driver that put one
             // head in flight twice gets here.
+            self.refused(
+                BlkStatus::IoErr,
+                "more requests in flight than the ring holds",
+            );
             return answer_now(self, BlkStatus::IoErr, 1);
         };
         let generation = self.gen_base + self.generations.len() as u64 - 1;
@@ -398,14 +473,15 @@ impl Worker {
     }
 
     /// Poll the context and answer what completed.
-    fn reap(&mut self, state: &mut VringState<AtomicMemory>, mem: &Arc<Memory>) {
+    fn reap(&mut self, state: &mut VringState<AtomicMemory>) {
+        let mem = self.current();
         let Worker { ctx, done, .. } = self;
         ctx.poll(|c| done.push((c.private() as u32, blk_status(c.status()))));
         self.answer_done();
         let queue = state.get_queue_mut();
         for (head, len) in self.used.drain(..) {
             self.added += 1;
-            if queue.add_used(&**mem, head, len).is_err() {
+            if queue.add_used(&*mem, head, len).is_err() {
                 // A head outside the ring: the driver broke it.
                 self.broken.get_or_insert("a used element outside the ring");
             }
@@ -447,14 +523,15 @@ impl Worker {
     }
 
     /// Interrupt the driver if used elements were added and it wants them.
-    fn notify(&mut self, state: &mut VringState<AtomicMemory>, mem: &Arc<Memory>) {
+    fn notify(&mut self, state: &mut VringState<AtomicMemory>) {
+        let mem = self.current();
         if self.added == 0 {
             return;
         }
         self.added = 0;
         let needs = state
             .get_queue_mut()
-            .needs_notification(&**mem)
+            .needs_notification(&*mem)
             .unwrap_or(true);
         if needs {
             let _ = state.signal_used_queue();
