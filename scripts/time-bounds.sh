@@ -82,6 +82,11 @@ tests=(
   "mqblk-cli input_caps serve_with_a_tls_certificate_of_dev_zero_fails_within_a_second_naming_it_and_the_cap"
   "mqblk-cli input_caps serve_with_a_tls_key_of_dev_zero_fails_within_a_second_naming_it_and_the_cap"
   "mqblk-cli input_caps serve_with_a_tls_ca_of_dev_zero_fails_within_a_second_naming_it_and_the_cap"
+  "mqblk-cli vhost_blkio sigint_with_a_client_attached_exits_within_2s_and_the_next_client_is_served_first"
+  "mqblk-cli vhost_guest a_vm_makes_and_checks_ext4_through_mqblk_on_a_file_device"
+  "mqblk-cli vhost_guest a_vm_makes_and_checks_ext4_through_mqblk_on_a_stripe_over_two_ram_legs"
+  "mqblk-cli vhost_guest qemu_storage_daemon_the_peer_passes_the_round_trip_on_a_file"
+  "mqblk-cli vhost_guest sigint_with_a_busy_guest_attached_ends_serve_within_2s"
 )
 
 if [ -n "$pattern" ]; then

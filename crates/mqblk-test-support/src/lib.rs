@@ -39,7 +39,7 @@ mod wait;
 
 pub use bound::time_bound;
 pub use child::{run_ok_within, Line, Watched};
-pub use guest::{e2fsck_clean, Boot, Guest, GuestFile, Phase, BOOT_MAX, QUEUES};
+pub use guest::{e2fsck_clean, Boot, Guest, GuestFile, Phase, Running, BOOT_MAX, BUSY, QUEUES};
 pub use loop_dev::{unmount, Ext4, LoopDev};
 pub use machine::{
     have_tool, in_ci, require_tool, run_ok, skip_no_module, skip_unless_ci, test_name,

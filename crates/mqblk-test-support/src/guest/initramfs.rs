@@ -31,8 +31,9 @@ pub(super) const MARK: &str = "mqblk-guest:";
 const INIT: &str = r#"#!/bin/busybox sh
 # /init of mqblk-test-support's guest. mqblk.phase=write on the kernel
 # command line makes ext4 on /dev/vda and copies /data onto it;
-# mqblk.phase=check checks it and prints the files' SHA-256. Every line
-# meant for the host starts with "mqblk-guest:".
+# mqblk.phase=check checks it and prints the files' SHA-256;
+# mqblk.phase=busy copies parts of /dev/vda onto itself for ever. Every
+# line meant for the host starts with "mqblk-guest:".
 # busybox has applets named mke2fs and e2fsck too: the real ones are
 # called by their /sbin paths.
 /bin/busybox --install -s /bin
@@ -72,8 +73,30 @@ check)
   done
   umount /mnt || fail "umount /mnt"
   ;;
+busy)
+  # Copy 1 MiB at $1 MiB to $2 MiB, both with O_DIRECT.
+  copy() {
+    dd if=/dev/vda of=/dev/vda bs=64k count=16 skip=$(($1 * 16)) seek=$(($2 * 16)) \
+      iflag=direct oflag=direct conv=notrunc 2>/dev/null
+  }
+  copy 0 64 || fail "dd on /dev/vda"
+  # Two loops at once, for the two vCPUs and so the two queues.
+  for l in 0 1; do
+    (
+      n=0
+      while :; do
+        copy $l $((128 + l)) || fail "dd on /dev/vda in loop $l"
+        n=$((n + 1))
+        say "round $l $n"
+      done
+    ) &
+  done
+  say busy
+  wait
+  fail "the busy loops ended"
+  ;;
 *)
-  fail "no mqblk.phase=write or check on the command line"
+  fail "no mqblk.phase=write, check or busy on the command line"
   ;;
 esac
 say "done at $(cut -d' ' -f1 /proc/uptime) s"

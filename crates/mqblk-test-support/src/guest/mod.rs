@@ -3,7 +3,9 @@
 //! here (`initramfs.rs`: a static busybox, mke2fs and e2fsck, the virtio
 //! and ext4 modules, and files made from a seed (`files.rs`)). A first
 //! boot makes ext4 on the disk and writes the files; the host checks the
-//! file system; a second boot reads the files back (`vm.rs`). The export
+//! file system; a second boot reads the files back (`vm.rs`). A busy
+//! guest reads and writes its disk for ever, and the test gets control
+//! back while it does, to stop the export under it. The export
 //! under test is started by the test (mqblk's, or qemu-storage-daemon's
 //! as the peer); this module needs only its socket.
 
@@ -17,7 +19,7 @@ use std::process::Command;
 use std::time::Duration;
 
 pub use files::GuestFile;
-pub use vm::{Boot, Phase, BOOT_MAX, QUEUES};
+pub use vm::{Boot, Phase, Running, BOOT_MAX, BUSY, QUEUES};
 
 use crate::child::Watched;
 use crate::machine::require_tool;
@@ -88,6 +90,23 @@ impl Guest {
             );
         }
         boot
+    }
+
+    /// Boot for `phase` with the vhost-user-blk backend on `socket`, and
+    /// return once the guest says `until` (e.g. [`BUSY`]), within
+    /// [`BOOT_MAX`], with its disk seen with [`QUEUES`] queues; qemu
+    /// keeps running, owned by the [`Running`] guest.
+    pub fn start(&self, phase: Phase, socket: &Path, until: &str) -> Running {
+        let running = vm::start(self.kernel, &self.initrd, socket, phase, until);
+        let (sectors, queues) = running.disk();
+        assert_eq!(
+            queues, QUEUES,
+            "the {phase:?} guest's disk has {queues} queues, not {QUEUES}"
+        );
+        eprintln!(
+            "guest: {phase:?} boot: said {until:?}; its disk {sectors} sectors, {queues} queues"
+        );
+        running
     }
 }
 

@@ -1,19 +1,22 @@
 //! One boot of the guest: qemu under TCG (a nested KVM guest hangs at
 //! kernel entry), its memory a shared memfd so that a vhost-user backend
 //! can map it, and its one disk a `vhost-user-blk-pci` device with two
-//! queues on the backend's socket. The guest powers itself off; the boot
-//! is bounded, and qemu, started by this module, is killed by its pid if
-//! it outlives the bound or the test fails.
+//! queues on the backend's socket. Either the guest powers itself off
+//! ([`boot`]: the boot is bounded), or the test gets control back once
+//! the guest says a mark and the guest keeps running ([`start`]: a
+//! [`Running`] guest). qemu, started by this module, is killed by its pid
+//! if it outlives the bound, when a [`Running`] guest is dropped, or when
+//! the test fails.
 
 use std::path::Path;
 use std::process::{Command, ExitStatus};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::initramfs::MARK;
 use super::kernel::Kernel;
 use crate::bound::time_bound;
-use crate::child::Watched;
+use crate::child::{Line, Watched};
 use crate::machine::require_tool;
 
 /// The longest a boot may take, from qemu's start to its exit: TCG is
@@ -42,13 +45,23 @@ pub enum Phase {
     /// `e2fsck -fn`, mount read-only, print the SHA-256 of each regular
     /// file in the file system's root.
     Check,
+    /// Copy 1 MiB of the disk to another place with O_DIRECT once, say
+    /// [`BUSY`], then copy on for ever in two loops at once (one per
+    /// vCPU, so both queues carry requests), each saying `round L N`
+    /// after its N-th copy. It never powers off: [`start`] it.
+    Busy,
 }
+
+/// The mark a [`Phase::Busy`] guest says once its disk carries I/O and
+/// its loops start.
+pub const BUSY: &str = "busy";
 
 impl Phase {
     fn arg(self) -> &'static str {
         match self {
             Phase::Write => "write",
             Phase::Check => "check",
+            Phase::Busy => "busy",
         }
     }
 }
@@ -103,10 +116,7 @@ impl Boot {
 
     /// The guest's disk: its sectors and its queues.
     pub fn disk(&self) -> Option<(u64, u32)> {
-        let m = self.mark("vda ")?;
-        let (sectors, rest) = m.split_once(" sectors, ")?;
-        let queues = rest.strip_suffix(" queues")?;
-        Some((sectors.parse().ok()?, queues.parse().ok()?))
+        parse_disk(self.mark("vda ")?)
     }
 
     /// The file names and SHA-256s the check phase printed, as
@@ -129,26 +139,9 @@ impl Boot {
 /// backend on `socket`; wait for qemu to exit, at most [`BOOT_MAX`], and
 /// print the time against the bound.
 pub(super) fn boot(kernel: &Kernel, initrd: &Path, socket: &Path, phase: Phase) -> Boot {
-    require_tool("qemu-system-x86_64");
-    let _one = ONE_GUEST.lock().unwrap_or_else(|e| e.into_inner());
-    let mem = format!("memory-backend-memfd,id=mem,size={MEMORY_MIB}M,share=on");
-    let chardev = format!("socket,id=vhost,path={}", socket.display());
-    let disk = format!("vhost-user-blk-pci,chardev=vhost,num-queues={QUEUES}");
-    let append = format!("console=ttyS0 panic=-1 mqblk.phase={}", phase.arg());
-    let mut cmd = Command::new("qemu-system-x86_64");
-    cmd.args(["-M", "q35,accel=tcg,memory-backend=mem", "-cpu", "max"])
-        .args(["-smp", &QUEUES.to_string(), "-m", &format!("{MEMORY_MIB}M")])
-        .args(["-object", &mem])
-        .args(["-nodefaults", "-display", "none", "-serial", "stdio"])
-        .args(["-no-reboot"])
-        .arg("-kernel")
-        .arg(&kernel.vmlinuz)
-        .arg("-initrd")
-        .arg(initrd)
-        .args(["-append", &append])
-        .args(["-chardev", &chardev, "-device", &disk]);
+    let _one = one_guest();
     let start = Instant::now();
-    let mut qemu = Watched::spawn(&mut cmd);
+    let mut qemu = Watched::spawn(&mut qemu_command(kernel, initrd, socket, phase));
     while qemu.try_wait().is_none() && start.elapsed() < BOOT_MAX {
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -170,6 +163,174 @@ pub(super) fn boot(kernel: &Kernel, initrd: &Path, socket: &Path, phase: Phase) 
         boot.tail()
     );
     boot
+}
+
+/// The test's turn to run a guest: one at a time in the process.
+fn one_guest() -> MutexGuard<'static, ()> {
+    ONE_GUEST.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// qemu's command line: `kernel` with `initrd` for `phase`, its disk the
+/// vhost-user-blk backend on `socket`.
+fn qemu_command(kernel: &Kernel, initrd: &Path, socket: &Path, phase: Phase) -> Command {
+    require_tool("qemu-system-x86_64");
+    let mem = format!("memory-backend-memfd,id=mem,size={MEMORY_MIB}M,share=on");
+    let chardev = format!("socket,id=vhost,path={}", socket.display());
+    let disk = format!("vhost-user-blk-pci,chardev=vhost,num-queues={QUEUES}");
+    let append = format!("console=ttyS0 panic=-1 mqblk.phase={}", phase.arg());
+    let mut cmd = Command::new("qemu-system-x86_64");
+    cmd.args(["-M", "q35,accel=tcg,memory-backend=mem", "-cpu", "max"])
+        .args(["-smp", &QUEUES.to_string(), "-m", &format!("{MEMORY_MIB}M")])
+        .args(["-object", &mem])
+        .args(["-nodefaults", "-display", "none", "-serial", "stdio"])
+        .args(["-no-reboot"])
+        .arg("-kernel")
+        .arg(&kernel.vmlinuz)
+        .arg("-initrd")
+        .arg(initrd)
+        .args(["-append", &append])
+        .args(["-chardev", &chardev, "-device", &disk]);
+    cmd
+}
+
+/// A guest that keeps running while the test goes on: it owns qemu (a
+/// [`Watched`] child), which is killed by its pid when it is dropped
+/// (its console then shown if the test is failing) or [`Running::stop`]ped.
+pub struct Running {
+    phase: Phase,
+    qemu: Option<Watched>,
+    start: Instant,
+    /// Its disk, as the guest saw it: (sectors, queues).
+    disk: (u64, u32),
+    _one: MutexGuard<'static, ()>,
+}
+
+/// Boot `kernel` with `initrd` for `phase`, its disk the vhost-user-blk
+/// backend on `socket`, and return once the guest says `until` (at most
+/// [`BOOT_MAX`] from qemu's start, the time printed against it), qemu
+/// still running. The test fails, with the console, if the guest says
+/// `FAILED` first, or powers off, or the bound passes.
+pub(super) fn start(
+    kernel: &Kernel,
+    initrd: &Path,
+    socket: &Path,
+    phase: Phase,
+    until: &str,
+) -> Running {
+    let one = one_guest();
+    let start = Instant::now();
+    let mut running = Running {
+        phase,
+        qemu: Some(Watched::spawn(&mut qemu_command(
+            kernel, initrd, socket, phase,
+        ))),
+        start,
+        disk: (0, 0),
+        _one: one,
+    };
+    let mut disk = None;
+    loop {
+        let left = BOOT_MAX.saturating_sub(start.elapsed());
+        // A guest that powers off closes the pipe: the wait fails then,
+        // and dropping `running` shows the console.
+        let line = running.wait_mark("", left);
+        let mark = line.text.split_once(MARK).map_or("", |(_, m)| m.trim());
+        assert!(
+            !mark.starts_with("FAILED"),
+            "the {phase:?} guest says {mark} before {until:?}"
+        );
+        if let Some(d) = mark.strip_prefix("vda ") {
+            disk = parse_disk(d);
+        }
+        if mark == until {
+            break;
+        }
+    }
+    let within = time_bound(
+        &format!("{} boot until {until}", phase.arg()),
+        start.elapsed(),
+        BOOT_MAX,
+    );
+    assert!(
+        within,
+        "the {phase:?} guest said {until:?} only after {BOOT_MAX:?}"
+    );
+    running.disk = disk.unwrap_or_else(|| {
+        panic!("the {phase:?} guest said {until:?} but never which disk it has")
+    });
+    running
+}
+
+impl Running {
+    /// qemu's pid.
+    pub fn pid(&self) -> u32 {
+        self.qemu().pid()
+    }
+
+    /// The guest's disk: its sectors and its queues.
+    pub fn disk(&self) -> (u64, u32) {
+        self.disk
+    }
+
+    /// The next console line, from now on, that is a mark starting with
+    /// `what`, within `max`; the test fails if none comes (or qemu
+    /// exits first).
+    pub fn wait_mark(&self, what: &str, max: Duration) -> Line {
+        self.qemu().wait_out(&format!("{MARK} {what}"), max)
+    }
+
+    /// qemu's exit status if it has exited, without waiting.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.qemu.as_mut().expect("running").try_wait()
+    }
+
+    /// Kill qemu by its pid unless it has exited, and what it printed:
+    /// `status` is its own exit status if it had exited, a SIGKILL's if
+    /// not; `elapsed` runs from its start to now.
+    pub fn stop(mut self) -> Boot {
+        let mut qemu = self.qemu.take().expect("stopped once");
+        qemu.kill();
+        let elapsed = self.start.elapsed();
+        let (status, console, qemu_stderr) = qemu.finish(Duration::from_secs(10));
+        Boot {
+            phase: self.phase,
+            console,
+            qemu_stderr,
+            status,
+            elapsed,
+        }
+    }
+
+    fn qemu(&self) -> &Watched {
+        self.qemu.as_ref().expect("running")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut qemu) = self.qemu.take() {
+            qemu.kill();
+            let phase = self.phase;
+            let (status, console, qemu_stderr) = qemu.finish(Duration::from_secs(10));
+            if std::thread::panicking() {
+                let boot = Boot {
+                    phase,
+                    console,
+                    qemu_stderr,
+                    status,
+                    elapsed: self.start.elapsed(),
+                };
+                eprintln!("--- the {phase:?} guest (qemu {status}):\n{}", boot.tail());
+            }
+        }
+    }
+}
+
+/// `S sectors, Q queues` as (S, Q).
+fn parse_disk(m: &str) -> Option<(u64, u32)> {
+    let (sectors, rest) = m.split_once(" sectors, ")?;
+    let queues = rest.strip_suffix(" queues")?;
+    Some((sectors.parse().ok()?, queues.parse().ok()?))
 }
 
 #[cfg(test)]
