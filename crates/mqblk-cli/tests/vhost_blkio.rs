@@ -583,3 +583,48 @@ fn the_layers_stats_limits_scheduler_and_trace_reach_the_guests_disk() {
          queued; bytes_copied=0"
     );
 }
+
+#[test]
+#[cfg_attr(miri, ignore = "runs mqblk serve (syscalls)")]
+fn a_socket_path_is_never_taken_from_anyone() {
+    let scratch = Scratch::new("vhost-blkio-claim");
+    // A regular file at the path: refused, and left as it was.
+    let file = scratch.path().join("not-a-socket");
+    std::fs::write(&file, b"keep me").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+        .args(["serve", "null,size=1G", "--vhost-user-blk"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("not a socket"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), b"keep me");
+    // A live server's socket: refused; the first server still serves.
+    let (server, sock) = serve(&scratch, "null,size=1G", &[]);
+    let out = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+        .args(["serve", "null,size=1G", "--vhost-user-blk"])
+        .arg(&sock)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("another server is listening"),
+        "{err}"
+    );
+    let mut c = connect(&sock, 1);
+    assert_eq!(c.one(0, |q, p| q.read(0, p, 4096, 1, ReqFlags::empty())), 0);
+    drop(c);
+    stop(server);
+    // The server removed its socket; a stale socket is replaced.
+    assert!(!sock.exists(), "the socket outlived its server");
+    let stale = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    drop(stale);
+    let (server, _) = serve(&scratch, "null,size=1G", &[]);
+    let mut c = connect(&sock, 1);
+    assert_eq!(c.one(0, |q, p| q.read(0, p, 4096, 2, ReqFlags::empty())), 0);
+    drop(c);
+    stop(server);
+}

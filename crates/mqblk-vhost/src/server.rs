@@ -116,6 +116,35 @@ fn claim(path: &Path) -> Result<(), Error> {
     })
 }
 
+/// A listening socket at `path`, non-blocking (accepted only once poll
+/// says a frontend is there). It is bound under a temporary name and
+/// renamed into place, so the path appears only once it listens: a client
+/// that finds it is never refused.
+fn listen(path: &Path) -> Result<Listener, Error> {
+    let fail = |reason: String| Error::Socket {
+        socket: path.to_path_buf(),
+        reason,
+    };
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
+    let l = std::os::unix::net::UnixListener::bind(&tmp).map_err(|e| fail(e.to_string()))?;
+    l.set_nonblocking(true).map_err(|e| fail(e.to_string()))?;
+    if let Err(e) = std::fs::rename(&tmp, path) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(fail(format!("cannot put the socket in place: {e}")));
+    }
+    Ok(Listener::from(l))
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // The socket this server made (its path appeared at bind).
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
 impl Server {
     /// Listen on `cfg.socket` for frontends of `dev`.
     pub fn bind(dev: Device, cfg: &ServerConfig) -> Result<Server, Error> {
@@ -140,16 +169,7 @@ impl Server {
             });
         }
         claim(&cfg.socket)?;
-        let listener = Listener::new(&cfg.socket, false).map_err(|e| Error::Socket {
-            socket: cfg.socket.clone(),
-            reason: e.to_string(),
-        })?;
-        // Accepted only once poll says a frontend is there; never blocks the
-        // loop that checks for a stop.
-        listener.set_nonblocking(true).map_err(|e| Error::Socket {
-            socket: cfg.socket.clone(),
-            reason: e.to_string(),
-        })?;
+        let listener = listen(&cfg.socket)?;
         Ok(Server {
             dev,
             shape,
@@ -193,7 +213,6 @@ impl Server {
             }
             self.serve_one()?;
         }
-        let _ = std::fs::remove_file(&self.socket);
         Ok(())
     }
 
