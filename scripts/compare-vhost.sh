@@ -13,7 +13,12 @@
 #   where the kernel has no zram)
 # qemu-storage-daemon serves its export from one iothread, as its
 # documentation sets a vhost-user-blk export up; mqblk serves each queue
-# from a thread of its own (--num-queues).
+# from a thread of its own (--num-queues). Two pairings, as each side
+# waits for work:
+#   poll:  qsd's default: its iothread polls for up to 32 us before it
+#          sleeps (poll-max-ns=32768, adaptive); mqblk --poll-us 32.
+#   event: both sleep at once: qsd's iothread with poll-max-ns=0; mqblk's
+#          default (no --poll-us).
 #
 # Each case runs PAIRS alternating pairs (mqblk first in odd pairs, qsd
 # first in even ones), each server started fresh. Printed per case: the
@@ -21,13 +26,14 @@
 # each backend's median CPU per I/O (utime+stime of the server process
 # over the client's measuring window) and their ratio.
 #
-# Usage: scripts/compare-vhost.sh [RUNTIME_SECONDS [PAIRS [BACKINGS]]]
-#   (defaults: 5 seconds per run, 5 pairs, "null zram")
+# Usage: scripts/compare-vhost.sh [RUNTIME_SECONDS [PAIRS [BACKINGS [MODES]]]]
+#   (defaults: 5 seconds per run, 5 pairs, "null zram", "poll event")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runtime=${1:-5}
 pairs=${2:-5}
 backings=${3:-null zram}
+modes=${4:-poll event}
 for t in qemu-storage-daemon fio losetup; do
   command -v "$t" >/dev/null || { echo "compare-vhost: $t is missing" >&2; exit 1; }
 done
@@ -54,9 +60,9 @@ trap cleanup EXIT INT TERM
 
 wait_sock() { for _ in $(seq 400); do [ -S "$1" ] && return 0; sleep 0.025; done; echo "no socket $1" >&2; exit 1; }
 
-# start SIDE BACKING QUEUES: a fresh server on $dir/vhost.sock; sets server_pid.
+# start SIDE BACKING QUEUES MODE: a fresh server on $dir/vhost.sock; sets server_pid.
 start() {
-  local side=$1 what=$2 queues=$3 sock=$dir/vhost.sock
+  local side=$1 what=$2 queues=$3 mode=$4 sock=$dir/vhost.sock
   rm -f "$sock"
   if [ "$side" = mqblk ]; then
     local spec
@@ -64,14 +70,19 @@ start() {
       null) spec="null,size=16G" ;;
       zram) spec="file:$dev,direct=1" ;;
     esac
-    "$mqblk" serve "$spec" --vhost-user-blk "$sock" --num-queues "$queues" 2>>"$dir/mqblk.log" &
+    local poll=0
+    [ "$mode" = poll ] && poll=32
+    "$mqblk" serve "$spec" --vhost-user-blk "$sock" --num-queues "$queues" --poll-us "$poll" \
+      2>>"$dir/mqblk.log" &
   else
     local blockdev
     case $what in
       null) blockdev="driver=null-co,node-name=disk,size=17179869184,read-zeroes=on" ;;
       zram) blockdev="driver=host_device,node-name=disk,filename=$dev,cache.direct=on,aio=io_uring" ;;
     esac
-    qemu-storage-daemon --object iothread,id=io0 --blockdev "$blockdev" \
+    local iothread=iothread,id=io0
+    [ "$mode" = event ] && iothread=$iothread,poll-max-ns=0
+    qemu-storage-daemon --object "$iothread" --blockdev "$blockdev" \
       --export "type=vhost-user-blk,id=exp,node-name=disk,addr.type=unix,addr.path=$sock,writable=on,num-queues=$queues,iothread=io0" \
       2>>"$dir/qsd.log" &
   fi
@@ -85,9 +96,9 @@ stop() {
   server_pid=""
 }
 
-# run SIDE BACKING QUEUES RW -> "iops backend_ns client_ns"
+# run SIDE BACKING QUEUES RW MODE -> "iops backend_ns client_ns"
 run() {
-  start "$1" "$2" "$3"
+  start "$1" "$2" "$3" "$5"
   local out
   out=$("$load" "$dir/vhost.sock" "$4" 4096 32 "$3" "$runtime" "$server_pid")
   stop
@@ -100,7 +111,7 @@ stats() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { printf "%s %s
 
 echo "vhost-user-blk: libblkio client, 4k, depth 32 per queue, ${runtime}s per run, $pairs alternating pairs"
 echo "$(nproc) CPUs; $(uname -r); $(qemu-storage-daemon --version | head -1)"
-printf '%-20s %-6s %26s %26s %8s %12s %12s %8s\n' case queues "mqblk IOPS med [min-max]" \
+printf '%-26s %-6s %26s %26s %8s %12s %12s %8s\n' case queues "mqblk IOPS med [min-max]" \
   "qsd IOPS med [min-max]" ratio "mqblk ns/IO" "qsd ns/IO" "cpu"
 for what in $backings; do
   if [ "$what" = zram ]; then
@@ -120,13 +131,14 @@ for what in $backings; do
     fio --name=fill --filename="$dev" --ioengine=io_uring --direct=1 --rw=write --bs=1m \
       --iodepth=8 --size="${size_mib}M" --output-format=terse >/dev/null
   fi
+  for mode in $modes; do
   for queues in 1 2; do
     for rw in randread randwrite; do
       m_iops=() q_iops=() m_cpu=() q_cpu=()
       for p in $(seq "$pairs"); do
         if [ $((p % 2)) -eq 1 ]; then order="mqblk qsd"; else order="qsd mqblk"; fi
         for side in $order; do
-          read -r iops cpu _ < <(run "$side" "$what" "$queues" "$rw")
+          read -r iops cpu _ < <(run "$side" "$what" "$queues" "$rw" "$mode")
           if [ "$side" = mqblk ]; then m_iops+=("$iops"); m_cpu+=("$cpu"); else q_iops+=("$iops"); q_cpu+=("$cpu"); fi
         done
       done
@@ -134,9 +146,10 @@ for what in $backings; do
       read -r qm qlo qhi < <(stats "${q_iops[@]}")
       read -r mc _ _ < <(stats "${m_cpu[@]}")
       read -r qc _ _ < <(stats "${q_cpu[@]}")
-      printf '%-20s %-6s %26s %26s %7.2fx %12s %12s %7.2fx\n' "$what $rw" "$queues" \
+      printf '%-26s %-6s %26s %26s %7.2fx %12s %12s %7.2fx\n' "$what $mode $rw" "$queues" \
         "$mm [$mlo-$mhi]" "$qm [$qlo-$qhi]" "$(awk -v a="$mm" -v b="$qm" 'BEGIN { print a / b }')" \
         "$mc" "$qc" "$(awk -v a="$mc" -v b="$qc" 'BEGIN { print a / b }')"
     done
+  done
   done
 done
