@@ -145,7 +145,19 @@ const TABLE: &[(&[&str], &str)] = &[
     // serve: an address, a device, limits that mean something.
     (
         &["serve", "ram,size=1M"],
-        "mqblk: error: serve needs an address: --listen HOST:PORT (TCP, as in --listen 127.0.0.1:10809) or --socket PATH (a unix socket)",
+        "mqblk: error: serve needs an address: --listen HOST:PORT (TCP, as in --listen 127.0.0.1:10809), --socket PATH (a unix socket) or --vhost-user-blk PATH (for virtual machines)",
+    ),
+    (
+        &["serve", "ram,size=1M", "--vhost-user-blk", "v.sock", "--num-queues", "0"],
+        "mqblk: error: --num-queues 0: expected 1 to 64 virtqueues",
+    ),
+    (
+        &["serve", "ram,size=1M", "--vhost-user-blk", "v.sock", "--poll-us", "2000000"],
+        "mqblk: error: --poll-us 2000000: expected at most 1000000 (one second of spinning per batch)",
+    ),
+    (
+        &["serve", "ram,size=1M", "--vhost-user-blk", "v.sock", "--serial", "a-serial-longer-than-20"],
+        "mqblk: error: serial \"a-serial-longer-than-20\" is longer than virtio-blk's 20 bytes",
     ),
     (
         &["serve", "--socket", "d/s"],
