@@ -147,10 +147,13 @@ impl VhostUserBackend for BlkBackend {
         }
         let deadline = Instant::now() + STOP_WAIT;
         loop {
-            let left = self.worker(q).in_flight();
+            let mut w = self.worker(q);
+            let left = w.in_flight();
             if left == 0 {
+                w.ring_stopped();
                 return Ok(());
             }
+            drop(w);
             if Instant::now() >= deadline {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,

@@ -147,6 +147,13 @@ impl Worker {
         self.in_flight
     }
 
+    /// The driver stopped the ring (`GET_VRING_BASE`) and has every
+    /// request back: a ring it broke may be set up afresh (a guest that
+    /// resets its device, a VM that reboots).
+    pub(crate) fn ring_stopped(&mut self) {
+        self.broken = None;
+    }
+
     /// Take the driver's current memory table as the newest generation,
     /// and let go of older ones no request points into.
     /// True if the table is newer than the one taken before.
