@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use mqblk_test_support::vhost_frontend::virtio_bindings;
 use mqblk_test_support::vhost_frontend::{
-    req, segment, segment_bytes, status, Outcome, Request, SECTOR_BYTES,
+    header, linked, req, segment, segment_bytes, status, Outcome, Request, SECTOR_BYTES,
 };
 use mqblk_test_support::Scratch;
 
@@ -65,6 +65,45 @@ fn every_hostile_case_gets_its_status_or_a_broken_ring_and_the_server_goes_on() 
         "{} of {n} cases not met: {missed:?}; server stderr:\n{err}",
         missed.len()
     );
+}
+
+/// A ring the driver broke takes requests again once the driver has
+/// stopped it (GET_VRING_BASE) and set it up afresh, as a guest that
+/// resets its device does; the other queue served throughout.
+#[test]
+fn a_broken_ring_serves_again_after_the_driver_resets_it() {
+    let dir = Scratch::new("vhost-hostile-reset");
+    let mut server = SERVE(dir.path(), false);
+    let mut fe = server.connect();
+    fe.write(0, 8, &pattern(7)[..4096], ANSWER_MAX)
+        .expect("a write before the ring breaks");
+    // A chain of one readable header: no status byte to answer in.
+    let h = fe.layout().header_gpa(0);
+    fe.mem()
+        .put_bytes(h, &header(req::IN, 0))
+        .expect("write a header");
+    let got = fe
+        .exchange(0, &linked(0, &[(h, 16, false)]), None, NO_ANSWER_WAIT)
+        .expect("submit a chain with no status byte");
+    assert!(
+        matches!(got, Outcome::NoAnswer),
+        "a chain with no status byte got {got}"
+    );
+    fe.read(1, 8, 4096, ANSWER_MAX)
+        .expect("the other queue serves while queue 0 is broken");
+    fe.reset_ring(0)
+        .expect("GET_VRING_BASE and set the ring up again");
+    let back = fe
+        .read(0, 8, 4096, ANSWER_MAX)
+        .expect("a read on the reset ring");
+    assert!(
+        back[..] == pattern(7)[..4096],
+        "the reset ring read other data"
+    );
+    eprintln!("{}: queue 0 broken, reset, and served again", server.name);
+    drop(fe);
+    server.assert_alive("a reset ring");
+    server.interrupt();
 }
 
 /// Writes, discards and write-zeroes on a `--read-only` device get IOERR;

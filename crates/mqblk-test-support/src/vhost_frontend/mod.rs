@@ -371,6 +371,22 @@ impl VhostBlk {
         }
     }
 
+    /// Stop queue `q` (GET_VRING_BASE) and set it up again, empty, as a
+    /// driver does when it resets its device: the ring's indexes back to
+    /// 0 in memory, new kick and call eventfds.
+    pub fn reset_ring(&mut self, q: u16) -> Result<(), FrontendError> {
+        let size = self.ring(q)?.size;
+        self.control.stop_ring(q)?;
+        let l = self.mem.layout;
+        // The avail and used rings' idx fields (after their 2-byte flags).
+        self.mem.store_u16(l.avail_gpa(q) + 2, 0)?;
+        self.mem.store_u16(l.used_gpa(q) + 2, 0)?;
+        let ring = SplitRing::new(q, size, l.desc_gpa(q), l.avail_gpa(q), l.used_gpa(q))?;
+        self.control.set_up_ring(&self.mem, &ring)?;
+        self.rings[usize::from(q)] = ring;
+        Ok(())
+    }
+
     /// Read `len` bytes at `sector` on queue `q`.
     pub fn read(
         &mut self,
