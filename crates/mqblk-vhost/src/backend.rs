@@ -27,7 +27,6 @@ pub(crate) const STOP_WAIT: Duration = Duration::from_secs(10);
 pub(crate) struct BlkBackend {
     shape: Arc<Shape>,
     workers: Vec<Mutex<Worker>>,
-    memory: Mutex<Option<AtomicMemory>>,
     /// The driver turned the write cache off (CONFIG_WCE): writes carry FUA.
     write_through: AtomicBool,
     /// Busy-poll for this long after each batch (`--poll-us`).
@@ -44,7 +43,6 @@ impl BlkBackend {
             poll,
             shape,
             workers: workers.into_iter().map(Mutex::new).collect(),
-            memory: Mutex::new(None),
             write_through: AtomicBool::new(false),
         }
     }
@@ -65,13 +63,6 @@ impl BlkBackend {
 
     fn wce(&self) -> bool {
         self.shape.write_cache && !self.write_through.load(Ordering::Relaxed)
-    }
-
-    fn memory(&self) -> Option<AtomicMemory> {
-        self.memory
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
     }
 }
 
@@ -124,8 +115,12 @@ impl VhostUserBackend for BlkBackend {
         }
     }
 
+    /// Each queue's worker keeps its own handle of the table, so a batch
+    /// takes no lock another queue takes.
     fn update_memory(&self, mem: AtomicMemory) -> io::Result<()> {
-        *self.memory.lock().unwrap_or_else(|e| e.into_inner()) = Some(mem);
+        for q in 0..self.workers.len() {
+            self.worker(q).set_memory(mem.clone());
+        }
         Ok(())
     }
 
@@ -180,19 +175,11 @@ impl VhostUserBackend for BlkBackend {
         let Some(vring) = vrings.first() else {
             return Ok(());
         };
-        let Some(mem) = self.memory() else {
-            return Ok(());
-        };
         let mut w = self.worker(thread_id);
         if u64::from(device_event) == self.completion_token(thread_id) {
-            w.complete(&mem, vring);
+            w.complete(vring);
         } else {
-            w.run(
-                &mem,
-                vring,
-                !self.wce() && self.shape.write_cache,
-                self.poll,
-            );
+            w.run(vring, !self.wce() && self.shape.write_cache, self.poll);
         }
         // Errors of the driver's making end in its ring, never here: an
         // error returned to the backend crate would end this thread.

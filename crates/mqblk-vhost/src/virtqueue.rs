@@ -80,6 +80,9 @@ pub(crate) struct Worker {
     pieces: Vec<(NonNull<u8>, u32)>,
     used: Vec<(u16, u32)>,
     done: Vec<(u32, BlkStatus)>,
+    /// The driver's memory table, as the backend crate keeps it (none
+    /// before the first SET_MEM_TABLE).
+    memory: Option<AtomicMemory>,
     /// The driver broke the ring: nothing more is taken from it.
     broken: Option<&'static str>,
     /// Used elements added since the driver was last interrupted.
@@ -127,6 +130,7 @@ impl Worker {
             pieces: Vec::with_capacity(seg_max + 2),
             used: Vec::with_capacity(size),
             done: Vec::with_capacity(size),
+            memory: None,
             broken: None,
             added: 0,
             refusals: 0,
@@ -178,7 +182,28 @@ impl Worker {
 
     /// A kick (or a completion): take every available chain, submit, reap,
     /// and interrupt the driver if it asked to be.
-    pub(crate) fn run(
+    /// The driver's memory table changed (or was first given).
+    pub(crate) fn set_memory(&mut self, mem: AtomicMemory) {
+        self.memory = Some(mem);
+    }
+
+    /// A kick: [`Worker::run_with`] the memory table.
+    pub(crate) fn run(&mut self, vring: &Vring, write_through: bool, poll: Option<Duration>) {
+        if let Some(atomic) = self.memory.take() {
+            self.run_with(&atomic, vring, write_through, poll);
+            self.memory = Some(atomic);
+        }
+    }
+
+    /// The context's fd fired: [`Worker::complete_with`] the memory table.
+    pub(crate) fn complete(&mut self, vring: &Vring) {
+        if let Some(atomic) = self.memory.take() {
+            self.complete_with(&atomic, vring);
+            self.memory = Some(atomic);
+        }
+    }
+
+    fn run_with(
         &mut self,
         atomic: &AtomicMemory,
         vring: &Vring,
@@ -247,7 +272,7 @@ impl Worker {
     }
 
     /// Reap completions only (the context's fd fired).
-    pub(crate) fn complete(&mut self, atomic: &AtomicMemory, vring: &Vring) {
+    fn complete_with(&mut self, atomic: &AtomicMemory, vring: &Vring) {
         self.refresh(atomic);
         let mut state = vring.get_mut();
         self.reap(&mut state);
