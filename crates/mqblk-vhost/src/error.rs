@@ -37,7 +37,4 @@ pub enum Error {
     /// The device refused a context.
     #[error(transparent)]
     Device(#[from] mqblk_core::Error),
-    /// A system call failed.
-    #[error(transparent)]
-    Io(#[from] std::io::Error),
 }
