@@ -38,7 +38,7 @@ use mqblk_test_support::vhost_frontend::{
 use mqblk_test_support::Scratch;
 
 use run::{hostile_table, pattern};
-use server::{serve_mqblk, serve_qsd, Serve, DEVICE_BYTES};
+use server::{serve_mqblk, serve_mqblk_with, serve_qsd, Serve, DEVICE_BYTES};
 
 /// How long a good request may take before the test calls it lost.
 const ANSWER_MAX: Duration = Duration::from_secs(10);
@@ -103,6 +103,22 @@ fn a_broken_ring_serves_again_after_the_driver_resets_it() {
     eprintln!("{}: queue 0 broken, reset, and served again", server.name);
     drop(fe);
     server.assert_alive("a reset ring");
+    server.interrupt();
+}
+
+/// `--serial` is what GET_ID answers, NUL-padded to 20 bytes.
+#[test]
+fn get_id_answers_the_serial_given() {
+    let dir = Scratch::new("vhost-hostile-serial");
+    let mut server = serve_mqblk_with(dir.path(), &["--serial", "vm0-disk"]);
+    let mut fe = server.connect();
+    for q in 0..2 {
+        let id = fe.get_id(q, ANSWER_MAX).expect("GET_ID");
+        assert_eq!(&id[..8], b"vm0-disk", "queue {q}: {id:?}");
+        assert!(id[8..].iter().all(|&b| b == 0), "queue {q}: {id:?}");
+    }
+    drop(fe);
+    server.assert_alive("GET_ID");
     server.interrupt();
 }
 

@@ -31,16 +31,19 @@ pub(crate) type Serve = fn(&Path, bool) -> Server;
 /// `mqblk serve MQBLK_SPEC --vhost-user-blk SOCKET --num-queues 2
 /// --socket NBD_SOCKET`: the device to VMs, and over NBD to host tools.
 pub(crate) fn serve_mqblk(dir: &Path, read_only: bool) -> Server {
+    serve_mqblk_with(dir, if read_only { &["--read-only"] } else { &[] })
+}
+
+/// As [`serve_mqblk`], with `extra` options.
+pub(crate) fn serve_mqblk_with(dir: &Path, extra: &[&str]) -> Server {
     let socket = dir.join("vhost.sock");
     let nbd = dir.join("nbd.sock");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_mqblk"));
     cmd.args(["serve", MQBLK_SPEC, "--vhost-user-blk"])
         .arg(&socket)
         .args(["--num-queues", "2", "--socket"])
-        .arg(&nbd);
-    if read_only {
-        cmd.arg("--read-only");
-    }
+        .arg(&nbd)
+        .args(extra);
     let mut proc = Watched::spawn(&mut cmd);
     proc.wait_for_path(&socket);
     proc.wait_for_path(&nbd);
