@@ -19,6 +19,7 @@
 //! context.rs   Context: the public calls, the futures' hooks, Drop
 //!   poll       progress, delivery to callbacks, resubmission, blocking waits
 //!   submit     the gate, checks, window, admission, flush sequences
+//!   bio_based  a bio-based device's driver, in place of the data stage
 //!   data       merge, split (the loop is split::cut), bounce
 //!   rq         tags, building requests, plug, dispatch
 //!   end        reap, end requests and bios (completions never submit)
@@ -40,6 +41,7 @@ use crate::error::{Error, Result, Status};
 use crate::queue::{Device, DeviceInner};
 use crate::stats::{DiskStats, Histograms};
 
+mod bio_based;
 mod data;
 mod end;
 mod poll;
@@ -100,7 +102,8 @@ impl Device {
         let id = dev
             .next_ctx
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let st = CtxState::new(&dev, id, self.view.clone(), group.clone());
+        let mut st = CtxState::new(&dev, id, self.view.clone(), group.clone());
+        st.open_bio_queue(&dev)?;
         dev.ctl().contexts.push(st.shared.clone());
         dev.hw_queues[st.hwq as usize]
             .nr_ctx
@@ -177,6 +180,11 @@ impl Context {
         let st = &self.st;
         if st.bioset.available() == 0 && st.in_flight > 0 {
             return false;
+        }
+        if st.bio_q.is_some() {
+            // A bio-based device takes no tag: its lower devices' do, and
+            // a clone waits for one there.
+            return true;
         }
         st.tags.has_cached(&st.tag_cache) || st.tags.has_free()
     }

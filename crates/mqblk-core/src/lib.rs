@@ -32,6 +32,7 @@ pub mod timer;
 
 // Front end.
 pub mod bio;
+pub mod bio_based;
 mod bioset;
 pub mod blkcg;
 mod bounce;

@@ -81,6 +81,9 @@ pub(crate) struct DeviceInner {
     pub(crate) qos_active: Arc<std::sync::atomic::AtomicU32>,
     /// The device's number in blktrace records.
     pub(crate) devnum: crate::blktrace::DevNum,
+    /// A bio-based device's driver, which opens each context's bio queue
+    /// (`None`: bios become requests).
+    pub(crate) bio: Option<Box<dyn crate::bio_based::BioOpener>>,
 }
 
 impl DeviceInner {
@@ -218,6 +221,33 @@ impl std::fmt::Debug for Device {
 impl Device {
     /// Create a device from a driver and a configuration.
     pub fn new<D: Driver>(driver: D, cfg: DeviceConfig) -> Result<Device> {
+        Self::build(driver, cfg, None)
+    }
+
+    /// Create a bio-based device (see [`crate::bio_based`]): its bios go
+    /// to `driver`'s `submit_bio` in the submitting context, once checked
+    /// against its limits, admitted and counted. The configuration's queue
+    /// options (depth, elevator, plug size) have nothing to act on; its
+    /// name, capacity, timeout, throttle and trace apply.
+    pub fn new_bio_based<B: crate::bio_based::BioDriver>(
+        driver: B,
+        cfg: DeviceConfig,
+    ) -> Result<Device> {
+        let driver = Arc::new(driver);
+        let lines = driver.has_irq_lines();
+        let opener: Box<dyn crate::bio_based::BioOpener> = Box::new(driver.clone());
+        Self::build(
+            crate::bio_based::NoRequests { driver },
+            cfg,
+            Some((opener, lines)),
+        )
+    }
+
+    fn build<D: Driver>(
+        driver: D,
+        cfg: DeviceConfig,
+        bio: Option<(Box<dyn crate::bio_based::BioOpener>, bool)>,
+    ) -> Result<Device> {
         let name: Arc<str> = Arc::from(cfg.name.as_str());
         let setup = |reason: String| Error::Setup {
             device: name.clone(),
@@ -301,15 +331,20 @@ impl Device {
                 driver: driver.clone(),
                 hq,
             });
-            let hwq = HwQueue::new(
+            let mut hwq = HwQueue::new(
                 i as u16,
                 ops,
                 notify,
                 t.clone(),
                 budget,
                 cfg.timeout_ms,
-                irq,
+                irq.clone(),
             );
+            if bio.as_ref().is_some_and(|b| b.1) {
+                // A bio-based device's lines fill as its contexts open
+                // their lower contexts, which forward their lines here.
+                hwq.irq = Some(irq);
+            }
             if let Some(e) = &cfg.elevator {
                 let mut inner = hwq.lock();
                 inner.set_elevator(Some(e.init(i as u16, sched_depth)));
@@ -378,6 +413,7 @@ impl Device {
                 io_max,
                 qos_active,
                 devnum,
+                bio: bio.map(|b| b.0),
             }),
         };
         if let Some(dir) = trace {

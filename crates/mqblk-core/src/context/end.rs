@@ -24,6 +24,10 @@ impl CtxState {
     /// Timeouts are counted when their requests end (`end_request`).
     #[inline]
     pub(super) fn reap(&mut self, dev: &DeviceInner) {
+        if self.on(feat::BIO_BASED) {
+            self.reap_bio_based(dev);
+            return;
+        }
         let remote = self.shared.remote.drain_into(&mut self.done);
         if self.in_flight as usize > remote {
             let hq = &dev.hw_queues[self.hwq as usize];
@@ -41,6 +45,68 @@ impl CtxState {
             }
         }
         self.complete_done(dev);
+    }
+
+    /// A bio-based device's reap: its driver reaps the lower devices and
+    /// ends the bios whose clones have all ended.
+    #[inline]
+    fn reap_bio_based(&mut self, dev: &DeviceInner) {
+        if self.in_flight == 0 {
+            return;
+        }
+        let CtxState {
+            bio_q,
+            bio_ended,
+            bio_requeued,
+            ..
+        } = self;
+        if let Some(q) = bio_q.as_mut() {
+            q.poll(&mut crate::bio_based::BioEnds::new(bio_ended, bio_requeued));
+        }
+        if !self.bio_ended.is_empty() {
+            self.end_bio_based(dev);
+        }
+    }
+
+    /// End the bios the bio-based driver ended: stats, then each to its
+    /// waiter, its flush sequence or the callback list.
+    pub(super) fn end_bio_based(&mut self, dev: &DeviceInner) {
+        let now = if self.on(feat::IOSTATS) {
+            clock::now_ns()
+        } else {
+            0
+        };
+        let mut run = LatencyRun::default();
+        let mut ended = std::mem::take(&mut self.bio_ended);
+        for &(idx, status) in &ended {
+            if self.on(feat::IOSTATS) {
+                let bio = self.bioset.bio(idx);
+                let (op, bytes) = (bio.op(), bio.len_bytes());
+                let g = StatGroup::of(op);
+                let lat = now.saturating_sub(self.bio_start[idx as usize]);
+                let sh: &StatShard = &self.stats;
+                bump(&sh.ios[g as usize], 1);
+                bump(&sh.sectors[g as usize], bytes >> SECTOR_SHIFT);
+                bump(&sh.nsecs[g as usize], lat);
+                drop_by(&sh.in_flight[op.is_write() as usize], 1);
+                run.push(&mut self.hist, g, lat);
+            }
+            if !status.is_ok() {
+                bump(&self.stats.errors, 1);
+            }
+            debug_assert!(self.in_flight > 0);
+            self.in_flight -= 1;
+            self.end_bio(idx, status);
+        }
+        ended.clear();
+        self.bio_ended = ended;
+        self.shared
+            .in_flight
+            .store(self.in_flight, std::sync::atomic::Ordering::Release);
+        run.flush(&mut self.hist);
+        if self.on(feat::IOSTATS) {
+            self.dstats(dev).update_io_ticks(now / 1_000_000, true);
+        }
     }
 
     /// End every request in `done`: route foreign ones to their owners, and

@@ -164,6 +164,9 @@ impl CtxState {
     /// the hardware queue, and only what it does not take is queued.
     #[inline]
     pub(super) fn flush_plug(&mut self, dev: &DeviceInner) {
+        if self.bio_plugged {
+            self.unplug_bio_based();
+        }
         if self.plug.is_empty() && self.sw.is_empty() {
             return;
         }
@@ -230,6 +233,17 @@ impl CtxState {
             }
         };
         self.dispatched(dev, out.busy);
+    }
+
+    /// A bio-based device's unplug: its driver issues what it was handed
+    /// since the last one (the lower devices' plugs), and the batch ends.
+    #[cold]
+    fn unplug_bio_based(&mut self) {
+        self.bio_plugged = false;
+        self.batch_ns = 0;
+        if let Some(q) = self.bio_q.as_mut() {
+            q.unplug();
+        }
     }
 
     /// After a dispatch: count what the driver pushed back, end the batch,

@@ -61,6 +61,9 @@ pub(super) mod feat {
     pub(crate) const MERGE_PLUG_ONLY: u32 = 1 << 9;
     /// Misaligned segments are bounced (otherwise refused).
     pub(crate) const BOUNCE: u32 = 1 << 10;
+    /// The device is bio-based: checked, admitted bios go to its driver's
+    /// `submit_bio` (see [`crate::bio_based`]), not to requests.
+    pub(crate) const BIO_BASED: u32 = 1 << 11;
 }
 
 pub(super) struct CtxState {
@@ -144,6 +147,18 @@ pub(super) struct CtxState {
     /// The device and sector above that the bio being submitted comes
     /// from (`Context::submit_remapped`), for the trace's A event.
     pub(super) remap_from: Option<(crate::blktrace::DevNum, u64)>,
+    /// A bio-based device's queue for this context (see
+    /// [`crate::bio_based`]), opened with the context.
+    pub(super) bio_q: Option<Box<dyn crate::bio_based::BioQueueOps>>,
+    /// Bios the bio-based driver ended, to be ended here (sized to the
+    /// bio set, never grown).
+    pub(super) bio_ended: Vec<(u32, crate::error::Status)>,
+    /// Bios the bio-based driver asked to be handed again later.
+    pub(super) bio_requeued: Vec<u32>,
+    /// Bios went to the bio-based driver since its last unplug.
+    pub(super) bio_plugged: bool,
+    /// When each slot's bio went to the bio-based driver (`iostats`).
+    pub(super) bio_start: Box<[u64]>,
 }
 
 impl CtxState {
@@ -212,6 +227,11 @@ impl CtxState {
             parts: None,
             trace: None,
             remap_from: None,
+            bio_q: None,
+            bio_ended: Vec::new(),
+            bio_requeued: Vec::new(),
+            bio_plugged: false,
+            bio_start: Box::new([]),
             tags,
         };
         st.refresh(dev);
@@ -260,7 +280,30 @@ impl CtxState {
             | on(dev.cfg.bounce, feat::BOUNCE)
             | on(ctl.nomerges >= 2, feat::NOMERGES)
             | on(ctl.nomerges == 1, feat::MERGE_PLUG_ONLY)
-            | on(self.trace.is_some(), feat::TRACE);
+            | on(self.trace.is_some(), feat::TRACE)
+            | on(dev.bio.is_some(), feat::BIO_BASED);
+    }
+
+    /// Open this context's queue on a bio-based device (see
+    /// [`crate::bio_based`]). Control plane.
+    pub(super) fn open_bio_queue(&mut self, dev: &DeviceInner) -> crate::Result<()> {
+        let Some(opener) = &dev.bio else {
+            return Ok(());
+        };
+        let hq = &dev.hw_queues[self.hwq as usize];
+        let slots = self.bioset.capacity() as u32;
+        self.bio_q = Some(opener.open(crate::bio_based::BioQueueSetup {
+            ctx: self.id,
+            hwq: self.hwq,
+            notifier: crate::completion::HwNotifier(hq.notify.clone()),
+            irq_lines: hq.irq.clone().unwrap_or_default(),
+            devnum: dev.devnum,
+            slots,
+        })?);
+        self.bio_ended = Vec::with_capacity(slots as usize);
+        self.bio_requeued = Vec::with_capacity(slots as usize);
+        self.bio_start = vec![0; slots as usize].into_boxed_slice();
+        Ok(())
     }
 
     /// Start or stop recording as the device's trace session says (a
@@ -354,7 +397,7 @@ impl CtxState {
     /// flush-sequence stages and throttled bios.
     #[inline]
     pub(super) fn has_deferred(&self) -> bool {
-        self.flush.has_work() || !self.throttled.is_empty()
+        self.flush.has_work() || !self.throttled.is_empty() || !self.bio_requeued.is_empty()
     }
 
     /// How long until the first throttled bio may go (None: none waits).

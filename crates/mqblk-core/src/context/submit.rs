@@ -82,7 +82,7 @@ impl CtxState {
             return;
         }
         bump(&self.stats.bios, 1);
-        if self.feat & (feat::WINDOW | feat::ADMIT | feat::TRACE) == 0
+        if self.feat & (feat::WINDOW | feat::ADMIT | feat::TRACE | feat::BIO_BASED) == 0
             && self.fast.admits(self.bioset.bio(idx))
         {
             self.submit_plain(dev, idx);
@@ -101,7 +101,11 @@ impl CtxState {
                 self.trace_queue(idx);
             }
             if !(self.on(feat::ADMIT) && self.admit(dev, idx)) {
-                self.submit_plain(dev, idx);
+                if self.on(feat::BIO_BASED) {
+                    self.submit_bio_based(dev, idx);
+                } else {
+                    self.submit_plain(dev, idx);
+                }
             }
             return;
         }
@@ -211,6 +215,12 @@ impl CtxState {
     /// sequence, or straight to its data stage.
     #[inline]
     fn issue(&mut self, dev: &DeviceInner, idx: u32, op: Op, flags: BioFlags) {
+        if self.on(feat::BIO_BASED) && op == Op::Flush {
+            // A bio-based driver sends a flush to each lower device, whose
+            // own flush machinery sequences it.
+            self.submit_bio_based(dev, idx);
+            return;
+        }
         if op == Op::Flush || flags.bits() & (BioFlags::FUA.bits() | BioFlags::PREFLUSH.bits()) != 0
         {
             let stages = flush::policy(op, flags, &dev.info.features);
@@ -220,7 +230,18 @@ impl CtxState {
                 return;
             }
         }
-        self.submit_data(dev, idx);
+        self.submit_stage(dev, idx);
+    }
+
+    /// The stage after the checks and the flush sequence: the data stage,
+    /// or a bio-based device's driver.
+    #[inline]
+    fn submit_stage(&mut self, dev: &DeviceInner, idx: u32) {
+        if self.on(feat::BIO_BASED) {
+            self.submit_bio_based(dev, idx);
+        } else {
+            self.submit_data(dev, idx);
+        }
     }
 
     /// Issue the throttled bios whose time has come, oldest first.
@@ -285,7 +306,7 @@ impl CtxState {
                     self.issue_flush(dev);
                 }
             }
-            flush::Step::Data => self.submit_data(dev, idx),
+            flush::Step::Data => self.submit_stage(dev, idx),
             flush::Step::End => self.finish(idx, Status::Ok),
         }
     }
@@ -305,9 +326,13 @@ impl CtxState {
                 return;
             }
         };
+        let idx = self.bioset.index_of(node);
+        if self.on(feat::BIO_BASED) {
+            self.submit_bio_based(dev, idx);
+            return;
+        }
         let status = self.queue_bio(dev, node);
         if !status.is_ok() {
-            let idx = self.bioset.index_of(node);
             self.end_bio(idx, status);
         }
     }
@@ -316,6 +341,9 @@ impl CtxState {
     /// so no completion recurses into submission.
     pub(super) fn process_deferred(&mut self, dev: &DeviceInner) {
         self.release_throttled(dev);
+        if !self.bio_requeued.is_empty() {
+            self.requeue_bio_based(dev);
+        }
         // Bounded: each pass either issues a stage or ends a bio, and a
         // sequence has at most three stages.
         while self.flush.has_work() {

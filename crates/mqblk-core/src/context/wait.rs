@@ -332,6 +332,7 @@ impl CtxState {
         }
         if !self.ended.is_empty()
             || !self.plug.is_empty()
+            || self.bio_plugged
             || !self.sw.is_empty()
             || self.flush.has_work()
             || (self.in_flight > 0

@@ -1,0 +1,345 @@
+//! Bio-based devices (Linux: a disk whose `block_device_operations`
+//! have a `submit_bio`, as device-mapper and md have): no request queue of
+//! their own. A bio submitted to such a device is checked against its
+//! limits, admitted by its throttle, counted in its stats and traced, and
+//! then handed, in the submitting context, to the driver's
+//! [`BioDriver::submit_bio`], which maps it onto lower devices as clone
+//! bios ([`BioRef::clone_range`]) and ends it once its clones have ended.
+//! Requests form only at the bottom of a stack: a stripe costs a remap and
+//! the requests of its legs, not a second pipeline.
+//!
+//! State is per context ([`BioDriver::Queue`], opened with the context),
+//! reached only through `&mut`: a stacked driver keeps there its contexts
+//! on the lower devices, so submitting to a leg touches nothing another
+//! context touches, as the context itself does not.
+
+use crate::bio::Bio;
+use crate::driver::{
+    Completions, Driver, Error, Extent, Features, HwNotifier, HwQueueSetup, IrqLines, QueueLimits,
+    QueueRq, RqRef, Status,
+};
+
+/// What a context's bio queue is opened with.
+#[derive(Debug)]
+pub struct BioQueueSetup {
+    /// The context's index on the device.
+    pub ctx: u32,
+    /// The hardware queue the context is mapped to: a driver that balances
+    /// (a mirror's reads) may use it.
+    pub hwq: u16,
+    /// Wakes the context when it sleeps: a lower context's completions are
+    /// forwarded here ([`crate::Context::forward_completions`]).
+    pub notifier: HwNotifier,
+    /// The interrupt lines the context's completion fd watches: a lower
+    /// context on a polled device forwards its lines here
+    /// ([`crate::Context::forward_irq_lines`]).
+    pub irq_lines: IrqLines,
+    /// The device's number, which a lower device's trace names as where a
+    /// clone came from ([`crate::Context::submit_remapped`]).
+    pub devnum: crate::blktrace::DevNum,
+    /// The context's bio slots: every [`BioRef::tag`] is below this.
+    pub slots: u32,
+}
+
+/// A bio handed to [`BioDriver::submit_bio`]: the caller's bio, in its
+/// slot, which it keeps until the driver ends it through [`BioEnds`].
+pub struct BioRef<'a> {
+    bio: &'a mut Bio,
+    tag: u32,
+}
+
+impl<'a> BioRef<'a> {
+    pub(crate) fn new(bio: &'a mut Bio, tag: u32) -> BioRef<'a> {
+        BioRef { bio, tag }
+    }
+
+    /// The bio's slot: what [`BioEnds::end`] names it by, below
+    /// [`BioQueueSetup::slots`].
+    #[inline]
+    pub fn tag(&self) -> u32 {
+        self.tag
+    }
+
+    /// The bio.
+    #[inline]
+    pub fn bio(&self) -> &Bio {
+        self.bio
+    }
+
+    /// Fill `len_bytes` of a read's memory from `offset_bytes` into the
+    /// bio with zeros (a `zero` target, a hole). Does nothing for other
+    /// operations. Call it before any clone of that range is sent.
+    pub fn zero_range(&mut self, offset_bytes: u64, len_bytes: u64) -> u64 {
+        if self.bio.op() != crate::bio::Op::Read {
+            return 0;
+        }
+        let (start, end) = (offset_bytes, offset_bytes.saturating_add(len_bytes));
+        let mut at = 0u64;
+        let mut filled = 0u64;
+        for seg in self.bio.segments_mut() {
+            let (s_start, s_end) = (at, at + u64::from(seg.len()));
+            at = s_end;
+            let (lo, hi) = (start.max(s_start), end.min(s_end));
+            if lo < hi {
+                seg.as_mut_slice()[(lo - s_start) as usize..(hi - s_start) as usize].fill(0);
+                filled += hi - lo;
+            }
+            if at >= end {
+                break;
+            }
+        }
+        filled
+    }
+
+    /// A bio for `new_offset_bytes` of a lower device, of `len_bytes` of
+    /// this bio from `offset_bytes` into it, with its operation and flags
+    /// (Linux `bio_alloc_clone` with `bio_trim`): its segments view this
+    /// bio's memory, with the same direction, and nothing is copied. A
+    /// flush's clone is a flush; a discard's or write-zeroes' has no
+    /// memory.
+    ///
+    /// # Panics
+    ///
+    /// If the range runs past the bio.
+    ///
+    /// # Safety
+    ///
+    /// The clone borrows memory this bio's caller lent until the bio ends:
+    /// the driver must not end the bio ([`BioEnds::end`]) before every
+    /// clone of it has been reaped and dropped, even on error. Clones of
+    /// one bio must cover disjoint ranges while any is in flight, unless
+    /// they only read the memory (a write sent to several legs), and
+    /// [`BioRef::zero_range`] must not touch a range a clone is in flight
+    /// on.
+    pub unsafe fn clone_range(&self, offset_bytes: u64, len_bytes: u64, new_offset_bytes: u64) -> Bio {
+        use crate::bio::Op;
+        let src = &*self.bio;
+        assert!(
+            offset_bytes.checked_add(len_bytes).is_some_and(|e| e <= src.len_bytes())
+                || src.op() == Op::Flush,
+            "clone range {offset_bytes}+{len_bytes} past a bio of {} bytes",
+            src.len_bytes()
+        );
+        let mut bio = match src.op() {
+            Op::Read | Op::Write => Bio::at(src.op(), new_offset_bytes),
+            Op::Flush => Bio::flush(),
+            Op::Discard => Bio::discard_at(new_offset_bytes, len_bytes),
+            Op::WriteZeroes => Bio::write_zeroes_at(new_offset_bytes, len_bytes),
+        };
+        bio.set_flags(src.flags());
+        if src.op().has_data() {
+            let (start, end) = (offset_bytes, offset_bytes + len_bytes);
+            let mut at = 0u64;
+            for s in src.segments() {
+                let (s_start, s_end) = (at, at + u64::from(s.len()));
+                at = s_end;
+                let (lo, hi) = (start.max(s_start), end.min(s_end));
+                if lo < hi {
+                    let skip = (lo - s_start) as usize;
+                    let n = (hi - lo) as usize;
+                    // SAFETY: [skip, skip + n) lies inside the segment,
+                    // which lies inside its buffer; the bio's caller lent
+                    // that memory until the bio ends, and the driver
+                    // promised every clone ends first and that clones in
+                    // flight do not overlap unless they only read.
+                    let view = unsafe { s.buf().view(s.offset() as usize + skip, n) };
+                    bio.push_segment(view, 0, n as u32);
+                }
+                if at >= end {
+                    break;
+                }
+            }
+        }
+        bio
+    }
+}
+
+/// Where a bio-based driver ends bios: each tag once, with its status.
+/// The core ends them (stats, trace, the caller's callback) once the
+/// driver's call returns, never inside it.
+pub struct BioEnds<'a> {
+    ended: &'a mut Vec<(u32, Status)>,
+    requeued: &'a mut Vec<u32>,
+}
+
+impl<'a> BioEnds<'a> {
+    pub(crate) fn new(
+        ended: &'a mut Vec<(u32, Status)>,
+        requeued: &'a mut Vec<u32>,
+    ) -> BioEnds<'a> {
+        BioEnds { ended, requeued }
+    }
+
+    /// Not now: hand the bio of slot `tag` (which has no clone in flight)
+    /// to [`BioDriver::submit_bio`] again later, from the context's next
+    /// poll or wait (Linux `DM_MAPIO_REQUEUE`: a mirror region being
+    /// copied). The bio stays in flight.
+    #[inline]
+    pub fn requeue(&mut self, tag: u32) {
+        debug_assert!(self.requeued.len() < self.requeued.capacity());
+        self.requeued.push(tag);
+    }
+
+    /// End the bio of slot `tag` with `status`. Each bio handed to
+    /// [`BioDriver::submit_bio`] is ended exactly once.
+    #[inline]
+    pub fn end(&mut self, tag: u32, status: Status) {
+        debug_assert!(self.ended.len() < self.ended.capacity());
+        self.ended.push((tag, status));
+    }
+}
+
+/// A bio-based driver (Linux `block_device_operations::submit_bio`).
+pub trait BioDriver: Send + Sync + 'static {
+    /// A context's state: its contexts on lower devices, the bios it holds.
+    type Queue: Send + 'static;
+
+    /// Open the state of a context, when the context is opened. Control
+    /// plane.
+    fn open_queue(&self, setup: BioQueueSetup) -> Result<Self::Queue, Error>;
+
+    /// Map `bio` (checked against the device, admitted, counted): send
+    /// clones of it down, or end it now. Never blocks on the caller's own
+    /// completions.
+    fn submit_bio(&self, q: &mut Self::Queue, bio: BioRef<'_>, ends: &mut BioEnds<'_>);
+
+    /// Issue what was submitted since the last call (the caller's unplug:
+    /// the lower contexts' plugs).
+    fn unplug(&self, q: &mut Self::Queue);
+
+    /// Reap the lower devices and end the bios whose clones have all
+    /// ended. Returns how many bios it ended. Never blocks.
+    fn poll(&self, q: &mut Self::Queue, ends: &mut BioEnds<'_>) -> usize;
+
+    /// The device's limits (stacked from the lower devices').
+    fn limits(&self) -> QueueLimits;
+
+    /// The device's features.
+    fn features(&self) -> Features;
+
+    /// True if every bio ends without the context polling (each lower
+    /// device completes from a thread of its own and forwards its
+    /// notifies): a waiting context may then sleep until notified.
+    fn completes_async(&self) -> bool {
+        false
+    }
+
+    /// True if a lower device has interrupt lines (a polled device that
+    /// a context may sleep on): the context's completion fd then watches
+    /// the lines the queues forward ([`BioQueueSetup::irq_lines`]).
+    fn has_irq_lines(&self) -> bool {
+        false
+    }
+
+    /// What is allocated in a range (as [`Driver::extents`]). Default:
+    /// not known.
+    fn extents(
+        &self,
+        _offset_bytes: u64,
+        _len_bytes: u64,
+        _out: &mut Vec<Extent>,
+    ) -> Result<bool, Error> {
+        Ok(false)
+    }
+}
+
+/// The type-erased bio queue a context holds.
+pub(crate) trait BioQueueOps: Send {
+    fn submit_bio(&mut self, bio: BioRef<'_>, ends: &mut BioEnds<'_>);
+    fn unplug(&mut self);
+    fn poll(&mut self, ends: &mut BioEnds<'_>) -> usize;
+}
+
+struct BoundQueue<B: BioDriver> {
+    driver: std::sync::Arc<B>,
+    q: B::Queue,
+}
+
+impl<B: BioDriver> BioQueueOps for BoundQueue<B> {
+    #[inline]
+    fn submit_bio(&mut self, bio: BioRef<'_>, ends: &mut BioEnds<'_>) {
+        self.driver.submit_bio(&mut self.q, bio, ends)
+    }
+    #[inline]
+    fn unplug(&mut self) {
+        self.driver.unplug(&mut self.q)
+    }
+    #[inline]
+    fn poll(&mut self, ends: &mut BioEnds<'_>) -> usize {
+        self.driver.poll(&mut self.q, ends)
+    }
+}
+
+/// What the device keeps of its bio-based driver: opens a context's queue.
+pub(crate) trait BioOpener: Send + Sync {
+    fn open(&self, setup: BioQueueSetup) -> Result<Box<dyn BioQueueOps>, Error>;
+}
+
+impl<B: BioDriver> BioOpener for std::sync::Arc<B> {
+    fn open(&self, setup: BioQueueSetup) -> Result<Box<dyn BioQueueOps>, Error> {
+        let q = self.open_queue(setup)?;
+        Ok(Box::new(BoundQueue {
+            driver: self.clone(),
+            q,
+        }))
+    }
+}
+
+/// The request driver a bio-based device is made with: its hardware
+/// queues hold no requests (every bio goes to [`BioDriver::submit_bio`]),
+/// but they keep what a context waits on: the notify, the interrupt
+/// lines.
+pub(crate) struct NoRequests<B: BioDriver> {
+    pub(crate) driver: std::sync::Arc<B>,
+}
+
+pub(crate) struct NoQueue;
+
+impl<B: BioDriver> Driver for NoRequests<B> {
+    type HwQueue = NoQueue;
+
+    fn init_hw_queue(&self, _setup: HwQueueSetup<'_>) -> Result<NoQueue, Error> {
+        Ok(NoQueue)
+    }
+
+    fn queue_rq(
+        &self,
+        _hq: &mut NoQueue,
+        rq: RqRef,
+        _last: bool,
+        done: &mut Completions<'_>,
+    ) -> QueueRq {
+        // Unreachable: a bio-based context builds no request. Should one
+        // come, it ends with an error rather than vanish.
+        debug_assert!(false, "a request on a bio-based device");
+        done.complete(rq, Status::IoError);
+        QueueRq::Issued
+    }
+
+    fn commit_rqs(&self, _hq: &mut NoQueue) {}
+
+    fn poll(&self, _hq: &mut NoQueue, _done: &mut Completions<'_>) -> usize {
+        0
+    }
+
+    fn limits(&self) -> QueueLimits {
+        self.driver.limits()
+    }
+
+    fn features(&self) -> Features {
+        self.driver.features()
+    }
+
+    fn completes_async(&self) -> bool {
+        self.driver.completes_async()
+    }
+
+    fn extents(
+        &self,
+        offset_bytes: u64,
+        len_bytes: u64,
+        out: &mut Vec<Extent>,
+    ) -> Result<bool, Error> {
+        self.driver.extents(offset_bytes, len_bytes, out)
+    }
+}
