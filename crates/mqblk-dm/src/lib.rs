@@ -18,6 +18,7 @@ pub mod extent;
 mod handle;
 pub mod legs;
 pub mod limits;
+mod map;
 pub mod nesting;
 mod overlap;
 mod stacked;
@@ -38,7 +39,8 @@ pub use target::mirror;
 pub use target::Target;
 
 use handle::register;
-use stacked::{Line, Stacked};
+use map::Line;
+use stacked::Stacked;
 
 static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 

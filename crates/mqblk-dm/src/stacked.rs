@@ -19,14 +19,8 @@ use mqblk_core::driver::{
 use mqblk_core::{Bio, Context, Device};
 
 use crate::legs::{LegId, Legs};
-use crate::target::target_type::{EndAction, Io, Route, Target};
-
-/// One line of the table, built.
-pub(crate) struct Line {
-    pub(crate) start: u64,
-    pub(crate) end: u64,
-    pub(crate) target: Arc<dyn Target>,
-}
+use crate::map::{end_action, fold, Line, Mapper};
+use crate::target::target_type::{EndAction, Io};
 
 /// The driver of a stacked device.
 pub(crate) struct Stacked {
@@ -58,17 +52,6 @@ struct Child {
     io: Io,
 }
 
-/// A child planned while a request is mapped, before any is sent.
-#[derive(Clone, Copy)]
-struct Plan {
-    line: u32,
-    leg: LegId,
-    leg_offset: u64,
-    rq_offset: u64,
-    io: Io,
-    delay_ns: u64,
-}
-
 pub(crate) struct StackedQueue {
     index: u16,
     /// The stacked device's number, which the legs' traces name as where
@@ -93,8 +76,7 @@ pub(crate) struct StackedQueue {
     parents: Vec<Option<Parent>>,
     children: Vec<Child>,
     free: Vec<u32>,
-    route: Route,
-    plan: Vec<Plan>,
+    mapper: Mapper,
     /// Children to send again, to another leg.
     retry: Vec<(u32, Bio)>,
     /// Children held back until their time (the `delay` target).
@@ -223,7 +205,7 @@ impl Stacked {
         done: &mut Completions<'_>,
     ) {
         let c = hq.children[slot as usize];
-        let action = end_action(&self.lines, &c, Status::IoError);
+        let action = end_action(&self.lines, c.line, c.leg, &c.io, Status::IoError);
         match action {
             EndAction::Done(s) => {
                 drop(bio);
@@ -320,69 +302,6 @@ impl Stacked {
         }
     }
 
-    /// Cut `rq` into pieces and map each; fills `hq.plan`. Zeros are filled
-    /// here, before any child is sent (a child may be writing into the same
-    /// buffer once it is). Returns the status of pieces that failed, or
-    /// `None` if a target asked for the request to be requeued (then
-    /// nothing is planned).
-    fn map(&self, hq: &mut StackedQueue, rq: &mut RqRef) -> Option<Status> {
-        let mut status = Status::Ok;
-        let (op, flags) = (rq.op(), rq.flags());
-        let mut off = rq.offset_bytes();
-        let end = off + rq.len_bytes();
-        let mut rq_off = 0u64;
-        let mut i = self.lines.partition_point(|l| l.end <= off);
-        while off < end && i < self.lines.len() {
-            let line = &self.lines[i];
-            let t_off = off - line.start;
-            let n = (end.min(line.end) - off).min(line.target.max_io_len(t_off));
-            let io = Io {
-                op,
-                flags,
-                offset_bytes: t_off,
-                len_bytes: n,
-            };
-            hq.route.clear();
-            line.target.map(&io, hq.index, &mut hq.route);
-            if hq.route.requeue {
-                self.unmap_plan(hq);
-                return None;
-            }
-            if let Some(s) = hq.route.fail {
-                if status.is_ok() {
-                    status = s;
-                }
-            } else if hq.route.zero {
-                rq.zero_range(rq_off, n);
-            } else {
-                for s in &hq.route.sends {
-                    hq.plan.push(Plan {
-                        line: i as u32,
-                        leg: s.leg,
-                        leg_offset: s.offset_bytes,
-                        rq_offset: rq_off,
-                        io,
-                        delay_ns: s.delay_ns,
-                    });
-                }
-            }
-            off += n;
-            rq_off += n;
-            if off >= line.end {
-                i += 1;
-            }
-        }
-        Some(status)
-    }
-
-    /// Drop the children planned so far, telling their targets.
-    #[cold]
-    fn unmap_plan(&self, hq: &mut StackedQueue) {
-        for p in hq.plan.drain(..) {
-            self.lines[p.line as usize].target.unmap(&p.io, p.leg);
-        }
-    }
-
     fn alloc_child(hq: &mut StackedQueue, c: Child) -> u32 {
         match hq.free.pop() {
             Some(s) => {
@@ -410,7 +329,7 @@ fn end_child(
 ) -> usize {
     let slot = c.private() as u32;
     let child = children[slot as usize];
-    let action = end_action(lines, &child, c.status());
+    let action = end_action(lines, child.line, child.leg, &child.io, c.status());
     match action {
         EndAction::Done(s) => {
             // The clone stays in the lower context's slot, which drops it
@@ -430,33 +349,6 @@ fn end_child(
     }
 }
 
-/// What the target says of a child that ended with `status`. A failed
-/// flush is asked of every target on its leg (a mirror absorbs the flush
-/// error of a leg it drops).
-#[inline]
-fn end_action(lines: &[Line], child: &Child, status: Status) -> EndAction {
-    if child.io.op != Op::Flush {
-        return lines[child.line as usize]
-            .target
-            .end_io(&child.io, child.leg, status);
-    }
-    if status.is_ok() {
-        return EndAction::Done(status);
-    }
-    let mut s = Status::Ok;
-    let mut asked = false;
-    for l in lines {
-        if l.target.legs().contains(&child.leg) {
-            asked = true;
-            let t = l.target.end_flush(child.leg, status);
-            if !t.is_ok() {
-                s = t;
-            }
-        }
-    }
-    EndAction::Done(if asked { s } else { status })
-}
-
 /// One child of parent `tag` ended with `status`.
 fn finish(
     parents: &mut [Option<Parent>],
@@ -467,9 +359,7 @@ fn finish(
     let p = parents[tag as usize]
         .as_mut()
         .expect("a child's parent waits for it");
-    if !status.is_ok() && p.status.is_ok() {
-        p.status = status;
-    }
+    fold(&mut p.status, status);
     p.pending -= 1;
     if p.pending > 0 {
         return 0;
@@ -503,8 +393,7 @@ impl Driver for Stacked {
             parents: (0..depth).map(|_| None).collect(),
             children: Vec::with_capacity(depth * 2),
             free: Vec::with_capacity(depth * 2),
-            route: Route::default(),
-            plan: Vec::with_capacity(8),
+            mapper: Mapper::with_capacity(8),
             retry: Vec::with_capacity(depth),
             delayed: VecDeque::new(),
         };
@@ -525,55 +414,30 @@ impl Driver for Stacked {
         if self.legs.generation() != hq.generation {
             self.refresh(hq, done);
         }
-        hq.plan.clear();
         let status = if rq.op() == Op::Flush {
-            // A flush goes to every leg that is there, unless a target
-            // fails it (`flakey` while down); a target may hold back its
-            // child to a leg (`delay`).
-            hq.route.clear();
-            for &l in &self.flush_lines {
-                self.lines[l as usize]
-                    .target
-                    .map_flush(hq.index, &mut hq.route);
-            }
-            match hq.route.fail {
-                Some(s) => s,
-                None => {
-                    for (leg, c) in hq.ctxs.iter().enumerate() {
-                        if c.is_some() {
-                            let delay_ns = hq
-                                .route
-                                .sends
-                                .iter()
-                                .filter(|s| usize::from(s.leg) == leg)
-                                .map(|s| s.delay_ns)
-                                .max()
-                                .unwrap_or(0);
-                            hq.plan.push(Plan {
-                                line: 0,
-                                leg: leg as LegId,
-                                leg_offset: 0,
-                                rq_offset: 0,
-                                io: Io {
-                                    op: Op::Flush,
-                                    flags: rq.flags(),
-                                    offset_bytes: 0,
-                                    len_bytes: 0,
-                                },
-                                delay_ns,
-                            });
-                        }
-                    }
-                    Status::Ok
-                }
-            }
+            // A flush goes to every leg that is there.
+            let legs = hq
+                .ctxs
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.is_some())
+                .map(|(leg, _)| leg as LegId);
+            hq.mapper
+                .map_flush(&self.lines, &self.flush_lines, rq.flags(), hq.index, legs)
         } else {
-            match self.map(hq, &mut rq) {
+            let (op, flags, off, len) = (rq.op(), rq.flags(), rq.offset_bytes(), rq.len_bytes());
+            let zero = |at, n| {
+                rq.zero_range(at, n);
+            };
+            match hq
+                .mapper
+                .map(&self.lines, op, flags, off, len, hq.index, zero)
+            {
                 Some(s) => s,
                 None => return QueueRq::Busy(rq),
             }
         };
-        if hq.plan.is_empty() {
+        if hq.mapper.plan.is_empty() {
             done.complete(rq, status);
         } else {
             let tag = rq.tag();
@@ -582,12 +446,12 @@ impl Driver for Stacked {
             // cannot complete while its children are still being sent.
             hq.parents[tag as usize] = Some(Parent {
                 rq,
-                pending: hq.plan.len() as u32 + 1,
+                pending: hq.mapper.plan.len() as u32 + 1,
                 status,
             });
             let mut now = 0;
-            for k in 0..hq.plan.len() {
-                let p = hq.plan[k];
+            for k in 0..hq.mapper.plan.len() {
+                let p = hq.mapper.plan[k];
                 // SAFETY: `req` points at the request `parents[tag]` owns,
                 // which stays there (not given back) until its last
                 // reference is dropped, and this loop holds one. The clone
@@ -599,7 +463,7 @@ impl Driver for Stacked {
                 // copies of a write, which only read the memory; zeros were
                 // filled in `map`, before any child is sent.
                 let mut bio =
-                    unsafe { (*req).clone_bio_range(p.rq_offset, p.io.len_bytes, p.leg_offset) };
+                    unsafe { (*req).clone_bio_range(p.io_offset, p.io.len_bytes, p.leg_offset) };
                 let slot = Self::alloc_child(
                     hq,
                     Child {

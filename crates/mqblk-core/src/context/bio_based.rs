@@ -80,5 +80,7 @@ impl CtxState {
             self.hand_bio_based(dev, idx);
         }
         self.bio_requeued.drain(..n);
+        // Handed from a poll or a wait: nobody may be left to unplug them.
+        self.flush_plug(dev);
     }
 }
