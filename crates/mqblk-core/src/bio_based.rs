@@ -111,11 +111,18 @@ impl<'a> BioRef<'a> {
     /// they only read the memory (a write sent to several legs), and
     /// [`BioRef::zero_range`] must not touch a range a clone is in flight
     /// on.
-    pub unsafe fn clone_range(&self, offset_bytes: u64, len_bytes: u64, new_offset_bytes: u64) -> Bio {
+    pub unsafe fn clone_range(
+        &self,
+        offset_bytes: u64,
+        len_bytes: u64,
+        new_offset_bytes: u64,
+    ) -> Bio {
         use crate::bio::Op;
         let src = &*self.bio;
         assert!(
-            offset_bytes.checked_add(len_bytes).is_some_and(|e| e <= src.len_bytes())
+            offset_bytes
+                .checked_add(len_bytes)
+                .is_some_and(|e| e <= src.len_bytes())
                 || src.op() == Op::Flush,
             "clone range {offset_bytes}+{len_bytes} past a bio of {} bytes",
             src.len_bytes()

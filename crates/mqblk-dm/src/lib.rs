@@ -14,8 +14,10 @@
 //! legs' ([`limits`]), and the driver that sends child bios and completes
 //! their parent (`stacked`).
 
+mod bio_based;
 pub mod extent;
 mod handle;
+mod held;
 pub mod legs;
 pub mod limits;
 mod map;
@@ -38,6 +40,7 @@ pub use table::{Table, TableError, TableLine};
 pub use target::mirror;
 pub use target::Target;
 
+use bio_based::BioStacked;
 use handle::register;
 use map::Line;
 use stacked::Stacked;
@@ -47,6 +50,27 @@ static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0)
 fn table_error(spec: &str, e: TableError) -> Error {
     Error::spec(spec, format!("dm table {e}"))
 }
+
+/// Spec options that only a request queue has: a table given one is
+/// request-based (as `bio_remap=0` makes it).
+pub const QUEUE_OPTIONS: &[&str] = &[
+    "hw_queues",
+    "queue_depth",
+    "queue_depth_max",
+    "reserved_tags",
+    "shared_tags",
+    "queue_mode",
+    "plug",
+    "nomerges",
+    "bounce",
+    "scheduler",
+    "async_depth",
+    "fifo_batch",
+    "prio_aging_expire",
+    "read_expire",
+    "write_expire",
+    "writes_starved",
+];
 
 /// Opens a lower device from its spec within a chain of tables
 /// (`mqblk`'s opener): the legs of a table are opened with the chain that
@@ -108,13 +132,12 @@ fn open_text(spec: &str, text: &str, mut opts: SpecOptions, opener: Opener<'_>) 
         NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     );
     let mut cfg = DeviceConfig::new(name, table.sectors() << 9);
-    // A table of one linear line is a remapped window of its leg, unless
-    // the spec asks for a queue of its own (`bio_remap=0`, or any queue
-    // option but `ro`, which a window honours).
-    let mut probe = opts.clone();
-    probe.take_bool("ro")?;
-    probe.take_bool("bio_remap")?;
-    let remap = opts.take_bool("bio_remap")?.unwrap_or(true) && probe.is_empty();
+    // Bio-based, as Linux's dm is for these targets, unless the spec asks
+    // for a request queue of its own: `bio_remap=0`, or an option that
+    // only a request queue has (its depth, scheduler, merging). Then a
+    // table of one linear line is a remapped window of its leg.
+    let queue_opts = QUEUE_OPTIONS.iter().any(|k| opts.contains(k));
+    let bio_based = opts.take_bool("bio_remap")?.unwrap_or(true) && !queue_opts;
     cfg.take_common(&mut opts)?;
     opts.finish()?;
     let legs = Arc::new(Legs::default());
@@ -129,12 +152,12 @@ fn open_text(spec: &str, text: &str, mut opts: SpecOptions, opener: Opener<'_>) 
             target::build(&mut c).map_err(|e| table_error(spec, e))?,
         ));
     }
-    if remap {
+    if bio_based {
         if let Some(dev) = remap_linear(&table, &targets, &legs, &cfg.name, cfg.read_only)? {
             return Ok(dev);
         }
     }
-    create(spec, table, targets, legs, cfg)
+    create(spec, table, targets, legs, cfg, bio_based)
 }
 
 /// A table of one `linear` line as a window of its leg
@@ -223,6 +246,7 @@ fn create(
     targets: Vec<Arc<dyn Target>>,
     legs: Arc<Legs>,
     cfg: DeviceConfig,
+    bio_based: bool,
 ) -> Result<Device> {
     let devs: Vec<Device> = legs.all().into_iter().flatten().collect();
     let below: Vec<_> = devs
@@ -279,17 +303,41 @@ fn create(
         legs: legs.clone(),
         targets,
     });
-    let driver = Stacked {
-        name: name.clone(),
-        lines,
-        legs,
-        limits: lim,
-        features,
-        all_async,
-        flush_lines,
-        _handle: handle.clone(),
+    let dev = if bio_based {
+        // A FUA clone reaches each leg, whose own pipeline writes it
+        // through or follows it with a flush: the stacked device passes
+        // FUA down rather than flush every leg after the write.
+        let mut features = features;
+        features.fua = features.write_cache;
+        Device::new_bio_based(
+            BioStacked {
+                name: name.clone(),
+                lines,
+                lines_below: devs.iter().any(Device::has_irq_lines),
+                legs,
+                limits: lim,
+                features,
+                all_async,
+                flush_lines,
+                _handle: handle.clone(),
+            },
+            cfg,
+        )?
+    } else {
+        Device::new(
+            Stacked {
+                name: name.clone(),
+                lines,
+                legs,
+                limits: lim,
+                features,
+                all_async,
+                flush_lines,
+                _handle: handle.clone(),
+            },
+            cfg,
+        )?
     };
-    let dev = Device::new(driver, cfg)?;
     register(&name, &handle);
     Ok(dev)
 }

@@ -9,7 +9,6 @@
 //! leg, the parents by tag, and a slot per child in flight. No lock is
 //! shared between hardware queues; nothing is allocated once warm.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use mqblk_core::driver::{
@@ -18,6 +17,7 @@ use mqblk_core::driver::{
 };
 use mqblk_core::{Bio, Context, Device};
 
+use crate::held::Held;
 use crate::legs::{LegId, Legs};
 use crate::map::{end_action, fold, Line, Mapper};
 use crate::target::target_type::{EndAction, Io};
@@ -64,10 +64,6 @@ pub(crate) struct StackedQueue {
     /// it forwards its leaf fds here, so that they stay one level deep
     /// however deep the stack: no epoll set of ours holds another.
     irq: IrqLines,
-    /// Among the lines, when a leg has some: a timer for the first delayed
-    /// child (`delay` lines), so a queue that sleeps on its lines wakes to
-    /// send it on time.
-    timer: Option<mqblk_core::timer::IrqTimer>,
     generation: u64,
     /// A context on each leg (`None`: the leg is out).
     ctxs: Vec<Option<Context>>,
@@ -79,8 +75,10 @@ pub(crate) struct StackedQueue {
     mapper: Mapper,
     /// Children to send again, to another leg.
     retry: Vec<(u32, Bio)>,
-    /// Children held back until their time (the `delay` target).
-    delayed: VecDeque<(u64, u32, Bio)>,
+    /// Children held back until their time (the `delay` target), with a
+    /// timer among the lines when a leg has some, so a queue that sleeps
+    /// on its lines wakes to send them on time.
+    held: Held,
 }
 
 impl Stacked {
@@ -236,59 +234,26 @@ impl Stacked {
         n
     }
 
-    /// The timer of the delayed children, one of the interrupt lines
-    /// `irq` (the queue holds both, and the timer's fd stays open as long
-    /// as the lines it is in).
-    fn delay_timer(&self, irq: &IrqLines) -> Result<mqblk_core::timer::IrqTimer, Error> {
-        let t = mqblk_core::timer::IrqTimer::new().map_err(|e| Error::Setup {
-            device: self.name.as_str().into(),
-            reason: format!("cannot make the delay timer: {e}"),
-        })?;
-        irq.add(t.raw());
-        Ok(t)
-    }
-
     fn send_retries(&self, hq: &mut StackedQueue, done: &mut Completions<'_>) {
         while let Some((slot, bio)) = hq.retry.pop() {
             self.send(hq, slot, bio, done);
         }
     }
 
-    /// Send the delayed children that are due (the list is kept in order
-    /// of their time), and unplug what they went to.
+    /// Send the held children that are due, and unplug what they went
+    /// to.
     fn send_due(&self, hq: &mut StackedQueue, done: &mut Completions<'_>) {
-        if hq.delayed.is_empty() {
+        if hq.held.is_empty() {
             return;
         }
         let now = mqblk_core::clock::now_ns();
         let mut sent = false;
-        while hq.delayed.front().is_some_and(|d| d.0 <= now) {
-            let (_, slot, bio) = hq.delayed.pop_front().expect("checked");
+        while let Some((slot, bio)) = hq.held.take_due(now) {
             self.send(hq, slot, bio, done);
             sent = true;
         }
         if sent {
-            let next = hq.delayed.front().map_or(0, |d| d.0);
-            if let Some(t) = &mut hq.timer {
-                t.set(next);
-            }
             self.unplug(hq);
-        }
-    }
-
-    /// Hold `bio` back until `due_ns`. Children of different delays (a
-    /// `delay` line's reads and writes) interleave: the list stays sorted.
-    fn hold(hq: &mut StackedQueue, due_ns: u64, slot: u32, bio: Bio) {
-        let i = if hq.delayed.back().is_none_or(|d| d.0 <= due_ns) {
-            hq.delayed.len()
-        } else {
-            hq.delayed.partition_point(|d| d.0 <= due_ns)
-        };
-        hq.delayed.insert(i, (due_ns, slot, bio));
-        if i == 0 {
-            if let Some(t) = &mut hq.timer {
-                t.set(due_ns);
-            }
         }
     }
 
@@ -376,17 +341,13 @@ impl Driver for Stacked {
         let n = self.legs.len();
         let depth = (setup.queue_depth + setup.reserved_tags) as usize;
         let irq = setup.irq_lines;
-        let timer = if self.legs.all().iter().flatten().any(Device::has_irq_lines) {
-            Some(self.delay_timer(&irq)?)
-        } else {
-            None
-        };
+        let lines = self.legs.all().iter().flatten().any(Device::has_irq_lines);
+        let held = Held::new(&self.name, lines.then_some(&irq))?;
         let mut hq = StackedQueue {
             index: setup.index,
             devnum: setup.devnum,
             notifier: setup.notifier,
             irq,
-            timer,
             generation: self.legs.generation(),
             ctxs: Vec::with_capacity(n),
             touched: vec![false; n],
@@ -395,7 +356,7 @@ impl Driver for Stacked {
             free: Vec::with_capacity(depth * 2),
             mapper: Mapper::with_capacity(8),
             retry: Vec::with_capacity(depth),
-            delayed: VecDeque::new(),
+            held,
         };
         for i in 0..n {
             let c = self.open_ctx(i, &hq.notifier, &hq.irq)?;
@@ -480,7 +441,7 @@ impl Driver for Stacked {
                     if now == 0 {
                         now = mqblk_core::clock::now_ns();
                     }
-                    Self::hold(hq, now + p.delay_ns, slot, bio);
+                    hq.held.hold(now + p.delay_ns, slot, bio);
                 }
             }
             finish(&mut hq.parents, tag, Status::Ok, done);

@@ -1,0 +1,492 @@
+//! The stacked driver, bio-based (Linux dm core's `dm_submit_bio`, the
+//! default for linear, striped and mirror): a bio of the stacked device is
+//! mapped in the submitting context, and its pieces go to the legs as
+//! clone bios that view its memory, submitted to this context's own
+//! context on each leg (opened on first use). Requests form only on the
+//! legs: the stacked device has no tags, software or hardware queue of its
+//! own in the path. The bio ends when its last clone has (a remaining
+//! count, as Linux's `bio_inc_remaining` and `bio_chain` keep).
+//!
+//! State per context of the stacked device, reached only through `&mut`:
+//! its leg contexts, the remaining count of each bio by slot, and a slot
+//! per clone in flight. Nothing is shared with another context, and
+//! nothing is allocated once warm.
+
+use std::sync::Arc;
+
+use mqblk_core::bio_based::{BioDriver, BioEnds, BioQueueSetup, BioRef};
+use mqblk_core::driver::{Error, Features, HwNotifier, IrqLines, Op, QueueLimits, Status};
+use mqblk_core::{Bio, Context};
+
+use crate::held::Held;
+use crate::legs::{LegId, Legs};
+use crate::map::{end_action, fold, Line, Mapper};
+use crate::target::target_type::{EndAction, Io};
+
+/// The bio-based driver of a stacked device.
+pub(crate) struct BioStacked {
+    pub(crate) name: String,
+    pub(crate) lines: Vec<Line>,
+    pub(crate) legs: Arc<Legs>,
+    pub(crate) limits: QueueLimits,
+    pub(crate) features: Features,
+    /// Every leg completes from a thread of its own, and no line holds
+    /// children back: a waiting context may sleep until notified.
+    pub(crate) all_async: bool,
+    /// A leg has interrupt lines (a polled device a context sleeps on).
+    pub(crate) lines_below: bool,
+    /// Lines whose target has a say in flushes (`delay`, `flakey`).
+    pub(crate) flush_lines: Vec<u32>,
+    /// Keeps the control handle alive while the device is.
+    pub(crate) _handle: Arc<crate::handle::Handle>,
+}
+
+/// A context on a leg, opened on first use.
+enum LegCtx {
+    /// Not sent to yet from this context.
+    Closed,
+    Open(Context),
+    /// The leg is out of the table, or its context could not be opened.
+    Out,
+}
+
+/// What a bio waits for: its clones in flight (plus one while they are
+/// being sent), and the first error among them.
+#[derive(Clone, Copy)]
+struct Remaining {
+    pending: u32,
+    status: Status,
+}
+
+/// A clone in flight.
+#[derive(Clone, Copy)]
+struct ClonedIo {
+    /// The bio's slot on the stacked device.
+    tag: u32,
+    line: u32,
+    leg: LegId,
+    io: Io,
+}
+
+/// One context's state on a bio-based stacked device.
+pub(crate) struct DmQueue {
+    /// The hardware queue of the context, which targets that balance
+    /// (a mirror's reads) are told.
+    who: u16,
+    /// The stacked device's number, which the legs' traces name as where
+    /// a clone came from.
+    devnum: mqblk_core::DevNum,
+    notifier: HwNotifier,
+    /// The lines the context's completion fd watches: a leg context on a
+    /// polled device forwards its own here.
+    irq: IrqLines,
+    generation: u64,
+    legs: Vec<LegCtx>,
+    /// Legs sent to since the last unplug.
+    touched: Vec<bool>,
+    /// By the bio's slot.
+    remaining: Box<[Remaining]>,
+    clones: Vec<ClonedIo>,
+    free: Vec<u32>,
+    mapper: Mapper,
+    /// Clones to send again, to another leg.
+    retry: Vec<(u32, Bio)>,
+    held: Held,
+}
+
+impl BioStacked {
+    /// The context on `leg`, opened now if this is the first use.
+    #[inline]
+    fn leg_ctx<'q>(&self, q: &'q mut DmQueue, leg: usize) -> Option<&'q mut Context> {
+        if matches!(q.legs.get(leg), Some(LegCtx::Closed)) {
+            q.legs[leg] = self.open_leg(leg, &q.notifier, &q.irq);
+        }
+        match q.legs.get_mut(leg) {
+            Some(LegCtx::Open(c)) => Some(c),
+            _ => None,
+        }
+    }
+
+    #[cold]
+    fn open_leg(&self, leg: usize, notifier: &HwNotifier, irq: &IrqLines) -> LegCtx {
+        let Some(dev) = self.legs.get(leg as LegId) else {
+            return LegCtx::Out;
+        };
+        let open = || -> Result<Context, Error> {
+            let mut ctx = dev.context()?;
+            ctx.forward_completions(notifier);
+            if dev.has_irq_lines() {
+                ctx.forward_irq_lines(irq)?;
+            }
+            Ok(ctx)
+        };
+        match open() {
+            Ok(c) => LegCtx::Open(c),
+            Err(e) => {
+                eprintln!("mqblk: {}: leg {leg}: {e}", self.name);
+                LegCtx::Out
+            }
+        }
+    }
+
+    /// Pick up legs added, replaced or taken out since this context last
+    /// looked. An old leg context is drained first, so no clone is lost.
+    #[cold]
+    fn refresh(&self, q: &mut DmQueue, ends: &mut BioEnds<'_>) {
+        q.generation = self.legs.generation();
+        let now = self.legs.all();
+        for (i, dev) in now.iter().enumerate() {
+            if i >= q.legs.len() {
+                q.legs.push(LegCtx::Closed);
+                q.touched.push(false);
+            }
+            let same = match (&q.legs[i], dev) {
+                (LegCtx::Open(c), Some(d)) => c.device().same(d),
+                (LegCtx::Open(_), None) => false,
+                (_, Some(_)) => matches!(q.legs[i], LegCtx::Closed),
+                (_, None) => matches!(q.legs[i], LegCtx::Out),
+            };
+            if same {
+                continue;
+            }
+            if let LegCtx::Open(mut old) = std::mem::replace(&mut q.legs[i], LegCtx::Closed) {
+                // Clones still plugged, in flight, or ended and not yet
+                // polled: all end here.
+                old.unplug();
+                loop {
+                    let DmQueue {
+                        clones,
+                        free,
+                        remaining,
+                        retry,
+                        ..
+                    } = &mut *q;
+                    old.poll_wait(1, |c| {
+                        end_clone(&self.lines, clones, free, remaining, retry, ends, c);
+                    });
+                    if old.in_flight() == 0 && old.ready() == 0 {
+                        break;
+                    }
+                }
+            }
+            q.legs[i] = if dev.is_some() {
+                LegCtx::Closed
+            } else {
+                LegCtx::Out
+            };
+        }
+        self.send_retries(q, ends);
+    }
+
+    /// Send `bio` (clone slot `slot`) to its leg; a clone that cannot be
+    /// sent ends with an error, which its target hears of (a mirror tries
+    /// another leg).
+    fn send(&self, q: &mut DmQueue, slot: u32, bio: Bio, ends: &mut BioEnds<'_>) {
+        let c = q.clones[slot as usize];
+        let leg = c.leg as usize;
+        // Where the clone comes from on this device, for the leg's trace.
+        let from = match c.io.op {
+            Op::Flush => 0,
+            _ => (self.lines[c.line as usize].start + c.io.offset_bytes) >> 9,
+        };
+        let devnum = q.devnum;
+        let Some(ctx) = self.leg_ctx(q, leg) else {
+            self.clone_failed(q, slot, bio, ends);
+            return;
+        };
+        let bio = match ctx.submit_remapped(bio, devnum, from) {
+            Ok(()) => {
+                q.touched[leg] = true;
+                return;
+            }
+            Err(e) => e.into_bio(),
+        };
+        // The leg's context is full of completions nobody polled: reap them
+        // here and try once more.
+        self.reap_leg(q, leg, ends);
+        let Some(ctx) = self.leg_ctx(q, leg) else {
+            self.clone_failed(q, slot, bio, ends);
+            return;
+        };
+        match ctx.submit_remapped(bio, devnum, from) {
+            Ok(()) => q.touched[leg] = true,
+            Err(e) => self.clone_failed(q, slot, e.into_bio(), ends),
+        }
+    }
+
+    /// A clone that could not be sent: its target decides, as for a clone
+    /// that ended with an I/O error.
+    fn clone_failed(&self, q: &mut DmQueue, slot: u32, mut bio: Bio, ends: &mut BioEnds<'_>) {
+        let c = q.clones[slot as usize];
+        match end_action(&self.lines, c.line, c.leg, &c.io, Status::IoError) {
+            EndAction::Done(s) => {
+                drop(bio);
+                q.free.push(slot);
+                finish(&mut q.remaining, c.tag, s, ends);
+            }
+            EndAction::Retry { leg, offset_bytes } => {
+                bio.set_offset_bytes(offset_bytes);
+                q.clones[slot as usize].leg = leg;
+                q.retry.push((slot, bio));
+            }
+        }
+    }
+
+    fn reap_leg(&self, q: &mut DmQueue, leg: usize, ends: &mut BioEnds<'_>) -> usize {
+        let DmQueue {
+            legs,
+            clones,
+            free,
+            remaining,
+            retry,
+            ..
+        } = q;
+        let mut n = 0;
+        if let Some(LegCtx::Open(ctx)) = legs.get_mut(leg) {
+            ctx.poll(|c| n += end_clone(&self.lines, clones, free, remaining, retry, ends, c));
+        }
+        n
+    }
+
+    fn send_retries(&self, q: &mut DmQueue, ends: &mut BioEnds<'_>) {
+        while let Some((slot, bio)) = q.retry.pop() {
+            self.send(q, slot, bio, ends);
+        }
+    }
+
+    /// Send the held clones that are due, and unplug what they went to.
+    fn send_due(&self, q: &mut DmQueue, ends: &mut BioEnds<'_>) {
+        if q.held.is_empty() {
+            return;
+        }
+        let now = mqblk_core::clock::now_ns();
+        let mut sent = false;
+        while let Some((slot, bio)) = q.held.take_due(now) {
+            self.send(q, slot, bio, ends);
+            sent = true;
+        }
+        if sent {
+            self.unplug_legs(q);
+        }
+    }
+
+    fn unplug_legs(&self, q: &mut DmQueue) {
+        for (ctx, t) in q.legs.iter_mut().zip(q.touched.iter_mut()) {
+            if std::mem::take(t) {
+                if let LegCtx::Open(c) = ctx {
+                    c.unplug();
+                }
+            }
+        }
+    }
+
+    fn alloc_clone(q: &mut DmQueue, c: ClonedIo) -> u32 {
+        match q.free.pop() {
+            Some(s) => {
+                q.clones[s as usize] = c;
+                s
+            }
+            None => {
+                q.clones.push(c);
+                (q.clones.len() - 1) as u32
+            }
+        }
+    }
+}
+
+/// A clone's completion: ask its target, then end the clone or queue it
+/// for another leg. Returns 1 if it ended its bio.
+fn end_clone(
+    lines: &[Line],
+    clones: &mut [ClonedIo],
+    free: &mut Vec<u32>,
+    remaining: &mut [Remaining],
+    retry: &mut Vec<(u32, Bio)>,
+    ends: &mut BioEnds<'_>,
+    c: mqblk_core::Completion<'_>,
+) -> usize {
+    let slot = c.private() as u32;
+    let clone = clones[slot as usize];
+    match end_action(lines, clone.line, clone.leg, &clone.io, c.status()) {
+        EndAction::Done(s) => {
+            // The clone stays in the leg context's slot, which lets go of
+            // it as soon as this returns; the bio is ended later, once
+            // the driver's call returns to the core.
+            let _ = c;
+            free.push(slot);
+            finish(remaining, clone.tag, s, ends)
+        }
+        EndAction::Retry { leg, offset_bytes } => {
+            let mut bio = c.into_bio();
+            bio.set_offset_bytes(offset_bytes);
+            clones[slot as usize].leg = leg;
+            retry.push((slot, bio));
+            0
+        }
+    }
+}
+
+/// One clone of bio `tag` ended with `status`. Returns 1 if it was the
+/// last.
+#[inline]
+fn finish(remaining: &mut [Remaining], tag: u32, status: Status, ends: &mut BioEnds<'_>) -> usize {
+    let r = &mut remaining[tag as usize];
+    fold(&mut r.status, status);
+    debug_assert!(r.pending > 0, "a clone of a bio that is not waiting");
+    r.pending -= 1;
+    if r.pending > 0 {
+        return 0;
+    }
+    ends.end(tag, r.status);
+    1
+}
+
+impl BioDriver for BioStacked {
+    type Queue = DmQueue;
+
+    fn open_queue(&self, setup: BioQueueSetup) -> Result<DmQueue, Error> {
+        let legs = self.legs.all();
+        let slots = setup.slots as usize;
+        let held = Held::new(&self.name, self.lines_below.then_some(&setup.irq_lines))?;
+        Ok(DmQueue {
+            who: setup.hwq,
+            devnum: setup.devnum,
+            notifier: setup.notifier,
+            irq: setup.irq_lines,
+            generation: self.legs.generation(),
+            legs: legs
+                .iter()
+                .map(|d| match d {
+                    Some(_) => LegCtx::Closed,
+                    None => LegCtx::Out,
+                })
+                .collect(),
+            touched: vec![false; legs.len()],
+            remaining: vec![
+                Remaining {
+                    pending: 0,
+                    status: Status::Ok,
+                };
+                slots
+            ]
+            .into_boxed_slice(),
+            clones: Vec::with_capacity(slots * 2),
+            free: Vec::with_capacity(slots * 2),
+            mapper: Mapper::with_capacity(8),
+            retry: Vec::with_capacity(slots),
+            held,
+        })
+    }
+
+    fn submit_bio(&self, q: &mut DmQueue, mut bio: BioRef<'_>, ends: &mut BioEnds<'_>) {
+        if self.legs.generation() != q.generation {
+            self.refresh(q, ends);
+        }
+        let tag = bio.tag();
+        let (op, flags) = (bio.bio().op(), bio.bio().flags());
+        let status = if op == Op::Flush {
+            // A flush goes to every leg that is there.
+            let legs = q
+                .legs
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| !matches!(l, LegCtx::Out))
+                .map(|(leg, _)| leg as LegId);
+            q.mapper
+                .map_flush(&self.lines, &self.flush_lines, flags, q.who, legs)
+        } else {
+            let (off, len) = (bio.bio().offset_bytes(), bio.bio().len_bytes());
+            let zero = |at, n| {
+                bio.zero_range(at, n);
+            };
+            match q.mapper.map(&self.lines, op, flags, off, len, q.who, zero) {
+                Some(s) => s,
+                None => {
+                    ends.requeue(tag);
+                    return;
+                }
+            }
+        };
+        if q.mapper.plan.is_empty() {
+            ends.end(tag, status);
+            return;
+        }
+        // One count per clone, plus this loop's own, so the bio cannot end
+        // while its clones are still being sent.
+        q.remaining[tag as usize] = Remaining {
+            pending: q.mapper.plan.len() as u32 + 1,
+            status,
+        };
+        let mut now = 0;
+        for k in 0..q.mapper.plan.len() {
+            let p = q.mapper.plan[k];
+            // SAFETY: the bio is ended only through `finish`, when its
+            // remaining count reaches zero: after every clone has ended
+            // (`end_clone` runs inside a leg context's poll, which drops
+            // the clone right after) or failed to be sent (dropped in
+            // `clone_failed`), and this loop holds one count until it is
+            // done. The pieces of one bio are disjoint, except a mirror's
+            // copies of a write, which only read the memory; zeros were
+            // filled in `map`, before any clone is sent.
+            let mut clone = unsafe { bio.clone_range(p.io_offset, p.io.len_bytes, p.leg_offset) };
+            let slot = Self::alloc_clone(
+                q,
+                ClonedIo {
+                    tag,
+                    line: p.line,
+                    leg: p.leg,
+                    io: p.io,
+                },
+            );
+            clone.private = u64::from(slot);
+            if p.delay_ns == 0 {
+                self.send(q, slot, clone, ends);
+            } else {
+                if now == 0 {
+                    now = mqblk_core::clock::now_ns();
+                }
+                q.held.hold(now + p.delay_ns, slot, clone);
+            }
+        }
+        finish(&mut q.remaining, tag, Status::Ok, ends);
+        if !q.retry.is_empty() {
+            self.send_retries(q, ends);
+        }
+    }
+
+    fn unplug(&self, q: &mut DmQueue) {
+        self.unplug_legs(q);
+    }
+
+    fn poll(&self, q: &mut DmQueue, ends: &mut BioEnds<'_>) -> usize {
+        if self.legs.generation() != q.generation {
+            self.refresh(q, ends);
+        }
+        self.send_due(q, ends);
+        let mut n = 0;
+        for leg in 0..q.legs.len() {
+            n += self.reap_leg(q, leg, ends);
+        }
+        if !q.retry.is_empty() {
+            self.send_retries(q, ends);
+            self.unplug_legs(q);
+        }
+        n
+    }
+
+    fn limits(&self) -> QueueLimits {
+        self.limits
+    }
+
+    fn features(&self) -> Features {
+        self.features
+    }
+
+    fn completes_async(&self) -> bool {
+        self.all_async
+    }
+
+    fn has_irq_lines(&self) -> bool {
+        self.lines_below
+    }
+}
