@@ -422,6 +422,14 @@ impl Device {
         Ok(dev)
     }
 
+    /// True if the device is bio-based (see [`crate::bio_based`]): its
+    /// bios go to its driver in the submitting context, with no request
+    /// queue of its own in the path. A remapped view says what the device
+    /// under it is.
+    pub fn is_bio_based(&self) -> bool {
+        self.inner.bio.is_some()
+    }
+
     /// Create a group (see [`crate::blkcg`]). Its name must be new, 1 to
     /// 64 characters of letters, digits, `-`, `_` and `.`.
     pub fn create_group(
