@@ -431,10 +431,12 @@ fn a_partition_of_a_stripe_remaps_each_bio_to_the_leg_and_sector_of_the_table() 
             *mapped.entry((from, a.sectors)).or_insert(0u64) += 1;
         }
     }
-    // Every request the stripe issued went down once, cut at its
-    // chunks' ends, and nothing else did.
+    // The stripe is bio-based: every bio it was given (its Q) went down
+    // once, cut at its chunks' ends, and nothing else did; it issued no
+    // request of its own (no D).
+    assert_eq!(count(&top, "D"), 0);
     let mut want = BTreeMap::new();
-    for d in top.iter().filter(|e| e.action == "D") {
+    for d in top.iter().filter(|e| e.action == "Q") {
         let (mut s, end) = (d.sector, d.sector + d.sectors);
         while s < end {
             let n = (end - s).min(CHUNK - s % CHUNK);
@@ -444,7 +446,7 @@ fn a_partition_of_a_stripe_remaps_each_bio_to_the_leg_and_sector_of_the_table() 
     }
     assert!(
         mapped == want,
-        "the legs' A events are not the stripe's requests cut at its chunks"
+        "the legs' A events are not the stripe's bios cut at its chunks"
     );
 }
 

@@ -497,7 +497,7 @@ fn allow_degraded_lets_a_run_end_degraded_and_report_and_stat_say_so() {
         let ios = std::fs::read_to_string(stats.join("mqblk.json"))
             .ok()
             .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .and_then(|v| v["devices"][0]["requests"].as_u64())
+            .and_then(|v| v["devices"][0]["bios"].as_u64())
             .unwrap_or(0);
         if ios > 1000 {
             break;

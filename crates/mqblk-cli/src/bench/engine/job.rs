@@ -295,7 +295,11 @@ pub(super) fn job_thread<V: Hook>(
         if phase >= PHASE_STOP || hook.stopped() || failed || stop_me.load(Relaxed) || empty {
             break;
         }
-        if (ended.is_some() || offsets.exhausted()) && ctx.in_flight() == 0 {
+        // Idle: nothing in flight, and no completion waiting to be counted
+        // (a bio can end inside its own submission: a `zero` line, a
+        // refused range).
+        let idle = ctx.in_flight() == 0 && ctx.ready() == 0;
+        if (ended.is_some() || offsets.exhausted()) && idle {
             break;
         }
         if !measuring && phase == PHASE_MEASURE {
@@ -314,7 +318,7 @@ pub(super) fn job_thread<V: Hook>(
             }
             shared.measuring.fetch_add(1, Relaxed);
         }
-        if measuring && issued_bytes >= bytes_limit && ctx.in_flight() == 0 {
+        if measuring && issued_bytes >= bytes_limit && idle {
             break;
         }
         // fsync=N: the flushes the writes since the last one call for.
@@ -328,7 +332,7 @@ pub(super) fn job_thread<V: Hook>(
         if let Some(p) = &mut pacer {
             let now = mqblk::clock::now_ns();
             allowed = p.allowed(now, issued_bytes / bs);
-            if allowed == 0 && ctx.in_flight() == 0 {
+            if allowed == 0 && ctx.in_flight() == 0 && ctx.ready() == 0 {
                 std::thread::sleep(p.wait(now));
                 continue;
             }
@@ -394,7 +398,7 @@ pub(super) fn job_thread<V: Hook>(
         }
         // Reap; a finished bio is aimed at its next offset and resubmitted in
         // place (no copy), unless this job has issued all it should.
-        if held && ctx.in_flight() == 0 {
+        if held && ctx.in_flight() == 0 && ctx.ready() == 0 {
             // Ahead of its share of the flow: wait, as fio's flow_sleep.
             match gate.as_ref().map(|g| g.sleep()) {
                 Some(d) if !d.is_zero() => std::thread::sleep(d),
