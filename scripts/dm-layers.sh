@@ -8,10 +8,15 @@
 #                  (Device::remap, Linux's partition remap)
 #   linear-rq      the same table through the request-based stacked
 #                  driver (bio_remap=0)
-#   striped        striped 2 8 over two null legs
+#   striped        striped 2 8 over two null legs, bio-based (each bio
+#                  mapped in the submitting context, clones sent to the
+#                  legs' pipelines)
 #   mirror         mirror core over two null legs (`nosync`: null legs are
 #                  already the same, and a resync of them at open would
-#                  run beside the measured I/O)
+#                  run beside the measured I/O), bio-based
+#   striped-rq, mirror-rq
+#                  the same tables through the request-based stacked
+#                  driver (bio_remap=0): a second pipeline on top
 #
 # Each configuration runs ROUNDS times, the configurations interleaved, and
 # the median IOPS is printed with its ratio to the null device, and the
@@ -36,14 +41,18 @@ null="null,size=1G,completion=inline,hw_queues=1"
 null2="$null,queue_depth=64"
 sectors=2097152
 printf '0 %s linear %s 0\n' "$sectors" "$null" >"$dir/linear.table"
+printf '0 %s striped 2 8 %s 0 %s 0\n' "$((2 * sectors))" "$null" "$null2" >"$dir/striped.table"
+printf '0 %s mirror core 2 1024 nosync 2 %s 0 %s 0\n' "$sectors" "$null" "$null2" >"$dir/mirror.table"
 declare -A spec=(
   [null]="$null"
   [linear]="dm-table:0 $sectors linear $null 0"
   [linear-rq]="dm:$dir/linear.table,bio_remap=0"
   [striped]="dm-table:0 $((2 * sectors)) striped 2 8 $null 0 $null2 0"
   [mirror]="dm-table:0 $sectors mirror core 2 1024 nosync 2 $null 0 $null2 0"
+  [striped-rq]="dm:$dir/striped.table,bio_remap=0"
+  [mirror-rq]="dm:$dir/mirror.table,bio_remap=0"
 )
-names=(null linear linear-rq striped mirror)
+names=(null linear linear-rq striped striped-rq mirror mirror-rq)
 # bench SPEC RW -> "IOPS:CPU_NS_PER_IO:ALLOCS_PER_IO"
 iops() {
   "$mqblk" bench --device "$1" --rw "$2" --iodepth 32 --runtime "$runtime" \
@@ -55,7 +64,7 @@ for rw in randread randwrite; do
   declare -A got=()
   for _ in $(seq "$rounds"); do
     for n in "${names[@]}"; do
-      [ "$rw" = randwrite ] && [ "$n" = linear-rq ] && continue
+      [ "$rw" = randwrite ] && [[ "$n" = linear-rq || "$n" = striped* ]] && continue
       got[$n]="${got[$n]:-} $(iops "${spec[$n]}" "$rw")"
     done
   done

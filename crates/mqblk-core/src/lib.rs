@@ -11,7 +11,9 @@
 //! - the user API at the crate root: [`Device`], [`Context`], [`Bio`],
 //!   [`IoBuf`], completions and errors;
 //! - the driver API, [`driver`]: what a driver implements ([`driver::Driver`])
-//!   and the request it is handed ([`driver::RqRef`]);
+//!   and the request it is handed ([`driver::RqRef`]); a bio-based driver
+//!   (dm), which takes bios in the submitting context and has no request
+//!   queue, implements [`bio_based::BioDriver`] instead;
 //! - the control plane, [`queue`]: creating and reconfiguring devices.
 //!
 //! Tags, the sbitmap, bio sets and request slots are private: no safe
