@@ -117,47 +117,86 @@ impl<'a> BioRef<'a> {
         len_bytes: u64,
         new_offset_bytes: u64,
     ) -> Bio {
+        let mut bio = Bio::at(crate::bio::Op::Read, 0);
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.clone_range_into(&mut bio, offset_bytes, len_bytes, new_offset_bytes) };
+        bio
+    }
+
+    /// [`BioRef::clone_range`] built in place, into `dst`, a blank bio (a
+    /// slot's, from [`crate::Context::submit_remapped_with`]): no move of
+    /// the clone.
+    ///
+    /// # Panics
+    ///
+    /// If the range runs past the bio, or `dst` has segments already.
+    ///
+    /// # Safety
+    ///
+    /// As [`BioRef::clone_range`].
+    #[inline]
+    pub unsafe fn clone_range_into(
+        &self,
+        dst: &mut Bio,
+        offset_bytes: u64,
+        len_bytes: u64,
+        new_offset_bytes: u64,
+    ) {
         use crate::bio::Op;
         let src = &*self.bio;
+        let op = src.op();
         assert!(
-            offset_bytes
-                .checked_add(len_bytes)
-                .is_some_and(|e| e <= src.len_bytes())
-                || src.op() == Op::Flush,
+            op == Op::Flush
+                || offset_bytes
+                    .checked_add(len_bytes)
+                    .is_some_and(|e| e <= src.len_bytes()),
             "clone range {offset_bytes}+{len_bytes} past a bio of {} bytes",
             src.len_bytes()
         );
-        let mut bio = match src.op() {
-            Op::Read | Op::Write => Bio::at(src.op(), new_offset_bytes),
-            Op::Flush => Bio::flush(),
-            Op::Discard => Bio::discard_at(new_offset_bytes, len_bytes),
-            Op::WriteZeroes => Bio::write_zeroes_at(new_offset_bytes, len_bytes),
-        };
-        bio.set_flags(src.flags());
-        if src.op().has_data() {
-            let (start, end) = (offset_bytes, offset_bytes + len_bytes);
-            let mut at = 0u64;
-            for s in src.segments() {
-                let (s_start, s_end) = (at, at + u64::from(s.len()));
-                at = s_end;
-                let (lo, hi) = (start.max(s_start), end.min(s_end));
-                if lo < hi {
-                    let skip = (lo - s_start) as usize;
-                    let n = (hi - lo) as usize;
-                    // SAFETY: [skip, skip + n) lies inside the segment,
-                    // which lies inside its buffer; the bio's caller lent
-                    // that memory until the bio ends, and the driver
-                    // promised every clone ends first and that clones in
-                    // flight do not overlap unless they only read.
-                    let view = unsafe { s.buf().view(s.offset() as usize + skip, n) };
-                    bio.push_segment(view, 0, n as u32);
-                }
-                if at >= end {
-                    break;
-                }
+        assert!(
+            dst.segments().is_empty(),
+            "a clone is built into a blank bio"
+        );
+        dst.set_op(op);
+        dst.set_flags(src.flags());
+        match op {
+            Op::Read | Op::Write => {
+                dst.set_offset_bytes(new_offset_bytes);
+                dst.set_len_bytes(0);
+            }
+            Op::Flush => {
+                dst.set_offset_bytes(0);
+                dst.set_len_bytes(0);
+            }
+            Op::Discard | Op::WriteZeroes => {
+                dst.set_offset_bytes(new_offset_bytes);
+                dst.set_len_bytes(len_bytes);
             }
         }
-        bio
+        if !op.has_data() {
+            return;
+        }
+        let (start, end) = (offset_bytes, offset_bytes + len_bytes);
+        let mut at = 0u64;
+        for s in src.segments() {
+            let (s_start, s_end) = (at, at + u64::from(s.len()));
+            at = s_end;
+            let (lo, hi) = (start.max(s_start), end.min(s_end));
+            if lo < hi {
+                let skip = (lo - s_start) as usize;
+                let n = (hi - lo) as usize;
+                // SAFETY: [skip, skip + n) lies inside the segment, which
+                // lies inside its buffer; the bio's caller lent that
+                // memory until the bio ends, and the driver promised every
+                // clone ends first and that clones in flight do not
+                // overlap unless they only read.
+                let view = unsafe { s.buf().view(s.offset() as usize + skip, n) };
+                dst.push_segment(view, 0, n as u32);
+            }
+            if at >= end {
+                break;
+            }
+        }
     }
 }
 

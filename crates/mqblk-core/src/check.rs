@@ -163,6 +163,15 @@ impl FastCheck {
         }
     }
 
+    /// The fused check for a bio-based device, which builds no request of
+    /// its own (its lower devices split what they must): validity only,
+    /// at any size and segment count.
+    pub(crate) fn any_size(mut self) -> FastCheck {
+        self.max_bytes = u64::MAX;
+        self.max_segments = usize::MAX;
+        self
+    }
+
     /// True if `bio` is valid and fits as one request as it is.
     #[inline(always)]
     pub(crate) fn admits(&self, bio: &Bio) -> bool {

@@ -20,7 +20,7 @@ use mqblk_core::{Bio, Context};
 
 use crate::held::Held;
 use crate::legs::{LegId, Legs};
-use crate::map::{end_action, fold, Line, Mapper};
+use crate::map::{end_action, fold, Line, Mapper, Plan};
 use crate::target::target_type::{EndAction, Io};
 
 /// The bio-based driver of a stacked device.
@@ -178,31 +178,86 @@ impl BioStacked {
         self.send_retries(q, ends);
     }
 
-    /// Send `bio` (clone slot `slot`) to its leg; a clone that cannot be
-    /// sent ends with an error, which its target hears of (a mirror tries
-    /// another leg).
+    /// Where clone `c` comes from on this device, for the leg's trace.
+    #[inline]
+    fn from_sector(&self, c: &ClonedIo) -> u64 {
+        match c.io.op {
+            Op::Flush => 0,
+            _ => (self.lines[c.line as usize].start + c.io.offset_bytes) >> 9,
+        }
+    }
+
+    /// Send a new clone (slot `slot`, planned as `p`) of `parent` to its
+    /// leg, built in place in a slot of the leg's context; a clone that
+    /// cannot be sent ends with an error, which its target hears of (a
+    /// mirror tries another leg).
+    #[inline]
+    fn send_clone(
+        &self,
+        q: &mut DmQueue,
+        slot: u32,
+        parent: &BioRef<'_>,
+        p: &Plan,
+        ends: &mut BioEnds<'_>,
+    ) {
+        let c = q.clones[slot as usize];
+        let leg = c.leg as usize;
+        let from = self.from_sector(&c);
+        let devnum = q.devnum;
+        let fill = |b: &mut Bio| {
+            // SAFETY: the bio is ended only through `finish`, when its
+            // remaining count reaches zero: after every clone has ended
+            // (`end_clone` runs inside a leg context's poll, which lets go
+            // of the clone right after) or failed to be sent (dropped in
+            // `clone_failed`), and `submit_bio` holds one count until all
+            // are sent. The pieces of one bio are disjoint, except a
+            // mirror's copies of a write, which only read the memory;
+            // zeros were filled when it was mapped, before any clone.
+            unsafe { parent.clone_range_into(b, p.io_offset, p.io.len_bytes, p.leg_offset) };
+            b.private = u64::from(slot);
+        };
+        let Some(ctx) = self.leg_ctx(q, leg) else {
+            let mut bio = Bio::at(Op::Read, 0);
+            fill(&mut bio);
+            self.clone_failed(q, slot, bio, ends);
+            return;
+        };
+        match ctx.submit_remapped_with(fill, devnum, from) {
+            Ok(()) => q.touched[leg] = true,
+            Err(fill) => {
+                let mut bio = Bio::at(Op::Read, 0);
+                fill(&mut bio);
+                self.send_again(q, slot, bio, ends);
+            }
+        }
+    }
+
+    /// Send `bio` (clone slot `slot`: one held back, or retried on another
+    /// leg) to its leg; a clone that cannot be sent ends with an error,
+    /// which its target hears of.
     fn send(&self, q: &mut DmQueue, slot: u32, bio: Bio, ends: &mut BioEnds<'_>) {
         let c = q.clones[slot as usize];
         let leg = c.leg as usize;
-        // Where the clone comes from on this device, for the leg's trace.
-        let from = match c.io.op {
-            Op::Flush => 0,
-            _ => (self.lines[c.line as usize].start + c.io.offset_bytes) >> 9,
-        };
+        let from = self.from_sector(&c);
         let devnum = q.devnum;
         let Some(ctx) = self.leg_ctx(q, leg) else {
             self.clone_failed(q, slot, bio, ends);
             return;
         };
-        let bio = match ctx.submit_remapped(bio, devnum, from) {
-            Ok(()) => {
-                q.touched[leg] = true;
-                return;
-            }
-            Err(e) => e.into_bio(),
-        };
-        // The leg's context is full of completions nobody polled: reap them
-        // here and try once more.
+        match ctx.submit_remapped(bio, devnum, from) {
+            Ok(()) => q.touched[leg] = true,
+            Err(e) => self.send_again(q, slot, e.into_bio(), ends),
+        }
+    }
+
+    /// The leg's context is full of completions nobody polled: reap them
+    /// here and try once more.
+    #[cold]
+    fn send_again(&self, q: &mut DmQueue, slot: u32, bio: Bio, ends: &mut BioEnds<'_>) {
+        let c = q.clones[slot as usize];
+        let leg = c.leg as usize;
+        let from = self.from_sector(&c);
+        let devnum = q.devnum;
         self.reap_leg(q, leg, ends);
         let Some(ctx) = self.leg_ctx(q, leg) else {
             self.clone_failed(q, slot, bio, ends);
@@ -420,15 +475,6 @@ impl BioDriver for BioStacked {
         let mut now = 0;
         for k in 0..q.mapper.plan.len() {
             let p = q.mapper.plan[k];
-            // SAFETY: the bio is ended only through `finish`, when its
-            // remaining count reaches zero: after every clone has ended
-            // (`end_clone` runs inside a leg context's poll, which drops
-            // the clone right after) or failed to be sent (dropped in
-            // `clone_failed`), and this loop holds one count until it is
-            // done. The pieces of one bio are disjoint, except a mirror's
-            // copies of a write, which only read the memory; zeros were
-            // filled in `map`, before any clone is sent.
-            let mut clone = unsafe { bio.clone_range(p.io_offset, p.io.len_bytes, p.leg_offset) };
             let slot = Self::alloc_clone(
                 q,
                 ClonedIo {
@@ -438,10 +484,15 @@ impl BioDriver for BioStacked {
                     io: p.io,
                 },
             );
-            clone.private = u64::from(slot);
             if p.delay_ns == 0 {
-                self.send(q, slot, clone, ends);
+                self.send_clone(q, slot, &bio, &p, ends);
             } else {
+                // SAFETY: as in `send_clone`: the clone ends before the
+                // bio, which `finish` ends only at a remaining count of
+                // zero, and it views a range no other clone writes.
+                let mut clone =
+                    unsafe { bio.clone_range(p.io_offset, p.io.len_bytes, p.leg_offset) };
+                clone.private = u64::from(slot);
                 if now == 0 {
                     now = mqblk_core::clock::now_ns();
                 }

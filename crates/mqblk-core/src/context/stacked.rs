@@ -30,6 +30,34 @@ impl Context {
         self.submit_noted(bio, from, from_sector)
     }
 
+    /// [`Context::submit_remapped`] of a bio built in place, as
+    /// [`Context::submit_with`] builds it: `fill` sets up a blank bio in a
+    /// free slot (a stacked driver's clone,
+    /// [`crate::bio_based::BioRef::clone_range_into`]), so the clone is
+    /// never moved. When every slot holds a completion the caller has not
+    /// polled, `fill` comes back unused.
+    #[inline]
+    pub fn submit_remapped_with<F: FnOnce(&mut Bio)>(
+        &mut self,
+        fill: F,
+        from: crate::blktrace::DevNum,
+        from_sector: u64,
+    ) -> std::result::Result<(), F> {
+        let gate = self.dev.gate.load(std::sync::atomic::Ordering::Relaxed);
+        let noted = self.st.on(state::feat::TRACE) || gate != self.st.gate_seen;
+        if noted {
+            self.st.remap_from = Some((from, from_sector));
+        }
+        let r = self.st.submit_with(&self.dev, fill);
+        if noted {
+            self.st.remap_from = None;
+        }
+        if r.is_ok() {
+            self.st.kick_fd(&self.dev);
+        }
+        r
+    }
+
     /// Put the fds that make this context's completion fd readable (its
     /// eventfd, its throttle timer, and every interrupt line of its
     /// hardware queue, as they are now and as they change) into `up`: the

@@ -250,6 +250,9 @@ impl CtxState {
         self.gate_seen = dev.gate.load(Acquire);
         self.limits = ctl.limits;
         self.fast = FastCheck::new(&dev.info, &self.limits);
+        if dev.bio.is_some() {
+            self.fast = self.fast.any_size();
+        }
         self.async_depth = ctl.async_depth;
         let same = match (&self.parts, &ctl.partitions) {
             (Some(p), Some(t)) => p.is_of(t),
