@@ -162,7 +162,10 @@ impl BioDriver for Concat {
     }
 }
 
-fn concat(order: Order) -> (Device, [Arc<Mutex<Vec<u8>>>; 2], Arc<AtomicU32>) {
+/// A lower disk's memory.
+type Memory = Arc<Mutex<Vec<u8>>>;
+
+fn concat(order: Order) -> (Device, [Memory; 2], Arc<AtomicU32>) {
     let (a, da, _) = mem_device(HALF as usize, order);
     let (b, db, _) = mem_device(HALF as usize, order);
     let requeues = Arc::new(AtomicU32::new(0));

@@ -42,6 +42,8 @@ pub(crate) struct BioStacked {
 }
 
 /// A context on a leg, opened on first use.
+// One per leg, in a vector: a box would cost an indirection per clone.
+#[allow(clippy::large_enum_variant)]
 enum LegCtx {
     /// Not sent to yet from this context.
     Closed,
@@ -180,7 +182,7 @@ impl BioStacked {
 
     /// Where clone `c` comes from on this device, for the leg's trace.
     #[inline]
-    fn from_sector(&self, c: &ClonedIo) -> u64 {
+    fn sector_above(&self, c: &ClonedIo) -> u64 {
         match c.io.op {
             Op::Flush => 0,
             _ => (self.lines[c.line as usize].start + c.io.offset_bytes) >> 9,
@@ -202,7 +204,7 @@ impl BioStacked {
     ) {
         let c = q.clones[slot as usize];
         let leg = c.leg as usize;
-        let from = self.from_sector(&c);
+        let from = self.sector_above(&c);
         let devnum = q.devnum;
         let fill = |b: &mut Bio| {
             // SAFETY: the bio is ended only through `finish`, when its
@@ -238,7 +240,7 @@ impl BioStacked {
     fn send(&self, q: &mut DmQueue, slot: u32, bio: Bio, ends: &mut BioEnds<'_>) {
         let c = q.clones[slot as usize];
         let leg = c.leg as usize;
-        let from = self.from_sector(&c);
+        let from = self.sector_above(&c);
         let devnum = q.devnum;
         let Some(ctx) = self.leg_ctx(q, leg) else {
             self.clone_failed(q, slot, bio, ends);
@@ -256,7 +258,7 @@ impl BioStacked {
     fn send_again(&self, q: &mut DmQueue, slot: u32, bio: Bio, ends: &mut BioEnds<'_>) {
         let c = q.clones[slot as usize];
         let leg = c.leg as usize;
-        let from = self.from_sector(&c);
+        let from = self.sector_above(&c);
         let devnum = q.devnum;
         self.reap_leg(q, leg, ends);
         let Some(ctx) = self.leg_ctx(q, leg) else {
