@@ -91,25 +91,33 @@ pub(crate) fn info_command(args: &InfoArgs) -> Result<()> {
             }
         ),
     );
-    line("queue_mode:", info.mode.name().to_string());
-    line("hw_queues:", dev.nr_hw_queues().to_string());
-    line(
-        "queue_depth:",
-        format!(
-            "{} per hw queue (reserved {}, shared tags {})",
-            cfg.queue_depth,
-            cfg.reserved_tags,
-            yes_no(cfg.shared_tags)
-        ),
-    );
-    line(
-        "plug:",
-        format!(
-            "{} (flush at {} requests)",
-            if cfg.plug { "on" } else { "off" },
-            cfg.plug_max
-        ),
-    );
+    if dev.is_bio_based() {
+        // No request queue of its own: no depth, plug or queue mode acts.
+        line(
+            "queue:",
+            "bio-based: each bio is mapped in the submitting thread and its clones go to the lower devices' queues (bio_remap=0 gives it a request queue)".to_string(),
+        );
+    } else {
+        line("queue_mode:", info.mode.name().to_string());
+        line("hw_queues:", dev.nr_hw_queues().to_string());
+        line(
+            "queue_depth:",
+            format!(
+                "{} per hw queue (reserved {}, shared tags {})",
+                cfg.queue_depth,
+                cfg.reserved_tags,
+                yes_no(cfg.shared_tags)
+            ),
+        );
+        line(
+            "plug:",
+            format!(
+                "{} (flush at {} requests)",
+                if cfg.plug { "on" } else { "off" },
+                cfg.plug_max
+            ),
+        );
+    }
     line("iostats:", if cfg.iostats { "1" } else { "0" }.to_string());
     line("io_timeout_ms:", cfg.timeout_ms.to_string());
     line("limits:", String::new());

@@ -129,6 +129,20 @@ fn bench_and_info_on_stacked_devices_with_a_stats_line_per_leg() {
     .unwrap();
     let info = ok(mqblk(&["info", &format!("dm:{}", tf.display())]));
     assert!(info.contains("0 2048 linear"), "{info}");
+    // Bio-based, with no request queue of its own; bio_remap=0 gives it one.
+    assert!(
+        info.contains("queue:") && info.contains("bio-based"),
+        "{info}"
+    );
+    assert!(!info.contains("hw_queues:"), "{info}");
+    let rq = ok(mqblk(&[
+        "info",
+        &format!("dm:{},bio_remap=0", tf.display()),
+    ]));
+    assert!(
+        rq.contains("hw_queues:") && !rq.contains("bio-based"),
+        "{rq}"
+    );
     assert!(info.contains("2048 2048 delay delay 1 ms"), "{info}");
     assert!(info.contains("(null,size=2M)"), "{info}");
     let job = dir.path().join("j.fio");
