@@ -42,9 +42,12 @@ pub fn stack(legs: &[(QueueLimits, Features)]) -> (QueueLimits, Features) {
         feat.write_zeroes &= f.write_zeroes;
     }
     if legs.is_empty() {
-        // Only zero and error lines: nothing below to limit anything.
+        // Only zero and error lines: nothing below to limit anything, and
+        // a discard or write-zeroes of any size is theirs to answer.
         feat.discard = true;
         feat.write_zeroes = true;
+        lim.max_discard_sectors = u32::MAX;
+        lim.max_write_zeroes_sectors = u32::MAX;
     }
     lim.physical_block_size = lim.physical_block_size.max(lim.logical_block_size);
     (lim, feat)
@@ -77,5 +80,13 @@ mod tests {
         assert_eq!(l.max_sectors, 128);
         assert_eq!(l.dma_alignment, 4095);
         assert!(f.write_cache && f.fua && !f.discard);
+    }
+
+    #[test]
+    fn a_table_without_legs_discards_and_zeroes_any_size() {
+        let (l, f) = stack(&[]);
+        assert!(f.discard && f.write_zeroes);
+        assert_eq!(l.max_discard_sectors, u32::MAX);
+        assert_eq!(l.max_write_zeroes_sectors, u32::MAX);
     }
 }
