@@ -246,8 +246,8 @@ impl ReadGuest for Guest {
     }
 }
 
-/// Fill `buf` from `buf.len()` bytes at `p`, a word at a time where `p` is
-/// aligned for it.
+/// Fill `buf` from `buf.len()` bytes at `p`, each load as wide as the
+/// address's alignment and the bytes left allow (as vm-memory copies).
 ///
 /// # Safety
 ///
@@ -255,19 +255,34 @@ impl ReadGuest for Guest {
 #[inline]
 unsafe fn read_volatile_into(p: NonNull<u8>, buf: &mut [u8]) {
     let mut i = 0;
-    if (p.as_ptr() as usize).is_multiple_of(8) {
-        while i + 8 <= buf.len() {
-            // SAFETY: `i + 8 <= len` bytes at `p`, by the caller; `p + i`
-            // is 8-aligned (`p` is, and `i` is a multiple of 8).
-            let w = unsafe { p.add(i).cast::<u64>().read_volatile() };
-            buf[i..i + 8].copy_from_slice(&w.to_ne_bytes());
-            i += 8;
-        }
-    }
     while i < buf.len() {
-        // SAFETY: `i < len` bytes at `p`, by the caller.
-        buf[i] = unsafe { p.add(i).read_volatile() };
-        i += 1;
+        let left = buf.len() - i;
+        // SAFETY: `i < len`: `p + i` is inside the caller's bytes.
+        let q = unsafe { p.as_ptr().add(i) };
+        let at = q as usize;
+        // Each load below reads `n <= left` bytes at `q`, the caller's,
+        // and `q` is aligned for the integer loaded.
+        let n = if at.is_multiple_of(8) && left >= 8 {
+            // SAFETY: as said above the `if`.
+            let v = unsafe { q.cast::<u64>().read_volatile() };
+            buf[i..i + 8].copy_from_slice(&v.to_ne_bytes());
+            8
+        } else if at.is_multiple_of(4) && left >= 4 {
+            // SAFETY: as said above the `if`.
+            let v = unsafe { q.cast::<u32>().read_volatile() };
+            buf[i..i + 4].copy_from_slice(&v.to_ne_bytes());
+            4
+        } else if at.is_multiple_of(2) && left >= 2 {
+            // SAFETY: as said above the `if`.
+            let v = unsafe { q.cast::<u16>().read_volatile() };
+            buf[i..i + 2].copy_from_slice(&v.to_ne_bytes());
+            2
+        } else {
+            // SAFETY: as said above the `if`.
+            buf[i] = unsafe { q.read_volatile() };
+            1
+        };
+        i += n;
     }
 }
 

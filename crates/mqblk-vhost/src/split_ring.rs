@@ -147,18 +147,33 @@ impl<'g> SplitRing<'g> {
     fn desc_at(table: NonNull<u8>, entries: u16, i: u16) -> RawDesc {
         debug_assert!(i < entries);
         // SAFETY: `i < entries`, and the table's `entries * 16` bytes were
-        // resolved inside one region; `[u8; 16]` needs no alignment.
-        let b = unsafe {
-            table
-                .add(usize::from(i) * DESC_LEN as usize)
-                .cast::<[u8; 16]>()
-                .read_volatile()
+        // resolved inside one region.
+        let p = unsafe { table.add(usize::from(i) * DESC_LEN as usize) };
+        let (lo, hi) = if (p.as_ptr() as usize).is_multiple_of(8) {
+            // SAFETY: 16 bytes at `p`, as above, and `p` is 8-aligned (a
+            // table as the spec lays it, 16-aligned): two word loads.
+            unsafe {
+                (
+                    p.cast::<u64>().read_volatile(),
+                    p.add(8).cast::<u64>().read_volatile(),
+                )
+            }
+        } else {
+            // SAFETY: 16 bytes at `p`, as above; `[u8; 8]` needs no
+            // alignment.
+            unsafe {
+                (
+                    u64::from_ne_bytes(p.cast::<[u8; 8]>().read_volatile()),
+                    u64::from_ne_bytes(p.add(8).cast::<[u8; 8]>().read_volatile()),
+                )
+            }
         };
+        let (addr, hi) = (u64::from_le(lo), u64::from_le(hi));
         RawDesc {
-            addr: u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
-            len: u32::from_le_bytes([b[8], b[9], b[10], b[11]]),
-            flags: u16::from_le_bytes([b[12], b[13]]),
-            next: u16::from_le_bytes([b[14], b[15]]),
+            addr,
+            len: hi as u32,
+            flags: (hi >> 32) as u16,
+            next: (hi >> 48) as u16,
         }
     }
 
