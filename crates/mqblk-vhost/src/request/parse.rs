@@ -141,7 +141,6 @@ pub fn parse(
     let bare_header = out_bytes == HEADER_LEN as u64;
     let bs_mask = u64::from(shape.blk_size) - 1;
     let capacity = shape.capacity_sectors << SECTOR_SHIFT;
-    let seg_count = |span: Span| span.pieces(descs).count() as u32;
     // A byte range of the device, checked.
     let range = |sector: u64, len: u64| -> Result<u64, &'static str> {
         let offset = sector
@@ -172,10 +171,14 @@ pub fn parse(
             if data.len == 0 {
                 return answer(BlkStatus::IoErr, "a read or write of no data");
             }
-            if seg_count(data) > shape.seg_max {
+            // One walk of the segments for both limits.
+            let (segments, longest) = data
+                .pieces(descs)
+                .fold((0u32, 0u32), |(k, m), (_, n)| (k + 1, m.max(n)));
+            if segments > shape.seg_max {
                 return answer(BlkStatus::IoErr, "more data segments than seg_max");
             }
-            if data.pieces(descs).any(|(_, n)| n > shape.size_max) {
+            if longest > shape.size_max {
                 return answer(BlkStatus::IoErr, "a data segment longer than size_max");
             }
             if write && shape.read_only {
