@@ -230,6 +230,7 @@ impl Guest {
 }
 
 impl ReadGuest for Guest {
+    #[inline]
     fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
         // One region (a header, a range, a status byte): one lookup.
         if let Some(p) = self.resolve(addr, buf.len() as u64) {

@@ -133,6 +133,30 @@ fn header_data_and_status_may_share_descriptors() {
 }
 
 #[test]
+fn a_header_split_over_descriptors_is_read_whole() {
+    // The header's 16 bytes in two descriptors of 8 (the slow path of
+    // reading a span), and in one descriptor at an offset-free start
+    // (the one-read path): the same request.
+    let m = mem_with(req_type::IN, 8);
+    let split = [
+        d(HDR, 8, false),
+        d(HDR + 8, 8, false),
+        d(DATA, 4096, true),
+        d(ST, 1, true),
+    ];
+    let whole = [d(HDR, 16, false), d(DATA, 4096, true), d(ST, 1, true)];
+    let (Parsed::Submit(a), Parsed::Submit(b)) = (run(&m, &split), run(&m, &whole)) else {
+        panic!("both should submit")
+    };
+    assert_eq!(a.status_at, b.status_at);
+    let (Op::Read { offset: oa, .. }, Op::Read { offset: ob, .. }) = (a.op, b.op) else {
+        panic!("both should read")
+    };
+    assert_eq!(oa, 4096);
+    assert_eq!(ob, 4096);
+}
+
+#[test]
 fn chains_without_a_status_byte_break_the_ring() {
     let m = mem_with(req_type::IN, 0);
     assert!(matches!(run(&m, &[]), Parsed::Broken(_)));
