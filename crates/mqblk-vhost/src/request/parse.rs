@@ -60,6 +60,84 @@ pub fn parse(
     last: Option<Desc>,
     mem: &impl ReadGuest,
 ) -> Parsed {
+    if more == 0 {
+        if let Some(p) = parse_common(shape, descs, mem) {
+            return p;
+        }
+    }
+    parse_any(shape, descs, more, last, mem)
+}
+
+/// The chain nearly every driver sends for a read or a write (a 16-byte
+/// header, one data descriptor, a 1-byte status), when it passes every
+/// check: the same request [`parse_any`] makes of it, in one pass. `None`
+/// for any other chain, and for one with something to answer:
+/// `parse_any` then decides, and says why.
+#[inline]
+fn parse_common(shape: &Shape, descs: &[Desc], mem: &impl ReadGuest) -> Option<Parsed> {
+    let [h, d, s] = descs else {
+        return None;
+    };
+    if h.writable || h.len != HEADER_LEN as u32 || !s.writable || s.len != 1 {
+        return None;
+    }
+    if d.len == 0 || d.len > shape.size_max || shape.seg_max == 0 {
+        return None;
+    }
+    h.addr.checked_add(u64::from(h.len))?;
+    d.addr.checked_add(u64::from(d.len))?;
+    s.addr.checked_add(1)?;
+    let mut probe = [0u8; 1];
+    let mut hb = [0u8; HEADER_LEN];
+    if !mem.read(s.addr, &mut probe) || !mem.read(h.addr, &mut hb) {
+        return None;
+    }
+    let header = Header::parse(&hb);
+    let write = match (header.req_type, d.writable) {
+        (req_type::IN, true) => false,
+        (req_type::OUT, false) => true,
+        _ => return None,
+    };
+    if write && shape.read_only {
+        return None;
+    }
+    let len = u64::from(d.len);
+    let bs_mask = u64::from(shape.blk_size) - 1;
+    let offset = header.sector.checked_mul(1 << SECTOR_SHIFT)?;
+    if offset & bs_mask != 0 || len & bs_mask != 0 {
+        return None;
+    }
+    if offset.checked_add(len)? > shape.capacity_sectors << SECTOR_SHIFT {
+        return None;
+    }
+    let data = Span {
+        first: 1,
+        skip: 0,
+        len: d.len,
+    };
+    Some(Parsed::Submit(if write {
+        Request {
+            op: Op::Write { offset, data },
+            status_at: s.addr,
+            used_len: 1,
+        }
+    } else {
+        Request {
+            op: Op::Read { offset, data },
+            status_at: s.addr,
+            used_len: d.len + 1,
+        }
+    }))
+}
+
+/// [`parse`] for any chain, one check after another.
+pub(super) fn parse_any(
+    shape: &Shape,
+    descs: &[Desc],
+    more: usize,
+    last: Option<Desc>,
+    mem: &impl ReadGuest,
+) -> Parsed {
     // The status byte: the last byte of the last descriptor, which must be
     // writable. Without one, nothing can be answered.
     let Some(tail) = (if more > 0 {
