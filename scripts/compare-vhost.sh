@@ -28,6 +28,8 @@
 #
 # Usage: scripts/compare-vhost.sh [RUNTIME_SECONDS [PAIRS [BACKINGS [MODES]]]]
 #   (defaults: 5 seconds per run, 5 pairs, "null zram", "poll event")
+#   MQBLK=PATH serves with another mqblk binary (an earlier build kept
+#   aside, to put before and after in runs close together).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runtime=${1:-5}
@@ -39,7 +41,7 @@ for t in qemu-storage-daemon fio losetup; do
 done
 cargo build --release -q -p mqblk-cli --bin mqblk --example vhost_load
 target=${CARGO_TARGET_DIR:-target}/release
-mqblk=$target/mqblk
+mqblk=${MQBLK:-$target/mqblk}
 load=$target/examples/vhost_load
 dir=$(mktemp -d)
 server_pid=""

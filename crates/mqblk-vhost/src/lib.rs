@@ -11,7 +11,9 @@
 //!   segments become its bio's segments, pointing into guest memory: no
 //!   bounce buffer and no copy. Requests complete out of order, as the
 //!   device finishes them, and EVENT_IDX keeps interrupts and kicks to
-//!   those the driver asked for.
+//!   those the driver asked for. Below it, `split_ring` walks the ring's
+//!   parts through host pointers, and `guest` resolves the driver's
+//!   memory table to host addresses once per table.
 //!
 //! `backend` is the device as vhost-user-backend sees it (features,
 //! configuration space, memory tables, `GET_VRING_BASE` waiting for the
@@ -25,9 +27,11 @@
 
 mod backend;
 mod error;
+mod guest;
 pub mod request;
 mod server;
 mod shape;
+mod split_ring;
 pub mod virtio_blk;
 mod virtqueue;
 

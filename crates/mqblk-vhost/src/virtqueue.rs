@@ -3,7 +3,8 @@
 //! whose segments point into guest memory (no bounce, no copy), and the
 //! completions, in whatever order the device finishes them, write the
 //! status byte and fill the used ring; the driver is interrupted only when
-//! EVENT_IDX says it wants to be.
+//! EVENT_IDX says it wants to be. Below it: `split_ring` (the ring's parts
+//! through host pointers) and `guest` (the memory table, resolved once).
 
 use std::collections::VecDeque;
 use std::ptr::NonNull;
@@ -12,12 +13,12 @@ use std::time::{Duration, Instant};
 
 use mqblk_core::{Bio, BioFlags, Context, IoBuf, Op as BioOp, Status};
 use vhost_user_backend::{VringRwLock, VringState, VringT};
-use virtio_queue::{Error as QueueError, QueueOwnedT, QueueT};
-use vm_memory::{
-    Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap,
-};
+use virtio_queue::{Queue, QueueT};
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 
-use crate::request::{self, Desc, Op, Parsed, ReadGuest};
+use crate::guest::Guest;
+use crate::request::{self, Op, Parsed};
+use crate::split_ring::{Layout, SplitRing};
 use crate::virtio_blk::{BlkStatus, Shape};
 
 /// The largest ring a driver may set up.
@@ -30,22 +31,27 @@ pub(crate) type AtomicMemory = GuestMemoryAtomic<Memory>;
 /// A virtqueue as the backend crate keeps it.
 pub(crate) type Vring = VringRwLock<AtomicMemory>;
 
-impl ReadGuest for Memory {
-    fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
-        // One region (a header, a range, a status byte): one lookup and a
-        // copy; across regions, vm-memory's walk.
-        match GuestMemoryBackend::get_slice(self, GuestAddress(addr), buf.len()) {
-            Ok(s) => s.copy_to(buf) == buf.len(),
-            Err(_) => self.read_slice(buf, GuestAddress(addr)).is_ok(),
-        }
-    }
+/// One memory table the driver gave, resolved, and kept mapped while a
+/// request points into it.
+struct Generation {
+    /// The table as the backend crate gave it (to tell a new one).
+    mem: Arc<Memory>,
+    guest: Arc<Guest>,
+    in_flight: u32,
 }
 
-/// One memory table the driver gave, kept mapped while a request points
-/// into it.
-struct Generation {
-    mem: Arc<Memory>,
-    in_flight: u32,
+/// Where the queue's rings are, if it is set up.
+fn layout(queue: &Queue) -> Option<Layout> {
+    if !queue.ready() || queue.avail_ring() == 0 {
+        return None;
+    }
+    Some(Layout {
+        desc: queue.desc_table(),
+        avail: queue.avail_ring(),
+        used: queue.used_ring(),
+        size: queue.size(),
+        event_idx: queue.event_idx_enabled(),
+    })
 }
 
 /// A request slot: free, or holding a submitted request until its bio
@@ -58,7 +64,8 @@ enum Slot {
 /// What a completion needs to answer the driver.
 struct InFlight {
     head: u16,
-    status_at: u64,
+    /// The status byte, resolved in the request's generation.
+    status: NonNull<u8>,
     used_len: u32,
     /// Index into the generations, counted from `gen_base`.
     generation: u64,
@@ -76,7 +83,7 @@ pub(crate) struct Worker {
     gen_base: u64,
     /// Reused per chain: its descriptors, its data's host pieces, and the
     /// used elements and completions waiting to be written.
-    descs: Vec<Desc>,
+    descs: Vec<request::Desc>,
     pieces: Vec<(NonNull<u8>, u32)>,
     used: Vec<(u16, u32)>,
     done: Vec<(u32, BlkStatus)>,
@@ -97,7 +104,9 @@ pub(crate) struct Worker {
 }
 
 // SAFETY: the raw pointers in `pieces` are scratch space, only meaningful
-// during one call on the owning thread; everything else is Send.
+// during one call on the owning thread; those in the slots point into the
+// generation their request counts, which the worker keeps (whatever thread
+// holds it) until the completion is reaped; everything else is Send.
 unsafe impl Send for Worker {}
 
 /// Map the layer's status onto virtio-blk's.
@@ -168,8 +177,10 @@ impl Worker {
             .back()
             .is_some_and(|g| std::ptr::eq(&*g.mem, &*now));
         if !same {
+            let mem = now.into_inner();
             self.generations.push_back(Generation {
-                mem: now.into_inner(),
+                guest: Arc::new(Guest::of(mem.clone())),
+                mem,
                 in_flight: 0,
             });
         }
@@ -213,10 +224,9 @@ impl Worker {
         self.refresh(atomic);
         let mut state = vring.get_mut();
         let event_idx = state.get_queue().event_idx_enabled();
+        // With EVENT_IDX, kicks stay off from the one that woke us (the
+        // driver kicks once as it passes `avail_event`) until re-armed.
         while self.broken.is_none() {
-            if event_idx {
-                let _ = state.get_queue_mut().disable_notification(&*self.current());
-            }
             self.take_available(atomic, &mut state, write_through);
             self.ctx.unplug();
             self.reap(&mut state);
@@ -226,9 +236,13 @@ impl Worker {
             // Re-arm, and look once more: a chain made available between
             // the last look and the re-arm would otherwise wait for a kick
             // the driver will not send.
-            match state.get_queue_mut().enable_notification(&*self.current()) {
-                Ok(true) => continue,
-                _ => break,
+            let guest = self.current();
+            let queue = state.get_queue();
+            let more = layout(queue)
+                .and_then(|l| SplitRing::map(&guest, l))
+                .is_some_and(|r| r.arm_kick(queue.next_avail()));
+            if !more {
+                break;
             }
         }
         self.reap(&mut state);
@@ -251,22 +265,33 @@ impl Worker {
         write_through: bool,
         poll: Duration,
     ) {
-        let mut deadline = Instant::now() + poll;
+        // The clock is read only in looks that found nothing.
+        let mut deadline = None;
         while self.broken.is_none() {
             let seen = (self.taken, self.reaped);
             let mut state = vring.get_mut();
             self.take_available(atomic, &mut state, write_through);
             self.ctx.unplug();
-            self.reap(&mut state);
+            if self.in_flight > 0 {
+                self.reap(&mut state);
+            } else {
+                // Nothing to reap: no poll of the context (each clears its
+                // completion fd, a system call); a completion fd another
+                // context's queue made readable meanwhile wakes the thread
+                // once the poll ends, and that poll clears it.
+                self.put_used(&mut state);
+            }
             self.notify(&mut state);
             drop(state);
-            let now = Instant::now();
             if (self.taken, self.reaped) != seen {
-                deadline = now + poll;
-            } else if now >= deadline {
-                break;
-            } else {
-                std::hint::spin_loop();
+                deadline = None;
+                continue;
+            }
+            let now = Instant::now();
+            match deadline {
+                None => deadline = Some(now + poll),
+                Some(d) if now >= d => break,
+                Some(_) => std::hint::spin_loop(),
             }
         }
     }
@@ -314,61 +339,46 @@ impl Worker {
         write_through: bool,
     ) {
         'table: loop {
-            let mem = self.current();
+            let guest = self.current();
             let queue = state.get_queue_mut();
-            let iter = match queue.iter(&*mem) {
-                Ok(it) => it,
-                Err(QueueError::InvalidAvailRingIndex) => {
-                    self.break_ring("the available index moved past the queue size");
-                    return;
-                }
-                Err(_) => return,
+            let Some(ring) = layout(queue).and_then(|l| SplitRing::map(&guest, l)) else {
+                return;
             };
+            let avail = ring.avail_idx();
             if self.refresh(atomic) {
                 continue 'table;
             }
-            for chain in iter {
-                let head = chain.head_index();
-                self.descs.clear();
-                let mut more = 0usize;
-                let mut last = None;
-                // The iterator stops at a loop (after as many descriptors
-                // as the table holds), at a next index past the table or
-                // at a descriptor it cannot read; then the last one it gave
+            let mut next = queue.next_avail();
+            if avail.wrapping_sub(next) > ring.size() {
+                self.break_ring("the available index moved past the queue size");
+                return;
+            }
+            let cap = self.shape.seg_max as usize + 2;
+            while next != avail {
+                let head = ring.avail_head(next);
+                next = next.wrapping_add(1);
+                // The walk stops at a loop (after as many descriptors as
+                // the table holds), at a next index past the table or at a
+                // descriptor it cannot read; then the last one it gave
                 // still says NEXT.
-                let mut open_end = false;
-                let cap = self.shape.seg_max as usize + 2;
-                for d in chain {
-                    open_end = d.has_next();
-                    let desc = Desc {
-                        addr: d.addr().0,
-                        len: d.len(),
-                        writable: d.is_write_only(),
-                    };
-                    if self.descs.len() < cap {
-                        self.descs.push(desc);
-                    } else {
-                        more += 1;
-                        last = Some(desc);
-                    }
-                }
-                let parsed = if open_end {
+                let walked = ring.walk(head, cap, &mut self.descs);
+                let parsed = if walked.open_end {
                     Parsed::Broken("the chain does not end: a loop, or a next index past the table")
                 } else {
-                    request::parse(&self.shape, &self.descs, more, last, &*mem)
+                    request::parse(&self.shape, &self.descs, walked.more, walked.last, &*guest)
                 };
                 let translated = match parsed {
                     Parsed::Submit(req) => {
-                        translate(req.op, &self.descs, &self.serial, &mem, &mut self.pieces)
+                        translate(req.op, &self.descs, &self.serial, &guest, &mut self.pieces)
                     }
                     _ => Ok(()),
                 };
                 self.taken += 1;
                 match (parsed, translated) {
-                    (Parsed::Submit(req), Ok(())) => self.submit(head, req, &mem, write_through),
+                    (Parsed::Submit(req), Ok(())) => self.submit(head, req, &guest, write_through),
                     (Parsed::Submit(req), Err(status)) => {
                         self.refused(status, "data outside guest memory");
-                        let _ = mem.write_obj(status as u8, GuestAddress(req.status_at));
+                        guest.write(req.status_at, &[status as u8]);
                         self.used.push((head, 1));
                     }
                     (
@@ -380,22 +390,23 @@ impl Worker {
                         _,
                     ) => {
                         self.refused(status, why);
-                        let _ = mem.write_obj(status as u8, GuestAddress(status_at));
+                        guest.write(status_at, &[status as u8]);
                         self.used.push((head, 1));
                     }
                     (Parsed::Broken(why), _) => {
                         self.break_ring(why);
-                        return;
+                        break;
                     }
                 }
             }
+            state.get_queue_mut().set_next_avail(next);
             return;
         }
     }
 
     /// The newest memory table this worker has taken.
-    fn current(&self) -> Arc<Memory> {
-        self.generations.back().expect("a generation").mem.clone()
+    fn current(&self) -> Arc<Guest> {
+        self.generations.back().expect("a generation").guest.clone()
     }
 
     /// Say why a request was refused: at most one line a second per
@@ -436,14 +447,18 @@ impl Worker {
     /// Turn one checked request, its data resolved into `pieces`, into a
     /// bio on the context (GET_ID, whose answer is written already, is
     /// answered at once).
-    fn submit(&mut self, head: u16, req: request::Request, mem: &Arc<Memory>, write_through: bool) {
+    fn submit(&mut self, head: u16, req: request::Request, guest: &Guest, write_through: bool) {
         let answer_now = |w: &mut Worker, status: BlkStatus, len: u32| {
-            let _ = mem.write_obj(status as u8, GuestAddress(req.status_at));
+            guest.write(req.status_at, &[status as u8]);
             w.used.push((head, len));
         };
         if let Op::GetId { .. } = req.op {
             return answer_now(self, BlkStatus::Ok, req.used_len);
         }
+        // The parser read the status byte: it is mapped, in one region.
+        let Some(status) = guest.resolve(req.status_at, 1) else {
+            return self.break_ring("the status byte lies outside guest memory");
+        };
         let Some(slot) = self.free.pop() else {
             // More chains than the ring holds: only a driver that put one
             // head in flight twice gets here.
@@ -456,73 +471,103 @@ impl Worker {
         let generation = self.gen_base + self.generations.len() as u64 - 1;
         self.slots[slot as usize] = Slot::InFlight(InFlight {
             head,
-            status_at: req.status_at,
+            status,
             used_len: req.used_len,
             generation,
         });
         self.generations.back_mut().expect("a generation").in_flight += 1;
         self.in_flight += 1;
-        let mut bio = match req.op {
-            Op::Read { offset, .. } | Op::Write { offset, .. } => {
-                let write = matches!(req.op, Op::Write { .. });
-                let mut bio = Bio::at(if write { BioOp::Write } else { BioOp::Read }, offset);
-                if write && write_through {
-                    bio.set_flags(BioFlags::FUA);
+        // The bio is built where it lies in the context's bio set (no
+        // move of a whole bio per request).
+        let fill = |bio: &mut Bio, pieces: &[(NonNull<u8>, u32)]| {
+            match req.op {
+                Op::Read { offset, .. } | Op::Write { offset, .. } => {
+                    let write = matches!(req.op, Op::Write { .. });
+                    bio.set_op(if write { BioOp::Write } else { BioOp::Read });
+                    bio.set_offset_bytes(offset);
+                    if write && write_through {
+                        bio.set_flags(BioFlags::FUA);
+                    }
+                    for &(p, len) in pieces {
+                        // SAFETY: `p` points at `len` bytes of guest memory
+                        // in a mapping this worker keeps (its generation
+                        // counts the request) until the completion is
+                        // reaped. The driver gave those bytes to the device
+                        // for this request (virtio 2.7.13: it does not touch
+                        // them until the used element appears); a driver
+                        // that breaks that rule races only with itself, on
+                        // its own memory.
+                        let buf = unsafe { IoBuf::from_raw(p, len as usize) };
+                        bio.push_segment(buf, 0, len);
+                    }
                 }
-                for &(p, len) in &self.pieces {
-                    // SAFETY: `p` points at `len` bytes of guest memory in a
-                    // mapping this worker keeps (its generation counts the
-                    // request) until the completion is reaped. The driver
-                    // gave those bytes to the device for this request
-                    // (virtio 2.7.13: it does not touch them until the used
-                    // element appears); a driver that breaks that rule races
-                    // only with itself, on its own memory.
-                    let buf = unsafe { IoBuf::from_raw(p, len as usize) };
-                    bio.push_segment(buf, 0, len);
-                }
-                bio
+                Op::Flush => *bio = Bio::flush(),
+                Op::Discard { offset, len } => *bio = Bio::discard_at(offset, len),
+                Op::WriteZeroes { offset, len, .. } => *bio = Bio::write_zeroes_at(offset, len),
+                Op::GetId { .. } => unreachable!("answered above"),
             }
-            Op::Flush => Bio::flush(),
-            Op::Discard { offset, len } => Bio::discard_at(offset, len),
-            Op::WriteZeroes { offset, len, .. } => Bio::write_zeroes_at(offset, len),
-            Op::GetId { .. } => unreachable!("answered above"),
+            bio.private = u64::from(slot);
         };
-        bio.private = u64::from(slot);
+        let Worker { ctx, pieces, .. } = self;
+        let Err(e) = ctx.submit_with(|bio| fill(bio, pieces)) else {
+            return;
+        };
+        let mut bio = e.into_bio();
         loop {
+            // Every slot of the context holds a completion nobody polled:
+            // reap them (their used elements wait for the ring), then
+            // submit the same bio again.
+            let Worker { ctx, done, .. } = self;
+            let n = ctx.poll(|c| done.push((c.private() as u32, blk_status(c.status()))));
+            if n == 0 {
+                ctx.poll_wait_for(1, std::time::Duration::from_millis(10), |c| {
+                    done.push((c.private() as u32, blk_status(c.status())))
+                });
+            }
+            self.answer_done();
             match self.ctx.submit(bio) {
                 Ok(()) => return,
-                Err(e) => {
-                    // Every slot of the context holds a completion nobody
-                    // polled: reap them (their used elements wait for the
-                    // ring), then submit the same bio again.
-                    bio = e.into_bio();
-                    let Worker { ctx, done, .. } = self;
-                    let n = ctx.poll(|c| done.push((c.private() as u32, blk_status(c.status()))));
-                    if n == 0 {
-                        ctx.poll_wait_for(1, std::time::Duration::from_millis(10), |c| {
-                            done.push((c.private() as u32, blk_status(c.status())))
-                        });
-                    }
-                    self.answer_done();
-                }
+                Err(e) => bio = e.into_bio(),
             }
         }
     }
 
-    /// Poll the context and answer what completed.
+    /// Poll the context and answer what completed: status bytes written,
+    /// used elements put in the ring and published with one store.
     fn reap(&mut self, state: &mut VringState<AtomicMemory>) {
-        let mem = self.current();
         let Worker { ctx, done, .. } = self;
         ctx.poll(|c| done.push((c.private() as u32, blk_status(c.status()))));
         self.answer_done();
+        self.put_used(state);
+    }
+
+    /// Put the used elements waiting in the ring, and publish them with
+    /// one store.
+    fn put_used(&mut self, state: &mut VringState<AtomicMemory>) {
+        if self.used.is_empty() {
+            return;
+        }
+        let guest = self.current();
         let queue = state.get_queue_mut();
+        let Some(ring) = layout(queue).and_then(|l| SplitRing::map(&guest, l)) else {
+            self.used.clear();
+            self.broken
+                .get_or_insert("the used ring lies outside guest memory");
+            return;
+        };
+        let mut next = queue.next_used();
         for (head, len) in self.used.drain(..) {
-            self.added += 1;
-            if queue.add_used(&*mem, head, len).is_err() {
+            if head >= ring.size() {
                 // A head outside the ring: the driver broke it.
                 self.broken.get_or_insert("a used element outside the ring");
+                continue;
             }
+            ring.put_used(next, head, len);
+            next = next.wrapping_add(1);
+            self.added += 1;
         }
+        ring.publish_used(next);
+        queue.set_next_used(next);
     }
 
     /// Write the status of each reaped completion; queue its used element.
@@ -532,7 +577,10 @@ impl Worker {
         for &(slot, status) in &done {
             if let Some((f, generation)) = self.finish(slot) {
                 let g = &self.generations[(generation - self.gen_base) as usize];
-                let _ = g.mem.write_obj(status as u8, GuestAddress(f.status_at));
+                // SAFETY: `f.status` was resolved on this generation's
+                // table, which the worker kept while the request was in
+                // flight and still holds.
+                unsafe { g.guest.write_byte(f.status, status as u8) };
                 self.used.push((
                     f.head,
                     if status == BlkStatus::Ok {
@@ -559,17 +607,20 @@ impl Worker {
         Some((f, generation))
     }
 
-    /// Interrupt the driver if used elements were added and it wants them.
+    /// Interrupt the driver if used elements were added and it wants them
+    /// (one decision per batch).
     fn notify(&mut self, state: &mut VringState<AtomicMemory>) {
-        let mem = self.current();
         if self.added == 0 {
             return;
         }
+        let added = self.added.min(u32::from(u16::MAX)) as u16;
         self.added = 0;
-        let needs = state
-            .get_queue_mut()
-            .needs_notification(&*mem)
-            .unwrap_or(true);
+        let guest = self.current();
+        let queue = state.get_queue();
+        let new = queue.next_used();
+        let needs = layout(queue)
+            .and_then(|l| SplitRing::map(&guest, l))
+            .is_none_or(|r| r.needs_interrupt(new.wrapping_sub(added), new));
         if needs {
             let _ = state.signal_used_queue();
         }
@@ -580,35 +631,26 @@ impl Worker {
 /// the serial (GET_ID). IOERR for data outside guest memory.
 fn translate(
     op: Op,
-    descs: &[Desc],
+    descs: &[request::Desc],
     serial: &[u8; crate::virtio_blk::ID_LEN],
-    mem: &Memory,
+    guest: &Guest,
     pieces: &mut Vec<(NonNull<u8>, u32)>,
 ) -> Result<(), BlkStatus> {
     pieces.clear();
     match op {
         Op::Read { data, .. } | Op::Write { data, .. } => {
             for (addr, len) in data.pieces(descs) {
-                // One region, as nearly every buffer lies: one lookup.
-                if let Ok(s) = GuestMemoryBackend::get_slice(mem, GuestAddress(addr), len as usize)
-                {
-                    let p = NonNull::new(s.ptr_guard_mut().as_ptr()).ok_or(BlkStatus::IoErr)?;
-                    pieces.push((p, len));
-                    continue;
-                }
-                for s in GuestMemoryBackend::get_slices(mem, GuestAddress(addr), len as usize) {
-                    let s = s.map_err(|_| BlkStatus::IoErr)?;
-                    let p = NonNull::new(s.ptr_guard_mut().as_ptr()).ok_or(BlkStatus::IoErr)?;
-                    pieces.push((p, s.len() as u32));
+                if !guest.pieces(addr, len, pieces) {
+                    return Err(BlkStatus::IoErr);
                 }
             }
         }
         Op::GetId { id } => {
             let mut at = 0usize;
             for (addr, len) in id.pieces(descs) {
-                let b = &serial[at..at + len as usize];
-                mem.write_slice(b, GuestAddress(addr))
-                    .map_err(|_| BlkStatus::IoErr)?;
+                if !guest.write(addr, &serial[at..at + len as usize]) {
+                    return Err(BlkStatus::IoErr);
+                }
                 at += len as usize;
             }
         }

@@ -55,6 +55,15 @@ pub trait ReadGuest {
 
 /// Read `buf.len()` bytes of a span, descriptor by descriptor.
 pub(super) fn read_span(mem: &impl ReadGuest, descs: &[Desc], span: Span, buf: &mut [u8]) -> bool {
+    // Nearly always the whole run is in its first descriptor: one read.
+    if let Some(d) = descs.get(span.first) {
+        if span.len > 0
+            && span.len as usize == buf.len()
+            && u64::from(span.skip) + u64::from(span.len) <= u64::from(d.len)
+        {
+            return mem.read(d.addr.wrapping_add(u64::from(span.skip)), buf);
+        }
+    }
     let mut at = 0usize;
     for (addr, n) in span.pieces(descs) {
         let n = n as usize;

@@ -60,6 +60,84 @@ pub fn parse(
     last: Option<Desc>,
     mem: &impl ReadGuest,
 ) -> Parsed {
+    if more == 0 {
+        if let Some(p) = parse_common(shape, descs, mem) {
+            return p;
+        }
+    }
+    parse_any(shape, descs, more, last, mem)
+}
+
+/// The chain nearly every driver sends for a read or a write (a 16-byte
+/// header, one data descriptor, a 1-byte status), when it passes every
+/// check: the same request [`parse_any`] makes of it, in one pass. `None`
+/// for any other chain, and for one with something to answer:
+/// `parse_any` then decides, and says why.
+#[inline]
+fn parse_common(shape: &Shape, descs: &[Desc], mem: &impl ReadGuest) -> Option<Parsed> {
+    let [h, d, s] = descs else {
+        return None;
+    };
+    if h.writable || h.len != HEADER_LEN as u32 || !s.writable || s.len != 1 {
+        return None;
+    }
+    if d.len == 0 || d.len > shape.size_max || shape.seg_max == 0 {
+        return None;
+    }
+    h.addr.checked_add(u64::from(h.len))?;
+    d.addr.checked_add(u64::from(d.len))?;
+    s.addr.checked_add(1)?;
+    let mut probe = [0u8; 1];
+    let mut hb = [0u8; HEADER_LEN];
+    if !mem.read(s.addr, &mut probe) || !mem.read(h.addr, &mut hb) {
+        return None;
+    }
+    let header = Header::parse(&hb);
+    let write = match (header.req_type, d.writable) {
+        (req_type::IN, true) => false,
+        (req_type::OUT, false) => true,
+        _ => return None,
+    };
+    if write && shape.read_only {
+        return None;
+    }
+    let len = u64::from(d.len);
+    let bs_mask = u64::from(shape.blk_size) - 1;
+    let offset = header.sector.checked_mul(1 << SECTOR_SHIFT)?;
+    if offset & bs_mask != 0 || len & bs_mask != 0 {
+        return None;
+    }
+    if offset.checked_add(len)? > shape.capacity_sectors << SECTOR_SHIFT {
+        return None;
+    }
+    let data = Span {
+        first: 1,
+        skip: 0,
+        len: d.len,
+    };
+    Some(Parsed::Submit(if write {
+        Request {
+            op: Op::Write { offset, data },
+            status_at: s.addr,
+            used_len: 1,
+        }
+    } else {
+        Request {
+            op: Op::Read { offset, data },
+            status_at: s.addr,
+            used_len: d.len + 1,
+        }
+    }))
+}
+
+/// [`parse`] for any chain, one check after another.
+pub(super) fn parse_any(
+    shape: &Shape,
+    descs: &[Desc],
+    more: usize,
+    last: Option<Desc>,
+    mem: &impl ReadGuest,
+) -> Parsed {
     // The status byte: the last byte of the last descriptor, which must be
     // writable. Without one, nothing can be answered.
     let Some(tail) = (if more > 0 {
@@ -141,7 +219,6 @@ pub fn parse(
     let bare_header = out_bytes == HEADER_LEN as u64;
     let bs_mask = u64::from(shape.blk_size) - 1;
     let capacity = shape.capacity_sectors << SECTOR_SHIFT;
-    let seg_count = |span: Span| span.pieces(descs).count() as u32;
     // A byte range of the device, checked.
     let range = |sector: u64, len: u64| -> Result<u64, &'static str> {
         let offset = sector
@@ -172,10 +249,14 @@ pub fn parse(
             if data.len == 0 {
                 return answer(BlkStatus::IoErr, "a read or write of no data");
             }
-            if seg_count(data) > shape.seg_max {
+            // One walk of the segments for both limits.
+            let (segments, longest) = data
+                .pieces(descs)
+                .fold((0u32, 0u32), |(k, m), (_, n)| (k + 1, m.max(n)));
+            if segments > shape.seg_max {
                 return answer(BlkStatus::IoErr, "more data segments than seg_max");
             }
-            if data.pieces(descs).any(|(_, n)| n > shape.size_max) {
+            if longest > shape.size_max {
                 return answer(BlkStatus::IoErr, "a data segment longer than size_max");
             }
             if write && shape.read_only {

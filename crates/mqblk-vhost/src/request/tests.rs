@@ -133,6 +133,30 @@ fn header_data_and_status_may_share_descriptors() {
 }
 
 #[test]
+fn a_header_split_over_descriptors_is_read_whole() {
+    // The header's 16 bytes in two descriptors of 8 (the slow path of
+    // reading a span), and in one descriptor at an offset-free start
+    // (the one-read path): the same request.
+    let m = mem_with(req_type::IN, 8);
+    let split = [
+        d(HDR, 8, false),
+        d(HDR + 8, 8, false),
+        d(DATA, 4096, true),
+        d(ST, 1, true),
+    ];
+    let whole = [d(HDR, 16, false), d(DATA, 4096, true), d(ST, 1, true)];
+    let (Parsed::Submit(a), Parsed::Submit(b)) = (run(&m, &split), run(&m, &whole)) else {
+        panic!("both should submit")
+    };
+    assert_eq!(a.status_at, b.status_at);
+    let (Op::Read { offset: oa, .. }, Op::Read { offset: ob, .. }) = (a.op, b.op) else {
+        panic!("both should read")
+    };
+    assert_eq!(oa, 4096);
+    assert_eq!(ob, 4096);
+}
+
+#[test]
 fn chains_without_a_status_byte_break_the_ring() {
     let m = mem_with(req_type::IN, 0);
     assert!(matches!(run(&m, &[]), Parsed::Broken(_)));
@@ -359,6 +383,57 @@ mod prop {
             len,
             writable,
         })
+    }
+
+    /// Chains of the common shape (header, data, status), each field
+    /// now and then off: the one-pass parse must agree with the general
+    /// one on every such chain.
+    fn common_chain() -> impl Strategy<Value = Vec<Desc>> {
+        let hdr = prop_oneof![
+            4 => Just(Desc { addr: HDR, len: 16, writable: false }),
+            1 => desc(),
+        ];
+        let data_len = prop_oneof![Just(4096u32), Just(512), 0u32..0x2000, Just(u32::MAX)];
+        let data = (
+            data_len,
+            any::<bool>(),
+            prop_oneof![
+                Just(DATA),
+                (BASE..BASE + 0x10000),
+                (u64::MAX - 0x1000..=u64::MAX)
+            ],
+        )
+            .prop_map(|(len, writable, addr)| Desc {
+                addr,
+                len,
+                writable,
+            });
+        let st = prop_oneof![
+            4 => Just(Desc { addr: ST, len: 1, writable: true }),
+            1 => desc(),
+        ];
+        (hdr, data, st).prop_map(|(h, d, s)| vec![h, d, s])
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 16 } else { 2000 }))]
+        /// The one-pass parse of common chains answers as the general
+        /// parse does.
+        #[test]
+        fn common_chains_parse_as_any_chain_does(
+            descs in common_chain(),
+            req_type in prop_oneof![Just(0u32), Just(1), Just(4), any::<u32>()],
+            sector in prop_oneof![0u64..4096, Just(2047), any::<u64>()],
+            read_only in any::<bool>(),
+        ) {
+            let m = mem_with(req_type, sector);
+            let mut shape = shape();
+            shape.read_only = read_only;
+            prop_assert_eq!(
+                parse(&shape, &descs, 0, None, &m),
+                super::super::parse::parse_any(&shape, &descs, 0, None, &m)
+            );
+        }
     }
 
     proptest! {
