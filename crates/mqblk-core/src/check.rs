@@ -129,8 +129,10 @@ impl QueueInfo {
 /// `split::fits` would say of it together): a read or write with no flags,
 /// of whole logical blocks inside the device, within one request's size
 /// and segment count, with segments aligned for the device. Built from the
-/// queue's facts when a context opens and at every pass of its gate; a bio
-/// it does not admit takes the full checks, which decide.
+/// queue's facts when a context opens and at every pass of its gate (on a
+/// remapped view, from the window's: its capacity and read-only flag, so
+/// the window's bounds check is the capacity compare); a bio it does not
+/// admit takes the full checks, which decide.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct FastCheck {
     lbs_mask: u64,

@@ -4,7 +4,9 @@
 //! against the window and shifted by its start in the submitting context,
 //! then goes down the lower device's pipeline as its own: no second queue,
 //! request or completion. The caller sees the bio back at the offset it
-//! gave.
+//! gave. For the common bio the window costs what Linux's remap costs: the
+//! fused check compares it with the window's capacity, and the shift is
+//! one add at submit and one subtract where it ends.
 //!
 //! The view has its own name, capacity and stats (its contexts' shards),
 //! and the lower device's stats include them, as a disk's include its

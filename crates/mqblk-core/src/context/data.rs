@@ -23,10 +23,10 @@ use crate::stats::{bump, StatGroup};
 
 impl CtxState {
     /// The data stage of a plain read or write that the fused check
-    /// admitted (valid, fits, no flags): merge it or make it a request.
+    /// admitted (valid, fits, no flags), in slot `idx` at `node`: merge it
+    /// or make it a request.
     #[inline(always)]
-    pub(super) fn submit_plain(&mut self, dev: &DeviceInner, idx: u32) {
-        let node = self.bioset.node_ptr(idx);
+    pub(super) fn submit_plain(&mut self, dev: &DeviceInner, idx: u32, node: NonNull<BioNode>) {
         if !self.on(feat::NOMERGES) && self.try_merge(dev, node, BioFlags::NONE) {
             return;
         }

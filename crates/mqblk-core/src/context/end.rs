@@ -261,7 +261,12 @@ impl CtxState {
     pub(super) fn finish(&mut self, idx: u32, status: Status) {
         // Without a window or a trace, one bit test of the feature word.
         if self.feat & (feat::WINDOW | feat::TRACE) != 0 {
-            self.finish_seen(idx, status);
+            if self.on(feat::TRACE) {
+                self.trace_complete(idx, status);
+            }
+            // The window's shift undone (by 0 without a window): the
+            // caller sees its own offset.
+            self.shift(idx, true);
         }
         let final_status = ended_with(self.bioset.node(idx).bio.as_ref(), status);
         match self.bioset.end(idx, final_status) {
@@ -273,17 +278,14 @@ impl CtxState {
         }
     }
 
-    /// A user bio ends on a traced context or a window: blktrace's C, at
-    /// the sector its Q named (Linux `trace_block_bio_complete`); then the
-    /// window's shift is undone.
+    /// A user bio ends on a traced context: blktrace's C, at the sector
+    /// its Q named, the lower device's on a window (Linux
+    /// `trace_block_bio_complete`), before the window's shift is undone.
     #[cold]
     #[inline(never)]
-    fn finish_seen(&mut self, idx: u32, status: Status) {
+    fn trace_complete(&mut self, idx: u32, status: Status) {
         if let (Some(t), Some(b)) = (self.trace.as_mut(), self.bioset.node(idx).bio.as_ref()) {
             t.complete(b, b.sector(), ended_with(Some(b), status));
-        }
-        if self.on(feat::WINDOW) {
-            self.shift(idx, true);
         }
     }
 

@@ -139,6 +139,10 @@ pub(super) struct CtxState {
     pub(super) group: crate::blkcg::Membership,
     /// The window, for a context opened on a remapped view.
     pub(super) window: Option<Arc<crate::remap::View>>,
+    /// Where the window starts on the lower device, in bytes (0 with no
+    /// window): the one add of the shift, kept here so the hot path
+    /// reads no `View`.
+    pub(super) window_start_bytes: u64,
     /// The device's partitions, with this context's shards and last hit
     /// (`None`: the device has none).
     pub(super) parts: Option<crate::partition::CtxParts>,
@@ -222,6 +226,7 @@ impl CtxState {
             throttled: VecDeque::with_capacity(bioset_size),
             ioprio: None,
             group: crate::blkcg::Membership::join(group),
+            window_start_bytes: window.as_ref().map_or(0, |w| w.start_bytes),
             window,
             // Filled in at the gate, which every context passes first.
             parts: None,
@@ -249,7 +254,9 @@ impl CtxState {
         let ctl = dev.ctl();
         self.gate_seen = dev.gate.load(Acquire);
         self.limits = ctl.limits;
-        self.fast = FastCheck::new(&dev.info, &self.limits);
+        // On a view, the window's capacity and read-only flag: its bios
+        // are checked against the window in the one fused pass.
+        self.fast = FastCheck::new(seen_info(&self.window, dev), &self.limits);
         if dev.bio.is_some() {
             self.fast = self.fast.any_size();
         }
@@ -360,16 +367,16 @@ impl CtxState {
     /// bio, once checked against the window, is aimed at the lower device
     /// (`back == false`, at submit); where every user bio ends, failed or
     /// not, it is aimed back (`back == true`). Flushes have no offset.
-    #[cold]
-    #[inline(never)]
+    /// One compare and one add: on the common path of a window.
+    #[inline(always)]
     pub(super) fn shift(&mut self, idx: u32, back: bool) {
-        let Some(w) = &self.window else { return };
+        let start = self.window_start_bytes;
         if let Some(b) = self.bioset.node_mut(idx).bio.as_mut() {
             if b.op() != Op::Flush {
                 let off = if back {
-                    b.offset_bytes().wrapping_sub(w.start_bytes)
+                    b.offset_bytes().wrapping_sub(start)
                 } else {
-                    b.offset_bytes().wrapping_add(w.start_bytes)
+                    b.offset_bytes().wrapping_add(start)
                 };
                 b.set_offset_bytes(off);
             }

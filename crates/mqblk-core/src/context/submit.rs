@@ -61,8 +61,9 @@ impl CtxState {
     /// Validate the bio in slot `idx` (just filled or reused, owned by this
     /// context, in no request) and send it down the pipeline. The common
     /// bio (a plain read or write that is valid and fits, on a context with
-    /// no window) is checked in one pass and, once admitted, goes straight
-    /// to its request; any other takes the full checks.
+    /// no admission or trace) is checked in one pass, against the window
+    /// on a view, and, once admitted, goes straight to its request; any
+    /// other takes the full checks.
     #[inline]
     pub(super) fn submit_node(&mut self, dev: &DeviceInner, idx: u32) {
         if dev.gate.load(std::sync::atomic::Ordering::Acquire) != self.gate_seen
@@ -82,29 +83,41 @@ impl CtxState {
             return;
         }
         bump(&self.stats.bios, 1);
-        if self.feat & (feat::WINDOW | feat::ADMIT | feat::TRACE | feat::BIO_BASED) == 0
-            && self.fast.admits(self.bioset.bio(idx))
-        {
-            self.submit_plain(dev, idx);
+        // The slot is taken once, before the remap writes it, and handed
+        // to the data stage: nothing it loaded is loaded again.
+        let node = self.bioset.node_ptr(idx);
+        let bio = self.bioset.node_mut(idx).bio.as_mut();
+        let bio = bio.expect("slot holds a bio");
+        if self.feat & (feat::ADMIT | feat::TRACE | feat::BIO_BASED) == 0 && self.fast.admits(bio) {
+            // On a view the fused check saw the window (its capacity, its
+            // read-only flag), so the remap is one add: of 0 without a
+            // window, which costs less than a branch around it. No
+            // overflow: the window lies inside its lower device.
+            bio.set_offset_bytes(bio.offset_bytes() + self.window_start_bytes);
+            self.submit_plain(dev, idx, node);
             return;
         }
         self.submit_other(dev, idx);
     }
 
-    /// A bio on a context with a window, admission or a trace, or one the
-    /// fused check does not admit. Admission still takes the fused check.
+    /// A bio on a context with admission or a trace, or one the fused
+    /// check does not admit. Admission still takes the fused check.
     #[inline(never)]
     fn submit_other(&mut self, dev: &DeviceInner, idx: u32) {
-        if !self.on(feat::WINDOW) && self.fast.admits(self.bioset.bio(idx)) {
-            // Here for admission or the trace (the fused mask).
+        if self.fast.admits(self.bioset.bio(idx)) {
+            // Here for admission or the trace (the fused mask). The Q (and
+            // a window's A) names the bio before its shift.
             if self.on(feat::TRACE) {
                 self.trace_queue(idx);
+            }
+            if self.on(feat::WINDOW) {
+                self.shift(idx, false);
             }
             if !(self.on(feat::ADMIT) && self.admit(dev, idx)) {
                 if self.on(feat::BIO_BASED) {
                     self.submit_bio_based(dev, idx);
                 } else {
-                    self.submit_plain(dev, idx);
+                    self.submit_plain(dev, idx, self.bioset.node_ptr(idx));
                 }
             }
             return;
@@ -171,9 +184,10 @@ impl CtxState {
         self.issue(dev, idx, op, flags);
     }
 
-    /// A user bio on a remapped view: check it against the window (the
-    /// device's own check, just made, saw a window offset), then aim it at
-    /// the lower device.
+    /// A user bio on a remapped view that the fused check did not admit
+    /// (a flush, a discard, one to split, a bad one): check it against the
+    /// window (the device's own check, just made, saw a window offset),
+    /// then aim it at the lower device.
     #[cold]
     #[inline(never)]
     fn remap(&mut self, idx: u32) -> Status {
