@@ -120,13 +120,19 @@ impl Io {
             && o.sector < self.sector + self.sectors
     }
 
-    /// The bytes a write carries: different in every sector and every
-    /// write, so that a piece that lands in the wrong place shows.
+    /// The bytes a write carries: each sector starts with its number and
+    /// the write's seed, and the rest is a byte of both, so that a piece
+    /// that lands in the wrong place, or a stale one, shows. Whole slices
+    /// are filled, not bytes one by one: Miri runs this too.
     pub fn data(&self) -> Vec<u8> {
-        let (start, end) = self.range();
-        (start..end)
-            .map(|b| ((b / 512) as u8).wrapping_mul(37) ^ (b as u8) ^ self.seed)
-            .collect()
+        let mut data = vec![0u8; self.sectors as usize * 512];
+        for (i, s) in data.chunks_mut(512).enumerate() {
+            let sector = self.sector + i as u64;
+            s.fill((sector as u8).wrapping_mul(37) ^ self.seed);
+            s[..8].copy_from_slice(&sector.to_le_bytes());
+            s[8] = self.seed;
+        }
+        data
     }
 
     /// Byte lengths of its segments: whole sectors, the last takes the rest.
@@ -251,10 +257,11 @@ pub fn run_in(
                 seen[id] += 1;
                 let status = c.status();
                 let data = (ios[id].op == Op::Read && status.is_ok()).then(|| {
-                    c.into_bio()
-                        .into_buffers()
-                        .flat_map(|b| b.as_slice().to_vec())
-                        .collect()
+                    let mut data = Vec::with_capacity(ios[id].sectors as usize * 512);
+                    for b in c.into_bio().into_buffers() {
+                        data.extend_from_slice(b.as_slice());
+                    }
+                    data
                 });
                 out[id] = Some(Outcome { status, data });
             });
