@@ -1,0 +1,188 @@
+//! No lost or doubled completion (issue 36, item 4): random tables of
+//! `linear`, `striped`, `zero`, `error` and `mirror` lines over ram legs,
+//! and random bios (reads, writes, flushes, discards, write-zeroes) at
+//! sector offsets that cross line and chunk boundaries, submitted several
+//! at a time with `Context::submit` and reaped with `Context::poll_wait`.
+//! Every bio completes exactly once, with the status and the data of a
+//! plain in-memory model. Mirrors may have a failing leg (an `error`
+//! table, or a `flakey` one that is always down): reads that meet it are
+//! retried on the other leg. The same tables and bios give the same
+//! statuses and data on the bio-based driver and on the request-based one
+//! (`bio_remap=0`).
+//!
+//! Under Miri, no mirror leg fails: a mirror that takes a leg out records
+//! when, with `SystemTime::now`, whose `clock_gettime(CLOCK_REALTIME)`
+//! Miri's isolation refuses.
+
+mod bio_harness;
+
+use bio_harness::model::{check_device, read_all, Model};
+use bio_harness::submit::{batches, place, place_on, run, run_in, steps, Io};
+use bio_harness::table::{build, line_spec, table, Bad, Kind, LineSpec, Opener, Role};
+use bio_harness::CASES;
+use mqblk_core::{Op, Status};
+use proptest::prelude::*;
+
+/// Mirrors with a failing leg among the random tables (not under Miri).
+const BAD_MIRRORS: bool = !cfg!(miri);
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: CASES, ..ProptestConfig::default() })]
+
+    /// Random tables over ram legs (mirrors with a failing leg among them)
+    /// and random bios, several in flight: each completes once, with the
+    /// model's status and data.
+    #[test]
+    fn every_bio_completes_once_as_the_model_says(
+        t in table(BAD_MIRRORS),
+        steps in steps(),
+        batch in 1usize..=6,
+    ) {
+        let opener = Opener::new(&t.tables, true);
+        let dev = opener.open(&t.text);
+        let one_linear = t.roles.len() == 1 && dev.remapped_from().is_some();
+        prop_assert!(dev.is_bio_based() || one_linear, "{}", t.text);
+        let ios = place_on(&t, &steps);
+        check_device(&dev, &t.roles, &ios, batch)?;
+    }
+
+    /// A mirror with a failing leg, first read twice (the reads alternate
+    /// between the legs, so one meets the bad leg), then random bios: the
+    /// read that met the bad leg was retried on the other and returned the
+    /// data; the bad leg is out, named with the read that took it out.
+    #[test]
+    #[cfg_attr(miri, ignore = "the mirror records a leg's failure with SystemTime::now, which Miri's isolation refuses")]
+    fn a_mirror_read_that_meets_a_failing_leg_is_retried_on_the_other(
+        region in prop_oneof![Just(8u64), Just(16)],
+        regions in 1u64..=3,
+        which in 0usize..2,
+        how in prop_oneof![Just(Bad::Error), Just(Bad::Flakey)],
+        before in proptest::option::of(line_spec(false)),
+        steps in steps(),
+        batch in 1usize..=6,
+    ) {
+        let mirror = LineSpec {
+            kind: Kind::Mirror { region, bad: Some((which, how)) },
+            sectors: region * regions,
+            pad: 0,
+        };
+        let lines: Vec<LineSpec> = before.into_iter().chain([mirror]).collect();
+        let t = build(&lines);
+        let (bad, start, sectors) = t.bad[0].clone();
+        let opener = Opener::new(&t.tables, true);
+        let dev = opener.open(&t.text);
+        prop_assert!(dev.is_bio_based());
+        let first = [Io::read(start, 1), Io::read(start + sectors - 1, 1)];
+        let ios: Vec<Io> = first.into_iter().chain(place(&steps, t.sectors())).collect();
+        check_device(&dev, &t.roles, &ios, batch)?;
+        let h = mqblk_dm::find(dev.name()).expect("an open stacked device");
+        let out = mqblk_dm::mirror::degraded_legs(&h);
+        prop_assert_eq!(out.len(), 1, "{:?}", out);
+        prop_assert_eq!(out[0].leg, which);
+        prop_assert_eq!(out[0].failure.map(|f| f.op), Some("read"));
+        prop_assert!(opener.opened(&bad).is_bio_based());
+    }
+
+    /// The same table and bios on the bio-based driver and the
+    /// request-based one (`bio_remap=0`): the same statuses, the same data.
+    /// With an error line in the table, bios that touch end to end are not
+    /// in flight together: the request-based driver fails a request as a
+    /// whole, and one merged across an error line's edge fails a bio that
+    /// only touched the line next to it
+    /// (`a_request_merged_across_an_error_line_fails_only_its_bio_there`).
+    #[test]
+    fn the_bio_based_and_request_based_drivers_agree(
+        t in table(BAD_MIRRORS),
+        steps in steps(),
+        batch in 1usize..=6,
+    ) {
+        let bio = Opener::new(&t.tables, true).open(&t.text);
+        let rq = Opener::new(&t.tables, false).open(&t.text);
+        prop_assert!(!rq.is_bio_based());
+        let ios = place_on(&t, &steps);
+        let errors = t.roles.iter().any(|r| r.2 == Role::Error);
+        let model = Model::new(&t.roles);
+        let mut results = Vec::new();
+        for dev in [&bio, &rq] {
+            let mut ctx = dev.context().unwrap();
+            let got = run_in(&mut ctx, &ios, batches(&ios, batch, errors))?;
+            let back = read_all(&mut ctx, &model)?;
+            results.push((got, back));
+        }
+        let (a, b) = (&results[0], &results[1]);
+        for (i, io) in ios.iter().enumerate() {
+            prop_assert_eq!(&a.0[i], &b.0[i], "bio {} {:?}", i, io);
+        }
+        prop_assert!(a.1 == b.1, "the devices hold other data after");
+    }
+}
+
+/// A table of only `zero` and `error` lines has no leg to limit it, and
+/// says it discards; a discard of its zero line succeeds and one of its
+/// error line fails with an I/O error, as a write-zeroes does.
+#[test]
+#[ignore = "bug: limits::stack gives a table without legs the discard feature but max_discard_sectors 0, so the core refuses every discard as unsupported"]
+fn a_table_without_legs_discards_what_its_lines_say() {
+    let t = build(&[
+        LineSpec {
+            kind: Kind::Zero,
+            sectors: 8,
+            pad: 0,
+        },
+        LineSpec {
+            kind: Kind::Error,
+            sectors: 8,
+            pad: 0,
+        },
+    ]);
+    let dev = Opener::new(&t.tables, true).open(&t.text);
+    let io = |op, sector| Io {
+        op,
+        sector,
+        sectors: 8,
+        segs: 0,
+        seed: 0,
+    };
+    let ios = [
+        io(Op::WriteZeroes, 0),
+        io(Op::WriteZeroes, 8),
+        io(Op::Discard, 0),
+        io(Op::Discard, 8),
+    ];
+    let got = run(&mut dev.context().unwrap(), &ios, 1).unwrap();
+    let want = [Status::Ok, Status::IoError, Status::Ok, Status::IoError];
+    let statuses: Vec<Status> = got.iter().map(|o| o.status).collect();
+    assert_eq!(statuses, want);
+}
+
+/// On the request-based driver, two reads in flight together, one of an
+/// error line and one of the zero line after it, end end to end: merged
+/// into one request, which the error line fails. Each bio should still end
+/// with its own lines' status, as it does on the bio-based driver.
+#[test]
+#[ignore = "bug: the request-based stacked driver fails a request merged across an error line's edge as a whole, and with it a bio that only touched the next line"]
+fn a_request_merged_across_an_error_line_fails_only_its_bio_there() {
+    let t = build(&[
+        LineSpec {
+            kind: Kind::Error,
+            sectors: 8,
+            pad: 0,
+        },
+        LineSpec {
+            kind: Kind::Zero,
+            sectors: 8,
+            pad: 0,
+        },
+    ]);
+    let ios = [Io::read(0, 8), Io::read(8, 8)];
+    for bio_remap in [true, false] {
+        let dev = Opener::new(&t.tables, bio_remap).open(&t.text);
+        let got = run(&mut dev.context().unwrap(), &ios, 2).unwrap();
+        let statuses: Vec<Status> = got.iter().map(|o| o.status).collect();
+        assert_eq!(
+            statuses,
+            [Status::IoError, Status::Ok],
+            "bio_remap={bio_remap}"
+        );
+    }
+}
