@@ -175,18 +175,14 @@ impl Context {
     /// taken: a tag this context cached counts, and otherwise the free
     /// tags are counted, which other contexts on the queue may race (then
     /// the submission waits briefly, as it would have). A bio that would
-    /// merge into a plugged request needs no tag, but is not known here.
+    /// merge into a plugged request needs no tag, but is not known here;
+    /// a bio-based device takes none (its clones wait for the legs').
     pub fn has_room(&self) -> bool {
         let st = &self.st;
         if st.bioset.available() == 0 && st.in_flight > 0 {
             return false;
         }
-        if st.bio_q.is_some() {
-            // A bio-based device takes no tag: its lower devices' do, and
-            // a clone waits for one there.
-            return true;
-        }
-        st.tags.has_cached(&st.tag_cache) || st.tags.has_free()
+        st.bio_q.is_some() || st.tags.has_cached(&st.tag_cache) || st.tags.has_free()
     }
 
     /// Completed bios waiting for [`Context::poll`].

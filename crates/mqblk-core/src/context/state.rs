@@ -296,7 +296,7 @@ impl CtxState {
 
     /// Open this context's queue on a bio-based device (see
     /// [`crate::bio_based`]). Control plane.
-    pub(super) fn open_bio_queue(&mut self, dev: &DeviceInner) -> crate::Result<()> {
+    pub(super) fn open_bio_queue(&mut self, dev: &DeviceInner) -> crate::error::Result<()> {
         let Some(opener) = &dev.bio else {
             return Ok(());
         };
