@@ -357,6 +357,7 @@ fn a_views_io_counts_on_the_view_and_on_its_disk() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // waits on the clock for the rate
 fn admitted_bios_are_shifted_once_whether_held_or_not() {
     let (_disk, view, data) = window(Order::Inline, u32::MAX, false);
     // A low read rate (a burst of one) holds most of the bios back.
