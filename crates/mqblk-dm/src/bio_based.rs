@@ -12,33 +12,22 @@
 //! per clone in flight. Nothing is shared with another context, and
 //! nothing is allocated once warm.
 
-use std::sync::Arc;
-
 use mqblk_core::bio_based::{BioDriver, BioEnds, BioQueueSetup, BioRef};
 use mqblk_core::driver::{Error, Features, HwNotifier, IrqLines, Op, QueueLimits, Status};
 use mqblk_core::{Bio, Context};
 
 use crate::held::Held;
-use crate::legs::{LegId, Legs};
+use crate::legs::LegId;
 use crate::map::{end_action, fold, Line, Mapper, Plan};
+use crate::stacked::Stacked;
 use crate::target::target_type::{EndAction, Io};
 
-/// The bio-based driver of a stacked device.
+/// The bio-based driver of a stacked device: the table, legs and limits
+/// the request-based driver has, mapped per bio instead of per request.
 pub(crate) struct BioStacked {
-    pub(crate) name: String,
-    pub(crate) lines: Vec<Line>,
-    pub(crate) legs: Arc<Legs>,
-    pub(crate) limits: QueueLimits,
-    pub(crate) features: Features,
-    /// Every leg completes from a thread of its own, and no line holds
-    /// children back: a waiting context may sleep until notified.
-    pub(crate) all_async: bool,
+    pub(crate) stack: Stacked,
     /// A leg has interrupt lines (a polled device a context sleeps on).
     pub(crate) lines_below: bool,
-    /// Lines whose target has a say in flushes (`delay`, `flakey`).
-    pub(crate) flush_lines: Vec<u32>,
-    /// Keeps the control handle alive while the device is.
-    pub(crate) _handle: Arc<crate::handle::Handle>,
 }
 
 /// A context on a leg, opened on first use.
@@ -111,7 +100,7 @@ impl BioStacked {
 
     #[cold]
     fn open_leg(&self, leg: usize, notifier: &HwNotifier, irq: &IrqLines) -> LegCtx {
-        let Some(dev) = self.legs.get(leg as LegId) else {
+        let Some(dev) = self.stack.legs.get(leg as LegId) else {
             return LegCtx::Out;
         };
         let open = || -> Result<Context, Error> {
@@ -125,7 +114,7 @@ impl BioStacked {
         match open() {
             Ok(c) => LegCtx::Open(c),
             Err(e) => {
-                eprintln!("mqblk: {}: leg {leg}: {e}", self.name);
+                eprintln!("mqblk: {}: leg {leg}: {e}", self.stack.name);
                 LegCtx::Out
             }
         }
@@ -135,8 +124,8 @@ impl BioStacked {
     /// looked. An old leg context is drained first, so no clone is lost.
     #[cold]
     fn refresh(&self, q: &mut DmQueue, ends: &mut BioEnds<'_>) {
-        q.generation = self.legs.generation();
-        let now = self.legs.all();
+        q.generation = self.stack.legs.generation();
+        let now = self.stack.legs.all();
         for (i, dev) in now.iter().enumerate() {
             if i >= q.legs.len() {
                 q.legs.push(LegCtx::Closed);
@@ -164,7 +153,7 @@ impl BioStacked {
                         ..
                     } = &mut *q;
                     old.poll_wait(1, |c| {
-                        end_clone(&self.lines, clones, free, remaining, retry, ends, c);
+                        end_clone(&self.stack.lines, clones, free, remaining, retry, ends, c);
                     });
                     if old.in_flight() == 0 && old.ready() == 0 {
                         break;
@@ -185,7 +174,7 @@ impl BioStacked {
     fn sector_above(&self, c: &ClonedIo) -> u64 {
         match c.io.op {
             Op::Flush => 0,
-            _ => (self.lines[c.line as usize].start + c.io.offset_bytes) >> 9,
+            _ => (self.stack.lines[c.line as usize].start + c.io.offset_bytes) >> 9,
         }
     }
 
@@ -275,7 +264,7 @@ impl BioStacked {
     /// that ended with an I/O error.
     fn clone_failed(&self, q: &mut DmQueue, slot: u32, mut bio: Bio, ends: &mut BioEnds<'_>) {
         let c = q.clones[slot as usize];
-        match end_action(&self.lines, c.line, c.leg, &c.io, Status::IoError) {
+        match end_action(&self.stack.lines, c.line, c.leg, &c.io, Status::IoError) {
             EndAction::Done(s) => {
                 drop(bio);
                 q.free.push(slot);
@@ -300,7 +289,9 @@ impl BioStacked {
         } = q;
         let mut n = 0;
         if let Some(LegCtx::Open(ctx)) = legs.get_mut(leg) {
-            ctx.poll(|c| n += end_clone(&self.lines, clones, free, remaining, retry, ends, c));
+            ctx.poll(|c| {
+                n += end_clone(&self.stack.lines, clones, free, remaining, retry, ends, c)
+            });
         }
         n
     }
@@ -402,15 +393,18 @@ impl BioDriver for BioStacked {
     type Queue = DmQueue;
 
     fn open_queue(&self, setup: BioQueueSetup) -> Result<DmQueue, Error> {
-        let legs = self.legs.all();
+        let legs = self.stack.legs.all();
         let slots = setup.slots as usize;
-        let held = Held::new(&self.name, self.lines_below.then_some(&setup.irq_lines))?;
+        let held = Held::new(
+            &self.stack.name,
+            self.lines_below.then_some(&setup.irq_lines),
+        )?;
         Ok(DmQueue {
             who: setup.hwq,
             devnum: setup.devnum,
             notifier: setup.notifier,
             irq: setup.irq_lines,
-            generation: self.legs.generation(),
+            generation: self.stack.legs.generation(),
             legs: legs
                 .iter()
                 .map(|d| match d {
@@ -436,7 +430,7 @@ impl BioDriver for BioStacked {
     }
 
     fn submit_bio(&self, q: &mut DmQueue, mut bio: BioRef<'_>, ends: &mut BioEnds<'_>) {
-        if self.legs.generation() != q.generation {
+        if self.stack.legs.generation() != q.generation {
             self.refresh(q, ends);
         }
         let tag = bio.tag();
@@ -449,14 +443,22 @@ impl BioDriver for BioStacked {
                 .enumerate()
                 .filter(|(_, l)| !matches!(l, LegCtx::Out))
                 .map(|(leg, _)| leg as LegId);
-            q.mapper
-                .map_flush(&self.lines, &self.flush_lines, flags, q.who, legs)
+            q.mapper.map_flush(
+                &self.stack.lines,
+                &self.stack.flush_lines,
+                flags,
+                q.who,
+                legs,
+            )
         } else {
             let (off, len) = (bio.bio().offset_bytes(), bio.bio().len_bytes());
             let zero = |at, n| {
                 bio.zero_range(at, n);
             };
-            match q.mapper.map(&self.lines, op, flags, off, len, q.who, zero) {
+            match q
+                .mapper
+                .map(&self.stack.lines, op, flags, off, len, q.who, zero)
+            {
                 Some(s) => s,
                 None => {
                     ends.requeue(tag);
@@ -512,7 +514,7 @@ impl BioDriver for BioStacked {
     }
 
     fn poll(&self, q: &mut DmQueue, ends: &mut BioEnds<'_>) -> usize {
-        if self.legs.generation() != q.generation {
+        if self.stack.legs.generation() != q.generation {
             self.refresh(q, ends);
         }
         self.send_due(q, ends);
@@ -528,15 +530,15 @@ impl BioDriver for BioStacked {
     }
 
     fn limits(&self) -> QueueLimits {
-        self.limits
+        self.stack.limits
     }
 
     fn features(&self) -> Features {
-        self.features
+        self.stack.features
     }
 
     fn completes_async(&self) -> bool {
-        self.all_async
+        self.stack.all_async
     }
 
     fn has_irq_lines(&self) -> bool {

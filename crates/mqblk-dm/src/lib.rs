@@ -303,40 +303,25 @@ fn create(
         legs: legs.clone(),
         targets,
     });
+    let mut stack = Stacked {
+        name: name.clone(),
+        lines,
+        legs,
+        limits: lim,
+        features,
+        all_async,
+        flush_lines,
+        _handle: handle.clone(),
+    };
     let dev = if bio_based {
         // A FUA clone reaches each leg, whose own pipeline writes it
         // through or follows it with a flush: the stacked device passes
         // FUA down rather than flush every leg after the write.
-        let mut features = features;
-        features.fua = features.write_cache;
-        Device::new_bio_based(
-            BioStacked {
-                name: name.clone(),
-                lines,
-                lines_below: devs.iter().any(Device::has_irq_lines),
-                legs,
-                limits: lim,
-                features,
-                all_async,
-                flush_lines,
-                _handle: handle.clone(),
-            },
-            cfg,
-        )?
+        stack.features.fua = stack.features.write_cache;
+        let lines_below = devs.iter().any(Device::has_irq_lines);
+        Device::new_bio_based(BioStacked { stack, lines_below }, cfg)?
     } else {
-        Device::new(
-            Stacked {
-                name: name.clone(),
-                lines,
-                legs,
-                limits: lim,
-                features,
-                all_async,
-                flush_lines,
-                _handle: handle.clone(),
-            },
-            cfg,
-        )?
+        Device::new(stack, cfg)?
     };
     register(&name, &handle);
     Ok(dev)
