@@ -291,6 +291,22 @@ impl Context {
         })
     }
 
+    /// Stop (`false`) or restart (`true`) the signals this context's own
+    /// calls give its completion fd (libblkio's
+    /// `blkioq_set_completion_fd_enabled`). An event loop that submits a
+    /// batch and then polls before it waits again turns them off for the
+    /// batch: a bio that completes inside `submit` then costs no eventfd
+    /// write, and the `poll` after it no read. Completions from driver
+    /// threads and other contexts still make the fd readable. Turning the
+    /// signals back on makes the fd readable if a `poll` would make
+    /// progress, so nothing waits unseen.
+    pub fn set_completion_fd_enabled(&mut self, enabled: bool) {
+        self.st.fd_enabled = enabled;
+        if enabled {
+            self.st.kick_fd(&self.dev);
+        }
+    }
+
     /// Tell `up` (a stacked device's hardware queue, from its driver's
     /// [`crate::driver::HwQueueSetup::notifier`]) whenever this context's
     /// hardware queue is notified: a lower driver's thread finished a

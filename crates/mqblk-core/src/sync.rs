@@ -187,6 +187,9 @@ pub(crate) fn wait_readable(_fd: std::os::fd::RawFd, _timeout: Duration) {
 #[derive(Debug)]
 pub(crate) struct EventFd {
     fd: std::os::fd::OwnedFd,
+    /// Set after each write, cleared by the read that follows: a drain
+    /// with nothing written costs one atomic swap, not a system call.
+    written: AtomicBool,
 }
 
 impl EventFd {
@@ -200,7 +203,10 @@ impl EventFd {
         }
         // SAFETY: fd is a fresh descriptor owned by nobody else.
         let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-        Ok(EventFd { fd })
+        Ok(EventFd {
+            fd,
+            written: AtomicBool::new(false),
+        })
     }
 
     pub(crate) fn raw(&self) -> std::os::fd::RawFd {
@@ -214,10 +220,18 @@ impl EventFd {
         // SAFETY: writes 8 bytes from a live u64 to our own eventfd. A full
         // counter (EAGAIN) still leaves the fd readable, which is all we want.
         unsafe { libc::write(self.raw(), (&one as *const u64).cast(), 8) };
+        // After the write: a drain that misses this flag leaves the fd
+        // readable, so its owner wakes once more and drains then; a flag
+        // set before the write could be cleared by a drain that ran
+        // between the two, leaving the fd readable with no drain to come.
+        self.written.store(true, Ordering::Release);
     }
 
     /// Make the fd unreadable again (the owner is about to poll).
     pub(crate) fn drain(&self) {
+        if !self.written.swap(false, Ordering::AcqRel) {
+            return;
+        }
         let mut v: u64 = 0;
         // SAFETY: reads 8 bytes into a live u64; EAGAIN (already empty) is
         // fine on a non-blocking eventfd.

@@ -222,6 +222,10 @@ impl Worker {
         poll: Option<Duration>,
     ) {
         self.refresh(atomic);
+        // This thread polls the context before it sleeps again: no
+        // eventfd write for what completes inside a submit, no read for
+        // it in the poll (turned back on below, before the thread waits).
+        self.ctx.set_completion_fd_enabled(false);
         let mut state = vring.get_mut();
         let event_idx = state.get_queue().event_idx_enabled();
         // With EVENT_IDX, kicks stay off from the one that woke us (the
@@ -251,6 +255,7 @@ impl Worker {
         if let Some(poll) = poll {
             self.busy_poll(atomic, vring, write_through, poll);
         }
+        self.ctx.set_completion_fd_enabled(true);
     }
 
     /// After a batch, keep looking for chains and completions for `poll`
@@ -299,9 +304,12 @@ impl Worker {
     /// Reap completions only (the context's fd fired).
     fn complete_with(&mut self, atomic: &AtomicMemory, vring: &Vring) {
         self.refresh(atomic);
+        self.ctx.set_completion_fd_enabled(false);
         let mut state = vring.get_mut();
         self.reap(&mut state);
         self.notify(&mut state);
+        drop(state);
+        self.ctx.set_completion_fd_enabled(true);
     }
 
     /// Reap without a ring (the frontend is gone): wait for every request

@@ -114,6 +114,9 @@ pub(super) struct CtxState {
     pub(super) fd_timer: Option<crate::sync::FdTimer>,
     /// This context made the eventfd readable and has not polled since.
     pub(super) fd_signalled: bool,
+    /// The caller's own calls may make the completion fd readable
+    /// (`Context::set_completion_fd_enabled`).
+    pub(super) fd_enabled: bool,
     /// The hardware queue's interrupt lines reach whoever waits on this
     /// context (its completion fd watches them, or they are forwarded to
     /// a stacked queue above): requests in flight on a polled driver need
@@ -217,6 +220,7 @@ impl CtxState {
             efd: None,
             fd_timer: None,
             fd_signalled: false,
+            fd_enabled: true,
             irq_in_fd: false,
             lines_watched: false,
             lent: None,

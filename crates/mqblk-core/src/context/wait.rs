@@ -326,8 +326,9 @@ impl CtxState {
         }
         let Some(fd) = &self.efd else { return };
         // Readable already (this context signalled it and nobody polled
-        // since): no second write.
-        if self.fd_signalled {
+        // since): no second write. Disabled: the caller polls before it
+        // waits.
+        if self.fd_signalled || !self.fd_enabled {
             return;
         }
         if !self.ended.is_empty()
