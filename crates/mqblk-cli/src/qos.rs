@@ -260,8 +260,14 @@ pub fn apply(devices: &[Device], line: &str) -> Result<String> {
             let mut said = Vec::new();
             for d in devices {
                 for s in mqblk::stop_trace(d)? {
+                    let reap = s
+                        .reap_delay_ns
+                        .map(|ns| {
+                            format!(", completions reaped {ns} ns after the driver on average")
+                        })
+                        .unwrap_or_default();
                     said.push(format!(
-                        "{}: {} files, {} bytes, {} events lost in {}",
+                        "{}: {} files, {} bytes, {} events lost in {}{reap}",
                         s.name,
                         s.files,
                         s.bytes,

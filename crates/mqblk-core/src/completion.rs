@@ -15,16 +15,42 @@ use crate::sync::Notify;
 /// A batch of completed requests, filled by a driver.
 pub struct Completions<'a> {
     list: &'a mut Vec<RqRef>,
+    /// Stamp each request with the time its driver finished it (the
+    /// device is traced: blktrace's C is that time, not the reap's).
+    stamp: bool,
 }
 
 impl<'a> Completions<'a> {
-    pub(crate) fn new(list: &'a mut Vec<RqRef>) -> Self {
-        Completions { list }
+    pub(crate) fn new(list: &'a mut Vec<RqRef>, stamp: bool) -> Self {
+        Completions { list, stamp }
     }
 
     /// Complete `rq` with `status`. The request goes back to the core.
+    /// While the device is traced, this is the time its trace gives the
+    /// completion (C): call it where the device finished the request (the
+    /// CQE, the reply, the callback), or give that time with
+    /// [`Completions::complete_at`].
     #[inline]
     pub fn complete(&mut self, mut rq: RqRef, status: Status) {
+        if self.stamp {
+            rq.done_ns = crate::clock::now_ns();
+        }
+        self.push(rq, status);
+    }
+
+    /// Complete `rq` with `status`, finished by the device at `done_ns`
+    /// (monotonic, [`crate::clock::now_ns`]'s clock): a driver that knows
+    /// when (a timer's expiry) gives it, and no clock is read.
+    #[inline]
+    pub fn complete_at(&mut self, mut rq: RqRef, status: Status, done_ns: u64) {
+        if self.stamp {
+            rq.done_ns = done_ns;
+        }
+        self.push(rq, status);
+    }
+
+    #[inline]
+    fn push(&mut self, mut rq: RqRef, status: Status) {
         rq.transition(RqState::InFlight, RqState::Complete);
         rq.status = status;
         debug_assert!(

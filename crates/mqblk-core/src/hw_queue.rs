@@ -54,6 +54,9 @@ pub(crate) struct HwInner {
     dispatch: VecDeque<RqRef>,
     /// Requests the driver holds now.
     in_driver: u32,
+    /// The device is traced: completions carry the driver's time
+    /// (`Device::start_trace` sets it).
+    pub(crate) stamp: bool,
     /// Most requests the driver may hold (its budget).
     budget: u32,
     timeout_ms: u32,
@@ -119,6 +122,7 @@ impl HwQueue {
                 ops,
                 dispatch: VecDeque::with_capacity(total),
                 in_driver: 0,
+                stamp: false,
                 budget: budget.unwrap_or(u32::MAX).max(1),
                 timeout_ms,
                 next_scan_ms: 0,
@@ -327,7 +331,10 @@ impl HwInner {
         }
         trace.issue(&rq);
         let before = done.len();
-        match self.ops.queue_rq(rq, last, &mut Completions::new(done)) {
+        match self
+            .ops
+            .queue_rq(rq, last, &mut Completions::new(done, self.stamp))
+        {
             QueueRq::Issued => {
                 out.issued += 1;
                 self.in_driver += 1;
@@ -381,7 +388,7 @@ impl HwInner {
     #[inline]
     pub(crate) fn poll(&mut self, done: &mut Vec<RqRef>) -> usize {
         let before = done.len();
-        self.ops.poll(&mut Completions::new(done));
+        self.ops.poll(&mut Completions::new(done, self.stamp));
         let n = done.len() - before;
         self.in_driver -= n as u32;
         self.tell_elevator(&done[before..]);
@@ -414,7 +421,7 @@ impl HwInner {
             let d = rq.deadline_ms();
             if d != 0 && d <= now_ms {
                 rq.transition(RqState::Queued, RqState::InFlight);
-                Completions::new(done).complete(rq, crate::error::Status::Timeout);
+                Completions::new(done, self.stamp).complete(rq, crate::error::Status::Timeout);
                 timed_out += 1;
             } else {
                 self.dispatch.push_back(rq);
@@ -430,7 +437,9 @@ impl HwInner {
         });
         for &tag in &expired {
             let before = done.len();
-            let action = self.ops.timeout(tag, &mut Completions::new(done));
+            let action = self
+                .ops
+                .timeout(tag, &mut Completions::new(done, self.stamp));
             let n = (done.len() - before) as u32;
             self.in_driver -= n;
             self.tell_elevator(&done[before..]);

@@ -113,6 +113,9 @@ pub struct Request {
     /// The submitting context: completions are routed back to it.
     pub(crate) owner: Option<NonNull<RqOwner>>,
     pub(crate) start_ns: u64,
+    /// When the driver finished it (monotonic ns), stamped only while the
+    /// device is traced ([`crate::driver::Completions`]); 0 otherwise.
+    pub(crate) done_ns: u64,
     driver_data: u64,
 }
 
@@ -137,6 +140,7 @@ impl Request {
             bio_tail: None,
             owner: None,
             start_ns: 0,
+            done_ns: 0,
             driver_data: 0,
         }
     }

@@ -138,7 +138,9 @@ impl NullQueue {
             let Some(p) = self.pending.pop_front() else {
                 break;
             };
-            done.complete(p.rq, p.status);
+            // The device finished it when its timer expired (a trace's C
+            // is that time, not this poll's).
+            done.complete_at(p.rq, p.status, p.due_ns);
             n += 1;
         }
         if n > 0 {

@@ -41,6 +41,10 @@ pub(crate) struct Closed {
     pub(crate) bytes: u64,
     pub(crate) lost: u64,
     pub(crate) error: Option<String>,
+    /// Completions whose driver stamped its time, and the sum of their
+    /// delays from that time to the context's reap.
+    pub(crate) reaped: u64,
+    pub(crate) reap_delay_ns: u64,
 }
 
 /// What the closed channels of one session wrote, added up as each
@@ -49,6 +53,8 @@ pub(crate) struct Closed {
 pub(crate) struct Totals {
     bytes: AtomicU64,
     lost: AtomicU64,
+    reaped: AtomicU64,
+    reap_delay_ns: AtomicU64,
     errors: Mutex<Vec<String>>,
 }
 
@@ -57,6 +63,9 @@ impl Totals {
     pub(crate) fn add(&self, c: Closed) {
         self.bytes.fetch_add(c.bytes, Ordering::Relaxed);
         self.lost.fetch_add(c.lost, Ordering::Relaxed);
+        self.reaped.fetch_add(c.reaped, Ordering::Relaxed);
+        self.reap_delay_ns
+            .fetch_add(c.reap_delay_ns, Ordering::Relaxed);
         if let Some(e) = c.error {
             self.errors
                 .lock()
@@ -73,6 +82,13 @@ impl Totals {
     /// Records dropped.
     pub(crate) fn lost(&self) -> u64 {
         self.lost.load(Ordering::Relaxed)
+    }
+
+    /// The mean delay from a driver's completion to its context's reap,
+    /// over the completions whose time the driver stamped.
+    pub(crate) fn reap_delay_ns(&self) -> Option<u64> {
+        let n = self.reaped.load(Ordering::Relaxed);
+        (n > 0).then(|| self.reap_delay_ns.load(Ordering::Relaxed) / n)
     }
 
     /// The write errors, one per file that had one.
@@ -96,6 +112,10 @@ pub(crate) struct Channel {
     /// Records the producer could not keep: the ring was full and its
     /// drain busy elsewhere.
     lost: AtomicU64,
+    /// Completions with a driver's time, and their summed reap delays
+    /// (written by the producer only, read when the channel closes).
+    reaped: AtomicU64,
+    reap_delay_ns: AtomicU64,
     sink: Mutex<Sink>,
 }
 
@@ -112,6 +132,16 @@ unsafe impl Send for Channel {}
 unsafe impl Sync for Channel {}
 
 impl Channel {
+    /// A completion reaped `delay_ns` after its driver finished it. Called
+    /// by the producer only.
+    pub(crate) fn count_reap(&self, delay_ns: u64) {
+        let n = self.reaped.load(Ordering::Relaxed);
+        self.reaped.store(n + 1, Ordering::Relaxed);
+        let d = self.reap_delay_ns.load(Ordering::Relaxed);
+        self.reap_delay_ns
+            .store(d.saturating_add(delay_ns), Ordering::Relaxed);
+    }
+
     /// A ring of `cap_bytes` (rounded up to a power of two) writing to
     /// `out`, named `name` in messages. Control plane: allocates.
     pub(crate) fn new(cap_bytes: usize, out: Box<dyn Write + Send>, name: String) -> Channel {
@@ -126,6 +156,8 @@ impl Channel {
             head: AtomicU64::new(0),
             tail: AtomicU64::new(0),
             lost: AtomicU64::new(0),
+            reaped: AtomicU64::new(0),
+            reap_delay_ns: AtomicU64::new(0),
             sink: Mutex::new(Sink {
                 out: Some(out),
                 name,
@@ -265,6 +297,8 @@ impl Channel {
             bytes: s.written,
             lost: self.lost.load(Ordering::Relaxed),
             error: s.error.clone(),
+            reaped: self.reaped.load(Ordering::Relaxed),
+            reap_delay_ns: self.reap_delay_ns.load(Ordering::Relaxed),
         })
     }
 

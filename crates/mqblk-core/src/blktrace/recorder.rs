@@ -29,6 +29,8 @@ pub(crate) struct Recorder {
     pid: u32,
     cpu: u32,
     dev: u32,
+    /// Time of the newest event put in the file: events go in time order.
+    last_ns: u64,
 }
 
 impl Recorder {
@@ -48,6 +50,7 @@ impl Recorder {
             seq: 0,
             pid,
             cpu,
+            last_ns: 0,
         };
         let comm = comm();
         let mut note = r.record(clock::now_ns(), Action::Process as u32, 0, 0, 0, comm.len());
@@ -105,6 +108,7 @@ impl Recorder {
         error: u16,
         pdu: &[u8],
     ) {
+        self.last_ns = time_ns;
         let action = action as u32 | event::op_bits(op, flags);
         let rec = self.record(time_ns, action, sector, bytes, error, pdu.len());
         self.put(&rec, pdu);
@@ -214,9 +218,20 @@ impl Recorder {
     }
 
     /// C: a caller's bio ended with `status`, at `sector` (where its Q
-    /// was).
-    pub(crate) fn complete(&mut self, bio: &Bio, sector: u64, status: Status) {
-        let now = clock::now_ns();
+    /// was), stamped `done_ns`: when its driver finished the request
+    /// (Linux records C in `blk_mq_end_request`, where the driver ends
+    /// it), so that D2C is the device's time; 0 if the driver gave no
+    /// time (the reap's). The delay from there to this reap is counted
+    /// apart (`TraceSummary::reap_delay_ns`). The file stays in time
+    /// order: a C is never stamped before the event put in just before
+    /// it (a request completed inline, behind the D of a later one, gets
+    /// that D's time).
+    pub(crate) fn complete(&mut self, bio: &Bio, sector: u64, status: Status, done_ns: u64) {
+        let mut now = clock::now_ns();
+        if done_ns != 0 && done_ns <= now {
+            self.ch.count_reap(now - done_ns);
+            now = done_ns.max(self.last_ns);
+        }
         let (op, flags, bytes) = (bio.op(), bio.flags(), bio.len_bytes());
         let error = event::error_of(status);
         self.emit(now, Action::Complete, op, flags, sector, bytes, error, &[]);

@@ -35,6 +35,11 @@ pub struct TraceSummary {
     pub lost: u64,
     /// Write errors, one per file that had one.
     pub errors: Vec<String>,
+    /// The mean time from a driver finishing a request to its context
+    /// reaping it (the layer's share of the completion path, which C
+    /// and so btt's D2C leave out), in nanoseconds; `None` if no driver
+    /// stamped a completion.
+    pub reap_delay_ns: Option<u64>,
 }
 
 /// A device's trace session (Linux `struct blk_trace`). Control plane;
@@ -180,6 +185,7 @@ impl BlkTrace {
             bytes: totals.bytes(),
             lost: totals.lost(),
             errors: totals.errors(),
+            reap_delay_ns: totals.reap_delay_ns(),
         }
     }
 

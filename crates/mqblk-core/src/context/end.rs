@@ -200,6 +200,8 @@ impl CtxState {
                 bump(&self.stats.timeouts, 1);
             }
         }
+        // Traced: the bios' C carries the driver's time.
+        self.done_ns = std::mem::take(&mut rq.done_ns);
         let mut node = rq.bio_head.take();
         rq.bio_tail = None;
         while let Some(n) = node {
@@ -213,6 +215,7 @@ impl CtxState {
             slot.state = SlotState::Owned;
             self.end_bio(idx, status);
         }
+        self.done_ns = 0;
         debug_assert!(self.in_flight > 0);
         self.in_flight -= 1;
         self.shared
@@ -285,7 +288,7 @@ impl CtxState {
     #[inline(never)]
     fn trace_complete(&mut self, idx: u32, status: Status) {
         if let (Some(t), Some(b)) = (self.trace.as_mut(), self.bioset.node(idx).bio.as_ref()) {
-            t.complete(b, b.sector(), ended_with(Some(b), status));
+            t.complete(b, b.sector(), ended_with(Some(b), status), self.done_ns);
         }
     }
 

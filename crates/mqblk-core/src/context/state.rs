@@ -106,6 +106,9 @@ pub(super) struct CtxState {
     pub(super) failed: Vec<(u32, crate::error::Status)>,
     /// Clock of the current batch (0: not read yet).
     pub(super) batch_ns: u64,
+    /// When the driver finished the request whose bios end now (traced
+    /// devices only; 0: not stamped).
+    pub(super) done_ns: u64,
     /// Requests this context built that have not ended yet.
     pub(super) in_flight: u32,
     /// The completion fd, once asked for.
@@ -216,6 +219,7 @@ impl CtxState {
             seq_scratch: Vec::with_capacity(bioset_size),
             failed: Vec::with_capacity(bioset_size),
             batch_ns: 0,
+            done_ns: 0,
             in_flight: 0,
             efd: None,
             fd_timer: None,

@@ -45,6 +45,7 @@ impl Device {
             })?;
         ctl.trace = Some(t);
         drop(ctl);
+        self.stamp_completions(true);
         self.bump_gate();
         Ok(())
     }
@@ -58,8 +59,16 @@ impl Device {
             device: self.inner.info.name.clone(),
             reason: "is not being traced".into(),
         })?;
+        self.stamp_completions(false);
         self.bump_gate();
         Ok(t.stop())
+    }
+
+    /// Have the drivers' completions carry their time (while traced).
+    fn stamp_completions(&self, on: bool) {
+        for hq in self.inner.hw_queues.iter() {
+            hq.lock().stamp = on;
+        }
     }
 
     /// Where the device is being traced to, if it is.
