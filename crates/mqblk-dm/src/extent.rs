@@ -13,6 +13,20 @@ use mqblk_core::Device;
 pub use crate::overlap::Overlap;
 use crate::table::TableError;
 
+/// For a memory device named twice: the same spec twice is one device,
+/// and `id=` makes a second one (a second open of a file or an export
+/// would be the same data under another name, so no hint for those).
+fn two_devices_hint(spec: &str) -> String {
+    let kind = spec.split([',', ':']).next().unwrap_or("");
+    if matches!(kind, "ram" | "null" | "nullb") {
+        format!(
+            "; the same spec twice is one device: for two, tell them apart with `id=`, as in `{spec},id=b`"
+        )
+    } else {
+        String::new()
+    }
+}
+
 /// What a line does with the lower range it names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Use {
@@ -86,9 +100,10 @@ impl Claims {
                 format!("line {}'s {} (field {})", c.line, c.what, c.field)
             };
             let reason = format!(
-                "{what} `{spec}` sectors {}..{} overlap {first} on the same device: its sectors {lo}..{hi} would hold two different ranges of this table, so writes to one would overwrite the other; give each line and leg its own sectors",
+                "{what} `{spec}` sectors {}..{} overlap {first} on the same device: its sectors {lo}..{hi} would hold two different ranges of this table, so writes to one would overwrite the other; give each line and leg its own sectors{}",
                 start - base,
                 end - base,
+                two_devices_hint(spec),
             );
             let mut e = TableError::new(line, field, "device", reason);
             e.overlap = Some(Box::new(Overlap {

@@ -110,6 +110,10 @@ fn bad_tables_name_the_line_and_the_field() {
         ),
         (
             "dm-table:0 4096 linear ram,size=1M 0",
+            "line 1, field 2 (length)",
+        ),
+        (
+            "dm-table:0 8 linear ram,size=1M 2048",
             "line 1, field 5 (offset)",
         ),
         ("dm-table:0 8 linear ram,size=1M", "field 5 (offset)"),
@@ -152,7 +156,7 @@ fn bad_tables_name_the_line_and_the_field() {
         ),
         (
             "dm-table:0 4096 flakey ram,size=1M 0 1 1",
-            "line 1, field 5 (offset)",
+            "line 1, field 2 (length)",
         ),
     ];
     for (spec, want) in cases {
@@ -317,4 +321,32 @@ fn a_table_file_past_the_cap_is_refused_naming_the_file_and_the_cap() {
         mqblk_test_support::time_bound("", took, std::time::Duration::from_secs(1)),
         "{took:?}"
     );
+}
+
+/// The same spec twice is one device, so a stripe over it overlaps
+/// itself; the error says so and names `id=`, and `id=` makes two devices
+/// of one spec, each holding its own half of the stripe.
+#[test]
+fn id_tells_two_devices_of_one_spec_apart() {
+    let e = mqblk::open("dm-table:0 262144 striped 2 128 ram,size=64M 0 ram,size=64M 0")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("id=") && e.contains("the same spec twice is one device"),
+        "{e}"
+    );
+    let dev =
+        mqblk::open("dm-table:0 262144 striped 2 128 ram,size=64M,id=a 0 ram,size=64M,id=b 0")
+            .unwrap();
+    let h = mqblk_dm::find(dev.name()).unwrap();
+    let legs: Vec<Device> = h.legs().all().into_iter().flatten().collect();
+    assert_eq!(legs.len(), 2, "two legs");
+    // Two chunks of 64 KiB: the first on leg a, the second on leg b.
+    let data = pattern(7, 128 * 1024);
+    dev.context().unwrap().write_at(&data, 0).unwrap();
+    assert_eq!(read(&dev, 0, data.len()), data);
+    assert_eq!(read(&legs[0], 0, 65536), data[..65536]);
+    assert_eq!(read(&legs[1], 0, 65536), data[65536..]);
+    let e = mqblk::open("ram,size=1M,id=").unwrap_err().to_string();
+    assert!(e.contains("id="), "{e}");
 }

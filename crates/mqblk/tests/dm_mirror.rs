@@ -333,7 +333,7 @@ fn bad_mirror_lines_name_the_field() {
         ),
         (
             "dm-table:0 4096 mirror core 1 128 2 ram,size=1M 0 ram,size=1M 0",
-            "field 9 (offset)",
+            "field 2 (length)",
         ),
         (
             "dm-table:0 64 mirror core 1 128 2 ram,size=1M 0 ram,size=1M 0",

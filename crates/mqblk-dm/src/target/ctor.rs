@@ -82,14 +82,25 @@ impl Ctor<'_, '_> {
             .map_err(|e| self.err(i, "device", format!("`{spec}` does not open: {e}")))?;
         let have = dev.capacity_bytes() >> 9;
         if offset.checked_add(sectors).is_none_or(|end| end > have) {
-            return Err(self.err(
-                i + 1,
-                "offset",
-                format!(
-                    "sectors {offset}..{} run past `{spec}`, which has {have} sectors",
-                    offset.saturating_add(sectors)
-                ),
-            ));
+            let reason = format!(
+                "sectors {offset}..{} run past `{spec}`, which has {have} sectors",
+                offset.saturating_add(sectors)
+            );
+            // An offset inside the device: the line is too long for what
+            // is left of it (field 2). An offset past its end: the offset.
+            return Err(if offset < have {
+                TableError::new(
+                    self.line.line,
+                    2,
+                    "length",
+                    format!(
+                        "{reason}: from offset {offset}, {what} `{spec}` holds at most {} sectors of this line",
+                        have - offset
+                    ),
+                )
+            } else {
+                self.err(i + 1, "offset", reason)
+            });
         }
         self.legs.claims.claim(
             &dev,
