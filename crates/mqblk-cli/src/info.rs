@@ -25,6 +25,10 @@ pub(crate) fn info_command(args: &InfoArgs) -> Result<()> {
         );
     };
     let spec = &device_spec(given);
+    // Info has no side effects: it never creates an image (a nested
+    // device's create= is refused by its read-only open), and stacked
+    // devices opened read-only write nothing (no resync, no log).
+    let spec = &without_create(spec);
     let dev = open_read_only(spec).map_err(|e| open_error(e, spec))?;
     // Partitions are named after the disk as Linux names them: after the
     // file's path for a file device (as sfdisk does), else the device.
@@ -50,6 +54,7 @@ pub(crate) fn info_command(args: &InfoArgs) -> Result<()> {
         writeln!(out)?;
         return Ok(());
     }
+    let spec_ro = mqblk::spec::parse(spec).is_ok_and(|p| p.options.contains("ro"));
     let info = dev.info();
     let cfg = dev.config();
     let l = &info.limits;
@@ -135,12 +140,18 @@ pub(crate) fn info_command(args: &InfoArgs) -> Result<()> {
         "  max_write_zeroes_sectors:",
         l.max_write_zeroes_sectors.to_string(),
     );
-    line("features:", String::new());
+    line(
+        "features:",
+        if spec_ro {
+            String::new()
+        } else {
+            "(of this read-only open: a read-write open, as serve's, may offer more)".into()
+        },
+    );
     line("  write_cache:", yes_no(f.write_cache).into());
     line("  fua:", yes_no(f.fua).into());
     line("  discard:", yes_no(f.discard).into());
     line("  write_zeroes:", yes_no(f.write_zeroes).into());
-    let spec_ro = mqblk::spec::parse(spec).is_ok_and(|p| p.options.contains("ro"));
     line(
         "  read_only:",
         if spec_ro {
@@ -171,4 +182,17 @@ pub(crate) fn info_command(args: &InfoArgs) -> Result<()> {
     out.write_all(s.as_bytes())?;
     out.flush()?;
     Ok(())
+}
+
+/// `spec` without its `create=` option (info never creates), with a note
+/// on stderr if it had one.
+fn without_create(spec: &str) -> String {
+    let Some(v) = mqblk::spec::parse(spec)
+        .ok()
+        .and_then(|mut p| p.options.take_str("create"))
+    else {
+        return spec.to_string();
+    };
+    eprintln!("mqblk info: ignoring create={v} (info never creates an image)");
+    spec.replacen(&format!(",create={v}"), "", 1)
 }

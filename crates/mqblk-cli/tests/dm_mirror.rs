@@ -533,3 +533,55 @@ fn allow_degraded_lets_a_run_end_degraded_and_report_and_stat_say_so() {
         "{text}"
     );
 }
+
+/// `mqblk info` has no side effects: on a mirror whose legs differ (a
+/// fresh log: every region out of sync) it starts no resync and writes no
+/// log, with a core log and with a disk log; and it says its features are
+/// a read-only open's.
+#[test]
+fn info_on_a_mirror_resyncs_nothing_and_writes_no_log() {
+    let dir = Scratch::new("info-mirror");
+    let (a, b, log) = (
+        dir.path().join("a.img"),
+        dir.path().join("b.img"),
+        dir.path().join("log.img"),
+    );
+    let mut da = vec![0u8; 1 << 20];
+    pattern(1, &mut da);
+    std::fs::write(&a, &da).unwrap();
+    let mut db = vec![0u8; 1 << 20];
+    pattern(2, &mut db);
+    std::fs::write(&b, &db).unwrap();
+    std::fs::write(&log, vec![0u8; 1 << 20]).unwrap();
+    let disk = format!("disk 2 file:{} 128", log.display());
+    for log_args in ["core 1 128", disk.as_str()] {
+        let spec = format!(
+            "dm-table:0 2048 mirror {log_args} 2 file:{} 0 file:{} 0",
+            a.display(),
+            b.display()
+        );
+        let o = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+            .args(["info", &spec])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "{log_args}: {out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(out.contains("of this read-only open"), "{log_args}: {out}");
+        assert!(
+            std::fs::read(&a).unwrap() == da,
+            "{log_args}: leg a changed"
+        );
+        assert!(
+            std::fs::read(&b).unwrap() == db,
+            "{log_args}: info resynced leg b"
+        );
+        assert!(
+            std::fs::read(&log).unwrap().iter().all(|&x| x == 0),
+            "{log_args}: info wrote the log"
+        );
+    }
+}

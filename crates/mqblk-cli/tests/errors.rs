@@ -36,7 +36,7 @@ const TABLE: &[(&[&str], &str)] = &[
     ),
     (
         &["info", "ram,size=1G,blocksize=4k"],
-        "mqblk: error: invalid device spec \"ram,size=1G,blocksize=4k\": unknown option `blocksize` for this device kind; did you mean `block_size`? Valid options: bioset_size, block_size, bounce, chunk_sectors, hw_queues, io_timeout_ms, iostats, max_sectors, max_segment_size, max_segments, nomerges, part, part_cache, plug, queue_depth, queue_depth_max, queue_mode, rbps, reserved_tags, riops, ro, scheduler, shared_tags, size, throttle_burst_ms, trace, wbps, wiops",
+        "mqblk: error: invalid device spec \"ram,size=1G,blocksize=4k\": unknown option `blocksize` for this device kind; did you mean `block_size`? Valid options: bioset_size, block_size, bounce, chunk_sectors, hw_queues, instance, io_timeout_ms, iostats, max_sectors, max_segment_size, max_segments, nomerges, part, part_cache, plug, queue_depth, queue_depth_max, queue_mode, rbps, reserved_tags, riops, ro, scheduler, shared_tags, size, throttle_burst_ms, trace, wbps, wiops",
     ),
     (
         &["info", "nul"],
@@ -84,7 +84,8 @@ const TABLE: &[(&[&str], &str)] = &[
         "mqblk: note: reading the bare path d/missing.img as the file device file:d/missing.img",
     ),
     (
-        &["info", "file:d/f.img,create=1"],
+        // (bench: info never creates, so it drops create=.)
+        &["bench", "--device", "file:d/f.img,create=1", "--number_ios=1"],
         "mqblk: error: invalid device spec \"file:d/f.img,create=1\": option create=\"1\": expected create=1 together with size=, as in file:/data/disk.img,create=1,size=1G",
     ),
     // bench: checked before the banner, before any I/O.

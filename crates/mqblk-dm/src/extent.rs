@@ -14,13 +14,13 @@ pub use crate::overlap::Overlap;
 use crate::table::TableError;
 
 /// For a memory device named twice: the same spec twice is one device,
-/// and `id=` makes a second one (a second open of a file or an export
+/// and `instance=` makes a second one (a second open of a file or an export
 /// would be the same data under another name, so no hint for those).
 fn two_devices_hint(spec: &str) -> String {
     let kind = spec.split([',', ':']).next().unwrap_or("");
     if matches!(kind, "ram" | "null" | "nullb") {
         format!(
-            "; the same spec twice is one device: for two, tell them apart with `id=`, as in `{spec},id=b`"
+            "; the same spec twice is one device: for two, tell them apart with `instance=`, as in `{spec},instance=b`"
         )
     } else {
         String::new()

@@ -90,14 +90,39 @@ pub struct LegSet<'a> {
     opener: Opener<'a>,
     legs: std::sync::Arc<Legs>,
     pub(crate) claims: crate::extent::Claims,
+    /// The stacked device is opened read-only: so is every device below
+    /// it (Linux opens a read-only table's devices `FMODE_READ`), and its
+    /// targets write nothing of their own (no resync, no log writes).
+    read_only: bool,
 }
 
 impl<'a> LegSet<'a> {
-    pub(crate) fn new(opener: Opener<'a>, legs: std::sync::Arc<Legs>) -> LegSet<'a> {
+    pub(crate) fn new(
+        opener: Opener<'a>,
+        legs: std::sync::Arc<Legs>,
+        read_only: bool,
+    ) -> LegSet<'a> {
         LegSet {
             opener,
             legs,
             claims: crate::extent::Claims::default(),
+            read_only,
+        }
+    }
+
+    /// True if the stacked device is read-only: its targets must not
+    /// write (see the field).
+    pub fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Open `spec`, read-only if the stacked device is.
+    fn open_spec(&self, spec: &str) -> Result<Device> {
+        if self.read_only && !mqblk_core::spec::parse(spec).is_ok_and(|s| s.options.contains("ro"))
+        {
+            (self.opener)(&format!("{spec},ro=1"))
+        } else {
+            (self.opener)(spec)
         }
     }
 
@@ -108,14 +133,14 @@ impl<'a> LegSet<'a> {
                 return Ok((i as LegId, d));
             }
         }
-        let dev = (self.opener)(spec)?;
+        let dev = self.open_spec(spec)?;
         Ok((self.legs.push(dev.clone(), spec), dev))
     }
 
     /// Open `spec` without making it a leg: a target's metadata device (a
     /// mirror's log), which gets no data I/O, flushes or stacked limits.
     pub fn open_unlisted(&mut self, spec: &str) -> Result<Device> {
-        (self.opener)(spec)
+        self.open_spec(spec)
     }
 
     /// A device opened by the caller (not from a spec), as a new leg.

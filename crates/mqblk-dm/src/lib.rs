@@ -141,7 +141,7 @@ fn open_text(spec: &str, text: &str, mut opts: SpecOptions, opener: Opener<'_>) 
     cfg.take_common(&mut opts)?;
     opts.finish()?;
     let legs = Arc::new(Legs::default());
-    let mut set = LegSet::new(opener, legs.clone());
+    let mut set = LegSet::new(opener, legs.clone(), cfg.read_only);
     let mut targets = Vec::with_capacity(table.lines.len());
     for line in &table.lines {
         let mut c = target::Ctor {

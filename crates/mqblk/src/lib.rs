@@ -41,10 +41,11 @@ pub use part_open::register_partitions;
 /// `io_timeout_ms` and `ro`, and `part=N`: partition N of the device (GPT
 /// or MBR), as a device of its own whose I/O is bounded by the partition,
 /// and `trace=DIR`: blktrace files of the device and every device below it
-/// ([`start_trace`]), and `id=NAME`, which only tells two devices of one
-/// spec apart: in a dm table the same spec twice is one device, so a
-/// stripe over two `ram,size=64M` legs names them `ram,size=64M,id=a` and
-/// `ram,size=64M,id=b`.
+/// ([`start_trace`]), and `instance=NAME`, which only tells two devices
+/// of one spec apart: in a dm table the same spec twice is one device, so
+/// a stripe over two `ram,size=64M` legs names them
+/// `ram,size=64M,instance=a` and `ram,size=64M,instance=b`. (Not `id=`:
+/// that is the rbd driver's client id, as in QEMU.)
 pub fn open(spec: &str) -> Result<Device> {
     open_in(spec, &Nesting::default())
 }
@@ -63,11 +64,11 @@ pub fn open_parsed(s: mqblk_core::spec::DeviceSpec) -> Result<Device> {
 }
 
 fn open_parsed_in(mut s: mqblk_core::spec::DeviceSpec, nesting: &Nesting) -> Result<Device> {
-    // `id=`: a different spec, so a different device; nothing else.
-    if s.options.take_str("id").as_deref() == Some("") {
+    // `instance=`: a different spec, so a different device; nothing else.
+    if s.options.take_str("instance").as_deref() == Some("") {
         return Err(Error::spec(
             s.options.spec(),
-            "option id=: expected a name that tells this device from another of the same spec, as in id=a",
+            "option instance=: expected a name that tells this device from another of the same spec, as in instance=a",
         ));
     }
     let trace = s.options.take_str("trace");

@@ -324,20 +324,21 @@ fn a_table_file_past_the_cap_is_refused_naming_the_file_and_the_cap() {
 }
 
 /// The same spec twice is one device, so a stripe over it overlaps
-/// itself; the error says so and names `id=`, and `id=` makes two devices
+/// itself; the error says so and names `instance=`, which makes two devices
 /// of one spec, each holding its own half of the stripe.
 #[test]
-fn id_tells_two_devices_of_one_spec_apart() {
+fn instance_tells_two_devices_of_one_spec_apart() {
     let e = mqblk::open("dm-table:0 262144 striped 2 128 ram,size=64M 0 ram,size=64M 0")
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("id=") && e.contains("the same spec twice is one device"),
+        e.contains("instance=") && e.contains("the same spec twice is one device"),
         "{e}"
     );
-    let dev =
-        mqblk::open("dm-table:0 262144 striped 2 128 ram,size=64M,id=a 0 ram,size=64M,id=b 0")
-            .unwrap();
+    let dev = mqblk::open(
+        "dm-table:0 262144 striped 2 128 ram,size=64M,instance=a 0 ram,size=64M,instance=b 0",
+    )
+    .unwrap();
     let h = mqblk_dm::find(dev.name()).unwrap();
     let legs: Vec<Device> = h.legs().all().into_iter().flatten().collect();
     assert_eq!(legs.len(), 2, "two legs");
@@ -347,6 +348,8 @@ fn id_tells_two_devices_of_one_spec_apart() {
     assert_eq!(read(&dev, 0, data.len()), data);
     assert_eq!(read(&legs[0], 0, 65536), data[..65536]);
     assert_eq!(read(&legs[1], 0, 65536), data[65536..]);
-    let e = mqblk::open("ram,size=1M,id=").unwrap_err().to_string();
-    assert!(e.contains("id="), "{e}");
+    let e = mqblk::open("ram,size=1M,instance=")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("instance="), "{e}");
 }

@@ -64,7 +64,14 @@ impl Log {
     }
 
     /// Open the log on `dev`: read its header and bitmap, or format it.
-    pub(crate) fn open_disk(dev: Device, spec: &str, g: Geometry) -> Result<(Log, Found), String> {
+    /// On a read-only table (`read_only`) a log found unformatted is left
+    /// so: nothing is written.
+    pub(crate) fn open_disk(
+        dev: Device,
+        spec: &str,
+        g: Geometry,
+        read_only: bool,
+    ) -> Result<(Log, Found), String> {
         let need = Log::disk_bytes(g.nr_regions);
         if dev.capacity_bytes() < need {
             return Err(format!(
@@ -117,7 +124,7 @@ impl Log {
             spec: spec.to_string(),
             io: Box::new(Mutex::new(DiskIo { ctx, image })),
         };
-        if matches!(found, Found::Fresh) {
+        if matches!(found, Found::Fresh) && !read_only {
             log.format(g)?;
         }
         Ok((log, found))

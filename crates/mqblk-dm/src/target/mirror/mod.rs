@@ -215,13 +215,17 @@ impl Mirror {
             nr_regions,
             len_bytes,
         };
+        // A read-only mirror writes nothing: no log format or marks, no
+        // log cleaner, no resync. Regions out of sync stay so (reads come
+        // from the first leg, the resync's source) until a read-write open.
+        let read_only = c.legs.read_only();
         let (log, found) = if kind == "disk" {
             let spec = c.arg(2, "log device")?.to_string();
             let dev = c
                 .legs
                 .open_unlisted(&spec)
                 .map_err(|e| c.err(2, "log device", format!("`{spec}` does not open: {e}")))?;
-            Log::open_disk(dev, &spec, g).map_err(|e| c.err(2, "log device", e))?
+            Log::open_disk(dev, &spec, g, read_only).map_err(|e| c.err(2, "log device", e))?
         } else {
             (Log::Core, Found::Fresh)
         };
@@ -260,15 +264,17 @@ impl Mirror {
             Found::Fresh if !assume_sync => {
                 inner.nosync.set_all();
                 // Until copied, a crash must copy them again.
-                inner
-                    .mark_all_dirty()
-                    .map_err(|e| c.err(2, "log device", e))?;
+                if !read_only {
+                    inner
+                        .mark_all_dirty()
+                        .map_err(|e| c.err(2, "log device", e))?;
+                }
             }
             Found::Fresh => {}
         }
         let inner = Arc::new(inner);
         let mut threads = Vec::new();
-        if !inner.log.is_core() {
+        if !inner.log.is_core() && !read_only {
             let i = inner.clone();
             threads.push(
                 std::thread::Builder::new()
@@ -287,6 +293,8 @@ impl Mirror {
             // Legs other than the first are rebuilt from it.
             let others = (((1u32 << ndevs) - 1) & !1) << REBUILD_SHIFT;
             inner.state.store(1 | others | RECOVERING, Ordering::SeqCst);
+        }
+        if inner.nosync.count() > 0 && !read_only {
             let i = inner.clone();
             threads.push(
                 std::thread::Builder::new()
