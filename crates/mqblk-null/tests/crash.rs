@@ -367,7 +367,9 @@ fn run(case: Case) -> Outcome {
 fn random_writes_survive_a_power_cut_as_the_model_allows() {
     // Miri runs a case in about a minute: one seed and one block size
     // there, the small one (most of its time goes to filling and checking
-    // the blocks' bytes, and the driver's paths are the same).
+    // the blocks' bytes, and the driver's paths are the same), and two of
+    // the four pairings of FUA and completion, which still take each of
+    // the four paths once (declared FUA inline, emulated FUA deferred).
     let (block_sizes, seeds): (&[usize], &[u64]) = if cfg!(miri) {
         (&[512], &[1])
     } else {
@@ -376,6 +378,9 @@ fn random_writes_survive_a_power_cut_as_the_model_allows() {
     for fua in [true, false] {
         for &block_bytes in block_sizes {
             for completion in ["inline", "deferred"] {
+                if cfg!(miri) && fua != (completion == "inline") {
+                    continue;
+                }
                 for &seed in seeds {
                     let case = Case {
                         block_bytes,
