@@ -44,9 +44,11 @@ pub(crate) enum Command {
     Stat(StatArgs),
     /// Export devices over NBD (TCP or a unix socket, optionally TLS).
     Serve(Box<crate::serve::ServeArgs>),
-    /// Change groups and limits of a running serve or bench (started with
-    /// --control=SOCKET): `group NAME riops=5000 weight=300`, `create NAME
-    /// weight=300`, `device rbps=50m`, or `show`.
+    /// Change groups, limits and the scheduler of a running serve or bench
+    /// (started with --control=SOCKET), or trace it: `group NAME
+    /// riops=5000 weight=300`, `create NAME weight=300`, `device rbps=50m`,
+    /// `scheduler mq-deadline [KEY=VALUE...]`, `trace start DIR`, `trace
+    /// stop`, or `show`.
     Qos(QosArgs),
     /// Stacked devices of a running serve or bench (started with
     /// --control=SOCKET): `replace DEVICE LEG NEWSPEC` rebuilds a mirror
@@ -66,8 +68,12 @@ pub(crate) struct QosArgs {
     /// The control socket of the running serve or bench.
     #[arg(long, value_name = "SOCKET")]
     pub(crate) control: PathBuf,
-    /// The request: group NAME KEY=VALUE..., create NAME KEY=VALUE...,
-    /// device KEY=VALUE..., or show.
+    /// The request: group NAME KEY=VALUE... (weight, prioclass, prio,
+    /// riops, wiops, rbps, wbps), create NAME KEY=VALUE..., device
+    /// KEY=VALUE... (the device's own io.max), scheduler NAME [KEY=VALUE...]
+    /// (none, mq-deadline, kyber, bfq and their tunables; the queues are
+    /// drained first), trace start DIR, trace stop, or show (groups,
+    /// limits, scheduler and degraded mirror legs, as JSON).
     #[arg(required = true, value_name = "REQUEST")]
     pub(crate) request: Vec<String>,
 }

@@ -377,6 +377,7 @@ fn show(devices: &[Device]) -> serde_json::Value {
                 .collect();
             serde_json::json!({
                 "device": d.name(),
+                "scheduler": &*d.scheduler(),
                 "limits": limits_json(d.io_max().limits()),
                 "groups": groups,
                 "degraded": degraded,
@@ -454,6 +455,46 @@ mod tests {
                 .contains("mirror leg 1 (null,"),
             "{d}"
         );
+    }
+
+    #[test]
+    fn show_names_the_scheduler_before_and_after_a_switch() {
+        let devs = vec![mqblk::open("null,size=1G,scheduler=kyber").unwrap()];
+        let sched = |devs: &[Device]| {
+            let show: serde_json::Value =
+                serde_json::from_str(&apply(devs, "show").unwrap()).unwrap();
+            show["devices"][0]["scheduler"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(sched(&devs), "kyber");
+        apply(&devs, "scheduler mq-deadline read_expire=2").unwrap();
+        assert_eq!(sched(&devs), "mq-deadline");
+        apply(&devs, "scheduler none").unwrap();
+        assert_eq!(sched(&devs), "none");
+    }
+
+    #[test]
+    fn help_names_every_request() {
+        use clap::CommandFactory;
+        let mut cmd = crate::cli::Cli::command();
+        let help = cmd
+            .find_subcommand_mut("qos")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        for verb in [
+            "group NAME",
+            "create NAME",
+            "device KEY",
+            "scheduler NAME",
+            "trace start DIR",
+            "trace stop",
+            "show",
+        ] {
+            assert!(help.contains(verb), "qos --help lacks `{verb}`:\n{help}");
+        }
     }
 
     #[test]

@@ -22,9 +22,36 @@ pub struct StatsDir {
     started: Instant,
 }
 
+/// `devices` with each partition device (a window of a disk that counts
+/// it as one of its partitions) replaced by its disk, once: the disk's
+/// line is followed by every partition's.
+fn disks_before_partitions(devices: Vec<Device>) -> Vec<Device> {
+    let mut out: Vec<Device> = Vec::new();
+    for d in devices {
+        let d = match d.remapped_from() {
+            Some((disk, _))
+                if disk
+                    .partition_stats()
+                    .iter()
+                    .any(|(p, _)| p.name == d.name()) =>
+            {
+                disk
+            }
+            _ => d,
+        };
+        if !out.iter().any(|x| x.same(&d)) {
+            out.push(d);
+        }
+    }
+    out
+}
+
 impl StatsDir {
-    /// Create `dir` if needed.
+    /// Create `dir` if needed. A partition opened as a device of its own
+    /// (`SPEC,part=N`) is written as its disk's partition line, after
+    /// the disk, as Linux's diskstats orders them.
     pub fn new(dir: impl Into<PathBuf>, devices: Vec<Device>) -> Result<StatsDir> {
+        let devices = disks_before_partitions(devices);
         let dir = dir.into();
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("creating stats dir {}", dir.display()))?;

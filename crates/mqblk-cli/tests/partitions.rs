@@ -445,3 +445,53 @@ fn iostat_shows_the_partition_that_took_the_io() {
         assert_eq!(l.len(), 3 + 17, "{disk}");
     }
 }
+
+/// A partition opened as a device (`SPEC,part=N`): diskstats has its
+/// disk's line first, then a line for every partition of the table, and
+/// the partition's line counts what the bench wrote through it.
+#[test]
+fn diskstats_of_a_part_device_lists_the_disk_then_every_partition() {
+    let d = Scratch::new("part-diskstats");
+    let img = d.path().join("gpt.img");
+    sfdisk_image(
+        &img,
+        32,
+        "label: gpt\nsize=4MiB, name=one\nsize=4MiB, name=two\nsize=3MiB, name=three\nname=four\n",
+    );
+    let stats = d.path().join("stats");
+    let out = mqblk()
+        .arg("bench")
+        .arg("--device")
+        .arg(format!("file:{},part=2", img.display()))
+        .args([
+            "--rw=randwrite",
+            "--bs=4k",
+            "--iodepth=4",
+            "--number_ios=200",
+            "--eta=never",
+            "--stats-dir",
+        ])
+        .arg(&stats)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let disk = std::fs::read_to_string(stats.join("diskstats")).unwrap();
+    let lines: Vec<Vec<&str>> = disk
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let names: Vec<&str> = lines.iter().map(|l| l[2]).collect();
+    assert_eq!(
+        names,
+        ["file0", "file0p1", "file0p2", "file0p3", "file0p4"],
+        "{disk}"
+    );
+    let writes = |i: usize| -> u64 { lines[i][3 + 4].parse().unwrap() };
+    assert!(writes(2) >= 1, "{disk}");
+    assert_eq!(writes(2), writes(0), "{disk}");
+    assert_eq!((writes(1), writes(3), writes(4)), (0, 0, 0), "{disk}");
+}

@@ -24,6 +24,7 @@ pub use crate::limits::QueueMode;
 
 mod bio;
 mod config;
+mod group;
 mod lock;
 mod trace;
 
@@ -41,6 +42,8 @@ pub(crate) struct Control {
     /// The hardware queues have an elevator (requests then carry their
     /// group, weight and priority).
     pub(crate) elevator: bool,
+    /// The scheduler's name (`none` without one), as `scheduler=` takes it.
+    pub(crate) scheduler: Arc<str>,
     /// Scheduler tags writes may hold per hardware queue (0: no limit).
     pub(crate) async_depth: u32,
     pub(crate) contexts: Vec<Arc<crate::request::RqOwner>>,
@@ -158,6 +161,7 @@ impl Frozen<'_> {
             .min(inner.tags[0].depth_max());
         self.set_queue_depth(sched_depth)?;
         self.ctl.elevator = elevator.is_some();
+        self.ctl.scheduler = elevator.as_ref().map_or("none", |e| e.name()).into();
         self.ctl.async_depth = elevator
             .as_ref()
             .and_then(|e| e.async_depth(sched_depth))
@@ -370,6 +374,7 @@ impl Device {
                     plug: cfg.plug,
                     nomerges: cfg.nomerges,
                     elevator: cfg.elevator.is_some(),
+                    scheduler: cfg.elevator.as_ref().map_or("none", |e| e.name()).into(),
                     async_depth: cfg
                         .elevator
                         .as_ref()
@@ -402,37 +407,6 @@ impl Device {
             dev.start_trace(&dir)?;
         }
         Ok(dev)
-    }
-
-    /// Create a group (see [`crate::blkcg`]). Its name must be new, 1 to
-    /// 64 characters of letters, digits, `-`, `_` and `.`.
-    pub fn create_group(
-        &self,
-        name: &str,
-        cfg: crate::blkcg::GroupConfig,
-    ) -> Result<Arc<crate::blkcg::Group>> {
-        self.inner.groups.create(&self.inner.info.name, name, cfg)
-    }
-
-    /// The group called `name`.
-    pub fn group(&self, name: &str) -> Result<Arc<crate::blkcg::Group>> {
-        self.inner.groups.find(&self.inner.info.name, name)
-    }
-
-    /// Every group's name, the default group first.
-    pub fn group_names(&self) -> Vec<String> {
-        self.inner.groups.names()
-    }
-
-    /// Remove a group that no context is in. The default group stays.
-    pub fn remove_group(&self, name: &str) -> Result<()> {
-        self.inner.groups.remove(&self.inner.info.name, name)
-    }
-
-    /// The device's `io.max` limits (none unless set): change them with
-    /// [`IoMax::set_limits`] while I/O runs.
-    pub fn io_max(&self) -> &Arc<IoMax> {
-        &self.inner.io_max
     }
 
     /// The read-mostly facts: name, capacity, limits, features, mode.
@@ -559,6 +533,12 @@ impl Device {
 
     pub(crate) fn ctl(&self) -> std::sync::MutexGuard<'_, Control> {
         self.inner.ctl()
+    }
+
+    /// The I/O scheduler of its hardware queues now (`none`,
+    /// `mq-deadline`, `kyber`, `bfq`), as `scheduler=` names it.
+    pub fn scheduler(&self) -> Arc<str> {
+        self.ctl().scheduler.clone()
     }
 
     /// The queue limits in force now.

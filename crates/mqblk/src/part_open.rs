@@ -70,6 +70,9 @@ pub(crate) fn open_partition(
     };
     let (offset_bytes, len_bytes) = extent_bytes(&table, p);
     let name = partition_name(disk.name(), n);
+    // The disk counts every partition's I/O, as Linux's diskstats shows a
+    // disk with all its partitions whichever one is open.
+    register_partitions(&disk)?;
     mqblk_dm::linear(disk, offset_bytes, len_bytes, &name)
 }
 
