@@ -215,6 +215,27 @@ fn the_c_example_builds_with_its_makefile_and_runs_under_valgrind() {
         .arg(src.join("Makefile"))
         .arg(format!("VPATH={}", src.display()))
         .env("PKG_CONFIG_PATH", prefix().join("lib/pkgconfig")));
+    // The Makefile gives the programs an rpath to where pkg-config found
+    // the library: they run with no LD_LIBRARY_PATH.
+    let dynamic = run(Command::new("readelf").arg("-d").arg(build.join("hello")));
+    let lib = prefix().join("lib");
+    assert!(
+        dynamic
+            .lines()
+            .any(|l| (l.contains("(RUNPATH)") || l.contains("(RPATH)"))
+                && l.contains(lib.to_str().unwrap())),
+        "no rpath to {} in:\n{dynamic}",
+        lib.display()
+    );
+    let alone = Command::new(build.join("hello"))
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .unwrap();
+    assert!(
+        alone.status.success(),
+        "hello without LD_LIBRARY_PATH: {}",
+        String::from_utf8_lossy(&alone.stderr)
+    );
     let out = run_c(
         &build.join("hello"),
         &[
