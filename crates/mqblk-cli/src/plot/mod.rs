@@ -160,7 +160,7 @@ pub fn figure(jobs: &[Job], metric: Metric) -> Figure {
         panels.push(Panel::Lines(LineChart {
             title: "Completion latency percentiles".into(),
             x: Axis::new("percentile (%)", Scale::Nines, Unit::Percent),
-            y: Axis::new("completion latency (ns)", Scale::Log10, Unit::Nanos),
+            y: Axis::new("completion latency", Scale::Log10, Unit::Nanos),
             series: curves,
         }));
     }
@@ -180,7 +180,7 @@ pub fn figure(jobs: &[Job], metric: Metric) -> Figure {
     if !hists.is_empty() {
         panels.push(Panel::Lines(LineChart {
             title: "Completion latency histogram (log-linear buckets)".into(),
-            x: Axis::new("completion latency (ns)", Scale::Log10, Unit::Nanos),
+            x: Axis::new("completion latency", Scale::Log10, Unit::Nanos),
             y: Axis::new("I/Os in bin (%)", Scale::Linear, Unit::Percent),
             series: hists,
         }));

@@ -193,7 +193,7 @@ pub fn run(r: &mut Runner) -> Result<Outcome> {
             Panel::Lines(LineChart {
                 title: "mq-scaling: p99 completion latency against submitting threads".into(),
                 x: Axis::new("submitting threads", Scale::Linear, Unit::Count),
-                y: Axis::new("p99 completion latency (ns)", Scale::Log10, Unit::Nanos),
+                y: Axis::new("p99 completion latency", Scale::Log10, Unit::Nanos),
                 series: p99_lines,
             }),
         ],

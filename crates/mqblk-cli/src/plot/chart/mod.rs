@@ -236,4 +236,11 @@ mod tests {
         let (lo, _) = axis_range([5.0, 7.0].into_iter(), Scale::Linear);
         assert_eq!(lo, 0.0);
     }
+
+    #[test]
+    #[should_panic(expected = "its ticks carry the unit")]
+    #[cfg(debug_assertions)]
+    fn a_time_axis_label_with_a_unit_is_refused() {
+        let _ = Axis::new("p99 latency (ns)", Scale::Log10, Unit::Nanos);
+    }
 }

@@ -169,7 +169,8 @@ impl Series {
 /// An axis: its description (with the unit), scale and tick unit.
 #[derive(Clone, Debug)]
 pub struct Axis {
-    /// Description, with the unit: `I/O per second`, `latency (ns)`.
+    /// Description: `I/O per second`, `completion latency` (a time axis's
+    /// ticks carry their unit).
     pub label: String,
     /// Scale.
     pub scale: Scale,
@@ -178,13 +179,15 @@ pub struct Axis {
 }
 
 impl Axis {
-    /// An axis.
+    /// An axis. A time axis's label names no unit: its ticks carry
+    /// theirs (850 ns, 12 µs), and a `(ns)` beside µs ticks misleads.
     pub fn new(label: impl Into<String>, scale: Scale, unit: Unit) -> Axis {
-        Axis {
-            label: label.into(),
-            scale,
-            unit,
-        }
+        let label = label.into();
+        debug_assert!(
+            unit != Unit::Nanos || !label.contains("(ns)"),
+            "axis `{label}`: its ticks carry the unit"
+        );
+        Axis { label, scale, unit }
     }
 }
 
