@@ -47,12 +47,9 @@ fn on_disk(data: &Mutex<Vec<u8>>, range: Range<u64>) -> Vec<u8> {
 /// Everything of the disk outside the window is still zero.
 fn outside_untouched(data: &Mutex<Vec<u8>>) {
     let d = data.lock().unwrap();
+    assert!(common::all_zero(&d[..START as usize]), "before the window");
     assert!(
-        d[..START as usize].iter().all(|&b| b == 0),
-        "before the window"
-    );
-    assert!(
-        d[(START + LEN) as usize..].iter().all(|&b| b == 0),
+        common::all_zero(&d[(START + LEN) as usize..]),
         "after the window"
     );
 }
@@ -224,9 +221,7 @@ fn bad_bios_name_the_view_and_come_back_at_the_callers_offset() {
     }
     assert_eq!(bio.offset_bytes(), 100);
     outside_untouched(&data);
-    let in_window = data.lock().unwrap()[START as usize..(START + LEN) as usize]
-        .iter()
-        .all(|&b| b == 0);
+    let in_window = common::all_zero(&data.lock().unwrap()[START as usize..(START + LEN) as usize]);
     assert!(in_window, "nothing written");
     // A read-only window of the same disk refuses writes, naming itself;
     // reads pass, and the disk stays writable.

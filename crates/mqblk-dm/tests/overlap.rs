@@ -203,7 +203,7 @@ proptest! {
                     for s in start..start + l.len() {
                         let got = &back[s as usize * 512..][..512];
                         if matches!(l, Line::Zero { .. }) {
-                            prop_assert!(got.iter().all(|&b| b == 0), "{text}: sector {s}");
+                            prop_assert!(got == vec![0; got.len()], "{text}: sector {s}");
                         } else {
                             prop_assert_eq!(got, &stamp(s)[..], "{}: sector {}", text, s);
                         }

@@ -186,7 +186,7 @@ fn a_one_line_linear_table_is_a_window_of_its_leg() {
         .unwrap()
         .read_at(&mut after, 48 << 10)
         .unwrap();
-    assert!(after.iter().all(|&x| x == 0));
+    assert!(after == vec![0; after.len()]);
     // A window of a window adds up; stats count on the view and the disk.
     let inner = dev.remap(8192, 8192, "ram0p1a", false, None).unwrap();
     let mut ictx = inner.context().unwrap();
