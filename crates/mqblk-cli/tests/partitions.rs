@@ -310,11 +310,7 @@ fn write_through_partition(img: &Path, number: u32) {
 fn a_write_through_part_3_lands_in_partition_3_and_stops_at_its_end() {
     let d = Scratch::new("part-write-gpt");
     let img = d.path().join("gpt.img");
-    sfdisk_image(
-        &img,
-        32,
-        "label: gpt\nsize=4MiB, name=one\nsize=4MiB, name=two\nsize=3MiB, name=three\nname=four\n",
-    );
+    four_partition_gpt(&img);
     write_through_partition(&img, 3);
 }
 
@@ -369,11 +365,7 @@ fn iostat_shows_the_partition_that_took_the_io() {
     let d = Scratch::new("part-iostat");
     let img = d.path().join("gpt.img");
     // Partition 3 is bytes 9 MiB to 12 MiB.
-    sfdisk_image(
-        &img,
-        32,
-        "label: gpt\nsize=4MiB, name=one\nsize=4MiB, name=two\nsize=3MiB, name=three\nname=four\n",
-    );
+    four_partition_gpt(&img);
     let stats = d.path().join("stats");
     // Random writes over partition 3 only (fio's offset and size).
     let job = d.path().join("p3.fio");
@@ -430,20 +422,11 @@ fn iostat_shows_the_partition_that_took_the_io() {
     }
     // The finished file: the disk's line, then a line per partition; every
     // write the disk took, partition 3 took.
-    let disk = std::fs::read_to_string(stats.join("diskstats")).unwrap();
-    let lines: Vec<Vec<&str>> = disk
-        .lines()
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    let names: Vec<&str> = lines.iter().map(|l| l[2]).collect();
+    let (disk, names, writes) = diskstats(&stats);
     assert_eq!(names, ["file0", "file0p1", "file0p2", "file0p3", "file0p4"]);
-    let writes = |i: usize| -> u64 { lines[i][3 + 4].parse().unwrap() };
-    assert!(writes(0) > 0, "{disk}");
-    assert_eq!(writes(3), writes(0), "{disk}");
-    assert_eq!((writes(1), writes(2), writes(4)), (0, 0, 0), "{disk}");
-    for l in &lines {
-        assert_eq!(l.len(), 3 + 17, "{disk}");
-    }
+    assert!(writes[0] > 0, "{disk}");
+    assert_eq!(writes[3], writes[0], "{disk}");
+    assert_eq!((writes[1], writes[2], writes[4]), (0, 0, 0), "{disk}");
 }
 
 /// A partition opened as a device (`SPEC,part=N`): diskstats has its
@@ -453,11 +436,7 @@ fn iostat_shows_the_partition_that_took_the_io() {
 fn diskstats_of_a_part_device_lists_the_disk_then_every_partition() {
     let d = Scratch::new("part-diskstats");
     let img = d.path().join("gpt.img");
-    sfdisk_image(
-        &img,
-        32,
-        "label: gpt\nsize=4MiB, name=one\nsize=4MiB, name=two\nsize=3MiB, name=three\nname=four\n",
-    );
+    four_partition_gpt(&img);
     let stats = d.path().join("stats");
     let out = mqblk()
         .arg("bench")
@@ -479,19 +458,39 @@ fn diskstats_of_a_part_device_lists_the_disk_then_every_partition() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let disk = std::fs::read_to_string(stats.join("diskstats")).unwrap();
-    let lines: Vec<Vec<&str>> = disk
-        .lines()
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    let names: Vec<&str> = lines.iter().map(|l| l[2]).collect();
+    let (disk, names, writes) = diskstats(&stats);
     assert_eq!(
         names,
         ["file0", "file0p1", "file0p2", "file0p3", "file0p4"],
         "{disk}"
     );
-    let writes = |i: usize| -> u64 { lines[i][3 + 4].parse().unwrap() };
-    assert!(writes(2) >= 1, "{disk}");
-    assert_eq!(writes(2), writes(0), "{disk}");
-    assert_eq!((writes(1), writes(3), writes(4)), (0, 0, 0), "{disk}");
+    assert!(writes[2] >= 1, "{disk}");
+    assert_eq!(writes[2], writes[0], "{disk}");
+    assert_eq!((writes[1], writes[3], writes[4]), (0, 0, 0), "{disk}");
+}
+
+/// A 32 MiB GPT image with four partitions: 4 MiB, 4 MiB, 3 MiB (bytes
+/// 9 MiB to 12 MiB) and the rest.
+fn four_partition_gpt(img: &Path) {
+    sfdisk_image(
+        img,
+        32,
+        "label: gpt\nsize=4MiB, name=one\nsize=4MiB, name=two\nsize=3MiB, name=three\nname=four\n",
+    );
+}
+
+/// A stats dir's `diskstats`: the text, each line's name, and each line's
+/// writes completed (every line has /proc/diskstats' 3 + 17 fields).
+fn diskstats(stats: &Path) -> (String, Vec<String>, Vec<u64>) {
+    let disk = std::fs::read_to_string(stats.join("diskstats")).unwrap();
+    let lines: Vec<Vec<&str>> = disk
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    for l in &lines {
+        assert_eq!(l.len(), 3 + 17, "{disk}");
+    }
+    let names = lines.iter().map(|l| l[2].to_string()).collect();
+    let writes = lines.iter().map(|l| l[3 + 4].parse().unwrap()).collect();
+    (disk, names, writes)
 }

@@ -10,6 +10,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use common::readable;
 use mqblk_core::driver::{Completions, Driver, HwQueueSetup, QueueRq, RqRef};
 use mqblk_core::{Bio, Error, IoBuf, Status};
 
@@ -94,16 +95,6 @@ impl Driver for Chained {
     fn irq_fd(&self, hq: &ChainedQueue) -> Option<RawFd> {
         hq.chain.last().map(|e| e.as_raw_fd())
     }
-}
-
-fn readable(fd: RawFd, ms: i32) -> bool {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one live pollfd.
-    unsafe { libc::poll(&mut pfd, 1, ms) == 1 }
 }
 
 #[test]

@@ -233,3 +233,14 @@ pub fn mem_device(bytes: usize, order: Order) -> (Device, Arc<Mutex<Vec<u8>>>, A
 pub fn all_zero(s: &[u8]) -> bool {
     s == vec![0u8; s.len()].as_slice()
 }
+
+/// True if `fd` turns readable within `ms` milliseconds (0: now).
+pub fn readable(fd: std::os::fd::RawFd, ms: i32) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd for the length of the call.
+    unsafe { libc::poll(&mut pfd, 1, ms) == 1 }
+}
