@@ -1,7 +1,8 @@
 //! `mqblk serve`: export any mqblk device over NBD (TCP or a unix socket,
-//! optionally TLS), to virtual machines over vhost-user-blk, or both at
-//! once. The protocols and the data paths are in `mqblk_nbd` and
-//! `mqblk_vhost`; this is the command line: options, exports, signals.
+//! optionally TLS), to virtual machines over vhost-user-blk, as a FUSE
+//! file, or several at once. The protocols and the data paths are in
+//! `mqblk_nbd`, `mqblk_vhost` and `mqblk_fuse`; this is the command line:
+//! options, exports, signals.
 //!
 //! SIGINT or SIGTERM stops accepting, lets every connection finish its
 //! in-flight requests and send their replies, flushes every export, and
@@ -209,6 +210,21 @@ pub struct ServeArgs {
     /// up to 20 bytes; default: the device's name).
     #[arg(long = "serial", value_name = "ID", requires = "vhost_user_blk")]
     pub serial: Option<String>,
+
+    /// Mount the (first) device as the one regular file FILE (an existing
+    /// regular file, hidden while served): its size is the device's
+    /// capacity, its contents the device, for losetup, mkfs, mount,
+    /// qemu-img or any program (as root). A stale mount left by a killed
+    /// server is cleared first. With --listen or --socket, the same device
+    /// is exported over NBD too.
+    #[arg(long = "fuse", value_name = "FILE")]
+    pub fuse: Option<PathBuf>,
+
+    /// Threads serving the FUSE file, each with its own cloned /dev/fuse
+    /// and its own context (default: the device's hardware queues, at
+    /// least 2).
+    #[arg(long = "fuse-threads", value_name = "N", requires = "fuse")]
+    pub fuse_threads: Option<usize>,
 }
 
 /// The server's own defaults, which the options' defaults are.
@@ -241,10 +257,11 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
     let listen = match (&args.listen, &args.socket) {
         (Some(l), _) => Some(Listen::Tcp(check_listen(l)?)),
         (None, Some(p)) => Some(Listen::Unix(p.clone())),
-        (None, None) if args.vhost_user_blk.is_some() => None,
+        (None, None) if args.vhost_user_blk.is_some() || args.fuse.is_some() => None,
         (None, None) => bail!(
             "serve needs an address: --listen HOST:PORT (TCP, as in --listen 127.0.0.1:10809), \
-             --socket PATH (a unix socket) or --vhost-user-blk PATH (for virtual machines)"
+             --socket PATH (a unix socket), --vhost-user-blk PATH (for virtual machines) or \
+             --fuse FILE (a regular file the device is mounted over)"
         ),
     };
     if args.poll_us > 1_000_000 {
@@ -415,6 +432,24 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         }
         None => None,
     };
+    let fuse = match &args.fuse {
+        Some(file) => {
+            if args.fuse_threads == Some(0) || args.fuse_threads > Some(mqblk_fuse::MAX_THREADS) {
+                bail!(
+                    "--fuse-threads {}: expected 1 to {} threads",
+                    args.fuse_threads.unwrap_or(0),
+                    mqblk_fuse::MAX_THREADS
+                );
+            }
+            let cfg = mqblk_fuse::ServerConfig {
+                file: file.clone(),
+                threads: args.fuse_threads,
+                read_only: args.read_only,
+            };
+            Some(mqblk_fuse::Server::mount(opened[0].clone(), &cfg).map_err(anyhow::Error::msg)?)
+        }
+        None => None,
+    };
     let _control = match &args.control {
         Some(path) => Some(crate::qos::Control::start(path, opened)?),
         None => None,
@@ -476,7 +511,8 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
     let vhost_thread = match vhost {
         Some(server) => {
             let stop = server.stop_handle();
-            stop_on_signal(stop.clone())?;
+            let on_signal = stop.clone();
+            stop_on_signal("vhost-stop", move || on_signal.stop())?;
             let dev = &watch[0];
             eprintln!(
                 "mqblk serve: vhost-user-blk on {}: {} ({} bytes, {} virtqueues{})",
@@ -492,6 +528,29 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
                 .spawn(move || server.run())
                 .context("starting the vhost-user-blk server")?;
             Some((t, stats, stop))
+        }
+        None => None,
+    };
+    let fuse_thread = match fuse {
+        Some(server) => {
+            let stop = server.stop_handle();
+            let on_signal = stop.clone();
+            stop_on_signal("fuse-stop", move || on_signal.stop())?;
+            let dev = &watch[0];
+            eprintln!(
+                "mqblk serve: FUSE export on {}: {} ({} bytes, {} threads, requests up to {} KiB{})",
+                server.path().display(),
+                dev.name(),
+                dev.capacity_bytes(),
+                server.threads(),
+                server.max_request_bytes() >> 10,
+                if server.read_only() { ", read-only" } else { "" }
+            );
+            let t = std::thread::Builder::new()
+                .name("fuse".into())
+                .spawn(move || server.run())
+                .context("starting the FUSE export")?;
+            Some((t, stop))
         }
         None => None,
     };
@@ -515,6 +574,39 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         eprintln!(
             "mqblk serve: vhost-user-blk stopped after {} frontends",
             stats.connections.load(Ordering::Relaxed)
+        );
+    }
+    if let Some((t, stop)) = fuse_thread {
+        if nbd_result.is_err() {
+            stop.stop();
+        }
+        let ended = match t.join() {
+            Ok(r) => r.map_err(anyhow::Error::msg)?,
+            Err(_) => bail!("the FUSE export panicked"),
+        };
+        let fuse_file = args.fuse.as_deref().unwrap_or(std::path::Path::new("?"));
+        if ended.detached {
+            eprintln!(
+                "mqblk serve: FUSE export {}: the file was busy: the mount was detached (lazy \
+                 unmount){}",
+                fuse_file.display(),
+                if ended.aborted {
+                    " and its connection aborted: its users' requests fail from now on"
+                } else {
+                    ""
+                }
+            );
+        }
+        if ended.threads_left > 0 {
+            eprintln!(
+                "mqblk serve: FUSE export {}: {} threads still wait on the device",
+                fuse_file.display(),
+                ended.threads_left
+            );
+        }
+        eprintln!(
+            "mqblk serve: FUSE export stopped after {} requests ({} errors)",
+            ended.requests, ended.errors
         );
     }
     nbd_result?;
@@ -577,21 +669,21 @@ fn keep_stats(
         .context("starting the stats writer")
 }
 
-/// At SIGINT or SIGTERM, stop the vhost-user-blk server: a thread sleeps on
-/// a socket the signal handler writes to.
-fn stop_on_signal(stop: mqblk_vhost::StopHandle) -> Result<()> {
+/// At SIGINT or SIGTERM, stop an export (`stop`): a thread named `name`
+/// sleeps on a socket the signal handler writes to.
+fn stop_on_signal(name: &str, stop: impl FnOnce() + Send + 'static) -> Result<()> {
     let (mut rx, tx) = std::os::unix::net::UnixStream::pair().context("a socket pair")?;
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::low_level::pipe::register(sig, tx.try_clone()?)
             .context("installing the signal handler")?;
     }
     std::thread::Builder::new()
-        .name("vhost-stop".into())
+        .name(name.into())
         .spawn(move || {
             use std::io::Read as _;
             let mut b = [0u8; 1];
             if rx.read(&mut b).unwrap_or(0) > 0 {
-                stop.stop();
+                stop();
             }
         })
         .context("starting the stop watcher")?;
