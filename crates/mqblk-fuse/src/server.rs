@@ -6,7 +6,7 @@
 //! the detached file, so that no process waits on it for ever.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -161,8 +161,6 @@ impl Server {
             attr: Mutex::new(Shared::attr_of(&meta, capacity, read_only)),
             rmw: Mutex::new(()),
             quit: AtomicBool::new(false),
-            requests: AtomicU64::new(0),
-            errors: AtomicU64::new(0),
             dev: dev.clone(),
         });
         // Contexts and buffers before the mount: a failure leaves nothing
@@ -315,10 +313,10 @@ impl Server {
             }
             if let Ok(end) = h.join() {
                 ended.abandoned += end.abandoned;
+                ended.requests += end.requests;
+                ended.errors += end.errors;
             }
         }
-        ended.requests = self.shared.requests.load(Ordering::Relaxed);
-        ended.errors = self.shared.errors.load(Ordering::Relaxed);
         Ok(ended)
     }
 }

@@ -16,7 +16,7 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -47,9 +47,6 @@ pub(crate) struct Shared {
     /// Leave once the requests in flight are answered, even if the
     /// connection lives (a user holds the detached file).
     pub(crate) quit: AtomicBool,
-    /// Requests answered, and those answered with an error.
-    pub(crate) requests: AtomicU64,
-    pub(crate) errors: AtomicU64,
 }
 
 impl Shared {
@@ -93,6 +90,11 @@ enum Slot {
 /// Counters of one thread, summed when it ends.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct WorkerEnd {
+    /// Requests answered.
+    pub(crate) requests: u64,
+    /// Requests answered with an error (ENOSYS, the kernel's probing,
+    /// aside).
+    pub(crate) errors: u64,
     /// Requests still in flight after the drain (their buffers leaked).
     pub(crate) abandoned: u32,
 }
@@ -115,6 +117,10 @@ pub(crate) struct Worker {
     gone: bool,
     said_broken: bool,
     id: usize,
+    /// Counted here, summed when the thread ends (no shared line written
+    /// per request).
+    requests: u64,
+    errors: u64,
 }
 
 // SAFETY: the raw pointers point into `bufs`, which the worker owns and
@@ -163,6 +169,8 @@ impl Worker {
             gone: false,
             said_broken: false,
             id,
+            requests: 0,
+            errors: 0,
         })
     }
 
@@ -194,7 +202,11 @@ impl Worker {
                 std::mem::forget(b);
             }
         }
-        WorkerEnd { abandoned }
+        WorkerEnd {
+            requests: self.requests,
+            errors: self.errors,
+            abandoned,
+        }
     }
 
     /// Wait for a request (while a slot is free) or a completion, 100 ms
@@ -308,17 +320,17 @@ impl Worker {
     }
 
     fn reply_err(&mut self, unique: u64, errno: i32) {
-        self.shared.requests.fetch_add(1, Ordering::Relaxed);
+        self.requests += 1;
         // ENOSYS is the kernel probing for what the export serves.
         if errno != 0 && errno != libc::ENOSYS {
-            self.shared.errors.fetch_add(1, Ordering::Relaxed);
+            self.errors += 1;
         }
         let h = reply::header(unique, errno, 0);
         self.send(&[&h]);
     }
 
     fn reply(&mut self, unique: u64, body: &[u8]) {
-        self.shared.requests.fetch_add(1, Ordering::Relaxed);
+        self.requests += 1;
         let h = reply::header(unique, 0, body.len());
         self.send(&[&h, body]);
     }
@@ -578,7 +590,7 @@ impl Worker {
             }
             match pending {
                 Pending::Read { len } => {
-                    self.shared.requests.fetch_add(1, Ordering::Relaxed);
+                    self.requests += 1;
                     let h = reply::header(unique, 0, len as usize);
                     let data = self.data_ptr(slot);
                     // SAFETY: the device finished with the slot's data
@@ -641,7 +653,7 @@ impl Worker {
         let buf = unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), span) };
         match self.ctx.read_at(buf, start) {
             Ok(()) => {
-                self.shared.requests.fetch_add(1, Ordering::Relaxed);
+                self.requests += 1;
                 let at = (offset - start) as usize;
                 let h = reply::header(unique, 0, len as usize);
                 // SAFETY: as above; `at + len <= span`.
