@@ -385,6 +385,24 @@ fn a_read_only_export_refuses_writes_with_erofs_and_the_device_is_unchanged() {
     );
 }
 
+#[test]
+fn a_read_only_device_is_exported_read_only_without_the_flag() {
+    let s = Scratch::new("fuse-ro-dev");
+    let file = s.file("disk.img", 0);
+    let export = Export::start("ram,size=4M,ro=1", &file, &[]);
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&file).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o444);
+    let e = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    let (st, err, _) = export.stop("read-only-device");
+    assert!(st.success(), "{st}: {err}");
+    assert!(err.contains("read-only"), "the startup line says so: {err}");
+}
+
 /// fio writing the file for `secs` seconds, verifying nothing (it is
 /// stopped or sees the export go).
 fn fio_load(file: &Path, secs: u32) -> Watched {
