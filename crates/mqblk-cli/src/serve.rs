@@ -6,7 +6,7 @@
 //!
 //! SIGINT or SIGTERM stops accepting, lets every connection finish its
 //! in-flight requests and send their replies, flushes every export, and
-//! exits 0. A backend that does not answer gets [`STOP_GRACE`]: then the
+//! exits 0. A backend that does not answer gets [`signal::STOP_GRACE`]: then the
 //! process exits (status 1) without waiting for it, which returns the
 //! memory it holds safely. A second signal exits at once. An export whose
 //! mirror lost a leg says so as it stops (and `mqblk qos --control=SOCKET
@@ -22,6 +22,10 @@ use clap::{Args, ValueEnum};
 use mqblk_nbd::{ConnLimits, Export, Listen, Server, ServerConfig, TlsMode};
 
 use crate::open::{device_spec, open_error, open_read_only};
+use signal::{stop_on_signal, watch_stop};
+
+mod fuse;
+mod signal;
 
 /// TLS policy on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -433,21 +437,7 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         None => None,
     };
     let fuse = match &args.fuse {
-        Some(file) => {
-            if args.fuse_threads == Some(0) || args.fuse_threads > Some(mqblk_fuse::MAX_THREADS) {
-                bail!(
-                    "--fuse-threads {}: expected 1 to {} threads",
-                    args.fuse_threads.unwrap_or(0),
-                    mqblk_fuse::MAX_THREADS
-                );
-            }
-            let cfg = mqblk_fuse::ServerConfig {
-                file: file.clone(),
-                threads: args.fuse_threads,
-                read_only: args.read_only,
-            };
-            Some(mqblk_fuse::Server::mount(opened[0].clone(), &cfg).map_err(anyhow::Error::msg)?)
-        }
+        Some(file) => Some(fuse::mount(file, args, &opened[0])?),
         None => None,
     };
     let _control = match &args.control {
@@ -532,26 +522,7 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         None => None,
     };
     let fuse_thread = match fuse {
-        Some(server) => {
-            let stop = server.stop_handle();
-            let on_signal = stop.clone();
-            stop_on_signal("fuse-stop", move || on_signal.stop())?;
-            let dev = &watch[0];
-            eprintln!(
-                "mqblk serve: FUSE export on {}: {} ({} bytes, {} threads, requests up to {} KiB{})",
-                server.path().display(),
-                dev.name(),
-                dev.capacity_bytes(),
-                server.threads(),
-                server.max_request_bytes() >> 10,
-                if server.read_only() { ", read-only" } else { "" }
-            );
-            let t = std::thread::Builder::new()
-                .name("fuse".into())
-                .spawn(move || server.run())
-                .context("starting the FUSE export")?;
-            Some((t, stop))
-        }
+        Some(server) => Some(fuse::start(server, &watch[0])?),
         None => None,
     };
     let stats_thread = match &args.stats_dir {
@@ -576,38 +547,8 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
             stats.connections.load(Ordering::Relaxed)
         );
     }
-    if let Some((t, stop)) = fuse_thread {
-        if nbd_result.is_err() {
-            stop.stop();
-        }
-        let ended = match t.join() {
-            Ok(r) => r.map_err(anyhow::Error::msg)?,
-            Err(_) => bail!("the FUSE export panicked"),
-        };
-        let fuse_file = args.fuse.as_deref().unwrap_or(std::path::Path::new("?"));
-        if ended.detached {
-            eprintln!(
-                "mqblk serve: FUSE export {}: the file was busy: the mount was detached (lazy \
-                 unmount){}",
-                fuse_file.display(),
-                if ended.aborted {
-                    " and its connection aborted: its users' requests fail from now on"
-                } else {
-                    ""
-                }
-            );
-        }
-        if ended.threads_left > 0 {
-            eprintln!(
-                "mqblk serve: FUSE export {}: {} threads still wait on the device",
-                fuse_file.display(),
-                ended.threads_left
-            );
-        }
-        eprintln!(
-            "mqblk serve: FUSE export stopped after {} requests ({} errors)",
-            ended.requests, ended.errors
-        );
+    if let Some(running) = fuse_thread {
+        fuse::finish(running, nbd_result.is_err())?;
     }
     nbd_result?;
     if let Some(t) = stats_thread {
@@ -667,67 +608,4 @@ fn keep_stats(
             sd.write(true)
         })
         .context("starting the stats writer")
-}
-
-/// At SIGINT or SIGTERM, stop an export (`stop`): a thread named `name`
-/// sleeps on a socket the signal handler writes to.
-fn stop_on_signal(name: &str, stop: impl FnOnce() + Send + 'static) -> Result<()> {
-    let (mut rx, tx) = std::os::unix::net::UnixStream::pair().context("a socket pair")?;
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::low_level::pipe::register(sig, tx.try_clone()?)
-            .context("installing the signal handler")?;
-    }
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            use std::io::Read as _;
-            let mut b = [0u8; 1];
-            if rx.read(&mut b).unwrap_or(0) > 0 {
-                stop();
-            }
-        })
-        .context("starting the stop watcher")?;
-    Ok(())
-}
-
-/// After a stop signal, how long the connections' requests and the final
-/// flush may take before the process exits without them.
-const STOP_GRACE: Duration = Duration::from_millis(1500);
-
-/// At a stop signal, give the server [`STOP_GRACE`] to finish; past it,
-/// exit: a backend that died may hold requests for as long as its timeout
-/// (or for ever), and a stop must end the process within 2 s. Exiting
-/// returns the memory the backend holds; while the process lives, nothing
-/// it may still write is freed or reused. The watchdog sleeps on a socket
-/// the signal handler writes to.
-fn watch_stop() -> Result<()> {
-    let (mut rx, tx) = std::os::unix::net::UnixStream::pair().context("a socket pair")?;
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::low_level::pipe::register(sig, tx.try_clone()?)
-            .context("installing the signal handler")?;
-    }
-    let spawned = std::thread::Builder::new()
-        .name("serve-stop".into())
-        .spawn(move || {
-            use std::io::Read as _;
-            let mut b = [0u8; 1];
-            if rx.read(&mut b).unwrap_or(0) == 0 {
-                return;
-            }
-            std::thread::sleep(STOP_GRACE);
-            eprintln!(
-                "mqblk serve: stopping: requests still held by a device {STOP_GRACE:?} after the \
-                 signal; exiting without waiting for them (their clients get no reply)"
-            );
-            use std::io::Write as _;
-            let _ = std::io::stderr().flush();
-            // SAFETY: _exit ends the process at once; the threads that
-            // wait on the device must not run exit handlers' destructors
-            // under them.
-            unsafe { libc::_exit(1) };
-        });
-    if let Err(e) = spawned {
-        eprintln!("mqblk serve: note: no stop watchdog ({e}): a stop waits for every device");
-    }
-    Ok(())
 }
