@@ -437,7 +437,12 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         None => None,
     };
     let fuse = match &args.fuse {
-        Some(file) => Some(fuse::mount(file, args, &opened[0])?),
+        Some(file) => Some(fuse::mount(
+            file,
+            args.fuse_threads,
+            args.read_only,
+            &opened[0],
+        )?),
         None => None,
     };
     let _control = match &args.control {

@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 
 use anyhow::{bail, Context as _, Result};
 
-use super::{stop_on_signal, ServeArgs};
+use super::signal::stop_on_signal;
 
 /// A FUSE export serving, on its thread.
 pub(super) struct Running {
@@ -16,23 +16,24 @@ pub(super) struct Running {
     file: std::path::PathBuf,
 }
 
-/// Check `--fuse-threads` and mount `dev` over `file`.
+/// Check `--fuse-threads` (`threads`) and mount `dev` over `file`.
 pub(super) fn mount(
     file: &Path,
-    args: &ServeArgs,
+    threads: Option<usize>,
+    read_only: bool,
     dev: &mqblk::Device,
 ) -> Result<mqblk_fuse::Server> {
-    if args.fuse_threads == Some(0) || args.fuse_threads > Some(mqblk_fuse::MAX_THREADS) {
+    if threads == Some(0) || threads > Some(mqblk_fuse::MAX_THREADS) {
         bail!(
             "--fuse-threads {}: expected 1 to {} threads",
-            args.fuse_threads.unwrap_or(0),
+            threads.unwrap_or(0),
             mqblk_fuse::MAX_THREADS
         );
     }
     let cfg = mqblk_fuse::ServerConfig {
         file: file.to_path_buf(),
-        threads: args.fuse_threads,
-        read_only: args.read_only,
+        threads,
+        read_only,
     };
     mqblk_fuse::Server::mount(dev.clone(), &cfg).map_err(anyhow::Error::msg)
 }
