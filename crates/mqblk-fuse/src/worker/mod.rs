@@ -18,6 +18,7 @@ mod complete;
 mod serve;
 mod slow;
 mod submit;
+mod wait;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr::NonNull;
@@ -180,11 +181,26 @@ impl Worker {
 
     /// Serve until the connection ends (or [`Shared::quit`]), then drain.
     pub(crate) fn run(mut self) -> WorkerEnd {
-        let completion_fd = match self.ctx.completion_fd() {
-            Ok(fd) => fd,
+        // A device that completes on its own (a thread, the kernel) or
+        // has interrupt lines wakes the thread through the completion fd;
+        // one that completes only when polled needs none.
+        let dev = &self.shared.dev;
+        let completion_fd = if dev.completes_async() || dev.has_irq_lines() {
+            match self.ctx.completion_fd() {
+                Ok(fd) => Some(fd),
+                Err(e) => {
+                    eprintln!("mqblk serve: FUSE thread {}: {e}", self.id);
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let waiter = match wait::Waiter::new(self.fd.as_raw_fd(), completion_fd) {
+            Ok(w) => Some(w),
             Err(e) => {
-                eprintln!("mqblk serve: FUSE thread {}: {e}", self.id);
-                -1
+                eprintln!("mqblk serve: FUSE thread {}: epoll: {e}", self.id);
+                None
             }
         };
         loop {
@@ -196,7 +212,11 @@ impl Worker {
                 break;
             }
             if took == 0 && reaped == 0 {
-                self.sleep(completion_fd, quit);
+                let listen = !self.gone && !quit && !self.free.is_empty();
+                match &waiter {
+                    Some(w) => w.wait(listen, self.in_flight > 0),
+                    None => std::thread::sleep(wait::SLEEP_MAX / 10),
+                }
             }
         }
         let abandoned = self.drain(Duration::from_secs(1));
@@ -211,26 +231,6 @@ impl Worker {
             errors: self.errors,
             abandoned,
         }
-    }
-
-    /// Wait for a request (while a slot is free) or a completion, 100 ms
-    /// at most, so that a quit is seen.
-    fn sleep(&mut self, completion_fd: i32, quit: bool) {
-        let listen = !self.gone && !quit && !self.free.is_empty();
-        let mut fds = [
-            libc::pollfd {
-                fd: if listen { self.fd.as_raw_fd() } else { -1 },
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: completion_fd,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: `fds` is an array of two pollfds that outlives the call.
-        unsafe { libc::poll(fds.as_mut_ptr(), 2, 100) };
     }
 
     /// Read and serve requests while slots are free; how many were read.
