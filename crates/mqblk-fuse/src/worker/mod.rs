@@ -5,13 +5,14 @@
 //! kernel straight onto a page boundary of that buffer; a read's data is
 //! read by the device into it and sent back with one `writev` of the
 //! header and the buffer: no copy in between), and answers completions in
-//! the order the device finishes them. It sleeps in poll(2) on the
+//! the order the device finishes them. It sleeps in epoll on the
 //! descriptor and the context's completion fd.
 //!
 //! By call order: this file (the loop: take requests, sleep), `serve`
 //! (each opcode), `slow` (requests off the device's blocks, fallocate),
 //! `submit` (a request's bio), `complete` (completions answered, the
-//! drain), `answer` (replies written to the descriptor).
+//! drain), `answer` (replies written to the descriptor), `wait` (the
+//! sleep).
 
 mod answer;
 mod complete;
