@@ -424,19 +424,47 @@ fn fio_load(file: &Path, secs: u32) -> Watched {
     )
 }
 
-/// Wait until the device has seen some I/O (the file reads what fio
-/// writes: wait for its first second instead).
-fn let_load_run() {
-    std::thread::sleep(Duration::from_millis(1000));
+/// Wait until the device has completed at least 64 I/Os, as the server's
+/// `--stats-dir` counts them (refreshed every 100 ms): the load is
+/// running through the export (fio opened the file and submits).
+fn wait_for_load(stats: &Path) {
+    let t0 = Instant::now();
+    loop {
+        let disk = std::fs::read_to_string(stats.join("diskstats")).unwrap_or_default();
+        let ios: u64 = disk
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                Some(f.get(3)?.parse::<u64>().ok()? + f.get(7)?.parse::<u64>().ok()?)
+            })
+            .sum();
+        if ios >= 64 {
+            eprintln!(
+                "load running: {ios} I/Os completed {:?} after fio started",
+                t0.elapsed()
+            );
+            return;
+        }
+        assert!(
+            t0.elapsed() < WAIT_MAX,
+            "no I/O through the export within {WAIT_MAX:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
 fn sigterm_under_load_unmounts_and_exits_within_2_s_leaving_no_process_stuck() {
     let s = Scratch::new("fuse-sigterm");
     let file = s.file("disk.img", 0);
-    let export = Export::start("ram,size=32M", &file, &[]);
+    let stats = s.path().join("stats");
+    let export = Export::start(
+        "ram,size=32M",
+        &file,
+        &[&format!("--stats-dir={}", stats.display())],
+    );
     let mut fio = fio_load(&file, 30);
-    let_load_run();
+    wait_for_load(&stats);
     assert!(fio.try_wait().is_none(), "fio ended early");
     let (st, err, took) = export.stop("sigterm-under-load");
     eprintln!("SIGTERM under load: exited {st} in {took:?}\n{err}");
@@ -458,9 +486,10 @@ fn after_sigkill_under_load_the_next_export_clears_the_stale_mount() {
     let file = s.file("disk.img", 0);
     let img = s.file("image.raw", 32 * MIB);
     let spec = format!("file:{}", img.display());
-    let mut export = Export::start(&spec, &file, &[]);
+    let stats = s.path().join("stats");
+    let mut export = Export::start(&spec, &file, &[&format!("--stats-dir={}", stats.display())]);
     let mut fio = fio_load(&file, 30);
-    let_load_run();
+    wait_for_load(&stats);
     export.kill();
     assert!(is_fuse_mounted(&file), "the killed server's mount stays");
     // The kernel aborted the connection as the server's descriptors
