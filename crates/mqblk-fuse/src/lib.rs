@@ -48,4 +48,4 @@ mod server;
 mod worker;
 
 pub use error::{Error, MAX_THREADS};
-pub use server::{Ended, Server, ServerConfig, StopHandle, DEPTH};
+pub use server::{Ended, Server, ServerConfig, StopHandle, DEPTH, DETACH_WAIT, QUIT_WAIT};
