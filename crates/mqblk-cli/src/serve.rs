@@ -1,11 +1,12 @@
 //! `mqblk serve`: export any mqblk device over NBD (TCP or a unix socket,
-//! optionally TLS), to virtual machines over vhost-user-blk, or both at
-//! once. The protocols and the data paths are in `mqblk_nbd` and
-//! `mqblk_vhost`; this is the command line: options, exports, signals.
+//! optionally TLS), to virtual machines over vhost-user-blk, as a FUSE
+//! file, or several at once. The protocols and the data paths are in
+//! `mqblk_nbd`, `mqblk_vhost` and `mqblk_fuse`; this is the command line:
+//! options, exports, signals.
 //!
 //! SIGINT or SIGTERM stops accepting, lets every connection finish its
 //! in-flight requests and send their replies, flushes every export, and
-//! exits 0. A backend that does not answer gets [`STOP_GRACE`]: then the
+//! exits 0. A backend that does not answer gets [`signal::STOP_GRACE`]: then the
 //! process exits (status 1) without waiting for it, which returns the
 //! memory it holds safely. A second signal exits at once. An export whose
 //! mirror lost a leg says so as it stops (and `mqblk qos --control=SOCKET
@@ -21,6 +22,10 @@ use clap::{Args, ValueEnum};
 use mqblk_nbd::{ConnLimits, Export, Listen, Server, ServerConfig, TlsMode};
 
 use crate::open::{device_spec, open_error, open_read_only};
+use signal::{stop_on_signal, watch_stop};
+
+mod fuse;
+mod signal;
 
 /// TLS policy on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -209,6 +214,21 @@ pub struct ServeArgs {
     /// up to 20 bytes; default: the device's name).
     #[arg(long = "serial", value_name = "ID", requires = "vhost_user_blk")]
     pub serial: Option<String>,
+
+    /// Mount the (first) device as the one regular file FILE (an existing
+    /// regular file, hidden while served): its size is the device's
+    /// capacity, its contents the device, for losetup, mkfs, mount,
+    /// qemu-img or any program (as root). A stale mount left by a killed
+    /// server is cleared first. With --listen or --socket, the same device
+    /// is exported over NBD too.
+    #[arg(long = "fuse", value_name = "FILE")]
+    pub fuse: Option<PathBuf>,
+
+    /// Threads serving the FUSE file, each with its own cloned /dev/fuse
+    /// and its own context (default: the device's hardware queues, at
+    /// least 2).
+    #[arg(long = "fuse-threads", value_name = "N", requires = "fuse")]
+    pub fuse_threads: Option<usize>,
 }
 
 /// The server's own defaults, which the options' defaults are.
@@ -241,10 +261,11 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
     let listen = match (&args.listen, &args.socket) {
         (Some(l), _) => Some(Listen::Tcp(check_listen(l)?)),
         (None, Some(p)) => Some(Listen::Unix(p.clone())),
-        (None, None) if args.vhost_user_blk.is_some() => None,
+        (None, None) if args.vhost_user_blk.is_some() || args.fuse.is_some() => None,
         (None, None) => bail!(
             "serve needs an address: --listen HOST:PORT (TCP, as in --listen 127.0.0.1:10809), \
-             --socket PATH (a unix socket) or --vhost-user-blk PATH (for virtual machines)"
+             --socket PATH (a unix socket), --vhost-user-blk PATH (for virtual machines) or \
+             --fuse FILE (a regular file the device is mounted over)"
         ),
     };
     if args.poll_us > 1_000_000 {
@@ -415,6 +436,15 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
         }
         None => None,
     };
+    let fuse = match &args.fuse {
+        Some(file) => Some(fuse::mount(
+            file,
+            args.fuse_threads,
+            args.read_only,
+            &opened[0],
+        )?),
+        None => None,
+    };
     let _control = match &args.control {
         Some(path) => Some(crate::qos::Control::start(path, opened)?),
         None => None,
@@ -476,7 +506,8 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
     let vhost_thread = match vhost {
         Some(server) => {
             let stop = server.stop_handle();
-            stop_on_signal(stop.clone())?;
+            let on_signal = stop.clone();
+            stop_on_signal("vhost-stop", move || on_signal.stop())?;
             let dev = &watch[0];
             eprintln!(
                 "mqblk serve: vhost-user-blk on {}: {} ({} bytes, {} virtqueues{})",
@@ -493,6 +524,10 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
                 .context("starting the vhost-user-blk server")?;
             Some((t, stats, stop))
         }
+        None => None,
+    };
+    let fuse_thread = match fuse {
+        Some(server) => Some(fuse::start(server, &watch[0])?),
         None => None,
     };
     let stats_thread = match &args.stats_dir {
@@ -516,6 +551,9 @@ pub fn serve_command(args: &ServeArgs) -> Result<()> {
             "mqblk serve: vhost-user-blk stopped after {} frontends",
             stats.connections.load(Ordering::Relaxed)
         );
+    }
+    if let Some(running) = fuse_thread {
+        fuse::finish(running, nbd_result.is_err())?;
     }
     nbd_result?;
     if let Some(t) = stats_thread {
@@ -575,67 +613,4 @@ fn keep_stats(
             sd.write(true)
         })
         .context("starting the stats writer")
-}
-
-/// At SIGINT or SIGTERM, stop the vhost-user-blk server: a thread sleeps on
-/// a socket the signal handler writes to.
-fn stop_on_signal(stop: mqblk_vhost::StopHandle) -> Result<()> {
-    let (mut rx, tx) = std::os::unix::net::UnixStream::pair().context("a socket pair")?;
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::low_level::pipe::register(sig, tx.try_clone()?)
-            .context("installing the signal handler")?;
-    }
-    std::thread::Builder::new()
-        .name("vhost-stop".into())
-        .spawn(move || {
-            use std::io::Read as _;
-            let mut b = [0u8; 1];
-            if rx.read(&mut b).unwrap_or(0) > 0 {
-                stop.stop();
-            }
-        })
-        .context("starting the stop watcher")?;
-    Ok(())
-}
-
-/// After a stop signal, how long the connections' requests and the final
-/// flush may take before the process exits without them.
-const STOP_GRACE: Duration = Duration::from_millis(1500);
-
-/// At a stop signal, give the server [`STOP_GRACE`] to finish; past it,
-/// exit: a backend that died may hold requests for as long as its timeout
-/// (or for ever), and a stop must end the process within 2 s. Exiting
-/// returns the memory the backend holds; while the process lives, nothing
-/// it may still write is freed or reused. The watchdog sleeps on a socket
-/// the signal handler writes to.
-fn watch_stop() -> Result<()> {
-    let (mut rx, tx) = std::os::unix::net::UnixStream::pair().context("a socket pair")?;
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::low_level::pipe::register(sig, tx.try_clone()?)
-            .context("installing the signal handler")?;
-    }
-    let spawned = std::thread::Builder::new()
-        .name("serve-stop".into())
-        .spawn(move || {
-            use std::io::Read as _;
-            let mut b = [0u8; 1];
-            if rx.read(&mut b).unwrap_or(0) == 0 {
-                return;
-            }
-            std::thread::sleep(STOP_GRACE);
-            eprintln!(
-                "mqblk serve: stopping: requests still held by a device {STOP_GRACE:?} after the \
-                 signal; exiting without waiting for them (their clients get no reply)"
-            );
-            use std::io::Write as _;
-            let _ = std::io::stderr().flush();
-            // SAFETY: _exit ends the process at once; the threads that
-            // wait on the device must not run exit handlers' destructors
-            // under them.
-            unsafe { libc::_exit(1) };
-        });
-    if let Err(e) = spawned {
-        eprintln!("mqblk serve: note: no stop watchdog ({e}): a stop waits for every device");
-    }
-    Ok(())
 }

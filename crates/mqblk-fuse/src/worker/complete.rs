@@ -1,0 +1,67 @@
+//! Completions reaped from the context and answered, in the order the
+//! device finishes them; and the drain at the end.
+
+use std::time::Duration;
+
+use super::{Pending, Slot, Worker};
+use crate::reply;
+
+impl Worker {
+    /// Poll the context and answer what completed; how many.
+    pub(super) fn reap(&mut self) -> usize {
+        if self.in_flight == 0 {
+            return 0;
+        }
+        let Worker { ctx, done, .. } = self;
+        ctx.poll(|c| done.push((c.private() as u32, c.status())));
+        self.answer_done()
+    }
+
+    pub(super) fn answer_done(&mut self) -> usize {
+        let mut done = std::mem::take(&mut self.done);
+        let n = done.len();
+        for &(slot, status) in &done {
+            let Some(s) = self.slots.get_mut(slot as usize) else {
+                continue;
+            };
+            let Slot::InFlight { unique, pending } = std::mem::replace(s, Slot::Free) else {
+                continue;
+            };
+            self.free.push(slot);
+            self.in_flight -= 1;
+            if !status.is_ok() {
+                self.reply_err(unique, status.errno());
+                continue;
+            }
+            match pending {
+                Pending::Read { len } => {
+                    self.requests += 1;
+                    let h = reply::header(unique, 0, len as usize);
+                    let data = self.data_ptr(slot);
+                    // SAFETY: the device finished with the slot's data
+                    // area; `len` bytes of it are the read's data.
+                    let data = unsafe { std::slice::from_raw_parts(data.as_ptr(), len as usize) };
+                    self.send(&[&h, data]);
+                }
+                Pending::Write { len } => self.reply(unique, &reply::write(len)),
+                Pending::Done => self.reply_err(unique, 0),
+            }
+        }
+        done.clear();
+        self.done = done;
+        n
+    }
+
+    /// Wait for the requests in flight, up to `max`; how many are left.
+    pub(super) fn drain(&mut self, max: Duration) -> u32 {
+        let deadline = std::time::Instant::now() + max;
+        while self.in_flight > 0 && std::time::Instant::now() < deadline {
+            let Worker { ctx, done, .. } = self;
+            ctx.poll_wait_for(1, Duration::from_millis(10), |c| {
+                done.push((c.private() as u32, c.status()))
+            });
+            self.answer_done();
+        }
+        self.in_flight
+    }
+}

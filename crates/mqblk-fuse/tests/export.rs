@@ -1,0 +1,233 @@
+//! The export in-process, through the kernel: a ram device mounted over a
+//! scratch file, and the system calls a program makes on it (read, write
+//! on and off the device's blocks, fsync, fallocate, lseek, statfs,
+//! stat), a read-only export's EROFS, and a stop that unmounts. Root
+//! only (mount(2)); FUSE is built into the kernels this runs on.
+
+use std::fs::OpenOptions;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use mqblk_fuse::{Ended, Server, ServerConfig, StopHandle};
+use mqblk_test_support::Scratch;
+
+/// A mounted export; dropped, it is stopped (unmounted) even when the
+/// test fails, then its scratch directory removed.
+struct Mounted {
+    path: PathBuf,
+    stop: StopHandle,
+    thread: Option<std::thread::JoinHandle<Result<Ended, mqblk_fuse::Error>>>,
+    _scratch: Scratch,
+}
+
+impl Mounted {
+    fn new(tag: &str, spec: &str, read_only: bool) -> Mounted {
+        let scratch = Scratch::new(tag);
+        let file = scratch.file("disk.img", 0);
+        let dev = mqblk::open(spec).expect("open the device");
+        let server = Server::mount(
+            dev,
+            &ServerConfig {
+                file,
+                threads: Some(2),
+                read_only,
+            },
+        )
+        .expect("mount the export (as root)");
+        let path = server.path().to_path_buf();
+        let stop = server.stop_handle();
+        let thread = Some(std::thread::spawn(move || server.run()));
+        Mounted {
+            path,
+            stop,
+            thread,
+            _scratch: scratch,
+        }
+    }
+
+    /// Stop and wait (bounded); how it ended and how long it took.
+    fn stop(&mut self) -> (Ended, Duration) {
+        let t0 = Instant::now();
+        self.stop.stop();
+        let t = self.thread.take().expect("stopped once");
+        while !t.is_finished() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "the export did not stop within 5 s"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let ended = t
+            .join()
+            .expect("the server thread")
+            .expect("the export ends cleanly");
+        (ended, t0.elapsed())
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.stop();
+        }
+    }
+}
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn reads_writes_fsync_fallocate_lseek_statfs() {
+    let mut m = Mounted::new("fuse-ops", "ram,size=64M", false);
+    let meta = std::fs::metadata(&m.path).unwrap();
+    assert_eq!(meta.len(), 64 * MIB, "the file's size is the capacity");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(meta.permissions().mode() & 0o777, 0o644);
+    }
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&m.path)
+        .unwrap();
+    // On the device's blocks: the zero-copy path.
+    let block: Vec<u8> = (0..1024 * 1024).map(|i| (i * 7 % 251) as u8).collect();
+    f.write_all_at(&block, 4 * MIB).unwrap();
+    let mut back = vec![0u8; block.len()];
+    f.read_exact_at(&mut back, 4 * MIB).unwrap();
+    assert!(back == block, "1 MiB read back as written");
+    // Off the blocks: the read-modify-write path.
+    f.write_all_at(b"hello, device", 4 * MIB + 3).unwrap();
+    let mut b = [0u8; 20];
+    f.read_exact_at(&mut b, 4 * MIB + 1).unwrap();
+    assert_eq!(&b[2..15], b"hello, device");
+    assert_eq!(
+        &b[..2],
+        &block[1..3],
+        "the bytes around an unaligned write are kept"
+    );
+    assert_eq!(&b[15..], &block[16..21]);
+    f.sync_all().unwrap();
+    f.sync_data().unwrap();
+    // Past the end: nothing read, and no write.
+    let n = f.read_at(&mut b, 64 * MIB).unwrap();
+    assert_eq!(n, 0);
+    let e = f.write_at(b"x", 64 * MIB).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+    // A hole punched, a range zeroed: SEEK_HOLE finds them, reads give zeros.
+    let fd = f.as_raw_fd();
+    let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    // SAFETY: an open descriptor; fallocate takes integers only.
+    let r = unsafe { libc::fallocate(fd, punch, (4 * MIB) as i64, (256 * 1024) as i64) };
+    assert_eq!(r, 0, "punch hole: {}", std::io::Error::last_os_error());
+    // SAFETY: as above.
+    let r = unsafe {
+        libc::fallocate(
+            fd,
+            libc::FALLOC_FL_ZERO_RANGE,
+            (4 * MIB + 512 * 1024 + 100) as i64,
+            5000,
+        )
+    };
+    assert_eq!(r, 0, "zero range: {}", std::io::Error::last_os_error());
+    let mut z = vec![1u8; 256 * 1024];
+    f.read_exact_at(&mut z, 4 * MIB).unwrap();
+    assert!(
+        z.iter().all(|&x| x == 0),
+        "the punched range reads as zeros"
+    );
+    let mut z = vec![1u8; 5002];
+    f.read_exact_at(&mut z, 4 * MIB + 512 * 1024 + 99).unwrap();
+    assert_eq!(z[0], block[512 * 1024 + 99]);
+    assert!(
+        z[1..5001].iter().all(|&x| x == 0),
+        "the zeroed range reads as zeros"
+    );
+    assert_eq!(z[5001], block[512 * 1024 + 100 + 5000]);
+    // SAFETY: lseek on an open descriptor.
+    let hole = unsafe { libc::lseek(fd, (4 * MIB) as i64, libc::SEEK_HOLE) };
+    assert_eq!(hole, (4 * MIB) as i64, "SEEK_HOLE finds the punched hole");
+    // SAFETY: as above.
+    let data = unsafe { libc::lseek(fd, 0, libc::SEEK_DATA) };
+    assert_eq!(
+        data,
+        (4 * MIB + 256 * 1024) as i64,
+        "SEEK_DATA skips the holes before the data"
+    );
+    // Growing the file, or past the device: refused.
+    // SAFETY: as above.
+    let r = unsafe { libc::fallocate(fd, 0, (63 * MIB) as i64, (2 * MIB) as i64) };
+    assert_eq!(r, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::ENOSPC)
+    );
+    assert!(f.set_len(MIB).is_err(), "the size is fixed");
+    // statfs
+    let c = std::ffi::CString::new(m.path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a zeroed statfs is valid, and the path is NUL-terminated.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `st` outlives the call.
+    assert_eq!(unsafe { libc::statfs(c.as_ptr(), &mut st) }, 0);
+    assert_eq!(st.f_blocks as u64 * st.f_bsize as u64, 64 * MIB);
+    // Plain std I/O: seek and read.
+    f.seek(SeekFrom::Start(4 * MIB + 300 * 1024)).unwrap();
+    let mut s = [0u8; 10];
+    f.read_exact(&mut s).unwrap();
+    assert_eq!(&s, &block[300 * 1024..300 * 1024 + 10]);
+    drop(f);
+    let (ended, took) = m.stop();
+    eprintln!("stopped in {took:?}: {ended:?}");
+    assert!(!ended.detached && !ended.aborted, "{ended:?}");
+    assert_eq!(
+        ended.errors, 3,
+        "the three refused requests (a write and a fallocate past the end: ENOSPC; a truncate: EINVAL): {ended:?}"
+    );
+    assert!(
+        mqblk_fuse::mount::mounts_on(&m.path).unwrap().is_empty(),
+        "unmounted"
+    );
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_read_only_export_refuses_writes_with_erofs() {
+    let m = Mounted::new("fuse-ro", "ram,size=8M", true);
+    let meta = std::fs::metadata(&m.path).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(meta.permissions().mode() & 0o777, 0o444);
+    }
+    let e = OpenOptions::new().write(true).open(&m.path).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    let mut f = std::fs::File::open(&m.path).unwrap();
+    let mut b = vec![1u8; 4096];
+    f.read_exact(&mut b).unwrap();
+    assert!(b.iter().all(|&x| x == 0));
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_stop_with_the_file_open_detaches_and_aborts() {
+    let mut m = Mounted::new("fuse-busy", "ram,size=8M", false);
+    let f = std::fs::File::open(&m.path).unwrap();
+    let (ended, took) = m.stop();
+    eprintln!("stopped with the file open in {took:?}: {ended:?}");
+    assert!(ended.detached, "{ended:?}");
+    assert!(ended.aborted, "{ended:?}");
+    assert_eq!(ended.threads_left, 0);
+    let mut b = [0u8; 512];
+    let e = f.read_at(&mut b, 0).unwrap_err();
+    eprintln!("a read after the abort: {e}");
+    // The bound for a stop; the export's own waits (DETACH_WAIT,
+    // then QUIT_WAIT at most) fit in it.
+    let bound = Duration::from_secs(2);
+    assert!(mqblk_fuse::DETACH_WAIT + mqblk_fuse::QUIT_WAIT < bound);
+    assert!(
+        mqblk_test_support::time_bound("stop-file-open", took, bound),
+        "stopped in {took:?}"
+    );
+}
