@@ -329,6 +329,12 @@ pub struct JobSpec {
     /// `randrepeat=` (default 1): the same offsets every run; 0 draws a
     /// new seed from the clock.
     pub randrepeat: bool,
+    /// `norandommap=` (default 0): a uniform random job may hit a block
+    /// twice in a pass (no [`crate::bench::random_map::RandomMap`]).
+    pub norandommap: bool,
+    /// `random_generator=` (fio's names; see
+    /// [`crate::bench::random_map::RandomGenerator`]).
+    pub random_generator: crate::bench::random_map::RandomGenerator,
     /// `fsync=N` / `fdatasync=N`: a flush after every N writes (0: never).
     pub fsync_every: u32,
     /// `end_fsync=1`: a flush when the job's I/O is done.
@@ -515,6 +521,8 @@ impl Default for JobSpec {
             seq_stride: 0,
             distribution: Distribution::Uniform,
             randrepeat: true,
+            norandommap: false,
+            random_generator: crate::bench::random_map::RandomGenerator::Tausworthe,
             fsync_every: 0,
             end_fsync: false,
             rate_iops: None,

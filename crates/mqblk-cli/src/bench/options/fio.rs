@@ -91,7 +91,6 @@ pub const NOTED_KEYS: &[(&str, &str)] = &[
         "io_submit_mode",
         "mqblk submits inline, batched by its plug",
     ),
-    ("random_generator", "mqblk draws offsets with xorshift64*"),
     ("mem", "buffers come from the device's aligned pool"),
     ("iomem", "buffers come from the device's aligned pool"),
     ("mem_align", "buffers come from the device's aligned pool"),
@@ -150,8 +149,12 @@ pub const NOTED_KEYS: &[(&str, &str)] = &[
 ];
 
 /// What a job file is told of a value mqblk takes in place of fio's:
-/// another checksum for `verify=`.
+/// another checksum for `verify=`, the generator behind `random_generator=`.
 pub fn value_note(key: &str, value: &str) -> Option<String> {
+    if key == "random_generator" {
+        let g = crate::bench::random_map::RandomGenerator::parse(value)?;
+        return Some(g.note().to_string());
+    }
     if key != "verify" {
         return None;
     }
