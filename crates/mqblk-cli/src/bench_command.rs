@@ -9,7 +9,11 @@ use crate::bench::report::{self, Format};
 
 use crate::cli::BenchArgs;
 
-pub(crate) fn bench_command(args: &BenchArgs) -> Result<()> {
+/// `stop`: the signal handlers, installed first thing in `main` (as fio:
+/// the first SIGINT or SIGTERM stops the jobs, drains them and prints what
+/// ran; a second one exits at once). A signal before the devices open is
+/// answered, in one line, when the first opens.
+pub(crate) fn bench_command(args: &BenchArgs, stop: crate::bench::stop::Stop) -> Result<()> {
     let cli = args.job_options()?;
     let jobs = match &args.jobfile {
         Some(path) => {
@@ -36,10 +40,6 @@ pub(crate) fn bench_command(args: &BenchArgs) -> Result<()> {
         eta: args.eta,
         interval,
     };
-    // As fio: the first SIGINT or SIGTERM stops the jobs, drains them and
-    // prints what ran; a second one exits at once. In place before the
-    // first device opens: a signal while one opens says which.
-    let stop = crate::bench::stop::Stop::install()?;
     // Everything that can fail before the run fails here, before the banner.
     let prepared = crate::bench::engine::prepare(&jobs, args.allow_overcommit, Some(&stop))?;
     let _control = match &args.control {
