@@ -431,7 +431,9 @@ pub struct JobSpec {
     pub ss_dur: Duration,
     /// `ss_ramp=`.
     pub ss_ramp: Duration,
-    /// `group_reporting`: steady state judges a section's jobs together.
+    /// `group_reporting`: a group's jobs are reported as one (fio's rules,
+    /// [`crate::bench::report::group`]), and steady state judges a
+    /// section's jobs together.
     pub group_reporting: bool,
     /// `verify_pattern=`.
     pub verify_pattern: Option<VerifyPattern>,

@@ -7,11 +7,6 @@
 /// engines' options, process placement, and file-set options (mqblk runs
 /// each job on its device).
 pub const NOTED_KEYS: &[(&str, &str)] = &[
-    ("group_reporting", "every job is reported"),
-    (
-        "new_group",
-        "every job is reported (exitall's groups start at new_group)",
-    ),
     ("description", "a comment"),
     (
         "gtod_reduce",

@@ -8,6 +8,7 @@ use crate::bench::result::{DirResult, RunResult};
 use crate::ctime::ctime;
 
 use super::figures::*;
+use super::group::reported;
 
 /// fio's `"job options"`: every value a string, as fio writes them.
 pub(super) fn job_options(spec: &JobSpec) -> Value {
@@ -93,10 +94,10 @@ pub(super) fn dir_json(d: &DirResult, lats: DirLat, runtime_ns: u64) -> Value {
 /// The report in fio's JSON shape (`--output-format=json`).
 pub fn json(specs: &[JobSpec], run: &RunResult) -> Value {
     let now = unix_now();
-    let jobs: Vec<Value> = run
-        .jobs
+    let jobs: Vec<Value> = reported(specs, run)
         .iter()
-        .map(|job| {
+        .map(|entry| {
+            let job = &entry.job;
             let options = spec_of(specs, job).map_or_else(|| json!({}), job_options);
             let dir =
                 |d: &DirResult, group| dir_json(d, DirLat::of(specs, job, group), job.runtime_ns);
@@ -110,8 +111,10 @@ pub fn json(specs: &[JobSpec], run: &RunResult) -> Value {
                 "read": dir(&job.read, StatGroup::Read),
                 "write": dir(&job.write, StatGroup::Write),
                 "trim": dir(&job.trim, StatGroup::Discard),
-                "usr_cpu": percent_of(job.usr_ns, job.runtime_ns),
-                "sys_cpu": percent_of(job.sys_ns, job.runtime_ns),
+                "usr_cpu": percent_of(job.usr_ns, entry.cpu_runtime_ns),
+                "sys_cpu": percent_of(job.sys_ns, entry.cpu_runtime_ns),
+                "job_runtime": msec(entry.cpu_runtime_ns),
+                "members": entry.members,
                 "ctx": 0,
                 "majf": 0,
                 "minf": 0,
