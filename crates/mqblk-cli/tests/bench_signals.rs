@@ -339,19 +339,24 @@ fn a_stop_while_an_rbd_image_is_still_opening_says_so_in_one_line() {
     interrupt_while_opening(b, spec);
 }
 
-/// Whether `pid` has a handler for SIGINT (its `SigCgt` mask in
-/// /proc/PID/status): from then on the bench answers the signal; before
-/// it (the exec and the dynamic loader) the kernel's default action ends
-/// any process, which no code of the bench can answer.
-fn catches_sigint(pid: u32) -> bool {
+/// Whether `pid` answers SIGINT: it blocks it (`SigBlk` in
+/// /proc/PID/status: the bench blocks it in `.preinit_array`, before the
+/// shared libraries' constructors, until its handler is in place) or has
+/// a handler for it (`SigCgt`). Before that, during the exec and the
+/// loader's relocations, the kernel's default action ends any process,
+/// and no code of the bench can answer.
+fn answers_sigint(pid: u32) -> bool {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
         return false;
     };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("SigCgt:"))
-        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
-        .is_some_and(|mask| mask & (1 << (libc::SIGINT - 1)) != 0)
+    let has = |field: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .is_some_and(|mask| mask & (1 << (libc::SIGINT - 1)) != 0)
+    };
+    has("SigBlk:") || has("SigCgt:")
 }
 
 /// What one run stopped at `moment` did: its exit code, and whether it
@@ -367,8 +372,8 @@ struct Stopped {
 
 /// The run (`timeout --preserve-status -s INT T mqblk bench
 /// --device ram,size=1G --rw=randrw --iodepth=16 --runtime=10
-/// --time_based --verify=crc32c`), stopped `moment` after its handler is
-/// in place by SIGINT sent twice back to back, as `timeout` sends it (to
+/// --time_based --verify=crc32c`), stopped `moment` after it answers
+/// SIGINT ([`answers_sigint`]) by SIGINT sent twice back to back, as `timeout` sends it (to
 /// the child, then to its process group).
 fn stop_twice_at(moment: Duration) -> Stopped {
     let mut b = start(&[
@@ -381,8 +386,8 @@ fn stop_twice_at(moment: Duration) -> Stopped {
         "--verify=crc32c",
     ]);
     let t = Instant::now();
-    while !catches_sigint(b.pid()) {
-        assert!(t.elapsed() < WAIT_MAX, "the bench never caught SIGINT");
+    while !answers_sigint(b.pid()) {
+        assert!(t.elapsed() < WAIT_MAX, "the bench never answered SIGINT");
         assert!(b.try_wait().is_none(), "the bench ended before its handler");
         std::thread::sleep(Duration::from_micros(200));
     }

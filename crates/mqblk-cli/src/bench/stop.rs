@@ -33,6 +33,40 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 /// holds, still sees a stop in time.
 pub const STOP_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// Before anything else of the process runs (`.preinit_array` comes
+/// before the shared libraries' constructors, librados' among them, which
+/// take tens of milliseconds), SIGINT and SIGTERM are blocked: one that
+/// comes then waits, pending, until `main` has its handlers in place
+/// ([`Stop::install`]) or has said it runs no bench ([`unblock`]), instead
+/// of ending the process without a word. Only the kernel's exec and the
+/// loader's relocations (a few milliseconds) come before it.
+#[used]
+#[link_section = ".preinit_array"]
+static BLOCK_EARLY: extern "C" fn() = block_stop_signals;
+
+extern "C" fn block_stop_signals() {
+    set_blocked(libc::SIG_BLOCK);
+}
+
+/// Block or unblock (`how`) SIGINT and SIGTERM in this thread.
+fn set_blocked(how: libc::c_int) {
+    // SAFETY: a sigset_t on the stack, filled by sigemptyset before use;
+    // pthread_sigmask reads it and writes nothing else.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, SIGINT);
+        libc::sigaddset(&mut set, SIGTERM);
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+    }
+}
+
+/// Let SIGINT and SIGTERM through again, with their default action: a
+/// command that is not a bench, or a bench whose handlers failed.
+pub fn unblock() {
+    set_blocked(libc::SIG_UNBLOCK);
+}
+
 /// Set by [`announce`]: from then on a signal exits at once. Signals are
 /// the process's, so this is too.
 static EXIT_ARMED: AtomicBool = AtomicBool::new(false);
@@ -120,6 +154,9 @@ impl Stop {
         }
         let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
             .context("installing the signal handler")?;
+        // The handlers are in place: a signal that came since the start
+        // is delivered now.
+        unblock();
         let watched = opening.clone();
         std::thread::Builder::new()
             .name("stop".into())
