@@ -63,6 +63,11 @@ pub(crate) fn bench_command(args: &BenchArgs, stop: crate::bench::stop::Stop) ->
             serde_json::to_writer_pretty(&mut out, &report::json(&jobs, &run))?;
             out.write_all(b"\n")?;
         }
+        Format::JsonPlus => {
+            serde_json::to_writer_pretty(&mut out, &report::json_plus(&jobs, &run))?;
+            out.write_all(b"\n")?;
+        }
+        Format::Terse => out.write_all(report::terse(&jobs, &run).as_bytes())?,
     }
     out.flush()?;
     drop(out);

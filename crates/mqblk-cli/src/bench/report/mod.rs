@@ -10,8 +10,8 @@
 //! ([`group`]).
 //!
 //! In call order: [`figures`] (fio's units and the latencies of a job),
-//! [`group`] (the report's entries), then [`json`] and [`text`], the two
-//! reports.
+//! [`group`] (the report's entries), then the reports: [`json`] (and
+//! json+), [`terse`] (fio's version 3) and [`text`].
 
 mod figures;
 
@@ -19,10 +19,13 @@ pub mod group;
 
 mod json;
 
+mod terse;
+
 mod text;
 
 pub use figures::{fmt_iops, num2str, Format};
-pub use json::json;
+pub use json::{json, json_plus};
+pub use terse::terse;
 pub use text::{normal, starting};
 
 #[cfg(test)]
