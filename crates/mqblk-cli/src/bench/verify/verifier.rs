@@ -7,7 +7,7 @@ use mqblk::{Bio, Completion, Context, Op};
 
 use crate::bench::job::VerifyKind;
 
-use super::header::{fill_data, hex, splitmix, Header, HEADER_BYTES, MAGIC};
+use super::header::{fill_data, header_crc_ok, hex, splitmix, Header, HEADER_BYTES, MAGIC};
 use super::hook::{Hook, HOOK_PRIVATE_MASK};
 use super::pattern::VerifyPattern;
 use super::record::{Event, Expect, Record};
@@ -316,15 +316,16 @@ impl Verifier {
             }
             let mut sum = [0u8; 32];
             let n = kind.sum(chunk, &mut sum);
-            let mut crc = [0u8; 4];
-            let sum_ok = kind.stored(chunk, &actual, &mut crc) == &sum[..n];
+            let sum_ok = kind.stored(chunk) == &sum[..n];
             let reason = if actual.magic != MAGIC {
                 "bad magic (no verify header)"
+            } else if !header_crc_ok(chunk, &actual) {
+                "bad header crc32c (the header corrupted)"
             } else if actual.offset != expected.offset {
                 "wrong offset (data from another block)"
-            } else if actual.len != expected.len || actual.kind != expected.kind {
+            } else if actual.len != expected.len || !kind.accepts(actual.kind) {
                 "wrong length or verify type"
-            } else if actual.generation != expected.generation
+            } else if actual.generation != expected.generation & 0xffff
                 || actual.job != expected.job
                 || actual.seed != expected.seed
             {
