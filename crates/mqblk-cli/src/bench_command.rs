@@ -15,6 +15,21 @@ use crate::cli::BenchArgs;
 /// answered, in one line, when the first opens.
 pub(crate) fn bench_command(args: &BenchArgs, stop: crate::bench::stop::Stop) -> Result<()> {
     let cli = args.job_options()?;
+    // What a job file is told of a value mqblk takes in its own way
+    // (another checksum for verify=, the generator of random_generator=),
+    // the command line is told too.
+    let given = args
+        .verify
+        .as_ref()
+        .map(|v| ("verify", Some(v)))
+        .into_iter()
+        .chain(args.job_keys.iter().map(|(k, v)| (k.as_str(), v.as_ref())));
+    for (key, value) in given {
+        let Some(value) = value else { continue };
+        if let Some(note) = crate::bench::options::fio::value_note(key, value) {
+            eprintln!("mqblk: note: --{key}={value}: {note}");
+        }
+    }
     let jobs = match &args.jobfile {
         Some(path) => {
             if cli.name.is_some() {

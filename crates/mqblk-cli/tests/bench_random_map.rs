@@ -155,7 +155,7 @@ fn randseed_repeats_the_order_and_randrepeat_0_changes_it() {
 #[test]
 fn random_generator_takes_fios_names_and_refuses_others() {
     for g in ["tausworthe", "tausworthe64", "lfsr"] {
-        ok(&[
+        let o = mqblk(&[
             "bench",
             "--device=ram,size=1M",
             "--rw=randread",
@@ -163,6 +163,15 @@ fn random_generator_takes_fios_names_and_refuses_others() {
             "--size=64k",
             &format!("--random_generator={g}"),
         ]);
+        assert!(o.status.success());
+        // Each name says which generator it maps to.
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&format!(
+                "note: --random_generator={g}: offsets are drawn with xorshift64*"
+            )),
+            "{err}"
+        );
     }
     let o = mqblk(&[
         "bench",

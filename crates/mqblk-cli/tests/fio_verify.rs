@@ -153,3 +153,26 @@ fn mqblk_bench_allowing_errors(file: &Path, kind: &str) -> serde_json::Value {
     );
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("JSON output: {e}: {}", text(&o)))
 }
+
+#[test]
+fn a_checksum_mqblk_writes_in_another_s_place_says_so_on_the_command_line() {
+    let dir = Scratch::new("verify-stand-in");
+    let file = dir.file("crc32.img", 1 << 20);
+    let o = run(
+        env!("CARGO_BIN_EXE_mqblk"),
+        &[
+            "bench".into(),
+            format!("--device=file:{}", file.display()),
+            "--rw=write".into(),
+            "--size=1m".into(),
+            "--verify=crc32".into(),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("note: --verify=crc32: checked with crc32c")
+            && err.contains("fio with verify=crc32 cannot check"),
+        "{err}"
+    );
+}

@@ -156,8 +156,9 @@ pub fn value_note(key: &str, value: &str) -> Option<String> {
     let v = value.trim();
     let used = verify_stand_in(v).filter(|u| *u != v && v != "crc32c-intel")?;
     Some(format!(
-        "checked with {used} (mqblk's headers carry crc32c, md5 or sha256; each catches the \
-         same corruption)"
+        "checked with {used} (mqblk writes fio's headers for crc32c, md5 and sha256 only; \
+         each catches the same corruption, but fio with verify={v} cannot check this run's \
+         blocks, nor mqblk blocks fio wrote with it)"
     ))
 }
 
