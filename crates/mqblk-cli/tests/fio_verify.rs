@@ -1,6 +1,7 @@
 //! Verify headers as fio writes them: `fio --verify_only` checks a file
 //! `mqblk bench --verify=KIND` wrote, and `mqblk bench --rw=read
-//! --verify=KIND` checks a file fio wrote, for md5 and crc32c; a byte
+//! --verify=KIND` checks a file fio wrote, for md5, crc32c, sha1 and
+//! xxhash; a byte
 //! changed in fio's file is caught, with its offset. The fio run is the
 //! installed fio (scripts/test installs it).
 
@@ -77,7 +78,7 @@ fn fio_job(o: &Output) -> (i64, u64) {
 fn fio_verify_only_passes_on_what_mqblk_wrote() {
     require_tool("fio");
     let dir = Scratch::new("fio-verify-mqblk");
-    for kind in ["md5", "crc32c"] {
+    for kind in ["md5", "crc32c", "sha1", "xxhash"] {
         let file = dir.file(&format!("{kind}.img"), 4 << 20);
         let v = mqblk_bench(&file, "write", kind);
         assert_eq!(v["jobs"][0]["verify"]["blocks_written"], BLOCKS, "{v:#}");
@@ -112,7 +113,7 @@ fn corrupt(path: &Path, offset: u64) {
 fn mqblk_checks_what_fio_wrote() {
     require_tool("fio");
     let dir = Scratch::new("mqblk-verify-fio");
-    for kind in ["md5", "crc32c"] {
+    for kind in ["md5", "crc32c", "sha1", "xxhash"] {
         let file = dir.path().join(format!("{kind}.img"));
         let o = fio(&file, kind, &["--do_verify=0"]);
         assert!(o.status.success(), "{}", text(&o));

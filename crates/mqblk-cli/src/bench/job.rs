@@ -92,6 +92,10 @@ pub enum VerifyKind {
     Md5,
     /// SHA-256, fio's `sha256`.
     Sha256,
+    /// SHA-1, fio's `sha1`.
+    Sha1,
+    /// xxHash32, fio's `xxhash`.
+    XxHash,
     /// fio's `pattern`: no header, only `verify_pattern=` checked.
     Pattern,
 }
@@ -103,6 +107,8 @@ impl VerifyKind {
             "crc32c" | "crc32c-intel" => Ok(Some(VerifyKind::Crc32c)),
             "md5" => Ok(Some(VerifyKind::Md5)),
             "sha256" => Ok(Some(VerifyKind::Sha256)),
+            "sha1" => Ok(Some(VerifyKind::Sha1)),
+            "xxhash" => Ok(Some(VerifyKind::XxHash)),
             "pattern" => Ok(Some(VerifyKind::Pattern)),
             "none" | "0" => Ok(None),
             _ => Err(()),
@@ -115,6 +121,8 @@ impl VerifyKind {
             VerifyKind::Crc32c => "crc32c",
             VerifyKind::Md5 => "md5",
             VerifyKind::Sha256 => "sha256",
+            VerifyKind::Sha1 => "sha1",
+            VerifyKind::XxHash => "xxhash",
             VerifyKind::Pattern => "pattern",
         }
     }

@@ -156,7 +156,8 @@ pub fn value_note(key: &str, value: &str) -> Option<String> {
     let v = value.trim();
     let used = verify_stand_in(v).filter(|u| *u != v && v != "crc32c-intel")?;
     Some(format!(
-        "checked with {used} (mqblk writes fio's headers for crc32c, md5 and sha256 only; \
+        "checked with {used} (mqblk writes fio's headers for crc32c, md5, sha1, xxhash and \
+         sha256 only; \
          each catches the same corruption, but fio with verify={v} cannot check this run's \
          blocks, nor mqblk blocks fio wrote with it)"
     ))
@@ -167,8 +168,8 @@ pub fn value_note(key: &str, value: &str) -> Option<String> {
 /// sha256; `null` (fio's "only pretend") is no verify.
 pub fn verify_stand_in(name: &str) -> Option<&'static str> {
     Some(match name {
-        "meta" | "crc32" | "crc16" | "crc7" | "crc64" | "xxhash" => "crc32c",
-        "sha1" | "sha512" | "sha3-224" | "sha3-256" | "sha3-384" | "sha3-512" => "sha256",
+        "meta" | "crc32" | "crc16" | "crc7" | "crc64" => "crc32c",
+        "sha512" | "sha3-224" | "sha3-256" | "sha3-384" | "sha3-512" => "sha256",
         "null" => "none",
         _ => return None,
     })

@@ -1,16 +1,19 @@
 //! The header at the start of every verify interval: fio's own `struct
 //! verify_header` and the checksum header of its type after it, so that
 //! `fio --verify_only` checks what `mqblk bench` wrote and mqblk checks
-//! what fio wrote (for the kinds both have: md5, crc32c, sha256):
+//! what fio wrote (md5, crc32c, sha1, xxhash; fio 3.33's sha256 is not
+//! SHA-256, so its sha256 blocks and ours differ):
 //!
 //! ```text
-//!  0  magic u16 = 0xacca     2  verify type u16 (fio's: 2 md5, 5 crc32c, 9 sha256)
+//!  0  magic u16 = 0xacca     2  verify type u16 (fio's: 2 md5, 5 crc32c, 9 sha256,
+//!                                                  15 xxhash, 16 sha1)
 //!  4  interval length u32    8  seed of the data u64        16  device offset u64
 //! 24  time_sec u32, 28 time_nsec u32 (0: mqblk reads no clock per write)
 //! 32  thread u16 (the job)  34  numberio u16 (the job's write count, low 16 bits)
 //! 36  crc32c u32 of bytes [0, 36)
-//! 40  the data's checksum: crc32c (4 bytes), md5 (16) or sha256 (32, in fio's 64)
-//!  D  data: xorshift64* stream from the seed, or verify_pattern (D = 44, 56 or 104)
+//! 40  the data's checksum: crc32c or xxhash (4 bytes), md5 (16), sha1 (20)
+//!     or sha256 (32, in fio's 64)
+//!  D  data: xorshift64* stream from the seed, or verify_pattern (D = 40 + that room)
 //! ```
 //!
 //! As fio's, the checksum covers the data [D, len) only; the header has
@@ -37,6 +40,8 @@ impl VerifyKind {
             VerifyKind::Md5 => 2,
             VerifyKind::Crc32c => 5,
             VerifyKind::Sha256 => 9,
+            VerifyKind::XxHash => 15,
+            VerifyKind::Sha1 => 16,
             // VERIFY_PATTERN_NO_HDR: never written in a header.
             VerifyKind::Pattern => 18,
         }
@@ -61,6 +66,8 @@ impl VerifyKind {
             VerifyKind::Md5 => 16,
             // fio's `struct vhdr_sha256` holds 64 bytes for its 32.
             VerifyKind::Sha256 => 64,
+            VerifyKind::Sha1 => 20,
+            VerifyKind::XxHash => 4,
         }
     }
 
@@ -96,6 +103,22 @@ impl VerifyKind {
             VerifyKind::Sha256 => {
                 out[..32].copy_from_slice(&sha2::Sha256::digest(data));
                 32
+            }
+            VerifyKind::Sha1 => {
+                // fio keeps SHA-1's five state words as the machine's
+                // u32s (`struct vhdr_sha1`), not the digest's big-endian
+                // bytes: each word's bytes turned round.
+                let digest = sha1::Sha1::digest(data);
+                for (o, w) in out[..20].chunks_mut(4).zip(digest.chunks(4)) {
+                    o.copy_from_slice(&[w[3], w[2], w[1], w[0]]);
+                }
+                20
+            }
+            VerifyKind::XxHash => {
+                // fio's XXH32_init(1): the seed is 1.
+                let h = xxhash_rust::xxh32::xxh32(data, 1);
+                out[..4].copy_from_slice(&h.to_le_bytes());
+                4
             }
         }
     }

@@ -334,6 +334,8 @@ impl Verifier {
                 match kind {
                     VerifyKind::Md5 => "bad md5 (data corrupted)",
                     VerifyKind::Sha256 => "bad sha256 (data corrupted)",
+                    VerifyKind::Sha1 => "bad sha1 (data corrupted)",
+                    VerifyKind::XxHash => "bad xxhash (data corrupted)",
                     _ => "bad crc32c (data corrupted)",
                 }
             } else if let Some(p) = &self.spec.pattern {
