@@ -1,7 +1,7 @@
 //! Verify headers as fio writes them: `fio --verify_only` checks a file
 //! `mqblk bench --verify=KIND` wrote, and `mqblk bench --rw=read
-//! --verify=KIND` checks a file fio wrote, for md5, crc32c, sha1 and
-//! xxhash; a byte
+//! --verify=KIND` checks a file fio wrote, for md5, crc32c, sha1, xxhash,
+//! crc64, crc32, crc16 and crc7; a byte
 //! changed in fio's file is caught, with its offset. The fio run is the
 //! installed fio (scripts/test installs it).
 
@@ -12,6 +12,10 @@ use mqblk_test_support::{require_tool, Scratch};
 
 const SIZE: &str = "4m";
 const BLOCKS: u64 = 1024;
+/// fio's checksums that mqblk writes in fio's layout.
+const KINDS: [&str; 8] = [
+    "md5", "crc32c", "sha1", "xxhash", "crc64", "crc32", "crc16", "crc7",
+];
 
 fn run(cmd: &str, args: &[String]) -> Output {
     Command::new(cmd)
@@ -78,7 +82,7 @@ fn fio_job(o: &Output) -> (i64, u64) {
 fn fio_verify_only_passes_on_what_mqblk_wrote() {
     require_tool("fio");
     let dir = Scratch::new("fio-verify-mqblk");
-    for kind in ["md5", "crc32c", "sha1", "xxhash"] {
+    for kind in KINDS {
         let file = dir.file(&format!("{kind}.img"), 4 << 20);
         let v = mqblk_bench(&file, "write", kind);
         assert_eq!(v["jobs"][0]["verify"]["blocks_written"], BLOCKS, "{v:#}");
@@ -113,7 +117,7 @@ fn corrupt(path: &Path, offset: u64) {
 fn mqblk_checks_what_fio_wrote() {
     require_tool("fio");
     let dir = Scratch::new("mqblk-verify-fio");
-    for kind in ["md5", "crc32c", "sha1", "xxhash"] {
+    for kind in KINDS {
         let file = dir.path().join(format!("{kind}.img"));
         let o = fio(&file, kind, &["--do_verify=0"]);
         assert!(o.status.success(), "{}", text(&o));
@@ -158,7 +162,7 @@ fn mqblk_bench_allowing_errors(file: &Path, kind: &str) -> serde_json::Value {
 #[test]
 fn a_checksum_mqblk_writes_in_another_s_place_says_so_on_the_command_line() {
     let dir = Scratch::new("verify-stand-in");
-    let file = dir.file("crc32.img", 1 << 20);
+    let file = dir.file("sha512.img", 4 << 20);
     let o = run(
         env!("CARGO_BIN_EXE_mqblk"),
         &[
@@ -166,14 +170,14 @@ fn a_checksum_mqblk_writes_in_another_s_place_says_so_on_the_command_line() {
             format!("--device=file:{}", file.display()),
             "--rw=write".into(),
             "--size=1m".into(),
-            "--verify=crc32".into(),
+            "--verify=sha512".into(),
         ],
     );
     assert!(o.status.success(), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("note: --verify=crc32: checked with crc32c")
-            && err.contains("fio with verify=crc32 cannot check"),
+        err.contains("note: --verify=sha512: checked with sha256")
+            && err.contains("fio with verify=sha512 cannot check"),
         "{err}"
     );
 }

@@ -96,6 +96,14 @@ pub enum VerifyKind {
     Sha1,
     /// xxHash32, fio's `xxhash`.
     XxHash,
+    /// fio's `crc64` (the Jones polynomial, reflected, from 0).
+    Crc64,
+    /// fio's `crc32` (CRC-32's polynomial, not reflected, from 0).
+    Crc32,
+    /// fio's `crc16` (CRC-16/ARC).
+    Crc16,
+    /// fio's `crc7` (CRC-7/MMC).
+    Crc7,
     /// fio's `pattern`: no header, only `verify_pattern=` checked.
     Pattern,
 }
@@ -109,6 +117,10 @@ impl VerifyKind {
             "sha256" => Ok(Some(VerifyKind::Sha256)),
             "sha1" => Ok(Some(VerifyKind::Sha1)),
             "xxhash" => Ok(Some(VerifyKind::XxHash)),
+            "crc64" => Ok(Some(VerifyKind::Crc64)),
+            "crc32" => Ok(Some(VerifyKind::Crc32)),
+            "crc16" => Ok(Some(VerifyKind::Crc16)),
+            "crc7" => Ok(Some(VerifyKind::Crc7)),
             "pattern" => Ok(Some(VerifyKind::Pattern)),
             "none" | "0" => Ok(None),
             _ => Err(()),
@@ -123,6 +135,10 @@ impl VerifyKind {
             VerifyKind::Sha256 => "sha256",
             VerifyKind::Sha1 => "sha1",
             VerifyKind::XxHash => "xxhash",
+            VerifyKind::Crc64 => "crc64",
+            VerifyKind::Crc32 => "crc32",
+            VerifyKind::Crc16 => "crc16",
+            VerifyKind::Crc7 => "crc7",
             VerifyKind::Pattern => "pattern",
         }
     }

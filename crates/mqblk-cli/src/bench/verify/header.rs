@@ -1,18 +1,19 @@
 //! The header at the start of every verify interval: fio's own `struct
 //! verify_header` and the checksum header of its type after it, so that
 //! `fio --verify_only` checks what `mqblk bench` wrote and mqblk checks
-//! what fio wrote (md5, crc32c, sha1, xxhash; fio 3.33's sha256 is not
-//! SHA-256, so its sha256 blocks and ours differ):
+//! what fio wrote (md5, crc32c, sha1, xxhash, crc64, crc32, crc16, crc7;
+//! fio 3.33's sha256 is not SHA-256, so its sha256 blocks and ours
+//! differ):
 //!
 //! ```text
 //!  0  magic u16 = 0xacca     2  verify type u16 (fio's: 2 md5, 5 crc32c, 9 sha256,
-//!                                                  15 xxhash, 16 sha1)
+//!                           3 crc64, 4 crc32, 7 crc16, 8 crc7, 15 xxhash, 16 sha1)
 //!  4  interval length u32    8  seed of the data u64        16  device offset u64
 //! 24  time_sec u32, 28 time_nsec u32 (0: mqblk reads no clock per write)
 //! 32  thread u16 (the job)  34  numberio u16 (the job's write count, low 16 bits)
 //! 36  crc32c u32 of bytes [0, 36)
-//! 40  the data's checksum: crc32c or xxhash (4 bytes), md5 (16), sha1 (20)
-//!     or sha256 (32, in fio's 64)
+//! 40  the data's checksum: crc7 (1 byte), crc16 (2), crc32c, crc32 or
+//!     xxhash (4), crc64 (8), md5 (16), sha1 (20) or sha256 (32, in fio's 64)
 //!  D  data: xorshift64* stream from the seed, or verify_pattern (D = 40 + that room)
 //! ```
 //!
@@ -41,6 +42,10 @@ impl VerifyKind {
             VerifyKind::Crc32c => 5,
             VerifyKind::Sha256 => 9,
             VerifyKind::XxHash => 15,
+            VerifyKind::Crc64 => 3,
+            VerifyKind::Crc32 => 4,
+            VerifyKind::Crc16 => 7,
+            VerifyKind::Crc7 => 8,
             VerifyKind::Sha1 => 16,
             // VERIFY_PATTERN_NO_HDR: never written in a header.
             VerifyKind::Pattern => 18,
@@ -67,7 +72,10 @@ impl VerifyKind {
             // fio's `struct vhdr_sha256` holds 64 bytes for its 32.
             VerifyKind::Sha256 => 64,
             VerifyKind::Sha1 => 20,
-            VerifyKind::XxHash => 4,
+            VerifyKind::XxHash | VerifyKind::Crc32 => 4,
+            VerifyKind::Crc64 => 8,
+            VerifyKind::Crc16 => 2,
+            VerifyKind::Crc7 => 1,
         }
     }
 
@@ -119,6 +127,26 @@ impl VerifyKind {
                 let h = xxhash_rust::xxh32::xxh32(data, 1);
                 out[..4].copy_from_slice(&h.to_le_bytes());
                 4
+            }
+            VerifyKind::Crc64 => {
+                let c = crc::Crc::<u64>::new(&crc::CRC_64_REDIS).checksum(data);
+                out[..8].copy_from_slice(&c.to_le_bytes());
+                8
+            }
+            VerifyKind::Crc32 => {
+                // cksum's CRC without its final inversion.
+                let c = !crc::Crc::<u32>::new(&crc::CRC_32_CKSUM).checksum(data);
+                out[..4].copy_from_slice(&c.to_le_bytes());
+                4
+            }
+            VerifyKind::Crc16 => {
+                let c = crc::Crc::<u16>::new(&crc::CRC_16_ARC).checksum(data);
+                out[..2].copy_from_slice(&c.to_le_bytes());
+                2
+            }
+            VerifyKind::Crc7 => {
+                out[0] = crc::Crc::<u8>::new(&crc::CRC_7_MMC).checksum(data);
+                1
             }
         }
     }

@@ -336,7 +336,11 @@ impl Verifier {
                     VerifyKind::Sha256 => "bad sha256 (data corrupted)",
                     VerifyKind::Sha1 => "bad sha1 (data corrupted)",
                     VerifyKind::XxHash => "bad xxhash (data corrupted)",
-                    _ => "bad crc32c (data corrupted)",
+                    VerifyKind::Crc64 => "bad crc64 (data corrupted)",
+                    VerifyKind::Crc32 => "bad crc32 (data corrupted)",
+                    VerifyKind::Crc16 => "bad crc16 (data corrupted)",
+                    VerifyKind::Crc7 => "bad crc7 (data corrupted)",
+                    VerifyKind::Crc32c | VerifyKind::Pattern => "bad crc32c (data corrupted)",
                 }
             } else if let Some(p) = &self.spec.pattern {
                 let from = i as usize * iv;
