@@ -1,7 +1,7 @@
 //! Verify headers as fio writes them: `fio --verify_only` checks a file
 //! `mqblk bench --verify=KIND` wrote, and `mqblk bench --rw=read
 //! --verify=KIND` checks a file fio wrote, for md5, crc32c, sha1, xxhash,
-//! crc64, crc32, crc16 and crc7; a byte
+//! crc64, crc32, crc16, crc7 and sha3-*; a byte
 //! changed in fio's file is caught, with its offset. The fio run is the
 //! installed fio (scripts/test installs it).
 
@@ -10,11 +10,12 @@ use std::process::{Command, Output};
 
 use mqblk_test_support::{require_tool, Scratch};
 
-const SIZE: &str = "4m";
-const BLOCKS: u64 = 1024;
+const SIZE: &str = "1m";
+const BLOCKS: u64 = 256;
 /// fio's checksums that mqblk writes in fio's layout.
-const KINDS: [&str; 8] = [
-    "md5", "crc32c", "sha1", "xxhash", "crc64", "crc32", "crc16", "crc7",
+const KINDS: [&str; 12] = [
+    "md5", "crc32c", "sha1", "xxhash", "crc64", "crc32", "crc16", "crc7", "sha3-224", "sha3-256",
+    "sha3-384", "sha3-512",
 ];
 
 fn run(cmd: &str, args: &[String]) -> Output {
@@ -83,7 +84,7 @@ fn fio_verify_only_passes_on_what_mqblk_wrote() {
     require_tool("fio");
     let dir = Scratch::new("fio-verify-mqblk");
     for kind in KINDS {
-        let file = dir.file(&format!("{kind}.img"), 4 << 20);
+        let file = dir.file(&format!("{kind}.img"), 1 << 20);
         let v = mqblk_bench(&file, "write", kind);
         assert_eq!(v["jobs"][0]["verify"]["blocks_written"], BLOCKS, "{v:#}");
         let o = fio(&file, kind, &["--verify_only"]);
@@ -162,7 +163,7 @@ fn mqblk_bench_allowing_errors(file: &Path, kind: &str) -> serde_json::Value {
 #[test]
 fn a_checksum_mqblk_writes_in_another_s_place_says_so_on_the_command_line() {
     let dir = Scratch::new("verify-stand-in");
-    let file = dir.file("sha512.img", 4 << 20);
+    let file = dir.file("sha512.img", 1 << 20);
     let o = run(
         env!("CARGO_BIN_EXE_mqblk"),
         &[

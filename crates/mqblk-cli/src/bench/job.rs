@@ -104,6 +104,14 @@ pub enum VerifyKind {
     Crc16,
     /// fio's `crc7` (CRC-7/MMC).
     Crc7,
+    /// SHA3-224, fio's `sha3-224`.
+    Sha3_224,
+    /// SHA3-256, fio's `sha3-256`.
+    Sha3_256,
+    /// SHA3-384, fio's `sha3-384`.
+    Sha3_384,
+    /// SHA3-512, fio's `sha3-512`.
+    Sha3_512,
     /// fio's `pattern`: no header, only `verify_pattern=` checked.
     Pattern,
 }
@@ -121,6 +129,10 @@ impl VerifyKind {
             "crc32" => Ok(Some(VerifyKind::Crc32)),
             "crc16" => Ok(Some(VerifyKind::Crc16)),
             "crc7" => Ok(Some(VerifyKind::Crc7)),
+            "sha3-224" => Ok(Some(VerifyKind::Sha3_224)),
+            "sha3-256" => Ok(Some(VerifyKind::Sha3_256)),
+            "sha3-384" => Ok(Some(VerifyKind::Sha3_384)),
+            "sha3-512" => Ok(Some(VerifyKind::Sha3_512)),
             "pattern" => Ok(Some(VerifyKind::Pattern)),
             "none" | "0" => Ok(None),
             _ => Err(()),
@@ -139,6 +151,10 @@ impl VerifyKind {
             VerifyKind::Crc32 => "crc32",
             VerifyKind::Crc16 => "crc16",
             VerifyKind::Crc7 => "crc7",
+            VerifyKind::Sha3_224 => "sha3-224",
+            VerifyKind::Sha3_256 => "sha3-256",
+            VerifyKind::Sha3_384 => "sha3-384",
+            VerifyKind::Sha3_512 => "sha3-512",
             VerifyKind::Pattern => "pattern",
         }
     }

@@ -156,20 +156,20 @@ pub fn value_note(key: &str, value: &str) -> Option<String> {
     let v = value.trim();
     let used = verify_stand_in(v).filter(|u| *u != v && v != "crc32c-intel")?;
     Some(format!(
-        "checked with {used} (mqblk writes fio's headers for md5, sha1, sha256, xxhash and \
-         the crcs only; \
+        "checked with {used} (mqblk writes fio's headers for md5, sha1, sha256, sha3-*, \
+         xxhash and the crcs only; \
          each catches the same corruption, but fio with verify={v} cannot check this run's \
          blocks, nor mqblk blocks fio wrote with it)"
     ))
 }
 
 /// The checksum mqblk verifies with for fio's `verify=NAME`: fio's meta
-/// is checked with crc32c, sha512 and sha3-* with sha256; `null` (fio's
-/// "only pretend") is no verify.
+/// is checked with crc32c, sha512 with sha256 (fio 3.33's sha512 is not
+/// SHA-512); `null` (fio's "only pretend") is no verify.
 pub fn verify_stand_in(name: &str) -> Option<&'static str> {
     Some(match name {
         "meta" => "crc32c",
-        "sha512" | "sha3-224" | "sha3-256" | "sha3-384" | "sha3-512" => "sha256",
+        "sha512" => "sha256",
         "null" => "none",
         _ => return None,
     })

@@ -1,19 +1,21 @@
 //! The header at the start of every verify interval: fio's own `struct
 //! verify_header` and the checksum header of its type after it, so that
 //! `fio --verify_only` checks what `mqblk bench` wrote and mqblk checks
-//! what fio wrote (md5, crc32c, sha1, xxhash, crc64, crc32, crc16, crc7;
-//! fio 3.33's sha256 is not SHA-256, so its sha256 blocks and ours
-//! differ):
+//! what fio wrote (md5, crc32c, sha1, sha3-*, xxhash, crc64, crc32, crc16,
+//! crc7; fio 3.33's sha256 and sha512 are not SHA-2, so its blocks of
+//! those and ours differ):
 //!
 //! ```text
 //!  0  magic u16 = 0xacca     2  verify type u16 (fio's: 2 md5, 5 crc32c, 9 sha256,
-//!                           3 crc64, 4 crc32, 7 crc16, 8 crc7, 15 xxhash, 16 sha1)
+//!                           3 crc64, 4 crc32, 7 crc16, 8 crc7, 11-14 sha3-*,
+//!                           15 xxhash, 16 sha1)
 //!  4  interval length u32    8  seed of the data u64        16  device offset u64
 //! 24  time_sec u32, 28 time_nsec u32 (0: mqblk reads no clock per write)
 //! 32  thread u16 (the job)  34  numberio u16 (the job's write count, low 16 bits)
 //! 36  crc32c u32 of bytes [0, 36)
 //! 40  the data's checksum: crc7 (1 byte), crc16 (2), crc32c, crc32 or
-//!     xxhash (4), crc64 (8), md5 (16), sha1 (20) or sha256 (32, in fio's 64)
+//!     xxhash (4), crc64 (8), md5 (16), sha1 (20), sha3-* (28 to 64) or
+//!     sha256 (32, in fio's 64)
 //!  D  data: xorshift64* stream from the seed, or verify_pattern (D = 40 + that room)
 //! ```
 //!
@@ -29,6 +31,8 @@ use crate::bench::job::VerifyKind;
 pub const MAGIC: u16 = 0xacca;
 /// Bytes of fio's `struct verify_header` at the start of each interval.
 pub const HEADER_BYTES: usize = 40;
+/// Bytes of the longest checksum (sha3-512).
+pub const DIGEST_MAX: usize = 64;
 /// Bytes of the header its crc32c covers (up to the crc itself).
 const HEADER_CRC_BYTES: usize = 36;
 
@@ -46,6 +50,10 @@ impl VerifyKind {
             VerifyKind::Crc32 => 4,
             VerifyKind::Crc16 => 7,
             VerifyKind::Crc7 => 8,
+            VerifyKind::Sha3_224 => 11,
+            VerifyKind::Sha3_256 => 12,
+            VerifyKind::Sha3_384 => 13,
+            VerifyKind::Sha3_512 => 14,
             VerifyKind::Sha1 => 16,
             // VERIFY_PATTERN_NO_HDR: never written in a header.
             VerifyKind::Pattern => 18,
@@ -76,12 +84,19 @@ impl VerifyKind {
             VerifyKind::Crc64 => 8,
             VerifyKind::Crc16 => 2,
             VerifyKind::Crc7 => 1,
+            VerifyKind::Sha3_224 => 28,
+            VerifyKind::Sha3_256 => 32,
+            VerifyKind::Sha3_384 => 48,
+            VerifyKind::Sha3_512 => 64,
         }
     }
 
     /// Bytes of the checksum itself.
     fn digest_len(self) -> usize {
-        self.digest_room().min(32)
+        match self {
+            VerifyKind::Sha256 => 32,
+            other => other.digest_room(),
+        }
     }
 
     /// Where an interval's data starts.
@@ -95,7 +110,7 @@ impl VerifyKind {
 
     /// The checksum of `block`'s data into `out`; returns its length. A
     /// crc32c is 4 little-endian bytes.
-    pub fn sum(self, block: &[u8], out: &mut [u8; 32]) -> usize {
+    pub fn sum(self, block: &[u8], out: &mut [u8; DIGEST_MAX]) -> usize {
         use sha2::Digest as _;
         let data = &block[self.data_start()..];
         match self {
@@ -148,6 +163,10 @@ impl VerifyKind {
                 out[0] = crc::Crc::<u8>::new(&crc::CRC_7_MMC).checksum(data);
                 1
             }
+            VerifyKind::Sha3_224 => digest::<sha3::Sha3_224>(data, out),
+            VerifyKind::Sha3_256 => digest::<sha3::Sha3_256>(data, out),
+            VerifyKind::Sha3_384 => digest::<sha3::Sha3_384>(data, out),
+            VerifyKind::Sha3_512 => digest::<sha3::Sha3_512>(data, out),
         }
     }
 
@@ -158,7 +177,7 @@ impl VerifyKind {
         if !self.has_header() {
             return;
         }
-        let mut sum = [0u8; 32];
+        let mut sum = [0u8; DIGEST_MAX];
         let n = self.sum(block, &mut sum);
         block[HEADER_BYTES..HEADER_BYTES + n].copy_from_slice(&sum[..n]);
         h.crc = fio_crc32c(&block[..HEADER_CRC_BYTES]);
@@ -169,6 +188,13 @@ impl VerifyKind {
     pub fn stored(self, block: &[u8]) -> &[u8] {
         &block[HEADER_BYTES..HEADER_BYTES + self.digest_len()]
     }
+}
+
+/// `D`'s digest of `data` into `out`; its length.
+fn digest<D: sha2::Digest>(data: &[u8], out: &mut [u8; DIGEST_MAX]) -> usize {
+    let d = D::digest(data);
+    out[..d.len()].copy_from_slice(&d);
+    d.len()
 }
 
 /// Whether the header at the start of `block` carries its own crc32c.

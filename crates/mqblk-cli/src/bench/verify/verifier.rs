@@ -7,7 +7,9 @@ use mqblk::{Bio, Completion, Context, Op};
 
 use crate::bench::job::VerifyKind;
 
-use super::header::{fill_data, header_crc_ok, hex, splitmix, Header, HEADER_BYTES, MAGIC};
+use super::header::{
+    fill_data, header_crc_ok, hex, splitmix, Header, DIGEST_MAX, HEADER_BYTES, MAGIC,
+};
 use super::hook::{Hook, HOOK_PRIVATE_MASK};
 use super::pattern::VerifyPattern;
 use super::record::{Event, Expect, Record};
@@ -239,7 +241,7 @@ impl Verifier {
             } else {
                 Header::default()
             };
-            let mut sum = [0u8; 32];
+            let mut sum = [0u8; DIGEST_MAX];
             let n = kind.sum(chunk, &mut sum);
             let expected = self.sealed(block, interval, expected);
             self.result.errors += 1;
@@ -314,7 +316,7 @@ impl Verifier {
                 expected.generation = actual.generation;
                 expected.job = actual.job;
             }
-            let mut sum = [0u8; 32];
+            let mut sum = [0u8; DIGEST_MAX];
             let n = kind.sum(chunk, &mut sum);
             let sum_ok = kind.stored(chunk) == &sum[..n];
             let reason = if actual.magic != MAGIC {
@@ -340,6 +342,10 @@ impl Verifier {
                     VerifyKind::Crc32 => "bad crc32 (data corrupted)",
                     VerifyKind::Crc16 => "bad crc16 (data corrupted)",
                     VerifyKind::Crc7 => "bad crc7 (data corrupted)",
+                    VerifyKind::Sha3_224 => "bad sha3-224 (data corrupted)",
+                    VerifyKind::Sha3_256 => "bad sha3-256 (data corrupted)",
+                    VerifyKind::Sha3_384 => "bad sha3-384 (data corrupted)",
+                    VerifyKind::Sha3_512 => "bad sha3-512 (data corrupted)",
                     VerifyKind::Crc32c | VerifyKind::Pattern => "bad crc32c (data corrupted)",
                 }
             } else if let Some(p) = &self.spec.pattern {

@@ -56,7 +56,7 @@ fn header_round_trip_and_crc() {
     // after that, and the header's own crc32c.
     assert_eq!(h.kind, 5);
     assert!(super::header_crc_ok(data, &h));
-    let mut sum = [0u8; 32];
+    let mut sum = [0u8; DIGEST_MAX];
     assert_eq!(VerifyKind::Crc32c.sum(data, &mut sum), 4);
     assert_eq!(VerifyKind::Crc32c.stored(data), &sum[..4]);
     assert_eq!(VerifyKind::Crc32c.data_start(), HEADER_BYTES + 4);
