@@ -9,8 +9,27 @@ use crate::bench::report::{self, Format};
 
 use crate::cli::BenchArgs;
 
-pub(crate) fn bench_command(args: &BenchArgs) -> Result<()> {
+/// `stop`: the signal handlers, installed first thing in `main` (as fio:
+/// the first SIGINT or SIGTERM stops the jobs, drains them and prints what
+/// ran; a second one exits at once). A signal before the devices open is
+/// answered, in one line, when the first opens.
+pub(crate) fn bench_command(args: &BenchArgs, stop: crate::bench::stop::Stop) -> Result<()> {
     let cli = args.job_options()?;
+    // What a job file is told of a value mqblk takes in its own way
+    // (another checksum for verify=, the generator of random_generator=),
+    // the command line is told too.
+    let given = args
+        .verify
+        .as_ref()
+        .map(|v| ("verify", Some(v)))
+        .into_iter()
+        .chain(args.job_keys.iter().map(|(k, v)| (k.as_str(), v.as_ref())));
+    for (key, value) in given {
+        let Some(value) = value else { continue };
+        if let Some(note) = crate::bench::options::fio::value_note(key, value) {
+            eprintln!("mqblk: note: --{key}={value}: {note}");
+        }
+    }
     let jobs = match &args.jobfile {
         Some(path) => {
             if cli.name.is_some() {
@@ -36,10 +55,6 @@ pub(crate) fn bench_command(args: &BenchArgs) -> Result<()> {
         eta: args.eta,
         interval,
     };
-    // As fio: the first SIGINT or SIGTERM stops the jobs, drains them and
-    // prints what ran; a second one exits at once. In place before the
-    // first device opens: a signal while one opens says which.
-    let stop = crate::bench::stop::Stop::install()?;
     // Everything that can fail before the run fails here, before the banner.
     let prepared = crate::bench::engine::prepare(&jobs, args.allow_overcommit, Some(&stop))?;
     let _control = match &args.control {
@@ -63,6 +78,11 @@ pub(crate) fn bench_command(args: &BenchArgs) -> Result<()> {
             serde_json::to_writer_pretty(&mut out, &report::json(&jobs, &run))?;
             out.write_all(b"\n")?;
         }
+        Format::JsonPlus => {
+            serde_json::to_writer_pretty(&mut out, &report::json_plus(&jobs, &run))?;
+            out.write_all(b"\n")?;
+        }
+        Format::Terse => out.write_all(report::terse(&jobs, &run).as_bytes())?,
     }
     out.flush()?;
     drop(out);

@@ -192,11 +192,9 @@ pub(crate) struct BenchArgs {
     #[arg(long = "ioengine", value_name = "ENGINE")]
     pub(crate) ioengine: Option<String>,
 
-    /// fio's --thread and --group_reporting: accepted and ignored (jobs are
-    /// always threads; each job is reported).
+    /// fio's --thread: accepted and ignored (jobs are always threads).
     #[arg(
         long = "thread",
-        alias = "group_reporting",
         hide = true,
         value_name = "0|1",
         num_args = 0..=1,

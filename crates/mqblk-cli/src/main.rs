@@ -68,9 +68,29 @@ fn stat_command(args: &StatArgs) -> Result<()> {
 }
 
 fn main() -> std::process::ExitCode {
+    // bench's signal handlers come first, before the arguments are parsed:
+    // a signal at any moment of a bench is answered (bench::stop).
+    // Until then SIGINT and SIGTERM are blocked since the process began.
+    let stop = match std::env::args().nth(1).as_deref() {
+        Some("bench") => match bench::stop::Stop::install() {
+            Ok(stop) => Some(stop),
+            Err(e) => {
+                bench::stop::unblock();
+                eprintln!("mqblk: {e:#}");
+                return std::process::ExitCode::FAILURE;
+            }
+        },
+        _ => {
+            bench::stop::unblock();
+            None
+        }
+    };
     let cli = parse_cli();
     let result = match cli.command {
-        Command::Bench(args) => bench_command(&args),
+        Command::Bench(args) => match stop {
+            Some(stop) => bench_command(&args, stop),
+            None => bench::stop::Stop::install().and_then(|stop| bench_command(&args, stop)),
+        },
         Command::Info(args) => info_command(&args),
         Command::Stat(args) => stat_command(&args),
         Command::Serve(args) => serve::serve_command(&args),

@@ -1,8 +1,9 @@
 //! `mqblk bench` and signals, as fio: the first SIGINT or SIGTERM stops
 //! the jobs and prints the report of what ran (exit status 128 + the
 //! signal), within 2 s even when the device never answers; a second one
-//! exits at once. Every
-//! process signalled is one this test started, by its pid.
+//! exits at once, and one stop sent twice (as `timeout` sends it) is one
+//! stop, with its report, at 100 random moments of a run. Every process
+//! signalled is one this test started, by its pid.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -336,4 +337,129 @@ fn a_stop_while_an_rbd_image_is_still_opening_says_so_in_one_line() {
     );
     let _conn = first_connection("librados", || mon.accept());
     interrupt_while_opening(b, spec);
+}
+
+/// Whether `pid` answers SIGINT: it blocks it (`SigBlk` in
+/// /proc/PID/status: the bench blocks it in `.preinit_array`, before the
+/// shared libraries' constructors, until its handler is in place) or has
+/// a handler for it (`SigCgt`). Before that, during the exec and the
+/// loader's relocations, the kernel's default action ends any process,
+/// and no code of the bench can answer.
+fn answers_sigint(pid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    let has = |field: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .is_some_and(|mask| mask & (1 << (libc::SIGINT - 1)) != 0)
+    };
+    has("SigBlk:") || has("SigCgt:")
+}
+
+/// What one run stopped at `moment` did: its exit code, and whether it
+/// printed its report or the one line of a stop before any I/O.
+struct Stopped {
+    moment: Duration,
+    code: Option<i32>,
+    report: bool,
+    before_io: bool,
+    out: String,
+    err: String,
+}
+
+/// The issue's run (`timeout --preserve-status -s INT T mqblk bench
+/// --device ram,size=1G --rw=randrw --iodepth=16 --runtime=10
+/// --time_based --verify=crc32c`), stopped `moment` after it answers
+/// SIGINT ([`answers_sigint`]) by SIGINT sent twice back to back, as `timeout` sends it (to
+/// the child, then to its process group).
+fn stop_twice_at(moment: Duration) -> Stopped {
+    let mut b = start(&[
+        "--device",
+        "ram,size=1G",
+        "--rw=randrw",
+        "--iodepth=16",
+        "--runtime=10",
+        "--time_based",
+        "--verify=crc32c",
+    ]);
+    let t = Instant::now();
+    while !answers_sigint(b.pid()) {
+        assert!(t.elapsed() < WAIT_MAX, "the bench never answered SIGINT");
+        assert!(b.try_wait().is_none(), "the bench ended before its handler");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    std::thread::sleep(moment);
+    let pid = b.pid() as libc::pid_t;
+    assert!(b.try_wait().is_none(), "the bench ended before its signal");
+    for _ in 0..2 {
+        // SAFETY: kill with this test's own child's pid, not reaped yet
+        // (checked above), so the pid is still its.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    }
+    let (st, out, err) = b.finish(WAIT_MAX);
+    Stopped {
+        moment,
+        code: st.code(),
+        report: out.contains("Run status group 0 (all jobs):")
+            && out.contains("mqblk: (the layer's own figures"),
+        before_io: !out.contains("Run status group")
+            && err.contains("was still opening; nothing ran, no report")
+            && err.lines().count() == 1,
+        out,
+        err,
+    }
+}
+
+#[test]
+fn a_stop_sent_twice_at_100_random_moments_reports_every_time() {
+    const RUNS: usize = 100;
+    const PARALLEL: usize = 5;
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    eprintln!("moments from seed {seed}");
+    // xorshift64*: moments uniform in 0 to 3 s.
+    let mut x = seed;
+    let moments: Vec<Duration> = (0..RUNS)
+        .map(|_| {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            let r = x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11;
+            Duration::from_micros(r % 3_000_001)
+        })
+        .collect();
+    let mut all = Vec::new();
+    for chunk in moments.chunks(PARALLEL) {
+        let runs: Vec<_> = chunk
+            .iter()
+            .map(|&m| std::thread::spawn(move || stop_twice_at(m)))
+            .collect();
+        all.extend(runs.into_iter().map(|r| r.join().expect("a run's thread")));
+    }
+    let reports = all.iter().filter(|r| r.report).count();
+    let before_io = all.iter().filter(|r| r.before_io).count();
+    let good = all
+        .iter()
+        .filter(|r| r.code == Some(130) && (r.report || r.before_io))
+        .count();
+    eprintln!(
+        "{good} of {RUNS} runs exited 130 with their report ({reports}) or the one line of a \
+         stop before any I/O ({before_io})"
+    );
+    for r in all
+        .iter()
+        .filter(|r| r.code != Some(130) || !(r.report || r.before_io))
+    {
+        eprintln!(
+            "stopped at {:?}: exit {:?}\nstdout: {}\nstderr: {}",
+            r.moment, r.code, r.out, r.err
+        );
+    }
+    assert_eq!(good, RUNS);
 }

@@ -92,6 +92,26 @@ pub enum VerifyKind {
     Md5,
     /// SHA-256, fio's `sha256`.
     Sha256,
+    /// SHA-1, fio's `sha1`.
+    Sha1,
+    /// xxHash32, fio's `xxhash`.
+    XxHash,
+    /// fio's `crc64` (the Jones polynomial, reflected, from 0).
+    Crc64,
+    /// fio's `crc32` (CRC-32's polynomial, not reflected, from 0).
+    Crc32,
+    /// fio's `crc16` (CRC-16/ARC).
+    Crc16,
+    /// fio's `crc7` (CRC-7/MMC).
+    Crc7,
+    /// SHA3-224, fio's `sha3-224`.
+    Sha3_224,
+    /// SHA3-256, fio's `sha3-256`.
+    Sha3_256,
+    /// SHA3-384, fio's `sha3-384`.
+    Sha3_384,
+    /// SHA3-512, fio's `sha3-512`.
+    Sha3_512,
     /// fio's `pattern`: no header, only `verify_pattern=` checked.
     Pattern,
 }
@@ -103,6 +123,16 @@ impl VerifyKind {
             "crc32c" | "crc32c-intel" => Ok(Some(VerifyKind::Crc32c)),
             "md5" => Ok(Some(VerifyKind::Md5)),
             "sha256" => Ok(Some(VerifyKind::Sha256)),
+            "sha1" => Ok(Some(VerifyKind::Sha1)),
+            "xxhash" => Ok(Some(VerifyKind::XxHash)),
+            "crc64" => Ok(Some(VerifyKind::Crc64)),
+            "crc32" => Ok(Some(VerifyKind::Crc32)),
+            "crc16" => Ok(Some(VerifyKind::Crc16)),
+            "crc7" => Ok(Some(VerifyKind::Crc7)),
+            "sha3-224" => Ok(Some(VerifyKind::Sha3_224)),
+            "sha3-256" => Ok(Some(VerifyKind::Sha3_256)),
+            "sha3-384" => Ok(Some(VerifyKind::Sha3_384)),
+            "sha3-512" => Ok(Some(VerifyKind::Sha3_512)),
             "pattern" => Ok(Some(VerifyKind::Pattern)),
             "none" | "0" => Ok(None),
             _ => Err(()),
@@ -115,6 +145,16 @@ impl VerifyKind {
             VerifyKind::Crc32c => "crc32c",
             VerifyKind::Md5 => "md5",
             VerifyKind::Sha256 => "sha256",
+            VerifyKind::Sha1 => "sha1",
+            VerifyKind::XxHash => "xxhash",
+            VerifyKind::Crc64 => "crc64",
+            VerifyKind::Crc32 => "crc32",
+            VerifyKind::Crc16 => "crc16",
+            VerifyKind::Crc7 => "crc7",
+            VerifyKind::Sha3_224 => "sha3-224",
+            VerifyKind::Sha3_256 => "sha3-256",
+            VerifyKind::Sha3_384 => "sha3-384",
+            VerifyKind::Sha3_512 => "sha3-512",
             VerifyKind::Pattern => "pattern",
         }
     }
@@ -329,6 +369,12 @@ pub struct JobSpec {
     /// `randrepeat=` (default 1): the same offsets every run; 0 draws a
     /// new seed from the clock.
     pub randrepeat: bool,
+    /// `norandommap=` (default 0): a uniform random job may hit a block
+    /// twice in a pass (no [`crate::bench::random_map::RandomMap`]).
+    pub norandommap: bool,
+    /// `random_generator=` (fio's names; see
+    /// [`crate::bench::random_map::RandomGenerator`]).
+    pub random_generator: crate::bench::random_map::RandomGenerator,
     /// `fsync=N` / `fdatasync=N`: a flush after every N writes (0: never).
     pub fsync_every: u32,
     /// `end_fsync=1`: a flush when the job's I/O is done.
@@ -425,7 +471,9 @@ pub struct JobSpec {
     pub ss_dur: Duration,
     /// `ss_ramp=`.
     pub ss_ramp: Duration,
-    /// `group_reporting`: steady state judges a section's jobs together.
+    /// `group_reporting`: a group's jobs are reported as one (fio's rules,
+    /// [`crate::bench::report::group`]), and steady state judges a
+    /// section's jobs together.
     pub group_reporting: bool,
     /// `verify_pattern=`.
     pub verify_pattern: Option<VerifyPattern>,
@@ -515,6 +563,8 @@ impl Default for JobSpec {
             seq_stride: 0,
             distribution: Distribution::Uniform,
             randrepeat: true,
+            norandommap: false,
+            random_generator: crate::bench::random_map::RandomGenerator::Tausworthe,
             fsync_every: 0,
             end_fsync: false,
             rate_iops: None,

@@ -36,6 +36,8 @@ pub struct JobMemory {
     pub slot_bytes: u64,
     /// The verify record, busy list and scratch block.
     pub verify_bytes: u64,
+    /// The random map (a bit per block of a sized random job).
+    pub map_bytes: u64,
 }
 
 impl JobMemory {
@@ -44,6 +46,7 @@ impl JobMemory {
         self.slots
             .saturating_mul(self.slot_bytes)
             .saturating_add(self.verify_bytes)
+            .saturating_add(self.map_bytes)
     }
 }
 
@@ -76,10 +79,20 @@ pub fn of_job(job: &JobSpec, writers: u64) -> JobMemory {
     } else {
         0
     };
+    // Counted when size= gives the blocks; a job sized by its device is
+    // not (its map: a bit per block, 32 MiB for a terabyte of 4k blocks).
+    let map_bytes = match job.size {
+        Some(size) if job.rw.is_random() && !job.norandommap => {
+            let unit = crate::bench::pattern::unit_bytes(job);
+            crate::bench::random_map::RandomMap::bytes_for(size / unit)
+        }
+        _ => 0,
+    };
     JobMemory {
         slots: u64::from(job.iodepth),
         slot_bytes,
         verify_bytes,
+        map_bytes,
     }
 }
 

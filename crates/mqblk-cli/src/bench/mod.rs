@@ -17,6 +17,8 @@
 //! - [`verify`]: fio's `verify=`: headers written with each block, checked
 //!   on read-back.
 //! - [`distribution`]: `random_distribution=`, and the random numbers.
+//! - [`random_map`]: fio's random map (each block once per pass) and
+//!   `random_generator=`.
 //! - [`zone`]: `zonemode=` (strided windows, emulated zoned devices).
 //! - [`pattern`]: where each I/O goes (rw, offset, the sequencer).
 //! - [`rate`]: `rate=`/`rate_iops=` pacing (linear or Poisson) and
@@ -62,6 +64,8 @@ pub mod content;
 pub mod verify;
 
 pub mod distribution;
+
+pub mod random_map;
 
 pub mod zone;
 

@@ -1,14 +1,16 @@
 //! Where each I/O of a job goes: fio's `rw=` (sequential, with fio's
 //! `rw=TYPE:N` holes and backward strides, or random), `offset=`, the
 //! read/write mix, and `random_distribution=` (uniform, zipf, pareto,
-//! normal). Drawn without a clock and without allocating; the uniform path
-//! is a multiply and a shift.
+//! normal), and fio's random map ([`super::random_map`]: each block once
+//! per pass). Drawn without a clock and without allocating; the uniform
+//! path is a multiply, a shift and a bit of the map.
 
 use mqblk::Op;
 
 pub use super::distribution::Rng;
 use super::distribution::Skew;
 use super::job::{BlockSizes, JobSpec};
+use super::random_map::{RandomGenerator, RandomMap};
 use super::zone::{Strided, Zbd, ZoneMode};
 
 /// Where the next I/O goes, and how long it is.
@@ -51,6 +53,9 @@ pub struct Offsets {
     last_start: u64,
     strided: Option<Strided>,
     zbd: Option<Zbd>,
+    /// fio's random map: the blocks a uniform random job took this pass
+    /// (None: `norandommap`, or a job the map does not apply to).
+    map: Option<RandomMap>,
     /// A zoned job with nothing left to read.
     exhausted: bool,
 }
@@ -101,7 +106,15 @@ impl Offsets {
             && seq_nr <= 1
             && strided.is_none()
             && zbd.is_none();
+        // As fio: the map is for uniform random draws over the region
+        // (fio's lfsr covers every block whatever norandommap says).
+        let mapped = random
+            && skew.is_uniform()
+            && zbd.is_none()
+            && strided.is_none()
+            && (!job.norandommap || job.random_generator == RandomGenerator::Lfsr);
         Offsets {
+            map: mapped.then(|| RandomMap::new(blocks)),
             plain,
             random,
             blocks,
@@ -180,7 +193,11 @@ impl Offsets {
                 p if (self.rng.next() % 100) < u64::from(p) => Op::Read,
                 _ => Op::Write,
             };
-            let s = self.rng.below(self.blocks) * self.bs_sectors;
+            let mut b = self.rng.below(self.blocks);
+            if let Some(m) = &mut self.map {
+                b = m.take(b);
+            }
+            let s = b * self.bs_sectors;
             return (op, self.base_sector + s, self.max_sectors);
         }
         self.next_general()
@@ -214,6 +231,17 @@ impl Offsets {
                 self.skew.block(&mut self.rng, self.blocks, op)
             } else {
                 self.rng.below(win_blocks)
+            };
+            let b = match &mut self.map {
+                Some(m) => {
+                    // A long I/O takes every block it covers.
+                    let b = m.take(b);
+                    for more in 1..len.div_ceil(self.bs_sectors) {
+                        m.mark(b + more);
+                    }
+                    b
+                }
+                None => b,
             };
             let s = b * self.bs_sectors;
             // A long I/O near the end moves back to fit, staying aligned.
@@ -294,6 +322,42 @@ mod tests {
                 assert_eq!(fast.next(), general.next());
             }
         }
+    }
+
+    #[test]
+    fn a_random_job_takes_every_block_once_per_pass_unless_norandommap() {
+        let count = |j: &JobSpec| {
+            let mut o = Offsets::new(j, 4096, 7);
+            let mut seen = vec![0u32; 4096];
+            for _ in 0..4096 {
+                seen[(o.next().1 / 8) as usize] += 1;
+            }
+            seen
+        };
+        let mut j = job(RwMode::RandWrite, 4096, 0);
+        assert!(count(&j).iter().all(|&n| n == 1));
+        // bsrange: each I/O takes the blocks it covers.
+        j.block_sizes = BlockSizes::Range(4096, 16384);
+        let mut o = Offsets::new(&j, 4096, 7);
+        let mut seen = vec![0u32; 4096];
+        // Each draw takes a free block, so one pass is at most 4096 draws.
+        for _ in 0..4096 {
+            let (_, sector, len) = o.next();
+            for b in sector / 8..(sector + len) / 8 {
+                seen[b as usize] += 1;
+            }
+            if seen.iter().all(|&n| n >= 1) {
+                break;
+            }
+        }
+        assert!(seen.iter().all(|&n| n >= 1), "a block missed");
+        j.block_sizes = BlockSizes::Fixed;
+        j.norandommap = true;
+        let missed = count(&j).iter().filter(|&&n| n == 0).count();
+        // About 1/e of the blocks without the map.
+        assert!(missed > 1000, "{missed} of 4096 missed with norandommap");
+        j.random_generator = RandomGenerator::Lfsr;
+        assert!(count(&j).iter().all(|&n| n == 1));
     }
 
     #[test]

@@ -155,13 +155,10 @@ pub fn prepare(jobs: &[JobSpec], allow_overcommit: bool, stop: Option<&Stop>) ->
     let mut specs: Vec<String> = Vec::new();
     let mut group_starts = vec![0];
     let mut report_groups = Vec::new();
-    let mut report_group = 0usize;
-    for (job, devs) in jobs.iter().zip(&devs) {
+    let section_groups = crate::bench::report::group::section_groups(jobs);
+    for ((job, devs), &report_group) in jobs.iter().zip(&devs).zip(&section_groups) {
         if job.stonewall && !plan.is_empty() && group_starts.last() != Some(&plan.len()) {
             group_starts.push(plan.len());
-        }
-        if (job.stonewall || job.new_group) && !plan.is_empty() {
-            report_group += 1;
         }
         for k in 0..job.numjobs {
             let i = plan.len();

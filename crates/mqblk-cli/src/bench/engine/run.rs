@@ -289,11 +289,11 @@ fn run_group(
     }
     // The jobs that ended last may have exitall=1 with exit_what=all.
     let _ = ends.due(t0.elapsed(), |i| shared.done[i].load(Relaxed), |_| (0, 0));
-    if stop.load(Relaxed) {
-        eprintln!(
-            "mqblk: stopping: reporting what ran; a job still waiting for its I/O gets {STOP_GRACE:?} \
-             (a second signal exits at once)"
-        );
+    // The first place the supervisor sees a signal announces the stop
+    // (and arms a second signal's exit): here, or while it waits below.
+    let stopped_before = stop.load(Relaxed);
+    if stopped_before {
+        crate::bench::stop::announce(STOP_GRACE);
     }
     shared.phase.store(
         if stop.load(Relaxed) {
@@ -307,6 +307,9 @@ fn run_group(
     let mut deadline = None;
     let abort_on_signal = |deadline: &mut Option<Instant>| {
         if deadline.is_none() && stop.load(Relaxed) {
+            if !stopped_before {
+                crate::bench::stop::announce(STOP_GRACE);
+            }
             shared.phase.store(PHASE_ABORT, Relaxed);
             *deadline = Some(Instant::now() + STOP_GRACE);
         }

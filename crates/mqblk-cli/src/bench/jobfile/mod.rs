@@ -26,10 +26,9 @@
 //! `filename=PATH` is the device `file:PATH`, and `direct=` and
 //! `ioengine=io_uring|psync` set the section's file devices (`libaio` and
 //! `posixaio` leave their default engine, io_uring; any other engine is an
-//! error that says why). The fio keys `thread`, `group_reporting` and
-//! `name` are accepted and ignored (mqblk always runs jobs as threads,
-//! prints every job, and names jobs by their section); any other key is an
-//! error naming it and its line.
+//! error that says why). The fio keys `thread` and `name` are accepted and
+//! ignored (mqblk always runs jobs as threads, and names jobs by their
+//! section); any other key is an error naming it and its line.
 //!
 //! The command line's options are laid over every job (see
 //! [`super::options`]). Files are bounded: at most [`FILE_BYTES_MAX`]
@@ -272,8 +271,7 @@ pub fn parse_sections(
         }
         if let Some(why) = super::options::noted(key) {
             let shown = value.map_or(key.to_string(), |v| format!("{key}={v}"));
-            // A key of mqblk's own is noted and taken (group_reporting is
-            // noted for the report, and steady state takes it).
+            // A key of mqblk's own is noted and taken.
             if !KEYS.contains(&key) {
                 notes.push(format!("{line_no}: {shown}: ignored: {why}"));
                 continue;

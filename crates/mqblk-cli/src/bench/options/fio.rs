@@ -7,11 +7,6 @@
 /// engines' options, process placement, and file-set options (mqblk runs
 /// each job on its device).
 pub const NOTED_KEYS: &[(&str, &str)] = &[
-    ("group_reporting", "every job is reported"),
-    (
-        "new_group",
-        "every job is reported (exitall's groups start at new_group)",
-    ),
     ("description", "a comment"),
     (
         "gtod_reduce",
@@ -91,7 +86,6 @@ pub const NOTED_KEYS: &[(&str, &str)] = &[
         "io_submit_mode",
         "mqblk submits inline, batched by its plug",
     ),
-    ("random_generator", "mqblk draws offsets with xorshift64*"),
     ("mem", "buffers come from the device's aligned pool"),
     ("iomem", "buffers come from the device's aligned pool"),
     ("mem_align", "buffers come from the device's aligned pool"),
@@ -150,26 +144,32 @@ pub const NOTED_KEYS: &[(&str, &str)] = &[
 ];
 
 /// What a job file is told of a value mqblk takes in place of fio's:
-/// another checksum for `verify=`.
+/// another checksum for `verify=`, the generator behind `random_generator=`.
 pub fn value_note(key: &str, value: &str) -> Option<String> {
+    if key == "random_generator" {
+        let g = crate::bench::random_map::RandomGenerator::parse(value)?;
+        return Some(g.note().to_string());
+    }
     if key != "verify" {
         return None;
     }
     let v = value.trim();
     let used = verify_stand_in(v).filter(|u| *u != v && v != "crc32c-intel")?;
     Some(format!(
-        "checked with {used} (mqblk's headers carry crc32c, md5 or sha256; each catches the \
-         same corruption)"
+        "checked with {used} (mqblk writes fio's headers for md5, sha1, sha256, sha3-*, \
+         xxhash and the crcs only; \
+         each catches the same corruption, but fio with verify={v} cannot check this run's \
+         blocks, nor mqblk blocks fio wrote with it)"
     ))
 }
 
 /// The checksum mqblk verifies with for fio's `verify=NAME`: fio's meta
-/// and its other crcs are checked with crc32c, its other digests with
-/// sha256; `null` (fio's "only pretend") is no verify.
+/// is checked with crc32c, sha512 with sha256 (fio 3.33's sha512 is not
+/// SHA-512); `null` (fio's "only pretend") is no verify.
 pub fn verify_stand_in(name: &str) -> Option<&'static str> {
     Some(match name {
-        "meta" | "crc32" | "crc16" | "crc7" | "crc64" | "xxhash" => "crc32c",
-        "sha1" | "sha512" | "sha3-224" | "sha3-256" | "sha3-384" | "sha3-512" => "sha256",
+        "meta" => "crc32c",
+        "sha512" => "sha256",
         "null" => "none",
         _ => return None,
     })

@@ -10,6 +10,7 @@ use crate::bench::content::ContentSpec;
 use crate::bench::job::{
     BlockSizes, ContinueOnError, Distribution, ExitWhat, JobSpec, RwMode, VerifyKind,
 };
+use crate::bench::random_map::RandomGenerator;
 use crate::bench::steadystate::SteadySpec;
 use crate::bench::verify::pattern::VerifyPattern;
 use crate::bench::zone::{ZoneMode, ZoneSpec};
@@ -118,6 +119,10 @@ job_options! {
     distribution: Distribution,
     /// `randrepeat=`.
     randrepeat: bool,
+    /// `norandommap=`.
+    norandommap: bool,
+    /// `random_generator=`.
+    random_generator: RandomGenerator,
     /// `fsync=`/`fdatasync=`.
     fsync_every: u32,
     /// `end_fsync=`.
@@ -334,7 +339,10 @@ impl JobOptions {
             loops: self.loops.unwrap_or(d.loops),
             seq_stride: self.seq_stride.unwrap_or(d.seq_stride),
             distribution: self.distribution.clone().unwrap_or(d.distribution),
-            randrepeat: self.randrepeat.unwrap_or(d.randrepeat),
+            // fio: a seed given is a repeatable run, whatever randrepeat says.
+            randrepeat: self.randrepeat.unwrap_or(d.randrepeat) || self.randseed.is_some(),
+            norandommap: self.norandommap.unwrap_or(d.norandommap),
+            random_generator: self.random_generator.unwrap_or(d.random_generator),
             fsync_every: self.fsync_every.unwrap_or(d.fsync_every),
             end_fsync: self.end_fsync.unwrap_or(d.end_fsync),
             rate_iops: self.rate_iops.or(d.rate_iops),

@@ -17,6 +17,12 @@ pub enum Format {
     Normal,
     /// fio's JSON report.
     Json,
+    /// fio's json+: the JSON report with every latency's bins.
+    #[value(name = "json+")]
+    JsonPlus,
+    /// fio's terse output, version 3: one line of `;`-separated fields
+    /// per report entry.
+    Terse,
 }
 
 /// The version string in fio's place: `mqblk-<crate version>`.
@@ -194,13 +200,18 @@ impl Lat {
     /// `"bins": {"VALUE_NS": COUNT, ...}` (what `mqblk plot` draws).
     pub(super) fn json_with_bins(&self) -> Value {
         let mut v = self.json();
-        let bins: Map<String, Value> = self
-            .bins
-            .iter()
-            .map(|(ns, n)| (ns.to_string(), json!(n)))
-            .collect();
-        v["bins"] = Value::Object(bins);
+        v["bins"] = self.json_bins();
         v
+    }
+
+    /// The buckets as a `bins` object: `{"VALUE_NS": COUNT, ...}`.
+    pub(super) fn json_bins(&self) -> Value {
+        Value::Object(
+            self.bins
+                .iter()
+                .map(|(ns, n)| (ns.to_string(), json!(n)))
+                .collect(),
+        )
     }
 }
 

@@ -8,6 +8,7 @@ use crate::bench::result::{DirResult, RunResult};
 use crate::ctime::ctime;
 
 use super::figures::*;
+use super::group::reported;
 
 /// fio's `"job options"`: every value a string, as fio writes them.
 pub(super) fn job_options(spec: &JobSpec) -> Value {
@@ -59,15 +60,50 @@ pub(super) fn job_options(spec: &JobSpec) -> Value {
     Value::Object(o)
 }
 
-pub(super) fn dir_json(d: &DirResult, lats: DirLat, runtime_ns: u64) -> Value {
+/// One latency with its bins, as json+ writes it: bins where it has
+/// samples and percentiles (fio writes none for a latency without).
+fn plus(lat: &Lat, mut v: Value) -> Value {
+    if lat.n > 0 && v.get("percentile").is_some() {
+        v["bins"] = lat.json_bins();
+    } else if let Some(o) = v.as_object_mut() {
+        o.remove("bins");
+    }
+    v
+}
+
+pub(super) fn dir_json(d: &DirResult, lats: DirLat, runtime_ns: u64, json_plus: bool) -> Value {
     let bw_bytes = round_u64(per_sec(d.bytes, runtime_ns));
     let lat = lats.clat.unwrap_or_else(Lat::empty);
     // fio: percentiles with slat_percentiles=1, and only of samples.
-    let slat = match lats.slat {
+    let slat = match &lats.slat {
         Some(s) if lats.slat_percentiles && s.n > 0 => s.json(),
         Some(s) => s.json_summary(),
         None => Lat::empty().json_summary(),
     };
+    // Total latency when the job measured slat; without it, no
+    // submission latency is known, and lat is clat.
+    let total = lats.lat.filter(|t| t.n > 0);
+    let lat_ns = total.as_ref().map_or_else(|| lat.json(), Lat::json);
+    if json_plus {
+        let slat = match &lats.slat {
+            Some(s) => plus(s, slat),
+            None => slat,
+        };
+        let lat_ns = plus(total.as_ref().unwrap_or(&lat), lat_ns);
+        let clat_ns = plus(&lat, lat.json());
+        return dir_fields(d, bw_bytes, runtime_ns, slat, clat_ns, lat_ns);
+    }
+    dir_fields(d, bw_bytes, runtime_ns, slat, lat.json_with_bins(), lat_ns)
+}
+
+fn dir_fields(
+    d: &DirResult,
+    bw_bytes: u64,
+    runtime_ns: u64,
+    slat: Value,
+    clat: Value,
+    lat: Value,
+) -> Value {
     json!({
         "io_bytes": d.bytes,
         "io_kbytes": d.bytes / 1024,
@@ -80,26 +116,34 @@ pub(super) fn dir_json(d: &DirResult, lats: DirLat, runtime_ns: u64) -> Value {
         "drop_ios": 0,
         "errors": d.errors,
         "slat_ns": slat,
-        "clat_ns": lat.json_with_bins(),
-        // Total latency when the job measured slat; without it, no
-        // submission latency is known, and lat is clat.
-        "lat_ns": match lats.lat {
-            Some(t) if t.n > 0 => t.json(),
-            _ => lat.json(),
-        },
+        "clat_ns": clat,
+        "lat_ns": lat,
     })
 }
 
 /// The report in fio's JSON shape (`--output-format=json`).
 pub fn json(specs: &[JobSpec], run: &RunResult) -> Value {
+    report(specs, run, false)
+}
+
+/// fio's json+ (`--output-format=json+`): the JSON report with the bins
+/// of every latency that has samples and percentiles (`clat_ns.bins`,
+/// `lat_ns.bins`, and `slat_ns.bins` with `slat_percentiles=1`), as
+/// `fio_jsonplus_clat2csv` and `mqblk plot` read them.
+pub fn json_plus(specs: &[JobSpec], run: &RunResult) -> Value {
+    report(specs, run, true)
+}
+
+fn report(specs: &[JobSpec], run: &RunResult, json_plus: bool) -> Value {
     let now = unix_now();
-    let jobs: Vec<Value> = run
-        .jobs
+    let jobs: Vec<Value> = reported(specs, run)
         .iter()
-        .map(|job| {
+        .map(|entry| {
+            let job = &entry.job;
             let options = spec_of(specs, job).map_or_else(|| json!({}), job_options);
-            let dir =
-                |d: &DirResult, group| dir_json(d, DirLat::of(specs, job, group), job.runtime_ns);
+            let dir = |d: &DirResult, group| {
+                dir_json(d, DirLat::of(specs, job, group), job.runtime_ns, json_plus)
+            };
             let mut v = json!({
                 "jobname": job.name,
                 "groupid": job.group,
@@ -110,8 +154,10 @@ pub fn json(specs: &[JobSpec], run: &RunResult) -> Value {
                 "read": dir(&job.read, StatGroup::Read),
                 "write": dir(&job.write, StatGroup::Write),
                 "trim": dir(&job.trim, StatGroup::Discard),
-                "usr_cpu": percent_of(job.usr_ns, job.runtime_ns),
-                "sys_cpu": percent_of(job.sys_ns, job.runtime_ns),
+                "usr_cpu": percent_of(job.usr_ns, entry.cpu_runtime_ns),
+                "sys_cpu": percent_of(job.sys_ns, entry.cpu_runtime_ns),
+                "job_runtime": msec(entry.cpu_runtime_ns),
+                "members": entry.members,
                 "ctx": 0,
                 "majf": 0,
                 "minf": 0,

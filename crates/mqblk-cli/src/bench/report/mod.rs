@@ -4,21 +4,28 @@
 //! has the shape of fio's `--output-format=json`. Both end with the layer's
 //! own figures (the `mqblk` block), which fio has no place for.
 //!
-//! Every job of the run is one fio job in group 0; `numjobs` copies of a
-//! section are reported one by one, as fio does without
-//! `group_reporting`.
+//! Jobs are in fio's reporting groups (a new one at each `stonewall` or
+//! `new_group`); `numjobs` copies of a section are reported one by one, or
+//! folded into one entry with `group_reporting`, by fio's rules
+//! ([`group`]).
 //!
 //! In call order: [`figures`] (fio's units and the latencies of a job),
-//! then [`json`] and [`text`], the two reports.
+//! [`group`] (the report's entries), then the reports: [`json`] (and
+//! json+), [`terse`] (fio's version 3) and [`text`].
 
 mod figures;
 
+pub mod group;
+
 mod json;
+
+mod terse;
 
 mod text;
 
 pub use figures::{fmt_iops, num2str, Format};
-pub use json::json;
+pub use json::{json, json_plus};
+pub use terse::terse;
 pub use text::{normal, starting};
 
 #[cfg(test)]

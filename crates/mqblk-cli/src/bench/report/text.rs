@@ -10,16 +10,17 @@ use crate::bench::result::{DirResult, JobResult, RunResult};
 use crate::ctime::ctime;
 
 use super::figures::*;
+use super::group::{reported, section_groups};
 
 /// What fio prints before a run: each job's line, the version, and the
 /// number of threads.
 pub fn starting(specs: &[JobSpec]) -> String {
     let mut s = String::new();
-    for spec in specs {
+    for (spec, g) in specs.iter().zip(section_groups(specs)) {
         let bs = format!("{}B-{}B", spec.bs, spec.bs);
         let _ = writeln!(
             s,
-            "{}: (g=0): rw={}, bs=(R) {bs}, (W) {bs}, (T) {bs}, ioengine=mqblk, iodepth={}",
+            "{}: (g={g}): rw={}, bs=(R) {bs}, (W) {bs}, (T) {bs}, ioengine=mqblk, iodepth={}",
             spec.name,
             spec.rw.name(),
             spec.iodepth
@@ -135,7 +136,9 @@ pub fn normal(specs: &[JobSpec], run: &RunResult) -> String {
     let mut out = String::new();
     let pid = std::process::id();
     let date = ctime(unix_now().as_secs());
-    for job in &run.jobs {
+    let entries = reported(specs, run);
+    for entry in &entries {
+        let job = &entry.job;
         let err = job_error(job);
         let why = job
             .first_error
@@ -144,8 +147,8 @@ pub fn normal(specs: &[JobSpec], run: &RunResult) -> String {
             .unwrap_or_default();
         let _ = writeln!(
             out,
-            "{}: (groupid={}, jobs=1): err={err:2}{why}: pid={pid}: {date}",
-            job.name, job.group
+            "{}: (groupid={}, jobs={}): err={err:2}{why}: pid={pid}: {date}",
+            job.name, job.group, entry.members
         );
         for (name, dir, group) in [
             ("read", &job.read, StatGroup::Read),
@@ -160,8 +163,8 @@ pub fn normal(specs: &[JobSpec], run: &RunResult) -> String {
         let _ = writeln!(
             out,
             "  cpu          : usr={:.2}%, sys={:.2}%",
-            percent_of(job.usr_ns, job.runtime_ns),
-            percent_of(job.sys_ns, job.runtime_ns),
+            percent_of(job.usr_ns, entry.cpu_runtime_ns),
+            percent_of(job.sys_ns, entry.cpu_runtime_ns),
         );
         let depth = spec_of(specs, job).map_or(0, |s| s.iodepth);
         let _ = writeln!(out, "  device       : {}, iodepth={depth}", job.device);
@@ -170,11 +173,24 @@ pub fn normal(specs: &[JobSpec], run: &RunResult) -> String {
         }
         out.push('\n');
     }
-    let _ = writeln!(out, "Run status group 0 (all jobs):");
-    write_group(&mut out, "READ", run, |j| &j.read);
-    write_group(&mut out, "WRITE", run, |j| &j.write);
-    if run.jobs.iter().any(|j| j.trim.ios > 0) {
-        write_group(&mut out, "TRIM", run, |j| &j.trim);
+    // fio: a status block per group, over its entries.
+    let mut groups: Vec<usize> = entries.iter().map(|e| e.job.group).collect();
+    groups.dedup();
+    for (i, g) in groups.into_iter().enumerate() {
+        let members: Vec<&JobResult> = entries
+            .iter()
+            .filter(|e| e.job.group == g)
+            .map(|e| &e.job)
+            .collect();
+        if i > 0 {
+            out.push('\n');
+        }
+        let _ = writeln!(out, "Run status group {g} (all jobs):");
+        write_group(&mut out, "READ", &members, |j| &j.read);
+        write_group(&mut out, "WRITE", &members, |j| &j.write);
+        if members.iter().any(|j| j.trim.ios > 0) {
+            write_group(&mut out, "TRIM", &members, |j| &j.trim);
+        }
     }
     write_layer(&mut out, run);
     write_degraded(&mut out, run);
@@ -201,14 +217,14 @@ pub(super) fn write_degraded(out: &mut String, run: &RunResult) {
 }
 
 /// fio's group line: aggregate bandwidth over the longest runtime, the
-/// per-job range, the total I/O, and the runtime range.
+/// per-entry range, the total I/O, and the runtime range.
 pub(super) fn write_group(
     out: &mut String,
     label: &str,
-    run: &RunResult,
+    entries: &[&JobResult],
     dir: impl Fn(&JobResult) -> &DirResult,
 ) {
-    let active: Vec<&JobResult> = run.jobs.iter().filter(|j| dir(j).ios > 0).collect();
+    let active: Vec<&JobResult> = entries.iter().copied().filter(|j| dir(j).ios > 0).collect();
     if active.is_empty() {
         return;
     }

@@ -1,15 +1,26 @@
-//! The header at the start of every verify interval, as fio's `struct
-//! verify_header`, and the checksum each `verify=` kind keeps:
+//! The header at the start of every verify interval: fio's own `struct
+//! verify_header` and the checksum header of its type after it, so that
+//! `fio --verify_only` checks what `mqblk bench` wrote and mqblk checks
+//! what fio wrote (md5, crc32c, sha1, sha3-*, xxhash, crc64, crc32, crc16,
+//! crc7; fio 3.33's sha256 and sha512 are not SHA-2, so its blocks of
+//! those and ours differ):
 //!
 //! ```text
-//!  0  magic u16 = 0xacca     2  verify type u8 (1 crc32c, 2 md5, 3 sha256)   3  0
-//!  4  interval length u32    8  device offset u64            16  seed u64
-//! 24  generation u32        28  job u16                      30  0
-//! 32  crc32c u32 of bytes [0, 32) and [D, len) (crc32c only, else 0)   36  0
-//! 40  md5 (16 bytes) or sha256 (32 bytes) of bytes [0, 32) and [D, len)
-//!  D  data: xorshift64* stream from the seed, or verify_pattern (D = 40, 56 or 72)
+//!  0  magic u16 = 0xacca     2  verify type u16 (fio's: 2 md5, 5 crc32c, 9 sha256,
+//!                           3 crc64, 4 crc32, 7 crc16, 8 crc7, 11-14 sha3-*,
+//!                           15 xxhash, 16 sha1)
+//!  4  interval length u32    8  seed of the data u64        16  device offset u64
+//! 24  time_sec u32, 28 time_nsec u32 (0: mqblk reads no clock per write)
+//! 32  thread u16 (the job)  34  numberio u16 (the job's write count, low 16 bits)
+//! 36  crc32c u32 of bytes [0, 36)
+//! 40  the data's checksum: crc7 (1 byte), crc16 (2), crc32c, crc32 or
+//!     xxhash (4), crc64 (8), md5 (16), sha1 (20), sha3-* (28 to 64) or
+//!     sha256 (32, in fio's 64)
+//!  D  data: xorshift64* stream from the seed, or verify_pattern (D = 40 + that room)
 //! ```
 //!
+//! As fio's, the checksum covers the data [D, len) only; the header has
+//! its own crc. All fields are little-endian, as fio writes them on x86.
 //! `verify=pattern` has no header: the interval is the pattern alone.
 
 use std::fmt::Write as _;
@@ -18,20 +29,41 @@ use crate::bench::job::VerifyKind;
 
 /// fio's verify header magic.
 pub const MAGIC: u16 = 0xacca;
-/// Bytes of the header at the start of each interval.
+/// Bytes of fio's `struct verify_header` at the start of each interval.
 pub const HEADER_BYTES: usize = 40;
+/// Bytes of the longest checksum (sha3-512).
+pub const DIGEST_MAX: usize = 64;
+/// Bytes of the header its crc32c covers (up to the crc itself).
+const HEADER_CRC_BYTES: usize = 36;
 
 // The layout side of the job's `verify=` kind: what each checksum writes
 // where.
 impl VerifyKind {
-    /// The code in the header's type byte.
-    pub fn code(self) -> u8 {
+    /// fio's `verify_type` for this kind (its enum in verify.h).
+    pub fn code(self) -> u16 {
         match self {
-            VerifyKind::Crc32c => 1,
             VerifyKind::Md5 => 2,
-            VerifyKind::Sha256 => 3,
-            VerifyKind::Pattern => 0,
+            VerifyKind::Crc32c => 5,
+            VerifyKind::Sha256 => 9,
+            VerifyKind::XxHash => 15,
+            VerifyKind::Crc64 => 3,
+            VerifyKind::Crc32 => 4,
+            VerifyKind::Crc16 => 7,
+            VerifyKind::Crc7 => 8,
+            VerifyKind::Sha3_224 => 11,
+            VerifyKind::Sha3_256 => 12,
+            VerifyKind::Sha3_384 => 13,
+            VerifyKind::Sha3_512 => 14,
+            VerifyKind::Sha1 => 16,
+            // VERIFY_PATTERN_NO_HDR: never written in a header.
+            VerifyKind::Pattern => 18,
         }
+    }
+
+    /// Whether a header of fio's type `code` is one of this kind (fio's
+    /// crc32c-intel, 6, writes crc32c).
+    pub fn accepts(self, code: u16) -> bool {
+        code == self.code() || (self == VerifyKind::Crc32c && code == 6)
     }
 
     /// Whether intervals carry a header (all but `verify=pattern`).
@@ -39,78 +71,142 @@ impl VerifyKind {
         self != VerifyKind::Pattern
     }
 
-    /// Bytes of digest after the header (the crc32c lives in the header).
+    /// Bytes of fio's checksum header after the verify header.
+    fn digest_room(self) -> usize {
+        match self {
+            VerifyKind::Pattern => 0,
+            VerifyKind::Crc32c => 4,
+            VerifyKind::Md5 => 16,
+            // fio's `struct vhdr_sha256` holds 64 bytes for its 32.
+            VerifyKind::Sha256 => 64,
+            VerifyKind::Sha1 => 20,
+            VerifyKind::XxHash | VerifyKind::Crc32 => 4,
+            VerifyKind::Crc64 => 8,
+            VerifyKind::Crc16 => 2,
+            VerifyKind::Crc7 => 1,
+            VerifyKind::Sha3_224 => 28,
+            VerifyKind::Sha3_256 => 32,
+            VerifyKind::Sha3_384 => 48,
+            VerifyKind::Sha3_512 => 64,
+        }
+    }
+
+    /// Bytes of the checksum itself.
     fn digest_len(self) -> usize {
         match self {
-            VerifyKind::Crc32c | VerifyKind::Pattern => 0,
-            VerifyKind::Md5 => 16,
             VerifyKind::Sha256 => 32,
+            other => other.digest_room(),
         }
     }
 
     /// Where an interval's data starts.
     pub fn data_start(self) -> usize {
         if self.has_header() {
-            HEADER_BYTES + self.digest_len()
+            HEADER_BYTES + self.digest_room()
         } else {
             0
         }
     }
 
-    /// The checksum of `block` (header bytes before the crc, and the data),
-    /// into `out`; returns its length. A crc32c is 4 little-endian bytes.
-    pub fn sum(self, block: &[u8], out: &mut [u8; 32]) -> usize {
+    /// The checksum of `block`'s data into `out`; returns its length. A
+    /// crc32c is 4 little-endian bytes.
+    pub fn sum(self, block: &[u8], out: &mut [u8; DIGEST_MAX]) -> usize {
         use sha2::Digest as _;
         let data = &block[self.data_start()..];
         match self {
             VerifyKind::Pattern => 0,
             VerifyKind::Crc32c => {
-                let c = crc32c::crc32c_append(crc32c::crc32c(&block[..32]), data);
-                out[..4].copy_from_slice(&c.to_le_bytes());
+                out[..4].copy_from_slice(&fio_crc32c(data).to_le_bytes());
                 4
             }
             VerifyKind::Md5 => {
-                let mut h = md5::Md5::new();
-                h.update(&block[..32]);
-                h.update(data);
-                out[..16].copy_from_slice(&h.finalize());
+                out[..16].copy_from_slice(&md5::Md5::digest(data));
                 16
             }
             VerifyKind::Sha256 => {
-                let mut h = sha2::Sha256::new();
-                h.update(&block[..32]);
-                h.update(data);
-                out[..32].copy_from_slice(&h.finalize());
+                out[..32].copy_from_slice(&sha2::Sha256::digest(data));
                 32
             }
+            VerifyKind::Sha1 => {
+                // fio keeps SHA-1's five state words as the machine's
+                // u32s (`struct vhdr_sha1`), not the digest's big-endian
+                // bytes: each word's bytes turned round.
+                let digest = sha1::Sha1::digest(data);
+                for (o, w) in out[..20].chunks_mut(4).zip(digest.chunks(4)) {
+                    o.copy_from_slice(&[w[3], w[2], w[1], w[0]]);
+                }
+                20
+            }
+            VerifyKind::XxHash => {
+                // fio's XXH32_init(1): the seed is 1.
+                let h = xxhash_rust::xxh32::xxh32(data, 1);
+                out[..4].copy_from_slice(&h.to_le_bytes());
+                4
+            }
+            VerifyKind::Crc64 => {
+                let c = crc::Crc::<u64>::new(&crc::CRC_64_REDIS).checksum(data);
+                out[..8].copy_from_slice(&c.to_le_bytes());
+                8
+            }
+            VerifyKind::Crc32 => {
+                // cksum's CRC without its final inversion.
+                let c = !crc::Crc::<u32>::new(&crc::CRC_32_CKSUM).checksum(data);
+                out[..4].copy_from_slice(&c.to_le_bytes());
+                4
+            }
+            VerifyKind::Crc16 => {
+                let c = crc::Crc::<u16>::new(&crc::CRC_16_ARC).checksum(data);
+                out[..2].copy_from_slice(&c.to_le_bytes());
+                2
+            }
+            VerifyKind::Crc7 => {
+                out[0] = crc::Crc::<u8>::new(&crc::CRC_7_MMC).checksum(data);
+                1
+            }
+            VerifyKind::Sha3_224 => digest::<sha3::Sha3_224>(data, out),
+            VerifyKind::Sha3_256 => digest::<sha3::Sha3_256>(data, out),
+            VerifyKind::Sha3_384 => digest::<sha3::Sha3_384>(data, out),
+            VerifyKind::Sha3_512 => digest::<sha3::Sha3_512>(data, out),
         }
     }
 
-    /// Seal an interval whose header (with crc 0) and data are in place.
+    /// Seal an interval whose header and data are in place: its data's
+    /// checksum after the header, then the header's own crc32c (into
+    /// `h.crc` too).
     pub fn seal(self, block: &mut [u8], h: &mut Header) {
-        let mut sum = [0u8; 32];
-        let n = self.sum(block, &mut sum);
-        match self {
-            VerifyKind::Pattern => {}
-            VerifyKind::Crc32c => {
-                h.crc = u32::from_le_bytes([sum[0], sum[1], sum[2], sum[3]]);
-                h.encode(&mut block[..HEADER_BYTES]);
-            }
-            _ => block[HEADER_BYTES..HEADER_BYTES + n].copy_from_slice(&sum[..n]),
+        if !self.has_header() {
+            return;
         }
+        let mut sum = [0u8; DIGEST_MAX];
+        let n = self.sum(block, &mut sum);
+        block[HEADER_BYTES..HEADER_BYTES + n].copy_from_slice(&sum[..n]);
+        h.crc = fio_crc32c(&block[..HEADER_CRC_BYTES]);
+        block[HEADER_CRC_BYTES..HEADER_BYTES].copy_from_slice(&h.crc.to_le_bytes());
     }
 
     /// The checksum stored in an interval.
-    pub fn stored<'a>(self, block: &'a [u8], h: &Header, crc: &'a mut [u8; 4]) -> &'a [u8] {
-        match self {
-            VerifyKind::Pattern => &[],
-            VerifyKind::Crc32c => {
-                *crc = h.crc.to_le_bytes();
-                &crc[..]
-            }
-            _ => &block[HEADER_BYTES..self.data_start()],
-        }
+    pub fn stored(self, block: &[u8]) -> &[u8] {
+        &block[HEADER_BYTES..HEADER_BYTES + self.digest_len()]
     }
+}
+
+/// `D`'s digest of `data` into `out`; its length.
+fn digest<D: sha2::Digest>(data: &[u8], out: &mut [u8; DIGEST_MAX]) -> usize {
+    let d = D::digest(data);
+    out[..d.len()].copy_from_slice(&d);
+    d.len()
+}
+
+/// Whether the header at the start of `block` carries its own crc32c.
+pub fn header_crc_ok(block: &[u8], h: &Header) -> bool {
+    fio_crc32c(&block[..HEADER_CRC_BYTES]) == h.crc
+}
+
+/// fio's crc32c: Castagnoli's, started at !0 and not inverted at the end
+/// (its `crc32c_sw` and `crc32c_intel` return the register as it is), so
+/// the complement of the standard one.
+pub fn fio_crc32c(data: &[u8]) -> u32 {
+    !crc32c::crc32c(data)
 }
 
 /// Lower-case hex of `bytes` (a crc32c's 4 bytes as the number they are).
@@ -132,19 +228,20 @@ pub fn hex(kind: VerifyKind, bytes: &[u8]) -> String {
 pub struct Header {
     /// [`MAGIC`] if this is a verify interval.
     pub magic: u16,
-    /// Verify type code.
-    pub kind: u8,
+    /// fio's verify type code.
+    pub kind: u16,
     /// Interval length.
     pub len: u32,
     /// Device offset the interval was written at.
     pub offset: u64,
-    /// Seed of the data.
+    /// Seed of the data (fio's `rand_seed`).
     pub seed: u64,
-    /// Generation: the writing job's count of writes.
+    /// Generation: the writing job's count of writes (fio's `numberio`;
+    /// 16 bits of it are stored).
     pub generation: u32,
-    /// Writing job.
+    /// Writing job (fio's `thread`).
     pub job: u16,
-    /// Stored checksum.
+    /// The header's crc32c.
     pub crc: u32,
 }
 
@@ -152,16 +249,14 @@ impl Header {
     /// Write the header into the first [`HEADER_BYTES`] of `out`.
     pub fn encode(&self, out: &mut [u8]) {
         out[0..2].copy_from_slice(&self.magic.to_le_bytes());
-        out[2] = self.kind;
-        out[3] = 0;
+        out[2..4].copy_from_slice(&self.kind.to_le_bytes());
         out[4..8].copy_from_slice(&self.len.to_le_bytes());
-        out[8..16].copy_from_slice(&self.offset.to_le_bytes());
-        out[16..24].copy_from_slice(&self.seed.to_le_bytes());
-        out[24..28].copy_from_slice(&self.generation.to_le_bytes());
-        out[28..30].copy_from_slice(&self.job.to_le_bytes());
-        out[30..32].fill(0);
-        out[32..36].copy_from_slice(&self.crc.to_le_bytes());
-        out[36..40].fill(0);
+        out[8..16].copy_from_slice(&self.seed.to_le_bytes());
+        out[16..24].copy_from_slice(&self.offset.to_le_bytes());
+        out[24..32].fill(0);
+        out[32..34].copy_from_slice(&self.job.to_le_bytes());
+        out[34..36].copy_from_slice(&(self.generation as u16).to_le_bytes());
+        out[36..40].copy_from_slice(&self.crc.to_le_bytes());
     }
 
     /// Read a header from the first [`HEADER_BYTES`] of `b`.
@@ -171,13 +266,13 @@ impl Header {
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
         Header {
             magic: u16_at(0),
-            kind: b[2],
+            kind: u16_at(2),
             len: u32_at(4),
-            offset: u64_at(8),
-            seed: u64_at(16),
-            generation: u32_at(24),
-            job: u16_at(28),
-            crc: u32_at(32),
+            seed: u64_at(8),
+            offset: u64_at(16),
+            job: u16_at(32),
+            generation: u32::from(u16_at(34)),
+            crc: u32_at(36),
         }
     }
 }
@@ -186,8 +281,16 @@ impl std::fmt::Display for Header {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{{magic={:#06x} len={} offset={} seed={:#018x} generation={} job={} crc32c={:#010x}}}",
-            self.magic, self.len, self.offset, self.seed, self.generation, self.job, self.crc
+            "{{magic={:#06x} type={} len={} offset={} seed={:#018x} numberio={} thread={} \
+             header crc32c={:#010x}}}",
+            self.magic,
+            self.kind,
+            self.len,
+            self.offset,
+            self.seed,
+            self.generation & 0xffff,
+            self.job,
+            self.crc
         )
     }
 }

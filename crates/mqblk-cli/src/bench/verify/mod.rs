@@ -1,7 +1,9 @@
 //! Verified data (fio's `verify=`, `do_verify=`, `verify_fatal=`,
 //! `verify_interval=`, `verify_pattern=`, `verify_backlog=`): every
 //! interval of every block a job writes carries a header naming it
-//! ([`header`]), and is checked when it is read back.
+//! ([`header`]: fio's own `struct verify_header` and checksum layout for
+//! md5, crc32c and sha256, so fio checks what mqblk wrote and the
+//! reverse), and is checked when it is read back.
 //!
 //! The seed of a block's data is a function of (job, block, generation),
 //! so the expected content of a block is known from the generation of its

@@ -66,6 +66,23 @@ pub struct VerifyResult {
 }
 
 impl VerifyResult {
+    /// Add another job's verification (a group's report): counts summed,
+    /// mismatches kept up to [`MISMATCHES_KEPT`].
+    pub fn fold(&mut self, other: &VerifyResult) {
+        self.blocks_written += other.blocks_written;
+        self.blocks_trimmed += other.blocks_trimmed;
+        self.blocks_zeroed += other.blocks_zeroed;
+        self.blocks_verified += other.blocks_verified;
+        self.blocks_unwritten += other.blocks_unwritten;
+        self.errors += other.errors;
+        let room = MISMATCHES_KEPT.saturating_sub(self.mismatches.len());
+        self.mismatches
+            .extend(other.mismatches.iter().take(room).cloned());
+        self.stopped |= other.stopped;
+        self.interrupted |= other.interrupted;
+        self.loose |= other.loose;
+    }
+
     /// fio-style lines for the normal report.
     pub fn describe(&self, out: &mut String) {
         let _ = writeln!(

@@ -7,7 +7,9 @@ use mqblk::{Bio, Completion, Context, Op};
 
 use crate::bench::job::VerifyKind;
 
-use super::header::{fill_data, hex, splitmix, Header, HEADER_BYTES, MAGIC};
+use super::header::{
+    fill_data, header_crc_ok, hex, splitmix, Header, DIGEST_MAX, HEADER_BYTES, MAGIC,
+};
 use super::hook::{Hook, HOOK_PRIVATE_MASK};
 use super::pattern::VerifyPattern;
 use super::record::{Event, Expect, Record};
@@ -239,7 +241,7 @@ impl Verifier {
             } else {
                 Header::default()
             };
-            let mut sum = [0u8; 32];
+            let mut sum = [0u8; DIGEST_MAX];
             let n = kind.sum(chunk, &mut sum);
             let expected = self.sealed(block, interval, expected);
             self.result.errors += 1;
@@ -314,17 +316,18 @@ impl Verifier {
                 expected.generation = actual.generation;
                 expected.job = actual.job;
             }
-            let mut sum = [0u8; 32];
+            let mut sum = [0u8; DIGEST_MAX];
             let n = kind.sum(chunk, &mut sum);
-            let mut crc = [0u8; 4];
-            let sum_ok = kind.stored(chunk, &actual, &mut crc) == &sum[..n];
+            let sum_ok = kind.stored(chunk) == &sum[..n];
             let reason = if actual.magic != MAGIC {
                 "bad magic (no verify header)"
+            } else if !header_crc_ok(chunk, &actual) {
+                "bad header crc32c (the header corrupted)"
             } else if actual.offset != expected.offset {
                 "wrong offset (data from another block)"
-            } else if actual.len != expected.len || actual.kind != expected.kind {
+            } else if actual.len != expected.len || !kind.accepts(actual.kind) {
                 "wrong length or verify type"
-            } else if actual.generation != expected.generation
+            } else if actual.generation != expected.generation & 0xffff
                 || actual.job != expected.job
                 || actual.seed != expected.seed
             {
@@ -333,7 +336,17 @@ impl Verifier {
                 match kind {
                     VerifyKind::Md5 => "bad md5 (data corrupted)",
                     VerifyKind::Sha256 => "bad sha256 (data corrupted)",
-                    _ => "bad crc32c (data corrupted)",
+                    VerifyKind::Sha1 => "bad sha1 (data corrupted)",
+                    VerifyKind::XxHash => "bad xxhash (data corrupted)",
+                    VerifyKind::Crc64 => "bad crc64 (data corrupted)",
+                    VerifyKind::Crc32 => "bad crc32 (data corrupted)",
+                    VerifyKind::Crc16 => "bad crc16 (data corrupted)",
+                    VerifyKind::Crc7 => "bad crc7 (data corrupted)",
+                    VerifyKind::Sha3_224 => "bad sha3-224 (data corrupted)",
+                    VerifyKind::Sha3_256 => "bad sha3-256 (data corrupted)",
+                    VerifyKind::Sha3_384 => "bad sha3-384 (data corrupted)",
+                    VerifyKind::Sha3_512 => "bad sha3-512 (data corrupted)",
+                    VerifyKind::Crc32c | VerifyKind::Pattern => "bad crc32c (data corrupted)",
                 }
             } else if let Some(p) = &self.spec.pattern {
                 let from = i as usize * iv;

@@ -9,7 +9,7 @@ use super::entry::{key, log, on_off, put, Entry, LOG_PREFIX};
 pub(super) const KEYS: &[Entry] = &[
     on_off(
         "group_reporting",
-        "1 or 0 (mqblk reports every job; steady state judges a section's jobs together)",
+        "1 or 0 (1: a group's jobs are reported, and judged for steady state, together)",
         |o, v| put(&mut o.group_reporting, v.bool()),
     ),
     on_off(

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::bench::job::{BlockSizes, Distribution};
+use crate::bench::random_map::RandomGenerator;
 use crate::bench::zone::ZoneMode;
 
 use super::entry::{alias, key, on_off, put, Entry, ON_OFF};
@@ -52,8 +53,21 @@ pub(super) const KEYS: &[Entry] = &[
         "an integer from 1 to 1000000: times to run the job's I/O",
         |o, v| put(&mut o.loops, v.int(1..=1_000_000)),
     ),
-    // mqblk keeps no random map: every job is norandommap.
-    on_off("norandommap", ON_OFF, |_, v| v.bool().map(drop)),
+    on_off(
+        "norandommap",
+        "1 or 0 (1: a random job may hit a block twice in a pass)",
+        |o, v| put(&mut o.norandommap, v.bool()),
+    ),
+    key(
+        "random_generator",
+        "tausworthe, tausworthe64 or lfsr",
+        |o, v| {
+            put(
+                &mut o.random_generator,
+                RandomGenerator::parse(v.text).ok_or_else(|| v.bad()),
+            )
+        },
+    ),
     on_off("randrepeat", ON_OFF, |o, v| {
         put(&mut o.randrepeat, v.bool())
     }),

@@ -11,9 +11,9 @@ use crate::bench::options::values::bad;
 pub(super) const KEYS: &[Entry] = &[
     key(
         "verify",
-        "crc32c (or crc32c-intel), md5, sha256, pattern (verify_pattern= alone), meta (checked \
-         as crc32c), fio's other checksums (crc32, crc16, crc7, crc64 and xxhash are checked \
-         with crc32c; sha1, sha512 and sha3-* with sha256), null or none",
+        "crc32c (or crc32c-intel), crc32, crc64, crc16, crc7, md5, sha1, sha3-224, sha3-256, \
+         sha3-384, sha3-512, xxhash, sha256, pattern (verify_pattern= alone), meta (checked as \
+         crc32c), sha512 (checked with sha256), null or none",
         |o, v| {
             // fio's meta checks each block's header (offset, length,
             // sequence); mqblk's header carries those and a crc32c of the

@@ -52,9 +52,14 @@ fn header_round_trip_and_crc() {
     assert_eq!(h.offset, 5 * 4096);
     assert_eq!(h.len, 4096);
     assert_eq!(h.job, 3);
-    let mut sum = [0u8; 32];
+    // fio's layout: its crc32c type after the header, the data's crc32c
+    // after that, and the header's own crc32c.
+    assert_eq!(h.kind, 5);
+    assert!(super::header_crc_ok(data, &h));
+    let mut sum = [0u8; DIGEST_MAX];
     assert_eq!(VerifyKind::Crc32c.sum(data, &mut sum), 4);
-    assert_eq!(h.crc.to_le_bytes(), sum[..4]);
+    assert_eq!(VerifyKind::Crc32c.stored(data), &sum[..4]);
+    assert_eq!(VerifyKind::Crc32c.data_start(), HEADER_BYTES + 4);
     // A second prepare on the same block moves to the next free one.
     let mut other = Bio::write_at(0, mqblk::IoBuf::page_aligned(4096));
     other.set_offset_bytes(5 * 4096);
@@ -147,10 +152,8 @@ fn intervals_and_patterns_are_written_and_checked() {
         assert_eq!(h.offset, 4 * 4096 + i as u64 * 512);
         assert_eq!(h.len, 512);
     }
-    assert_eq!(
-        &data[HEADER_BYTES..HEADER_BYTES + 4],
-        &[0xaa, 0x55, 0x5a, 0xa5]
-    );
+    let at = VerifyKind::Crc32c.data_start();
+    assert_eq!(&data[at..at + 4], &[0xaa, 0x55, 0x5a, 0xa5]);
     v.check(&bio, 4, Expect::Generation(g));
     assert_eq!(v.result.errors, 0, "{:?}", v.result.mismatches);
     // A read-only job takes any valid header for the offset.
