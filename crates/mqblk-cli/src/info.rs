@@ -25,8 +25,8 @@ pub(crate) fn info_command(args: &InfoArgs) -> Result<()> {
         );
     };
     let spec = &device_spec(given);
-    // Info has no side effects: it never creates an image (a nested
-    // device's create= is refused by its read-only open), and stacked
+    // Info has no side effects: it never creates an image (create= is
+    // dropped, a stacked device's legs' too), and stacked
     // devices opened read-only write nothing (no resync, no log).
     let spec = &without_create(spec);
     let dev = open_read_only(spec).map_err(|e| open_error(e, spec))?;
@@ -184,15 +184,35 @@ pub(crate) fn info_command(args: &InfoArgs) -> Result<()> {
     Ok(())
 }
 
-/// `spec` without its `create=` option (info never creates), with a note
-/// on stderr if it had one.
+/// `spec` without its `create=` options (info never creates), the legs'
+/// of a stacked device too, with a note on stderr for each.
 fn without_create(spec: &str) -> String {
-    let Some(v) = mqblk::spec::parse(spec)
-        .ok()
-        .and_then(|mut p| p.options.take_str("create"))
-    else {
-        return spec.to_string();
-    };
-    eprintln!("mqblk info: ignoring create={v} (info never creates an image)");
-    spec.replacen(&format!(",create={v}"), "", 1)
+    let mut out = spec.to_string();
+    while let Some(at) = out.find(",create=") {
+        let rest = &out[at + 1..];
+        let end = rest.find([',', ' ', ';']).map_or(out.len(), |n| at + 1 + n);
+        eprintln!(
+            "mqblk info: ignoring {} (info never creates an image)",
+            &out[at + 1..end]
+        );
+        out.replace_range(at..end, "");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_create;
+
+    #[test]
+    fn create_is_dropped_at_the_top_and_in_the_legs() {
+        assert_eq!(without_create("ram,size=1M"), "ram,size=1M");
+        assert_eq!(without_create("rbd:p/i,create=1G,conf=c"), "rbd:p/i,conf=c");
+        assert_eq!(
+            without_create(
+                "dm-table:0 8 linear rbd:p/a,create=1G 0;8 8 linear file:f,create=1,size=4k 0"
+            ),
+            "dm-table:0 8 linear rbd:p/a 0;8 8 linear file:f,size=4k 0"
+        );
+    }
 }

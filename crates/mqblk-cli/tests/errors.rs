@@ -146,7 +146,7 @@ const TABLE: &[(&[&str], &str)] = &[
     // serve: an address, a device, limits that mean something.
     (
         &["serve", "ram,size=1M"],
-        "mqblk: error: serve needs an address: --listen HOST:PORT (TCP, as in --listen 127.0.0.1:10809), --socket PATH (a unix socket) or --vhost-user-blk PATH (for virtual machines)",
+        "mqblk: error: serve needs an address: --listen HOST:PORT (TCP, as in --listen 127.0.0.1:10809), --socket PATH (a unix socket), --vhost-user-blk PATH (for virtual machines) or --fuse FILE (a regular file the device is mounted over)",
     ),
     (
         &["serve", "ram,size=1M", "--vhost-user-blk", "v.sock", "--num-queues", "0"],

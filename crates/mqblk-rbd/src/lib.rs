@@ -55,18 +55,11 @@ static NEXT: AtomicU32 = AtomicU32::new(0);
 /// Open `POOL/IMAGE[@SNAP]` (the spec's target) as a device.
 pub fn open(target: &str, mut opts: SpecOptions) -> Result<Device> {
     let t = spec::parse_target(opts.spec(), target)?;
-    let opts_spec = opts.spec().to_string();
     let ro = spec::take_options(&mut opts)?;
     let name = format!("rbd{}", NEXT.fetch_add(1, Ordering::Relaxed));
     let mut cfg = DeviceConfig::new(name.clone(), 0);
     cfg.take_common(&mut opts)?;
     opts.finish()?;
-    if cfg.read_only && ro.create_bytes.is_some() {
-        return Err(Error::spec(
-            opts_spec,
-            "option create=: a read-only open never creates an image; drop create= (or ro=1 to create it)",
-        ));
-    }
     open_image(name, t, ro, cfg)
 }
 
