@@ -39,6 +39,15 @@ pub struct Refcounts {
     pub(crate) per_block: u64,
     /// No free cluster below this one.
     pub(crate) free_hint: u64,
+    /// Clusters being allocated (their refcounts not yet raised), which
+    /// neither a new refcount block nor a nested allocation may take.
+    pub(crate) reserved: Vec<(u64, u64)>,
+}
+
+impl Refcounts {
+    fn is_reserved(&self, c: u64) -> bool {
+        self.reserved.iter().any(|&(a, b)| (a..b).contains(&c))
+    }
 }
 
 impl Refcounts {
@@ -60,6 +69,7 @@ impl Refcounts {
             cluster_bits,
             per_block: refcount::entries_per_block(cluster_bits, order),
             free_hint: 0,
+            reserved: Vec::new(),
         }
     }
 }
@@ -161,7 +171,7 @@ impl Image {
         }
         let first = b * m.rc.per_block;
         let p = (first..first + m.rc.per_block)
-            .find(|&p| p != c && !(avoid.0..avoid.1).contains(&p))
+            .find(|&p| p != c && !(avoid.0..avoid.1).contains(&p) && !m.rc.is_reserved(p))
             .ok_or_else(|| Qcow2Error::Unsupported {
                 image: self.name.clone(),
                 what: format!(
@@ -239,7 +249,7 @@ impl Image {
         let mut c = from;
         let mut run = 0;
         loop {
-            if self.refcount(m, c + run)? == 0 {
+            if self.refcount(m, c + run)? == 0 && !m.rc.is_reserved(c + run) {
                 run += 1;
                 if run == n {
                     break;
@@ -257,9 +267,16 @@ impl Image {
                 limit: m.limit,
             });
         }
+        m.rc.reserved.push((c, c + n));
+        let mut r = Ok(());
         for k in 0..n {
-            self.set_refcount(m, c + k, 1, (c, c + n))?;
+            r = self.set_refcount(m, c + k, 1, (c, c + n));
+            if r.is_err() {
+                break;
+            }
         }
+        m.rc.reserved.pop();
+        r?;
         if m.rc.free_hint == c || (n == 1 && from == m.rc.free_hint) {
             m.rc.free_hint = c + n;
         }
