@@ -22,7 +22,8 @@ impl Image {
             };
             match src {
                 Source::Data(_) | Source::Compressed { .. } => b.push(at, n, false, false),
-                Source::Zero => b.push(at, n, false, true),
+                // A zero cluster takes no data (as qemu-nbd reports it).
+                Source::Zero => b.push(at, n, true, true),
                 Source::Backing => match &self.backing {
                     None => b.push(at, n, true, true),
                     Some(Backing::Raw { .. }) => b.push(at, n, false, false),
