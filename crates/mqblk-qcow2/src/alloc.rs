@@ -12,14 +12,15 @@
 //!
 //! Refcount blocks are read on demand and kept in memory; a new one is
 //! placed inside the range it covers, so it counts itself. The refcount
-//! table moves to a larger place when it is full.
+//! table moves to a larger place when it is full. The L2 cache's dirty
+//! tables leave it through [`ImageFile::make_room`] and the write-back.
 
 use std::collections::HashMap;
 
 use crate::check;
 use crate::error::{Qcow2Error, Result};
+use crate::file::ImageFile;
 use crate::header::{self, field};
-use crate::image::Image;
 use crate::refcount;
 
 /// The refcounts of an image, as far as read.
@@ -93,7 +94,30 @@ pub struct Meta {
     pub(crate) incompatible: u64,
 }
 
-impl Image {
+impl ImageFile {
+    /// Bound of host offsets a read may touch.
+    pub(crate) fn read_limit(&self, m: &Meta) -> u64 {
+        m.limit.max(m.file_end)
+    }
+
+    /// Before a table comes into a full cache, write the victim back if
+    /// it is dirty: the refcounts first (durably), then the table.
+    pub(crate) fn make_room(&self, m: &mut Meta) -> Result<()> {
+        if let Some(v) = m.cache.victim() {
+            if m.cache.slot(v).dirty {
+                self.flush_refcounts(m, true)?;
+                let s = m.cache.slot(v);
+                let (off, data) = (s.offset, std::mem::take(&mut s.data));
+                let r = self.pwrite("write of an L2 table", off, &data);
+                let s = m.cache.slot(v);
+                s.data = data;
+                r?;
+                s.dirty = false;
+            }
+        }
+        Ok(())
+    }
+
     /// The refcount block of table index `b`, read if need be (`None`:
     /// not allocated, every refcount in its range is 0).
     fn block<'m>(&self, m: &'m mut Meta, b: u64) -> Result<Option<&'m mut (Vec<u8>, bool)>> {

@@ -8,18 +8,18 @@
 //! [`Image::read_guest`] reads any range synchronously (for backing files,
 //! copy-on-write and compressed clusters).
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use mqblk_core::queue::{Device, DeviceConfig};
+use mqblk_core::driver::Extent;
+use mqblk_core::queue::Device;
 
 use crate::alloc::{Meta, Refcounts};
-use crate::backing::Backing;
+use crate::backing::{Backing, Layer};
 use crate::cache::L2Cache;
 use crate::check::{self, Region};
 use crate::error::{Qcow2Error, Result};
+use crate::file::{io_err, open_file_device, pread, ImageFile};
 use crate::header::{self, Header};
 use crate::snapshot::Snapshot;
 use crate::table::{self, Cluster, L1Entry, Source};
@@ -61,14 +61,8 @@ impl Default for OpenOptions {
 
 /// An open image.
 pub struct Image {
-    /// The path, as errors name it.
-    pub name: Arc<str>,
-    /// The path it was opened by.
-    pub path: PathBuf,
-    pub(crate) file: File,
-    /// The header as read at open.
-    pub hdr: Header,
-    pub(crate) writable: bool,
+    /// The file, its header and its metadata I/O.
+    pub f: ImageFile,
     pub(crate) backing: Option<Backing>,
     /// Internal snapshots.
     pub snapshots: Vec<Snapshot>,
@@ -76,56 +70,19 @@ pub struct Image {
     pub(crate) data_dev: Device,
     pub(crate) meta: Mutex<Meta>,
     pub(crate) discard: DiscardMode,
-    /// Cluster size.
-    pub(crate) cs: u64,
-    /// log2 of the entries of an L2 table.
-    pub(crate) l2_bits: u32,
+}
+
+impl std::ops::Deref for Image {
+    type Target = ImageFile;
+    fn deref(&self) -> &ImageFile {
+        &self.f
+    }
 }
 
 impl std::fmt::Debug for Image {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Image").field("name", &self.name).finish()
     }
-}
-
-fn io_err(
-    image: &Arc<str>,
-    what: &'static str,
-    offset: u64,
-    len: u64,
-) -> impl FnOnce(std::io::Error) -> Qcow2Error {
-    let image = image.clone();
-    move |source| Qcow2Error::Io {
-        image,
-        what,
-        offset,
-        len,
-        source,
-    }
-}
-
-/// Read `buf.len()` bytes at `offset`; bytes past the end of the file
-/// read as zeros.
-pub(crate) fn pread(
-    file: &File,
-    image: &Arc<str>,
-    what: &'static str,
-    offset: u64,
-    buf: &mut [u8],
-) -> Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        match file.read_at(&mut buf[done..], offset + done as u64) {
-            Ok(0) => {
-                buf[done..].fill(0);
-                return Ok(());
-            }
-            Ok(n) => done += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(io_err(image, what, offset, buf.len() as u64)(e)),
-        }
-    }
-    Ok(())
 }
 
 fn be64s(b: &[u8]) -> Vec<u64> {
@@ -139,23 +96,7 @@ impl Image {
     /// canonical paths), to refuse a loop.
     pub fn open(path: &Path, opts: &OpenOptions, chain: &mut Vec<PathBuf>) -> Result<Arc<Image>> {
         let name: Arc<str> = path.display().to_string().into();
-        let canon = std::fs::canonicalize(path).map_err(io_err(&name, "open", 0, 0))?;
-        if chain.contains(&canon) {
-            return Err(Qcow2Error::BackingLoop {
-                image: chain
-                    .last()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default()
-                    .into(),
-                backing: canon.display().to_string(),
-                chain: chain
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(" -> "),
-            });
-        }
-        chain.push(canon);
+        crate::backing::enter_chain(path, chain)?;
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(opts.writable)
@@ -351,7 +292,7 @@ impl Image {
             hdr.backing_format.as_deref()
         };
         let backing = match backing_path {
-            Some(p) => Some(Backing::open(&p, format, opts, chain)?),
+            Some(p) => Some(open_backing(&p, format, opts, chain)?),
             None => None,
         };
         let rc = Refcounts::new(
@@ -372,13 +313,15 @@ impl Image {
             incompatible: hdr.incompatible,
         };
         let img = Image {
-            name,
-            path: path.to_path_buf(),
-            file,
-            cs,
-            l2_bits,
-            hdr,
-            writable: opts.writable,
+            f: ImageFile {
+                name,
+                path: path.to_path_buf(),
+                file,
+                cs,
+                l2_bits,
+                hdr,
+                writable: opts.writable,
+            },
             backing,
             snapshots,
             data_dev,
@@ -426,30 +369,6 @@ impl Image {
         )
     }
 
-    pub(crate) fn pread(&self, what: &'static str, offset: u64, buf: &mut [u8]) -> Result<()> {
-        pread(&self.file, &self.name, what, offset, buf)
-    }
-
-    pub(crate) fn pwrite(&self, what: &'static str, offset: u64, buf: &[u8]) -> Result<()> {
-        self.file.write_all_at(buf, offset).map_err(io_err(
-            &self.name,
-            what,
-            offset,
-            buf.len() as u64,
-        ))
-    }
-
-    pub(crate) fn sync(&self) -> Result<()> {
-        self.file
-            .sync_data()
-            .map_err(io_err(&self.name, "fdatasync", 0, 0))
-    }
-
-    /// Bound of host offsets a read may touch.
-    pub(crate) fn read_limit(&self, m: &Meta) -> u64 {
-        m.limit.max(m.file_end)
-    }
-
     /// The L2 slot of L1 entry `i`, loading the table (`None`: no table).
     pub(crate) fn l2_slot(&self, m: &mut Meta, i: usize) -> Result<Option<(usize, L1Entry)>> {
         let raw = m.l1[i];
@@ -480,24 +399,6 @@ impl Image {
         self.pread("read of an L2 table", e.l2_offset, &mut data)?;
         self.make_room(m)?;
         Ok(Some((m.cache.insert(e.l2_offset, data, false), e)))
-    }
-
-    /// Before a table comes into a full cache, write the victim back if
-    /// it is dirty: the refcounts first (durably), then the table.
-    pub(crate) fn make_room(&self, m: &mut Meta) -> Result<()> {
-        if let Some(v) = m.cache.victim() {
-            if m.cache.slot(v).dirty {
-                self.flush_refcounts(m, true)?;
-                let s = m.cache.slot(v);
-                let (off, data) = (s.offset, std::mem::take(&mut s.data));
-                let r = self.pwrite("write of an L2 table", off, &data);
-                let s = m.cache.slot(v);
-                s.data = data;
-                r?;
-                s.dirty = false;
-            }
-        }
-        Ok(())
     }
 
     /// The L1 index and L2 index of guest offset `guest`.
@@ -646,27 +547,52 @@ impl Image {
     }
 }
 
-/// Open the image file as a file device: the data path, and the lock
-/// (exclusive to write, shared to read). A writable image gets room to
-/// grow to `limit` bytes (the file is extended, sparse, and trimmed back
-/// to its last cluster at close).
-pub(crate) fn open_file_device(
+/// Open `path` as a backing file of format `format` (`raw`, `qcow2`;
+/// probed from its first bytes if `None`), read-only. `chain`: the
+/// images above it.
+fn open_backing(
     path: &Path,
-    writable: bool,
-    limit: u64,
-) -> mqblk_core::Result<Device> {
-    let mut cfg = mqblk_file::FileConfig::new(path);
-    cfg.direct = false;
-    cfg.fixed_bufs_bytes = 0;
-    cfg.read_only = !writable;
-    if writable {
-        cfg.size_bytes = Some(limit);
-        cfg.create = true;
+    format: Option<&str>,
+    opts: &OpenOptions,
+    chain: &mut Vec<PathBuf>,
+) -> Result<Backing> {
+    let format = match format {
+        Some(f) => f.to_string(),
+        None => crate::backing::probe(path)?.to_string(),
+    };
+    match format.as_str() {
+        "qcow2" => {
+            let o = OpenOptions {
+                writable: false,
+                backing: None,
+                ..opts.clone()
+            };
+            Ok(Backing::Qcow2(Image::open(path, &o, chain)?))
+        }
+        "raw" => Backing::open_raw(path, chain),
+        other => Err(Qcow2Error::Unsupported {
+            image: path.display().to_string().into(),
+            what: format!("backing file format `{other}` is not supported (raw or qcow2)"),
+        }),
     }
-    let mut dev = DeviceConfig::new(format!("{}-file", path.display()), 0);
-    dev.nr_hw_queues = 1;
-    dev.read_only = !writable;
-    mqblk_file::create(cfg, dev)
+}
+
+impl Layer for Image {
+    fn name(&self) -> &str {
+        &self.f.name
+    }
+    fn read(&self, guest: u64, buf: &mut [u8]) -> Result<()> {
+        Image::read(self, guest, buf)
+    }
+    fn extents(&self, offset: u64, len: u64, out: &mut Vec<Extent>) -> Result<()> {
+        Image::extents(self, offset, len, out)
+    }
+    fn backing(&self) -> Option<&Backing> {
+        self.backing.as_ref()
+    }
+    fn device(&self) -> &Device {
+        &self.data_dev
+    }
 }
 
 impl Drop for Image {

@@ -19,27 +19,43 @@
 //! Modules, in the order an open and a request meet them: the format
 //! ([`header`], [`table`], [`refcount`], [`snapshot`], [`compress`]), the
 //! checks ([`check`]), making images ([`create`]), the open image
-//! ([`image`], its [`cache`] and [`backing`] chain), metadata updates
-//! ([`alloc`], [`cow`]), block status ([`status`]) and the [`driver`].
+//! ([`image`] on its [`file`], with its [`cache`] and [`backing`] chain),
+//! metadata updates ([`cow`] over [`alloc`]), block status ([`status`])
+//! and the [`driver`].
 
 #![warn(missing_docs)]
 
 // The format: pure parsing and encoding.
-pub mod check;
-pub mod compress;
-pub mod create;
 pub mod error;
+
 pub mod header;
-pub mod refcount;
-pub mod snapshot;
+
 pub mod table;
 
-// The open image and its metadata.
-pub mod alloc;
-pub mod backing;
+pub mod refcount;
+
+pub mod snapshot;
+
+pub mod compress;
+
+pub mod check;
+
+pub mod create;
+
+// The open image: its file and metadata I/O, the L2 cache, the backing
+// chain, the image itself, then what changes its metadata.
+pub mod file;
+
 pub mod cache;
-pub mod cow;
+
+pub mod backing;
+
+pub mod alloc;
+
 pub mod image;
+
+pub mod cow;
+
 pub mod status;
 
 // The data path.
@@ -52,6 +68,7 @@ use mqblk_core::error::{Error, Result};
 use mqblk_core::queue::{Device, DeviceConfig};
 use mqblk_core::spec::SpecOptions;
 
+pub use crate::backing::Layer;
 pub use crate::create::CreateOptions;
 pub use crate::error::Qcow2Error;
 pub use crate::image::{DiscardMode, Image, OpenOptions};
