@@ -597,6 +597,14 @@ impl Layer for Image {
 
 impl Drop for Image {
     fn drop(&mut self) {
+        if std::env::var("MQBLK_QCOW2_STATS").is_ok_and(|v| v == "1") {
+            let (hits, misses, mem, cap) = self.cache_stats();
+            eprintln!(
+                "mqblk: {}: L2 cache {mem} of {cap} bytes, {hits} hits, {misses} misses ({:.2}% hits)",
+                self.name,
+                100.0 * hits as f64 / (hits + misses).max(1) as f64
+            );
+        }
         if !self.writable {
             return;
         }

@@ -16,6 +16,10 @@
 //! synchronously, under one lock per image, with pread/pwrite on a second
 //! descriptor of the same file.
 //!
+//! With `MQBLK_QCOW2_STATS=1` in the environment, an image prints its L2
+//! cache's figures (memory, hits, misses) on stderr when it closes, for
+//! benchmarks of a device whose process ends (`mqblk bench`, `serve`).
+//!
 //! Modules, in the order an open and a request meet them: the format
 //! ([`header`], [`table`], [`refcount`], [`snapshot`], [`compress`]), the
 //! checks ([`check`]), making images ([`create`]), the open image
@@ -189,7 +193,10 @@ pub fn info(device: &str) -> Option<Vec<(String, String)>> {
     let (hits, misses, mem, cap) = img.cache_stats();
     out.push((
         "l2 cache".to_string(),
-        format!("{mem} of {cap} bytes, {hits} hits, {misses} misses"),
+        format!(
+            "{mem} of {cap} bytes, {hits} hits, {misses} misses ({:.1}% hits)",
+            100.0 * hits as f64 / (hits + misses).max(1) as f64
+        ),
     ));
     let mut b = img.backing();
     while let Some(x) = b {

@@ -243,3 +243,43 @@ fn internal_snapshots_are_listed() {
     );
     eprintln!("listed: {snaps:?}");
 }
+
+#[test]
+fn the_l2_cache_holds_what_l2_cache_size_says() {
+    let dir = Dir::new("cache");
+    let raw = dir.path("src.raw");
+    pattern_file(&raw, 16 << 20, 6);
+    // 4 KiB clusters: 512 entries (2 MiB of guest) per L2 table, so 8
+    // tables for 16 MiB; a cache of 4 tables holds half of them.
+    let img = dir.s("c.qcow2");
+    qemu_img(&[
+        "convert",
+        "-O",
+        "qcow2",
+        "-o",
+        "cluster_size=4096",
+        raw.to_str().unwrap(),
+        &img,
+    ]);
+    let want = std::fs::read(&raw).unwrap();
+    for (cache, tables) in [(16384u64, 4u64), (1 << 20, 8)] {
+        let dev = open(&format!("qcow2:{img},ro=1,l2_cache_size={cache}")).unwrap();
+        let mut ctx = dev.context().unwrap();
+        let mut buf = dev.alloc_buf(4096);
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..4000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let off = x % (16 << 20) / 4096 * 4096;
+            ctx.read_at(buf.as_mut_slice(), off).unwrap();
+            assert_eq!(buf.as_mut_slice(), &want[off as usize..off as usize + 4096]);
+        }
+        let info = mqblk_qcow2::info(dev.name()).unwrap();
+        let line = &info.iter().find(|(k, _)| k == "l2 cache").unwrap().1;
+        eprintln!("l2_cache_size={cache}: {line}");
+        let held: u64 = line.split(' ').next().unwrap().parse().unwrap();
+        assert!(held <= cache, "{line}");
+        assert_eq!(held, tables * 4096, "{line}");
+    }
+}
