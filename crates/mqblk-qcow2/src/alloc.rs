@@ -311,6 +311,8 @@ impl ImageFile {
     /// Allocate one cluster; if the file device has no room left, write
     /// back first (which frees what was waiting) and try again.
     pub(crate) fn alloc_cluster(&self, m: &mut Meta) -> Result<u64> {
+        // (The frees that wait are applied by the write-back only when no
+        // data I/O is in flight.)
         match self.alloc(m, 1) {
             Err(Qcow2Error::NoSpace { .. }) if !m.pending_free.is_empty() => {
                 self.writeback(m)?;
@@ -397,7 +399,10 @@ impl ImageFile {
             m.l1_dirty = false;
         }
         self.sync()?;
-        if !m.pending_free.is_empty() {
+        // A free waits while data I/O is in flight: it was mapped before
+        // the entry changed, and may still be bound for the old cluster.
+        let idle = self.in_flight.load(std::sync::atomic::Ordering::Acquire) == 0;
+        if idle && !m.pending_free.is_empty() {
             let frees = std::mem::take(&mut m.pending_free);
             let cbits = m.rc.cluster_bits;
             for (off, len) in frees {

@@ -10,6 +10,7 @@
 //! Requests never cross a cluster (`chunk_sectors` is the cluster), so a
 //! request is at most one lookup.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use mqblk_core::driver::{
@@ -226,11 +227,14 @@ impl Qcow2Driver {
             // The file context holds completions nobody polled: reap them
             // and try once more.
             let Qcow2Queue { ctx, parents, .. } = hq;
+            let in_flight = &self.img.in_flight;
             ctx.poll(|c| {
+                in_flight.fetch_sub(1, Ordering::Release);
                 finish(parents, c.private() as u32, c.status(), done);
             });
             if let Err(e) = hq.ctx.submit(bio) {
                 drop(e);
+                self.img.in_flight.fetch_sub(1, Ordering::Release);
                 finish(&mut hq.parents, tag, Status::IoError, done);
             }
         }
@@ -267,12 +271,18 @@ impl Driver for Qcow2Driver {
         hq.plan.clear();
         let r = {
             let mut m = self.img.lock();
-            match rq.op() {
+            let r = match rq.op() {
                 Op::Flush => self.img.writeback(&mut m),
                 Op::Read => self.plan_read(hq, &mut rq, &mut m),
                 Op::Write => self.plan_write(hq, &rq, &mut m),
                 Op::Discard | Op::WriteZeroes => self.zero(&rq, &mut m),
+            };
+            // Counted while the mapping it was planned on still holds.
+            if r.is_ok() && !hq.plan.is_empty() {
+                let n = hq.plan.len() as u64;
+                self.img.in_flight.fetch_add(n, Ordering::AcqRel);
             }
+            r
         };
         match r {
             Err(e) => {
@@ -296,7 +306,11 @@ impl Driver for Qcow2Driver {
     fn poll(&self, hq: &mut Qcow2Queue, done: &mut Completions<'_>) -> usize {
         let Qcow2Queue { ctx, parents, .. } = hq;
         let mut n = 0;
-        ctx.poll(|c| n += finish(parents, c.private() as u32, c.status(), done));
+        let in_flight = &self.img.in_flight;
+        ctx.poll(|c| {
+            in_flight.fetch_sub(1, Ordering::Release);
+            n += finish(parents, c.private() as u32, c.status(), done)
+        });
         n
     }
 

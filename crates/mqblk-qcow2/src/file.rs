@@ -29,6 +29,10 @@ pub struct ImageFile {
     pub(crate) cs: u64,
     /// log2 of the entries of an L2 table.
     pub(crate) l2_bits: u32,
+    /// Data I/Os sent to the file device and not yet ended. Raised under
+    /// the metadata lock when they are planned; while any is in flight,
+    /// no cluster is freed (it could be reused under it).
+    pub(crate) in_flight: std::sync::atomic::AtomicU64,
 }
 
 pub(crate) fn io_err(

@@ -321,6 +321,7 @@ impl Image {
                 l2_bits,
                 hdr,
                 writable: opts.writable,
+                in_flight: std::sync::atomic::AtomicU64::new(0),
             },
             backing,
             snapshots,
