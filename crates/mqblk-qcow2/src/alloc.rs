@@ -156,7 +156,13 @@ impl ImageFile {
     /// Set the refcount of host cluster `c` to `v`, making its block (and
     /// growing the table) if need be. `avoid`: clusters being allocated,
     /// where a new block must not go.
-    fn set_refcount(&self, m: &mut Meta, c: u64, v: u64, avoid: (u64, u64)) -> Result<()> {
+    pub(crate) fn set_refcount(
+        &self,
+        m: &mut Meta,
+        c: u64,
+        v: u64,
+        avoid: (u64, u64),
+    ) -> Result<()> {
         let (b, i) = (c / m.rc.per_block, c % m.rc.per_block);
         if v > refcount::max_refcount(m.rc.order) {
             return Err(Qcow2Error::Unsupported {

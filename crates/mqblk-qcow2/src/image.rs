@@ -224,7 +224,7 @@ impl Image {
                 });
             }
         }
-        let snapshots = if hdr.nb_snapshots > 0 {
+        let (snapshots, snapshot_table_len) = if hdr.nb_snapshots > 0 {
             // The table's length is known only once parsed: read what the
             // file holds from its offset, up to 64 MiB.
             let len = (file_len - hdr.snapshots_offset).min(64 << 20);
@@ -267,9 +267,9 @@ impl Image {
                     end: sn.l1_table_offset + len,
                 });
             }
-            s
+            (s, n)
         } else {
-            Vec::new()
+            (Vec::new(), 0)
         };
         check::no_overlap(&name, regions)?;
         // The backing chain.
@@ -331,6 +331,18 @@ impl Image {
         };
         {
             let mut m = img.lock();
+            if img.writable && m.incompatible & header::incompat::DIRTY != 0 {
+                // Lazy refcounts, not closed cleanly: count before allocating.
+                let raised = img
+                    .f
+                    .repair_refcounts(&mut m, &img.snapshots, snapshot_table_len)?;
+                if raised > 0 {
+                    eprintln!(
+                        "mqblk: {}: opened with the dirty bit set: {raised} refcounts raised to what the tables use",
+                        img.name
+                    );
+                }
+            }
             m.file_end = img.highest_used(&mut m)?;
         }
         if img.writable

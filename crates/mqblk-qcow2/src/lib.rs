@@ -56,6 +56,8 @@ pub mod backing;
 
 pub mod alloc;
 
+pub mod repair;
+
 pub mod image;
 
 pub mod cow;

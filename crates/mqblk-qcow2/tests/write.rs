@@ -328,3 +328,34 @@ fn the_refcount_table_grows_when_full() {
     eprintln!("refcount table moved from {table_before} to {table_after}");
     judge(&dir, &img, &model);
 }
+
+#[test]
+fn a_dirty_image_with_stale_refcounts_is_repaired_before_any_allocation() {
+    use std::os::unix::fs::FileExt;
+    let dir = Dir::new("repair");
+    let img = dir.s("r.qcow2");
+    qemu_img(&["create", "-q", "-f", "qcow2", "-o", "lazy_refcounts=on,cluster_size=4096", &img, "4M"]);
+    qemu_io(&img, &["write -P 0x33 0 256k"]);
+    // What a crash with lazy refcounts leaves: the dirty bit set, and the
+    // refcounts of the L2 table and the data (clusters 4 on) never written.
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(&img).unwrap();
+    let mut h = [0u8; 8];
+    f.read_exact_at(&mut h, 72).unwrap();
+    f.write_all_at(&(u64::from_be_bytes(h) | 1).to_be_bytes(), 72).unwrap();
+    let mut rt = [0u8; 8];
+    f.read_exact_at(&mut rt, 4096).unwrap();
+    let block = u64::from_be_bytes(rt);
+    f.write_all_at(&[0u8; 4096 - 8], block + 8).unwrap();
+    drop(f);
+    let mut model = vec![0u8; 4 << 20];
+    model[..256 << 10].fill(0x33);
+    {
+        let dev = open(&format!("qcow2:{img}")).unwrap();
+        let mut ctx = dev.context().unwrap();
+        let mut buf = dev.alloc_buf(256 << 10);
+        buf.as_mut_slice().fill(0x44);
+        ctx.write_at(buf.as_mut_slice(), 1 << 20).unwrap();
+        model[1 << 20..(1 << 20) + (256 << 10)].fill(0x44);
+    }
+    judge(&dir, &img, &model);
+}
