@@ -52,6 +52,8 @@ pub mod field {
     pub const REFCOUNT_TABLE_CLUSTERS: u64 = 56;
     /// `incompatible_features` (u64, version 3).
     pub const INCOMPATIBLE: u64 = 72;
+    /// `autoclear_features` (u64, version 3).
+    pub const AUTOCLEAR: u64 = 88;
     /// `l1_size` (u32) then `l1_table_offset` (u64).
     pub const L1_SIZE: u64 = 36;
 }

@@ -353,6 +353,16 @@ impl Image {
             let v = m.incompatible | header::incompat::DIRTY;
             img.set_incompatible(&mut m, v)?;
         }
+        if img.writable && img.hdr.version == 3 && img.hdr.autoclear != 0 {
+            // A writer that does not keep what an autoclear bit promises
+            // (persistent bitmaps in step with the data) clears it.
+            img.pwrite(
+                "write of the header's autoclear features",
+                header::field::AUTOCLEAR,
+                &0u64.to_be_bytes(),
+            )?;
+            img.sync()?;
+        }
         Ok(Arc::new(img))
     }
 
