@@ -136,7 +136,9 @@ echo "== 2. local driver: mqblk bench 4k randread iodepth=32, qcow2: against fil
 bench() {
   MQBLK_QCOW2_STATS=1 "$mqblk" bench --device="$1" --rw=randread --bs=4k --iodepth=32 --size=1G \
     --runtime="$runtime" --time_based --output-format=json 2>>"$dir/stats" |
-    python3 -c 'import json,sys; j=json.load(sys.stdin); print(f"{sum(x[\"read\"][\"iops\"] for x in j[\"jobs\"]):.0f} {j[\"mqblk\"][\"ns_per_io_cpu\"]:.0f}")'
+    python3 -c 'import json, sys
+j = json.load(sys.stdin)
+print("%.0f %.0f" % (sum(x["read"]["iops"] for x in j["jobs"]), j["mqblk"]["ns_per_io_cpu"]))'
 }
 : >"$dir/rows"
 for p in $(seq "$pairs"); do
