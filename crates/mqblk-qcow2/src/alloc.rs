@@ -349,7 +349,7 @@ impl ImageFile {
         for b in dirty {
             let off = m.rc.table[b as usize];
             let (d, flag) = m.rc.blocks.get_mut(&b).expect("listed above");
-            self.file_write(off, d, "write of a refcount block")?;
+            self.pwrite("write of a refcount block", off, d)?;
             *flag = false;
             wrote = true;
         }
@@ -367,10 +367,6 @@ impl ImageFile {
             self.sync()?;
         }
         Ok(())
-    }
-
-    fn file_write(&self, off: u64, d: &[u8], what: &'static str) -> Result<()> {
-        self.pwrite(what, off, d)
     }
 
     /// Make everything written so far durable, in order: refcounts (and
