@@ -16,6 +16,13 @@
 //! synchronously, under one lock per image, with pread/pwrite on a second
 //! descriptor of the same file.
 //!
+//! Not done: writing images with extended L2 entries (they open with
+//! `ro=1`), external data files, encryption, keeping persistent bitmaps
+//! (their autoclear bit is cleared on a writable open, as the format asks
+//! of a writer that does not keep them), creating or reverting snapshots,
+//! and resizing. Every request takes the image's metadata lock for its
+//! lookup: one lock per image on the data path.
+//!
 //! With `MQBLK_QCOW2_STATS=1` in the environment, an image prints its L2
 //! cache's figures (memory, hits, misses) on stderr when it closes, for
 //! benchmarks of a device whose process ends (`mqblk bench`, `serve`).
