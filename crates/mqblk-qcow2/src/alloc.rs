@@ -8,7 +8,8 @@
 //!   refcounts;
 //! - a refcount is lowered only after the table entry that used the
 //!   cluster is gone from the file (durably): frees wait in
-//!   `pending_free` until a write-back has synced the tables.
+//!   `pending_free` until a write-back has synced the tables, and until
+//!   the data I/O planned before them has ended (two epochs).
 //!
 //! Refcount blocks are read on demand and kept in memory; a new one is
 //! placed inside the range it covers, so it counts itself. The refcount
@@ -86,6 +87,10 @@ pub struct Meta {
     /// Byte ranges whose clusters lose a reference once the tables that
     /// no longer point to them are durable.
     pub(crate) pending_free: Vec<(u64, u64)>,
+    /// Frees of the epoch before: given back once its I/O has ended.
+    pub(crate) old_free: Vec<(u64, u64)>,
+    /// The epoch data I/O is counted in now (0 or 1).
+    pub(crate) epoch: usize,
     /// End of the last cluster in use.
     pub(crate) file_end: u64,
     /// No cluster may end past this (the file device's capacity).
@@ -320,7 +325,11 @@ impl ImageFile {
         // (The frees that wait are applied by the write-back only when no
         // data I/O is in flight.)
         match self.alloc(m, 1) {
-            Err(Qcow2Error::NoSpace { .. }) if !m.pending_free.is_empty() => {
+            Err(Qcow2Error::NoSpace { .. })
+                if !m.pending_free.is_empty() || !m.old_free.is_empty() =>
+            {
+                // Twice: the second gives back what the first set aside.
+                self.writeback(m)?;
                 self.writeback(m)?;
                 self.alloc(m, 1)
             }
@@ -401,11 +410,18 @@ impl ImageFile {
             m.l1_dirty = false;
         }
         self.sync()?;
-        // A free waits while data I/O is in flight: it was mapped before
-        // the entry changed, and may still be bound for the old cluster.
-        let idle = self.in_flight.load(std::sync::atomic::Ordering::Acquire) == 0;
-        if idle && !m.pending_free.is_empty() {
-            let frees = std::mem::take(&mut m.pending_free);
+        // A free waits until the I/O of its epoch has ended: it was mapped
+        // before the entry changed, and may still be bound for the old
+        // cluster. When the epoch before has no I/O left, its frees are
+        // given back, and the epochs turn.
+        let before = 1 - m.epoch;
+        if self.in_flight[before].load(std::sync::atomic::Ordering::Acquire) == 0 {
+            let frees = std::mem::take(&mut m.old_free);
+            m.old_free = std::mem::take(&mut m.pending_free);
+            m.epoch = before;
+            if frees.is_empty() {
+                return Ok(());
+            }
             let cbits = m.rc.cluster_bits;
             for (off, len) in frees {
                 let first = off >> cbits;

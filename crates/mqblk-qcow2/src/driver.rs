@@ -45,6 +45,8 @@ pub struct Qcow2Queue {
     /// (offset in the request, length, file offset) of each clone.
     plan: Vec<(u64, u64, u64)>,
     scratch: Vec<u8>,
+    /// The epoch the planned clones are counted in.
+    epoch: usize,
 }
 
 /// Copy `data` into a read request's buffers at `at`.
@@ -219,7 +221,7 @@ impl Qcow2Driver {
             // pieces of the request, and every fill of its buffers
             // (zeros, backing data) happened in the plan, before this.
             let mut bio: Bio = unsafe { (*req).clone_bio_range(at, n, host) };
-            bio.private = u64::from(tag);
+            bio.private = u64::from(tag) | (hq.epoch as u64) << 32;
             let bio = match hq.ctx.submit(bio) {
                 Ok(()) => continue,
                 Err(e) => e.into_bio(),
@@ -229,12 +231,12 @@ impl Qcow2Driver {
             let Qcow2Queue { ctx, parents, .. } = hq;
             let in_flight = &self.img.in_flight;
             ctx.poll(|c| {
-                in_flight.fetch_sub(1, Ordering::Release);
+                in_flight[(c.private() >> 32) as usize].fetch_sub(1, Ordering::Release);
                 finish(parents, c.private() as u32, c.status(), done);
             });
             if let Err(e) = hq.ctx.submit(bio) {
                 drop(e);
-                self.img.in_flight.fetch_sub(1, Ordering::Release);
+                self.img.in_flight[hq.epoch].fetch_sub(1, Ordering::Release);
                 finish(&mut hq.parents, tag, Status::IoError, done);
             }
         }
@@ -258,6 +260,7 @@ impl Driver for Qcow2Driver {
             parents: (0..depth).map(|_| None).collect(),
             plan: Vec::with_capacity(4),
             scratch: vec![0u8; self.img.cs as usize],
+            epoch: 0,
         })
     }
 
@@ -280,7 +283,8 @@ impl Driver for Qcow2Driver {
             // Counted while the mapping it was planned on still holds.
             if r.is_ok() && !hq.plan.is_empty() {
                 let n = hq.plan.len() as u64;
-                self.img.in_flight.fetch_add(n, Ordering::AcqRel);
+                hq.epoch = m.epoch;
+                self.img.in_flight[m.epoch].fetch_add(n, Ordering::AcqRel);
             }
             r
         };
@@ -308,7 +312,7 @@ impl Driver for Qcow2Driver {
         let mut n = 0;
         let in_flight = &self.img.in_flight;
         ctx.poll(|c| {
-            in_flight.fetch_sub(1, Ordering::Release);
+            in_flight[(c.private() >> 32) as usize].fetch_sub(1, Ordering::Release);
             n += finish(parents, c.private() as u32, c.status(), done)
         });
         n

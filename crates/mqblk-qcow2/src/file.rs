@@ -29,10 +29,11 @@ pub struct ImageFile {
     pub(crate) cs: u64,
     /// log2 of the entries of an L2 table.
     pub(crate) l2_bits: u32,
-    /// Data I/Os sent to the file device and not yet ended. Raised under
-    /// the metadata lock when they are planned; while any is in flight,
-    /// no cluster is freed (it could be reused under it).
-    pub(crate) in_flight: std::sync::atomic::AtomicU64,
+    /// Data I/Os sent to the file device and not yet ended, by the epoch
+    /// they were planned in (raised under the metadata lock). A cluster
+    /// freed in an epoch is given back only once every I/O of that epoch
+    /// has ended: one planned on the old mapping may still be bound for it.
+    pub(crate) in_flight: [std::sync::atomic::AtomicU64; 2],
 }
 
 pub(crate) fn io_err(

@@ -308,6 +308,8 @@ impl Image {
             cache: L2Cache::new(opts.l2_cache_bytes, cs),
             rc,
             pending_free: Vec::new(),
+            old_free: Vec::new(),
+            epoch: 0,
             file_end: file_bound,
             limit: data_limit,
             incompatible: hdr.incompatible,
@@ -321,7 +323,7 @@ impl Image {
                 l2_bits,
                 hdr,
                 writable: opts.writable,
-                in_flight: std::sync::atomic::AtomicU64::new(0),
+                in_flight: Default::default(),
             },
             backing,
             snapshots,
@@ -633,6 +635,9 @@ impl Drop for Image {
         }
         let r = (|| {
             let mut m = self.meta.lock().unwrap_or_else(|e| e.into_inner());
+            // Twice: the second gives back the frees the first set aside
+            // (no I/O is in flight any more).
+            self.writeback(&mut m)?;
             self.writeback(&mut m)?;
             if m.incompatible & header::incompat::DIRTY != 0 {
                 let v = m.incompatible & !header::incompat::DIRTY;
