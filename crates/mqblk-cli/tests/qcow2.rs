@@ -290,7 +290,8 @@ fn nbdinfo_map_over_serve_shows_the_layout_through_the_chain() {
     eprintln!("{} runs, as qemu-img map shows them", got.len());
 }
 
-/// `mqblk bench` writing at depth 16 with a flush every 8 writes,
+/// `mqblk bench` writing, discarding and zeroing at depth 16 with a
+/// flush every 8 writes,
 /// SIGKILLed (by its pid) at a seeded random moment, 20 times on one
 /// image, each run with its own random offsets: after each kill
 /// `qemu-img check` finds no corruption (leaks are allowed: exit code
@@ -343,6 +344,11 @@ fn bench_sigkilled_during_fsync_writes_leaves_no_corruption() {
             "--runtime=60s",
             "--time_based",
             &format!("--randseed={}", x % 1_000_000),
+            // A fifth of the writes are discards (which free clusters), a
+            // tenth write-zeroes: clusters are freed and allocated again.
+            "--verify=crc32c",
+            "--trim_percentage=20",
+            "--write_zeroes_percentage=10",
         ]));
         std::thread::sleep(Duration::from_millis(kill_ms));
         assert!(
