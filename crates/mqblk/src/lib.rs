@@ -35,7 +35,9 @@ pub use part_open::register_partitions;
 /// hardware queues, see `mqblk_nbd`), and `rbd` (a Ceph RBD image,
 /// `rbd:POOL/IMAGE[@SNAP]`, with the `rbd` feature, see `mqblk_rbd`), and
 /// stacked devices (`dm:TABLE_FILE` or `dm-table:LINE;LINE...`, a
-/// device-mapper table over other specs, see `mqblk_dm`).
+/// device-mapper table over other specs, see `mqblk_dm`), and `qcow2`
+/// (a qcow2 image with its backing chain, `qcow2:PATH`, or a new one with
+/// `create=SIZE`, see `mqblk_qcow2`).
 /// Every kind also takes the common options `hw_queues`, `queue_depth`,
 /// `reserved_tags`, `shared_tags`, `queue_mode`, `plug`, `iostats`,
 /// `io_timeout_ms` and `ro`, and `part=N`: partition N of the device (GPT
@@ -159,6 +161,13 @@ fn open_kind(s: mqblk_core::spec::DeviceSpec, nesting: &Nesting) -> Result<Devic
             mqblk_nbd::open(url, s.options)
         }
         "rbd" => open_rbd(s),
+        "qcow2" => match s.target {
+            Some(t) => mqblk_qcow2::open(&t, s.options),
+            None => Err(Error::spec(
+                s.options.spec(),
+                "the qcow2 device needs an image, as in qcow2:/data/vm.qcow2 (create=SIZE makes one)",
+            )),
+        },
         "dm" => match s.target {
             Some(t) => mqblk_dm::open_path(&t, s.options, nesting, &open_in),
             None => Err(Error::spec(
@@ -194,6 +203,7 @@ const KINDS: &[(&str, &str)] = &[
     ("nbd", "nbd://HOST:PORT/EXPORT"),
     ("nbds", "nbds://HOST:PORT/EXPORT"),
     ("rbd", "rbd:POOL/IMAGE"),
+    ("qcow2", "qcow2:PATH"),
     ("dm", "dm:TABLE_FILE"),
     ("dm-table", "dm-table:LINE;LINE..."),
 ];
@@ -227,6 +237,9 @@ fn open_rbd(s: mqblk_core::spec::DeviceSpec) -> Result<Device> {
 pub fn driver_info(dev: &Device) -> Vec<(String, String)> {
     if let Some(h) = mqblk_dm::find(dev.name()) {
         return dm_info(&h);
+    }
+    if let Some(lines) = mqblk_qcow2::info(dev.name()) {
+        return lines;
     }
     let Some(i) = mqblk_file::info(dev.name()) else {
         return Vec::new();
