@@ -40,6 +40,9 @@ pub(crate) fn bench_command(args: &BenchArgs, stop: crate::bench::stop::Stop) ->
         None => vec![cli.build("job0").map_err(anyhow::Error::msg)?],
     };
     crate::bench::options::check_run(&jobs).map_err(anyhow::Error::msg)?;
+    for note in crate::bench::layout::lay_out(&jobs)? {
+        eprintln!("mqblk: note: {note}");
+    }
     let format = args.output_format;
     let interval = args
         .status_interval
