@@ -30,6 +30,15 @@ pub(crate) fn bench_command(args: &BenchArgs, stop: crate::bench::stop::Stop) ->
             eprintln!("mqblk: note: --{key}={value}: {note}");
         }
     }
+    // --ioengine=libaio (or posixaio) is told what a job file's line is.
+    if let Some(engine) = &args.ioengine {
+        if let Ok(None) = crate::bench::options::file_engine(engine) {
+            eprintln!(
+                "mqblk: note: --ioengine={engine}: {}",
+                crate::bench::options::fio::ASYNC_ENGINE_NOTE
+            );
+        }
+    }
     let jobs = match &args.jobfile {
         Some(path) => {
             if cli.name.is_some() {
