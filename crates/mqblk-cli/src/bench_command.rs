@@ -30,6 +30,15 @@ pub(crate) fn bench_command(args: &BenchArgs, stop: crate::bench::stop::Stop) ->
             eprintln!("mqblk: note: --{key}={value}: {note}");
         }
     }
+    // --ioengine=libaio (or posixaio) is told what a job file's line is.
+    if let Some(engine) = &args.ioengine {
+        if let Ok(None) = crate::bench::options::file_engine(engine) {
+            eprintln!(
+                "mqblk: note: --ioengine={engine}: {}",
+                crate::bench::options::fio::ASYNC_ENGINE_NOTE
+            );
+        }
+    }
     let jobs = match &args.jobfile {
         Some(path) => {
             if cli.name.is_some() {
@@ -40,6 +49,9 @@ pub(crate) fn bench_command(args: &BenchArgs, stop: crate::bench::stop::Stop) ->
         None => vec![cli.build("job0").map_err(anyhow::Error::msg)?],
     };
     crate::bench::options::check_run(&jobs).map_err(anyhow::Error::msg)?;
+    for note in crate::bench::layout::lay_out(&jobs)? {
+        eprintln!("mqblk: note: {note}");
+    }
     let format = args.output_format;
     let interval = args
         .status_interval

@@ -444,3 +444,64 @@ fn a_bad_verify_mix_is_refused_with_its_keys_named() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn a_mismatch_says_what_was_found_apart_from_what_was_expected() {
+    // A block overwritten with random bytes holds no header: the report
+    // shows those bytes as bytes, not decoded as a header, and the header
+    // it expected without the writer's fields a read-only check cannot
+    // know (seed, numberio, thread), rather than copying them from the
+    // random bytes.
+    let s = Scratch::new("verify-found");
+    let p = s.file("disk.img", 1 << 20);
+    let spec = format!("--device=file:{}", p.display());
+    let args = |rw: &'static str| {
+        [
+            "bench",
+            spec.as_str(),
+            rw,
+            "--bs=4k",
+            "--size=64k",
+            "--verify=crc32c",
+            "--output-format=json",
+        ]
+    };
+    assert_clean(&ok_json(&args("--rw=write")));
+    let random: Vec<u8> = (0u32..4096)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 | 1)
+        .collect();
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        f.write_all_at(&random, 12288).unwrap();
+        f.sync_all().unwrap();
+    }
+    let o = mqblk(&args("--rw=read"));
+    assert!(!o.status.success(), "a block of random bytes must fail");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let m = &v["jobs"][0]["verify"]["mismatches"][0];
+    eprintln!("{m:#}");
+    assert_eq!(m["offset"], 12288, "{m:#}");
+    assert_eq!(m["reason"], "bad magic (no verify header)", "{m:#}");
+    let first: String = random[..16].iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(
+        m["actual"],
+        format!("no verify header (the first 16 bytes: {first})"),
+        "{m:#}"
+    );
+    let expected = m["expected"].as_str().unwrap();
+    assert_eq!(
+        expected, "a header {magic=0xacca type=5 len=4096 offset=12288} from any writer",
+        "{m:#}"
+    );
+    // The text report says the same, in that order.
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "bad magic (no verify header) at offset 12288: found no verify header (the first \
+             16 bytes: {first}); expected a header {{magic=0xacca type=5 len=4096 \
+             offset=12288}} from any writer"
+        )),
+        "{err}"
+    );
+}

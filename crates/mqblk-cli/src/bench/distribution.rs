@@ -1,5 +1,5 @@
 //! fio's `random_distribution=`: how a random job picks its next block
-//! (uniform, zipf, pareto, normal, zoned, zoned_abs), parsed from fio's
+//! (uniform, zipf, pareto, normal, zoned, zoned_abs, sequence), parsed from fio's
 //! spelling and drawn without a clock or an allocation. [`super::pattern`]
 //! asks it for a block when the job's I/O is random.
 //!
@@ -12,6 +12,9 @@ use mqblk::Op;
 
 /// Most zones of one direction of `zoned`/`zoned_abs` (fio's limit).
 pub const ZONES_MAX: usize = 256;
+
+/// Most block indices of `sequence:` (fio's `FIO_SEQ_MAX`).
+pub const SEQUENCE_MAX: usize = 64;
 
 /// Terms of the zipf normalising sum computed exactly; the rest of the sum
 /// is its integral (as fio caps its own at ten million).
@@ -68,6 +71,10 @@ pub enum Distribution {
     Zoned(ZoneSets),
     /// `zoned_abs:A/SIZE:...`: as zoned, with sizes in bytes.
     ZonedAbs(ZoneSets),
+    /// `sequence:B,B,...`: the blocks (in units of the job's block size)
+    /// taken in this order, cycle after cycle; `random_sequence_stride=1`
+    /// moves each cycle on by the sequence's length.
+    Sequence(Vec<u32>),
 }
 
 impl Distribution {
@@ -134,9 +141,35 @@ impl Distribution {
             }
             "zoned" => Distribution::Zoned(ZoneSets::parse(arg.unwrap_or(""), false)?),
             "zoned_abs" => Distribution::ZonedAbs(ZoneSets::parse(arg.unwrap_or(""), true)?),
+            "sequence" => Distribution::Sequence(parse_sequence(arg.unwrap_or(""))?),
             other => return Err(format!("unknown distribution `{other}`")),
         })
     }
+}
+
+/// `2,0,1`: up to [`SEQUENCE_MAX`] block indices.
+fn parse_sequence(s: &str) -> Result<Vec<u32>, String> {
+    if s.trim().is_empty() {
+        return Err("sequence: expected block indices, as in sequence:2,0,1".into());
+    }
+    let order = s
+        .split(',')
+        .map(|b| {
+            let b = b.trim();
+            // Digits only, as fio: no sign, no suffix.
+            b.parse::<u32>()
+                .ok()
+                .filter(|_| !b.is_empty() && b.bytes().all(|c| c.is_ascii_digit()))
+                .ok_or_else(|| format!("sequence: {b:?} is not a block index (0 or more)"))
+        })
+        .collect::<Result<Vec<u32>, String>>()?;
+    if order.len() > SEQUENCE_MAX {
+        return Err(format!(
+            "sequence: {} block indices, at most {SEQUENCE_MAX}",
+            order.len()
+        ));
+    }
+    Ok(order)
 }
 
 impl ZoneSets {
@@ -289,6 +322,15 @@ pub enum Skew {
     Normal { dev_blocks: u64, offset: u64 },
     /// The zones of reads, writes and trims, in block units.
     Zoned { sets: [Vec<BlockZone>; 3] },
+    /// fio's `sequence`: the block of the k-th draw of a direction is
+    /// `order[k % len]`, plus `(k / len) * len` with a stride (fio counts
+    /// each direction's I/Os issued; these are the draws).
+    Sequence {
+        order: Vec<u64>,
+        stride: bool,
+        /// Draws so far, per fio direction (read, write, trim).
+        drawn: [u64; 3],
+    },
 }
 
 fn zeta(n: u64, theta: f64) -> f64 {
@@ -316,9 +358,16 @@ fn scatter(rank: u64, n: u64) -> u64 {
 
 impl Skew {
     /// `d` over `n` blocks of `block_bytes`; `rng` draws the random hot
-    /// spot of a distribution without a center. Setup, not the hot path: a
-    /// zipf job sums its normalising constant here.
-    pub fn new(d: &Distribution, n: u64, block_bytes: u64, rng: &mut Rng) -> Skew {
+    /// spot of a distribution without a center; `sequence_stride` is
+    /// `random_sequence_stride=`. Setup, not the hot path: a zipf job sums
+    /// its normalising constant here.
+    pub fn new(
+        d: &Distribution,
+        n: u64,
+        block_bytes: u64,
+        sequence_stride: bool,
+        rng: &mut Rng,
+    ) -> Skew {
         let n = n.max(1);
         let offset = |center: Option<f64>, rng: &mut Rng| match center {
             Some(c) => ((n as f64) * c) as u64 % n,
@@ -379,6 +428,11 @@ impl Skew {
                 });
                 Skew::Zoned { sets }
             }
+            Distribution::Sequence(order) => Skew::Sequence {
+                order: order.iter().map(|&b| u64::from(b)).collect(),
+                stride: sequence_stride,
+                drawn: [0; 3],
+            },
         }
     }
 
@@ -387,13 +441,15 @@ impl Skew {
         matches!(self, Skew::Uniform)
     }
 
-    /// The next block, in 0..n, for an I/O of `op`.
+    /// The next block, in 0..n, for an I/O of `op`; only a `sequence`
+    /// gives n or more, when its blocks go past the region (fio ends the
+    /// job there).
     #[inline]
-    pub fn block(&self, rng: &mut Rng, n: u64, op: Op) -> u64 {
+    pub fn block(&mut self, rng: &mut Rng, n: u64, op: Op) -> u64 {
         let n = n.max(1);
         match self {
             Skew::Uniform => rng.below(n),
-            &Skew::Zipf {
+            &mut Skew::Zipf {
                 theta,
                 zetan,
                 alpha,
@@ -411,11 +467,11 @@ impl Skew {
                 };
                 (scatter(rank.min(n - 1), n) + offset) % n
             }
-            &Skew::Pareto { power, offset } => {
+            &mut Skew::Pareto { power, offset } => {
                 let rank = ((n - 1) as f64 * rng.unit().powf(power)) as u64;
                 (scatter(rank.min(n - 1), n) + offset) % n
             }
-            &Skew::Normal { dev_blocks, offset } => {
+            &mut Skew::Normal { dev_blocks, offset } => {
                 // fio's gauss_next: the mean of twelve uniform draws, then
                 // a uniform spread of the deviation.
                 let mut sum = 0u64;
@@ -447,6 +503,22 @@ impl Skew {
                     });
                 (zone.first + rng.below(zone.len)).min(n - 1)
             }
+            Skew::Sequence {
+                order,
+                stride,
+                drawn,
+            } => {
+                let k = &mut drawn[super::counts::direction(op).min(2)];
+                let len = order.len().max(1) as u64;
+                let at = order.get((*k % len) as usize).copied().unwrap_or(0);
+                let b = if *stride {
+                    (*k / len).saturating_mul(len).saturating_add(at)
+                } else {
+                    at
+                };
+                *k += 1;
+                b
+            }
         }
     }
 }
@@ -454,6 +526,27 @@ impl Skew {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sequence_parses_and_cycles_with_or_without_its_stride() {
+        assert_eq!(
+            Distribution::parse("sequence:2, 0,1"),
+            Ok(Distribution::Sequence(vec![2, 0, 1]))
+        );
+        assert!(Distribution::parse("sequence:").is_err());
+        assert!(Distribution::parse("sequence:1,+2").is_err());
+        let many = vec!["1"; SEQUENCE_MAX + 1].join(",");
+        assert!(Distribution::parse(&format!("sequence:{many}")).is_err());
+        let d = Distribution::Sequence(vec![2, 0, 1]);
+        let mut rng = Rng(1);
+        for (stride, want) in [(false, [2, 0, 1, 2, 0, 1]), (true, [2, 0, 1, 5, 3, 4])] {
+            let mut skew = Skew::new(&d, 12, 4096, stride, &mut rng);
+            let got: Vec<u64> = (0..6).map(|_| skew.block(&mut rng, 12, Op::Read)).collect();
+            assert_eq!(got, want);
+            // Writes count their own draws, as fio's io_issues per direction.
+            assert_eq!(skew.block(&mut rng, 12, Op::Write), 2);
+        }
+    }
 
     #[test]
     fn fio_s_spellings_parse() {
@@ -525,7 +618,7 @@ mod tests {
             });
             let n = 1000u64;
             let mut rng = Rng(7);
-            let skew = Skew::new(&dist, n, 4096, &mut rng);
+            let mut skew = Skew::new(&dist, n, 4096, false, &mut rng);
             let mut hits = vec![0u32; n as usize];
             for _ in 0..20_000 {
                 let b = skew.block(&mut rng, n, Op::Read);
@@ -543,7 +636,7 @@ mod tests {
     fn zoned_abs_zones_are_where_they_say() {
         let d = Distribution::parse("zoned_abs:100/40k").unwrap();
         let mut rng = Rng(3);
-        let skew = Skew::new(&d, 1000, 4096, &mut rng);
+        let mut skew = Skew::new(&d, 1000, 4096, false, &mut rng);
         for _ in 0..1000 {
             assert!(skew.block(&mut rng, 1000, Op::Write) < 10);
         }

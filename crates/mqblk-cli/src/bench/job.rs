@@ -372,6 +372,10 @@ pub struct JobSpec {
     /// `norandommap=` (default 0): a uniform random job may hit a block
     /// twice in a pass (no [`crate::bench::random_map::RandomMap`]).
     pub norandommap: bool,
+    /// `random_sequence_stride=` (default 0): a `sequence` distribution's
+    /// blocks are absolute (0), or relative to a group that moves on by the
+    /// sequence's length after each cycle (1).
+    pub random_sequence_stride: bool,
     /// `random_generator=` (fio's names; see
     /// [`crate::bench::random_map::RandomGenerator`]).
     pub random_generator: crate::bench::random_map::RandomGenerator,
@@ -564,6 +568,7 @@ impl Default for JobSpec {
             distribution: Distribution::Uniform,
             randrepeat: true,
             norandommap: false,
+            random_sequence_stride: false,
             random_generator: crate::bench::random_map::RandomGenerator::Tausworthe,
             fsync_every: 0,
             end_fsync: false,

@@ -28,6 +28,8 @@
 //!   `max_latency=`.
 //! - [`clamp`]: where each job's region lies on its device (percentages,
 //!   `offset_increment`, the device's end).
+//! - [`layout`]: fio's file layout: a job file's missing `filename=`
+//!   created at its `size=` before the devices open.
 //! - [`memory`]: what the jobs' slots will pin, checked against the
 //!   memory the machine has before anything is allocated.
 //! - [`ending`]: when the supervisor ends a job (its runtime, steady
@@ -78,6 +80,8 @@ pub mod flow;
 pub mod latency_target;
 
 pub mod clamp;
+
+pub mod layout;
 
 pub mod memory;
 

@@ -74,6 +74,7 @@ impl Offsets {
             &job.distribution,
             blocks,
             bs_sectors << 9,
+            job.random_sequence_stride,
             &mut Rng(seed ^ 0x0005_eed0_d157 | 1),
         );
         let step_bytes = job.bs as i64 + job.seq_stride;
@@ -232,6 +233,12 @@ impl Offsets {
             } else {
                 self.rng.below(win_blocks)
             };
+            if b >= self.blocks {
+                // A `sequence` past the region's end: as fio, the job's
+                // I/O is done.
+                self.exhausted = true;
+                return (op, self.base_sector, 0);
+            }
             let b = match &mut self.map {
                 Some(m) => {
                     // A long I/O takes every block it covers.

@@ -465,9 +465,14 @@ pub(super) fn job_thread<V: Hook>(
             if !thinktime.is_zero() {
                 std::thread::sleep(thinktime);
             }
-            if (issued_bytes < bytes_limit || !measuring) && !hook.stopped() && !failed && in_place
-            {
-                let (op, sector, len) = offsets.next();
+            // (A length of 0: no I/O left, a zoned job's or a sequence's.)
+            let next = ((issued_bytes < bytes_limit || !measuring)
+                && !hook.stopped()
+                && !failed
+                && in_place)
+                .then(|| offsets.next())
+                .filter(|&(_, _, len)| len > 0);
+            if let Some((op, sector, len)) = next {
                 let op = hook.retarget(op);
                 let bio = c.bio_mut();
                 aim(bio, op, sector * 512, len * 512, variable, &mut spare);

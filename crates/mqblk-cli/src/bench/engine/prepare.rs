@@ -404,5 +404,21 @@ fn check_job(job: &JobSpec, dev: &Device, spec: &str) -> Result<()> {
     if job.iodepth == 0 {
         bail!("job {}: iodepth must be at least 1", job.name);
     }
+    if let crate::bench::job::Distribution::Sequence(order) = &job.distribution {
+        // fio refuses a base block past the file; a stride past it ends
+        // the job's I/O.
+        let blocks = region / unit;
+        if let Some(&b) = order.iter().find(|&&b| u64::from(b) >= blocks) {
+            bail!(
+                "job {}: random_distribution=sequence: block {b} is past the region's last \
+                 block {} ({region} bytes from offset {} of {} ({spec}), in blocks of {unit} \
+                 bytes)",
+                job.name,
+                blocks.saturating_sub(1),
+                job.offset,
+                dev.name()
+            );
+        }
+    }
     Ok(())
 }

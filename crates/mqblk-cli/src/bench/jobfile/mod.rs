@@ -258,7 +258,8 @@ pub fn parse_sections(
                 match super::options::file_engine(v) {
                     Ok(Some(e)) => options.file_engine = Some(e),
                     Ok(None) => notes.push(format!(
-                        "{line_no}: ioengine={v}: mqblk is the engine (file devices use io_uring)"
+                        "{line_no}: ioengine={v}: {}",
+                        super::options::fio::ASYNC_ENGINE_NOTE
                     )),
                     Err(why) => notes.push(format!("{line_no}: ioengine={v}: {why}")),
                 }

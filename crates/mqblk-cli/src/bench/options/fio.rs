@@ -186,6 +186,11 @@ pub const FIO_ENGINE_HINT: &str = "if it is a fio option, it changes the workloa
      mqblk bench does not model: run the job file with fio through mqblk's fio engine \
      (contrib/fio-engine: fio --ioengine=external:libmqblk-fio.so --mqblk_spec=SPEC JOBFILE)";
 
+/// What a job is told of fio's `ioengine=NAME` that mqblk takes the place
+/// of without a choice to make (libaio, posixaio), in a job file and on
+/// the command line alike.
+pub const ASYNC_ENGINE_NOTE: &str = "mqblk is the engine (file devices use io_uring)";
+
 /// A file device's `engine=` for fio's `ioengine=NAME`: `Ok(Some)` for
 /// io_uring and the pread/pwrite family, `Ok(None)` for fio's other async
 /// engines (libaio, posixaio: the file device's default engine, io_uring,

@@ -121,6 +121,8 @@ job_options! {
     randrepeat: bool,
     /// `norandommap=`.
     norandommap: bool,
+    /// `random_sequence_stride=`.
+    random_sequence_stride: bool,
     /// `random_generator=`.
     random_generator: RandomGenerator,
     /// `fsync=`/`fdatasync=`.
@@ -342,6 +344,9 @@ impl JobOptions {
             // fio: a seed given is a repeatable run, whatever randrepeat says.
             randrepeat: self.randrepeat.unwrap_or(d.randrepeat) || self.randseed.is_some(),
             norandommap: self.norandommap.unwrap_or(d.norandommap),
+            random_sequence_stride: self
+                .random_sequence_stride
+                .unwrap_or(d.random_sequence_stride),
             random_generator: self.random_generator.unwrap_or(d.random_generator),
             fsync_every: self.fsync_every.unwrap_or(d.fsync_every),
             end_fsync: self.end_fsync.unwrap_or(d.end_fsync),

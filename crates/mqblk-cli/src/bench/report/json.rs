@@ -198,8 +198,8 @@ fn report(specs: &[JobSpec], run: &RunResult, json_plus: bool) -> Value {
                     "mismatches": r.mismatches.iter().map(|m| json!({
                         "offset": m.offset,
                         "reason": m.reason,
-                        "expected": m.expected.to_string(),
-                        "actual": m.actual.to_string(),
+                        "expected": m.expected_text(),
+                        "actual": m.found_text(),
                         "computed": m.computed,
                     })).collect::<Vec<_>>(),
                 });

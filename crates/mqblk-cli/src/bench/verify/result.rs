@@ -8,6 +8,34 @@ use super::header::Header;
 /// Mismatches kept in detail per job (all are counted).
 pub const MISMATCHES_KEPT: usize = 16;
 
+/// Bytes of an interval shown when they hold no verify header.
+pub const FOUND_BYTES_SHOWN: usize = 16;
+
+/// What a mismatched interval held where its header goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// A verify header (its magic is fio's).
+    Header(Header),
+    /// No verify header: the interval's first bytes, as read.
+    Bytes([u8; FOUND_BYTES_SHOWN]),
+    /// Data of a verify type without headers (`verify=pattern`), or
+    /// anything where zeros were due: the reason says what differs.
+    Data,
+}
+
+/// Who wrote the block the check expected, which decides the expected
+/// header's seed, numberio, thread and header checksum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Writer {
+    /// This run's record of its last write.
+    Recorded,
+    /// A read-only check takes any writer's valid block: the one its
+    /// found header names.
+    AsFound,
+    /// A read-only check, and no header was found: any writer would do.
+    Any,
+}
+
 /// One mismatch, as reported.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mismatch {
@@ -15,22 +43,61 @@ pub struct Mismatch {
     pub offset: u64,
     /// What is wrong.
     pub reason: &'static str,
-    /// The header the block should carry (generation and seed are 0 when
-    /// the job did not write the block itself: a read-only check).
-    pub expected: Header,
-    /// The header read.
-    pub actual: Header,
+    /// The header the block should carry (None: the reason says what was
+    /// due, zeros or the pattern).
+    pub expected: Option<Header>,
+    /// Whose write the expected header is.
+    pub writer: Writer,
+    /// What was read.
+    pub found: Found,
     /// The checksum computed over what was read: its name and hex value.
     pub computed: String,
+}
+
+impl Mismatch {
+    /// What was read, in words: a header, or the bytes where it should be.
+    pub fn found_text(&self) -> String {
+        match &self.found {
+            Found::Header(h) => format!("header {h}"),
+            Found::Bytes(b) => format!(
+                "no verify header (the first {FOUND_BYTES_SHOWN} bytes: {})",
+                b.iter().map(|x| format!("{x:02x}")).collect::<String>()
+            ),
+            Found::Data => "data that differs".to_string(),
+        }
+    }
+
+    /// What was due, in words (empty when the reason says it).
+    pub fn expected_text(&self) -> String {
+        let Some(h) = &self.expected else {
+            return String::new();
+        };
+        match self.writer {
+            Writer::Recorded => format!("header {h}"),
+            Writer::AsFound => format!("header (of the writer the found header names) {h}"),
+            // The seed, numberio, thread and so the header's checksum are
+            // whatever the writer's were: only the placement is known.
+            Writer::Any => format!(
+                "a header {{magic={:#06x} type={} len={} offset={}}} from any writer",
+                h.magic, h.kind, h.len, h.offset
+            ),
+        }
+    }
 }
 
 impl std::fmt::Display for Mismatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "verify: {} at offset {}: expected {}, got {} (computed {})",
-            self.reason, self.offset, self.expected, self.actual, self.computed
-        )
+            "verify: {} at offset {}: found {}",
+            self.reason,
+            self.offset,
+            self.found_text()
+        )?;
+        if self.expected.is_some() {
+            write!(f, "; expected {}", self.expected_text())?;
+        }
+        write!(f, " (computed {})", self.computed)
     }
 }
 

@@ -13,7 +13,7 @@ use super::header::{
 use super::hook::{Hook, HOOK_PRIVATE_MASK};
 use super::pattern::VerifyPattern;
 use super::record::{Event, Expect, Record};
-use super::result::{Mismatch, VerifyResult, MISMATCHES_KEPT};
+use super::result::{Found, Mismatch, VerifyResult, Writer, FOUND_BYTES_SHOWN, MISMATCHES_KEPT};
 
 /// Where a verifier works and what it writes.
 #[derive(Clone, Debug)]
@@ -236,10 +236,23 @@ impl Verifier {
             let kind = self.spec.kind;
             let iv = self.spec.interval as usize;
             let chunk = &data[interval as usize * iv..(interval as usize + 1) * iv];
-            let actual = if kind.has_header() {
-                Header::decode(chunk)
+            // A header is shown as one only where one was found; random
+            // bytes are shown as bytes.
+            let actual = Header::decode(chunk);
+            let found = if !kind.has_header() || expected.magic != MAGIC {
+                Found::Data
+            } else if actual.magic == MAGIC {
+                Found::Header(actual)
             } else {
-                Header::default()
+                let mut first = [0u8; FOUND_BYTES_SHOWN];
+                let n = chunk.len().min(FOUND_BYTES_SHOWN);
+                first[..n].copy_from_slice(&chunk[..n]);
+                Found::Bytes(first)
+            };
+            let writer = match (expect, &found) {
+                (Expect::Generation(_) | Expect::ZerosOr(_), _) => Writer::Recorded,
+                (_, Found::Header(_)) => Writer::AsFound,
+                _ => Writer::Any,
             };
             let mut sum = [0u8; DIGEST_MAX];
             let n = kind.sum(chunk, &mut sum);
@@ -249,8 +262,9 @@ impl Verifier {
                 self.result.mismatches.push(Mismatch {
                     offset: self.offset_of(block) + interval * self.spec.interval,
                     reason,
-                    expected,
-                    actual,
+                    expected: (expected.magic == MAGIC).then_some(expected),
+                    writer,
+                    found,
                     computed: format!("{} {}", kind.name(), hex(kind, &sum[..n])),
                 });
             }

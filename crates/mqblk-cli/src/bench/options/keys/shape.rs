@@ -75,11 +75,18 @@ pub(super) const KEYS: &[Entry] = &[
         "random_distribution",
         "random, zipf:THETA[:CENTER] (THETA > 0, not 1), pareto:H[:CENTER] (0 < H < 1), \
          normal:DEV[:CENTER] (percent), zoned:A/S:... (percent of I/O to percent of the \
-         region) or zoned_abs:A/SIZE:..., with up to three groups (reads, writes, trims)",
+         region) or zoned_abs:A/SIZE:..., with up to three groups (reads, writes, trims), or \
+         sequence:B,B,... (up to 64 block indices, taken in that order)",
         |o, v| {
             let d = Distribution::parse(v.text).map_err(|why| v.bad_because(why));
             put(&mut o.distribution, d)
         },
+    ),
+    on_off(
+        "random_sequence_stride",
+        "1 or 0 (1: a sequence's blocks are relative to a group that moves on by the \
+         sequence's length each cycle; 0: absolute, repeated)",
+        |o, v| put(&mut o.random_sequence_stride, v.bool()),
     ),
     key(
         "percentage_random",
