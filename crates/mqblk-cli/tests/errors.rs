@@ -40,7 +40,7 @@ const TABLE: &[(&[&str], &str)] = &[
     ),
     (
         &["info", "nul"],
-        "mqblk: error: invalid device spec \"nul\": unknown device kind `nul` (did you mean `null`?); built in: null, ram,size=SIZE, file:PATH, nbd://HOST:PORT/EXPORT, nbds://HOST:PORT/EXPORT, rbd:POOL/IMAGE, dm:TABLE_FILE, dm-table:LINE;LINE...",
+        "mqblk: error: invalid device spec \"nul\": unknown device kind `nul` (did you mean `null`?); built in: null, ram,size=SIZE, file:PATH, nbd://HOST:PORT/EXPORT, nbds://HOST:PORT/EXPORT, rbd:POOL/IMAGE, qcow2:PATH, dm:TABLE_FILE, dm-table:LINE;LINE...",
     ),
     // Files: what is wrong, and what to do.
     (
@@ -113,7 +113,7 @@ const TABLE: &[(&[&str], &str)] = &[
     ),
     (
         &["bench", "--device", "nul"],
-        "mqblk: error: invalid device spec \"nul\": unknown device kind `nul` (did you mean `null`?); built in: null, ram,size=SIZE, file:PATH, nbd://HOST:PORT/EXPORT, nbds://HOST:PORT/EXPORT, rbd:POOL/IMAGE, dm:TABLE_FILE, dm-table:LINE;LINE...",
+        "mqblk: error: invalid device spec \"nul\": unknown device kind `nul` (did you mean `null`?); built in: null, ram,size=SIZE, file:PATH, nbd://HOST:PORT/EXPORT, nbds://HOST:PORT/EXPORT, rbd:POOL/IMAGE, qcow2:PATH, dm:TABLE_FILE, dm-table:LINE;LINE...",
     ),
     (
         &["bench", "--filename=d/missing.img"],
