@@ -24,12 +24,6 @@ use crate::virtio_blk::{BlkStatus, Shape};
 /// The largest ring a driver may set up.
 pub(crate) const MAX_QUEUE_SIZE: usize = 1024;
 
-/// In a long batch, what has completed is handed back every this many
-/// chains (used elements published, the driver interrupted if it waits):
-/// the driver resubmits while the rest of the batch is parsed, instead of
-/// waiting for its end (QEMU completes each request as it ends).
-const EARLY_ANSWER: u32 = 8;
-
 /// Guest memory as the backend maps it (no dirty-page log).
 pub(crate) type Memory = GuestMemoryMmap<()>;
 /// The shared, replaceable view of it.
@@ -368,15 +362,7 @@ impl Worker {
                 return;
             }
             let cap = self.shape.seg_max as usize + 2;
-            let mut since_answer = 0u32;
             while next != avail {
-                if since_answer == EARLY_ANSWER {
-                    since_answer = 0;
-                    self.ctx.unplug();
-                    self.reap(state);
-                    self.notify(state);
-                }
-                since_answer += 1;
                 let head = ring.avail_head(next);
                 next = next.wrapping_add(1);
                 // The walk stops at a loop (after as many descriptors as
