@@ -19,8 +19,11 @@ pub mod model;
 pub mod submit;
 pub mod table;
 
-/// Cases per property: Miri is about a thousand times slower.
-pub const CASES: u32 = if cfg!(miri) { 2 } else { 128 };
+/// Cases per property: Miri is about a thousand times slower. One random
+/// table a property under Miri (each took 90 to 160 s there, in the
+/// largest jobs of CI's Miri phase): it reaches the clones' unsafe code in
+/// bio_based.rs as two do; the native run's 128 cases cover the tables.
+pub const CASES: u32 = if cfg!(miri) { 1 } else { 128 };
 /// Largest chunk and line, in sectors.
 pub const CHUNK_MAX: u64 = if cfg!(miri) { 16 } else { 64 };
 pub const LINE_MAX: u64 = if cfg!(miri) { 16 } else { 64 };
