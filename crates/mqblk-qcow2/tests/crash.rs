@@ -15,7 +15,7 @@ use std::io::Write;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{first_diff, open, qemu_img, qemu_raw, read_all, Dir};
+use common::{create_qcow2, first_diff, open, qemu_raw, read_all, Dir, Rng};
 use mqblk_test_support::{require_tool, Watched};
 
 const ROUNDS: u32 = 20;
@@ -30,16 +30,6 @@ const KILL_WITHIN_MS: u64 = 600;
 /// Longest wait for a killed writer's lock to go.
 const LOCK_WAIT_MAX: Duration = Duration::from_secs(10);
 const WRITER_ENV: &str = "MQBLK_QCOW2_WRITER";
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
 
 #[derive(Clone, Copy, Debug)]
 enum Op {
@@ -142,16 +132,7 @@ fn round(dir: &Dir, n: u32, seed: u64, kill_ms: u64) -> Round {
         "compat=1.1,cluster_size=4096,lazy_refcounts=on",
     ];
     let img = dir.s(&format!("crash{n}.qcow2"));
-    qemu_img(&[
-        "create",
-        "-q",
-        "-f",
-        "qcow2",
-        "-o",
-        kinds[n as usize % kinds.len()],
-        &img,
-        &SIZE.to_string(),
-    ]);
+    create_qcow2(kinds[n as usize % kinds.len()], &img, &SIZE.to_string());
     let mut w = Watched::spawn(
         Command::new(std::env::current_exe().unwrap())
             .env(WRITER_ENV, &img)

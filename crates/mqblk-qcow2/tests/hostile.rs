@@ -9,7 +9,7 @@ mod common;
 
 use std::os::unix::fs::FileExt;
 
-use common::{open, qemu_img, qemu_io, Dir};
+use common::{create_qcow2, open, qemu_img, qemu_io, Dir};
 
 fn patch(path: &str, at: u64, bytes: &[u8]) {
     let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
@@ -24,16 +24,7 @@ fn be64_at(path: &str, at: u64) -> u64 {
 /// A small image with data, on 4 KiB clusters.
 fn image(dir: &Dir, name: &str) -> String {
     let img = dir.s(name);
-    qemu_img(&[
-        "create",
-        "-q",
-        "-f",
-        "qcow2",
-        "-o",
-        "cluster_size=4096",
-        &img,
-        "1M",
-    ]);
+    create_qcow2("cluster_size=4096", &img, "1M");
     qemu_io(&img, &["write -P 0x5a 0 8k", "write -P 0x6b 512k 4k"]);
     img
 }

@@ -7,7 +7,9 @@
 
 mod common;
 
-use common::{first_diff, open, pattern_file, qemu_img, qemu_io, qemu_raw, read_all, Dir};
+use common::{
+    create_qcow2, first_diff, open, pattern_file, qemu_img, qemu_io, qemu_raw, read_all, Dir,
+};
 
 fn assert_same(dir: &Dir, img: &str, spec_extra: &str) {
     let want = qemu_raw(dir, img);
@@ -53,16 +55,7 @@ fn created_images_of_every_version_cluster_size_and_refcount_width() {
     ];
     for (i, (o, size_k)) in cases.iter().enumerate() {
         let img = dir.s(&format!("c{i}.qcow2"));
-        qemu_img(&[
-            "create",
-            "-q",
-            "-f",
-            "qcow2",
-            "-o",
-            o,
-            &img,
-            &format!("{size_k}K"),
-        ]);
+        create_qcow2(o, &img, &format!("{size_k}K"));
         scribble(&img, *size_k);
         assert_same(&dir, &img, "");
     }

@@ -9,22 +9,10 @@
 
 mod common;
 
-use common::{first_diff, open, pattern_file, qemu_img, qemu_io, qemu_raw, read_all, Dir};
+use common::{
+    create_qcow2, first_diff, open, pattern_file, qemu_img, qemu_io, qemu_raw, read_all, Dir, Rng,
+};
 use mqblk_test_support::run_ok;
-
-/// xorshift, seeded.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// What the workload did, by kind.
 #[derive(Default, Debug)]
@@ -149,16 +137,7 @@ fn random_workloads_pass_qemu_img_check_and_compare() {
     ];
     for (i, (name, o, size, max_len)) in cases.iter().enumerate() {
         let img = dir.s(&format!("{name}.qcow2"));
-        qemu_img(&[
-            "create",
-            "-q",
-            "-f",
-            "qcow2",
-            "-o",
-            o,
-            &img,
-            &size.to_string(),
-        ]);
+        create_qcow2(o, &img, &size.to_string());
         let mut model = vec![0u8; *size as usize];
         let c = workload(
             &format!("qcow2:{img}"),
@@ -223,16 +202,7 @@ fn writes_over_backing_files_and_compressed_clusters() {
 fn snapshots_keep_their_contents_through_writes() {
     let dir = Dir::new("snapw");
     let img = dir.s("s.qcow2");
-    qemu_img(&[
-        "create",
-        "-q",
-        "-f",
-        "qcow2",
-        "-o",
-        "cluster_size=4096",
-        &img,
-        "4M",
-    ]);
+    create_qcow2("cluster_size=4096", &img, "4M");
     qemu_io(&img, &["write -P 0x61 0 1M", "write -P 0x62 2M 64k"]);
     qemu_img(&["snapshot", "-c", "before", &img]);
     let before = qemu_raw(&dir, &img);
@@ -263,16 +233,7 @@ fn snapshots_keep_their_contents_through_writes() {
 fn the_dirty_bit_is_set_while_open_with_lazy_refcounts() {
     let dir = Dir::new("dirty");
     let img = dir.s("l.qcow2");
-    qemu_img(&[
-        "create",
-        "-q",
-        "-f",
-        "qcow2",
-        "-o",
-        "lazy_refcounts=on",
-        &img,
-        "4M",
-    ]);
+    create_qcow2("lazy_refcounts=on", &img, "4M");
     let incompat = || {
         let b = std::fs::read(&img).unwrap();
         u64::from_be_bytes(b[72..80].try_into().unwrap())
@@ -297,16 +258,7 @@ fn the_refcount_table_grows_when_full() {
     let img = dir.s("g.qcow2");
     // 512-byte clusters, 64-bit refcounts: a block covers 64 clusters
     // (32 KiB), the one-cluster table 64 blocks (2 MiB of file).
-    qemu_img(&[
-        "create",
-        "-q",
-        "-f",
-        "qcow2",
-        "-o",
-        "cluster_size=512,refcount_bits=64",
-        &img,
-        "4M",
-    ]);
+    create_qcow2("cluster_size=512,refcount_bits=64", &img, "4M");
     let field = |at: usize| {
         let b = std::fs::read(&img).unwrap();
         u64::from_be_bytes(b[at..at + 8].try_into().unwrap())
@@ -334,16 +286,7 @@ fn a_dirty_image_with_stale_refcounts_is_repaired_before_any_allocation() {
     use std::os::unix::fs::FileExt;
     let dir = Dir::new("repair");
     let img = dir.s("r.qcow2");
-    qemu_img(&[
-        "create",
-        "-q",
-        "-f",
-        "qcow2",
-        "-o",
-        "lazy_refcounts=on,cluster_size=4096",
-        &img,
-        "4M",
-    ]);
+    create_qcow2("lazy_refcounts=on,cluster_size=4096", &img, "4M");
     qemu_io(&img, &["write -P 0x33 0 256k"]);
     // What a crash with lazy refcounts leaves: the dirty bit set, and the
     // refcounts of the L2 table and the data (clusters 4 on) never written.

@@ -117,3 +117,24 @@ pub fn pattern_file(path: &Path, len: usize, seed: u64) {
     }
     std::fs::write(path, b).unwrap();
 }
+
+/// `qemu-img create -f qcow2 -o OPTIONS IMG SIZE`.
+pub fn create_qcow2(options: &str, img: &str, size: &str) {
+    qemu_img(&["create", "-q", "-f", "qcow2", "-o", options, img, size]);
+}
+
+/// xorshift, seeded.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
