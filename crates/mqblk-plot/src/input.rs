@@ -9,6 +9,10 @@ use std::path::Path;
 use anyhow::{bail, Context as _, Result};
 use serde_json::Value;
 
+/// The largest report read (fio's `json+` of many jobs is a few MiB): at
+/// most one byte past it is read, so `/dev/zero` is refused at once.
+pub const INPUT_BYTES_MAX: u64 = 64 << 20;
+
 /// One direction of one job.
 #[derive(Clone, Debug, Default)]
 pub struct Direction {
@@ -66,8 +70,7 @@ fn values(text: &str) -> Vec<Value> {
 
 /// The jobs of the last report in `path` that has any.
 pub fn load(path: &Path) -> Result<Vec<Job>> {
-    let text =
-        mqblk::input::read_text_capped(path, "plot input", mqblk::input::PLOT_INPUT_BYTES_MAX)?;
+    let text = mqblk_core::input::read_text_capped(path, "plot input", INPUT_BYTES_MAX)?;
     let file = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())

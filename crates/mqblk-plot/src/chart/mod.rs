@@ -47,6 +47,9 @@ const FONT_CANDIDATES: &[&str] = &[
     "/usr/share/fonts/truetype/freefont/FreeSans.ttf",
 ];
 
+/// The largest font file loaded (at most one byte past it is read).
+const FONT_BYTES_MAX: u64 = 64 << 20;
+
 /// Register a system font as plotters' `sans-serif`, once per process.
 fn ensure_font() -> Result<()> {
     static FONT: OnceLock<Result<(), String>> = OnceLock::new();
@@ -56,8 +59,7 @@ fn ensure_font() -> Result<()> {
             .into_iter()
             .chain(FONT_CANDIDATES.iter().map(PathBuf::from));
         for path in candidates {
-            let Ok(bytes) = mqblk::input::read_capped(&path, "font", mqblk::input::FONT_BYTES_MAX)
-            else {
+            let Ok(bytes) = mqblk_core::input::read_capped(&path, "font", FONT_BYTES_MAX) else {
                 continue;
             };
             // The font table keeps a 'static reference for the process.
