@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Context as _, Result};
+use crate::error::{Error, Result};
 use serde_json::Value;
 
 /// The largest report read (fio's `json+` of many jobs is a few MiB): at
@@ -79,18 +79,20 @@ pub fn load(path: &Path) -> Result<Vec<Job>> {
         .into_iter()
         .rfind(|v| v["jobs"].as_array().is_some_and(|j| !j.is_empty()))
     else {
-        bail!(
-            "{}: no fio-shaped JSON report with jobs in it (expected the output of `mqblk bench \
-             --output-format=json` or `fio --output-format=json`)",
-            path.display()
-        );
+        return Err(Error::NoReport {
+            path: path.to_path_buf(),
+        });
     };
-    jobs(&report, &file).with_context(|| format!("reading {}", path.display()))
+    jobs(&report, &file)
 }
 
 /// The jobs of one report; `file` prefixes their labels.
 pub fn jobs(report: &Value, file: &str) -> Result<Vec<Job>> {
-    let list = report["jobs"].as_array().context("no jobs array")?;
+    let list = report["jobs"]
+        .as_array()
+        .ok_or_else(|| Error::NoJobsArray {
+            report: file.to_string(),
+        })?;
     let names: Vec<&str> = list
         .iter()
         .map(|j| j["jobname"].as_str().unwrap_or("job"))

@@ -26,7 +26,7 @@
 //! )?;
 //! print!("{}", plotted.summary);
 //! println!("wrote {} and {}", plotted.svg.display(), plotted.png.display());
-//! # Ok::<(), anyhow::Error>(())
+//! # Ok::<(), mqblk_plot::Error>(())
 //! ```
 
 #![forbid(unsafe_code)]
@@ -37,10 +37,11 @@ pub mod figure;
 
 pub mod chart;
 
+mod error;
+
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Result};
-
+pub use error::{Error, Result};
 pub use figure::{figure, rebin, summary, Metric};
 pub use input::{Direction, Job};
 
@@ -64,7 +65,9 @@ pub fn plot(inputs: &[PathBuf], out: Option<&Path>, metric: Metric) -> Result<Pl
         jobs.extend(input::load(path)?);
     }
     if jobs.is_empty() {
-        bail!("no jobs in {}", display_list(inputs));
+        return Err(Error::NoJobs {
+            inputs: display_list(inputs),
+        });
     }
     let stem = match out {
         Some(o) => o.to_path_buf(),
