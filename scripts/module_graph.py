@@ -13,12 +13,13 @@ otherwise. Comments (doc comments with their examples too), strings and
 
 A type whose inherent `impl` blocks are spread over several files (the
 core's `CtxState`, one stage of the pipeline per file) makes edges too: a
-method call `.m(` in X is an edge to the file that defines `m`, when `m`
-is a method of such a type, defined in one file, no other method of the
-crate (of another type, or of a trait impl) has its name, and std's types
-have no method of that name (COMMON_METHODS: `.sum()`, `.len()`). So
-"each stage file calls only the files below it" is checked like the
-paths: a call back up makes a circle.
+call `.m(` (or `Self::m(`, `T::m(`) in X is an edge to the file that
+defines `m`, when `m` is a method of such a type `T`, defined in one
+file, no other method of the crate (of another type, or of a trait impl)
+has its name, and std's types have no method of that name
+(COMMON_METHODS: `.sum()`, `.len()`). So "each stage file calls only the
+files below it" is checked like the paths: a call back up makes a
+circle.
 
 Prints each crate's graph (`file: deps...`) and the strongly connected
 components with more than one file, each with the lines that make its
@@ -298,9 +299,9 @@ class Crate:
         return None
 
     def split_methods(self):
-        """{method name: file} of the methods that a call resolves to one
-        file by name: methods of a type whose inherent impls are in more
-        than one file, defined once, and no other method of the crate
+        """{method name: (file, type)} of the methods that a call resolves
+        to one file by name: methods of a type whose inherent impls are in
+        more than one file, defined once, and no other method of the crate
         with that name. Cached."""
         if self._split is not None:
             return self._split
@@ -318,20 +319,29 @@ class Crate:
                 continue
             ty, rel = where[0]
             if ty is not None and len(impl_files.get(ty, ())) > 1:
-                out[name] = rel
+                out[name] = (rel, ty)
         self._split = out
         return out
 
     def method_edges(self, rel, found):
-        """Add to `found` the files whose split-impl methods `rel` calls."""
+        """Add to `found` the files whose split-impl methods `rel` calls:
+        as a method (`x.m(`) or through its type (`Self::m(`, `T::m(`)."""
         methods = self.split_methods()
         toks = self.code[rel]
         for i in range(1, len(toks) - 1):
             name = toks[i][0]
-            if toks[i - 1][0] == "." and toks[i + 1][0] == "(" and name in methods:
-                dep = methods[name]
-                if dep != rel and dep not in found:
-                    found[dep] = (toks[i][1], "." + name + "(")
+            if toks[i + 1][0] != "(" or name not in methods:
+                continue
+            dep, ty = methods[name]
+            prev = toks[i - 1][0]
+            if prev == ".":
+                shown = "." + name + "("
+            elif prev == "::" and i >= 2 and toks[i - 2][0] in ("Self", ty):
+                shown = toks[i - 2][0] + "::" + name + "("
+            else:
+                continue
+            if dep != rel and dep not in found:
+                found[dep] = (toks[i][1], shown)
 
     def edges(self, rel):
         """{dep file: (line, path text)} of one file."""

@@ -205,6 +205,18 @@ class Methods(unittest.TestCase):
         self.assertIn("context/end.rs -> context/submit.rs  (context/end.rs:5 .submit_bio()", out)
         self.assertIn("1 circle(s) in 1 crate(s)", out)
 
+    def test_a_call_through_the_type_is_an_edge_too(self):
+        files = dict(CONTEXT)
+        files["context/end.rs"] = (
+            "use super::state::CtxState;\n"
+            "impl CtxState {\n"
+            "    pub(crate) fn end_bio(&mut self) { Self::submit_bio(self); }\n"
+            "}\n"
+        )
+        g = graph_of(files)
+        self.assertEqual(g["context/end.rs"], ["context/state.rs", "context/submit.rs"])
+        self.assertEqual(module_graph.components(g), [["context/end.rs", "context/submit.rs"]])
+
 
 if __name__ == "__main__":
     unittest.main()
