@@ -11,11 +11,22 @@ it reaches, so `crate::a::b::C` is a/b.rs when that file exists and a.rs
 otherwise. Comments (doc comments with their examples too), strings and
 `#[cfg(test)]` items are left out; a `mod b;` declaration is no edge.
 
+A type whose inherent `impl` blocks are spread over several files (the
+core's `CtxState`, one stage of the pipeline per file) makes edges too: a
+call `.m(` (or `Self::m(`, `T::m(`) in X is an edge to the file that
+defines `m`, when `m` is a method of such a type `T`, defined in one
+file, no other method of the crate (of another type, or of a trait impl)
+has its name, and std's types have no method of that name
+(COMMON_METHODS: `.sum()`, `.len()`). So "each stage file calls only the
+files below it" is checked like the paths: a call back up makes a
+circle.
+
 Prints each crate's graph (`file: deps...`) and the strongly connected
 components with more than one file, each with the lines that make its
 edges. Exits 1 if any crate has a circle.
 
-Usage: scripts/module_graph.py [CRATE...]   (default: every crate)
+Usage: scripts/module_graph.py [CRATE...]   (default: every crate under
+crates/ with a src/, found anew at each run)
 """
 
 import os
@@ -196,6 +207,8 @@ class Crate:
         self.code = {}
         # node -> its module path
         self.path_of = {}
+        # method name -> the one file defining it in a split impl (lazy)
+        self._split = None
 
     def load(self):
         for root in ("lib.rs", "main.rs"):
@@ -285,8 +298,59 @@ class Crate:
                 return self.modules[path[:k]]
         return None
 
+    def split_methods(self):
+        """{method name: (file, type)} of the methods that a call resolves
+        to one file by name: methods of a type whose inherent impls are in
+        more than one file, defined once, and no other method of the crate
+        with that name. Cached."""
+        if self._split is not None:
+            return self._split
+        defs = {}  # name -> [(type or None for a trait impl, file)]
+        impl_files = {}  # type -> files with an inherent impl of it
+        for rel, toks in self.code.items():
+            for ty, names in impl_blocks(toks):
+                if ty is not None:
+                    impl_files.setdefault(ty, set()).add(rel)
+                for n in names:
+                    defs.setdefault(n, []).append((ty, rel))
+        out = {}
+        for name, where in defs.items():
+            if len(where) != 1 or name in COMMON_METHODS:
+                continue
+            ty, rel = where[0]
+            if ty is not None and len(impl_files.get(ty, ())) > 1:
+                out[name] = (rel, ty)
+        self._split = out
+        return out
+
+    def method_edges(self, rel, found):
+        """Add to `found` the files whose split-impl methods `rel` calls:
+        as a method (`x.m(`) or through its type (`Self::m(`, `T::m(`)."""
+        methods = self.split_methods()
+        toks = self.code[rel]
+        for i in range(1, len(toks) - 1):
+            name = toks[i][0]
+            if toks[i + 1][0] != "(" or name not in methods:
+                continue
+            dep, ty = methods[name]
+            prev = toks[i - 1][0]
+            if prev == ".":
+                shown = "." + name + "("
+            elif prev == "::" and i >= 2 and toks[i - 2][0] in ("Self", ty):
+                shown = toks[i - 2][0] + "::" + name + "("
+            else:
+                continue
+            if dep != rel and dep not in found:
+                found[dep] = (toks[i][1], shown)
+
     def edges(self, rel):
         """{dep file: (line, path text)} of one file."""
+        found = self.path_edges(rel)
+        self.method_edges(rel, found)
+        return found
+
+    def path_edges(self, rel):
+        """{dep file: (line, path text)} of one file's paths."""
         toks = self.code[rel]
         modpath = self.path_of[rel]
         found = {}
@@ -388,6 +452,86 @@ class Crate:
         return i, [(tuple(path), shown)]
 
 
+# Method names that std's types also have (iterators, options, results,
+# slices, strings, collections, atomics, locks, I/O, formatting): a call
+# `.sum()` or `.len()` is as likely std's as ours, so such a name makes no
+# edge even when a split impl defines it. A split-impl method should be
+# named for its stage (`accept_all`, `arm_completion_fds`), not like these.
+COMMON_METHODS = set(
+    """
+    new default clone drop fmt from into try_from try_into as_ref as_mut
+    borrow borrow_mut deref deref_mut eq ne cmp partial_cmp hash to_owned
+    to_string len is_empty push pop get get_mut insert remove clear iter
+    iter_mut into_iter next next_back take skip drain extend contains map
+    filter filter_map flat_map flatten fold sum product count min max min_by
+    max_by min_by_key max_by_key any all find find_map position rev zip
+    chain enumerate collect last nth step_by peekable cloned copied inspect
+    for_each try_for_each partition chunks windows split split_at join
+    first sort sort_by sort_by_key sort_unstable dedup retain truncate
+    resize reserve with_capacity capacity swap replace fill copy_from_slice
+    clone_from_slice starts_with ends_with trim parse lines bytes chars
+    keys values entry or_insert or_default and_then or_else ok err ok_or
+    ok_or_else unwrap unwrap_or unwrap_or_else unwrap_or_default expect
+    map_err map_or map_or_else is_some is_none is_ok is_err as_deref
+    as_slice as_ptr as_mut_ptr lock try_lock read write flush send recv
+    try_recv wait notify_one notify_all poll run start stop close open set
+    reset into_inner load store fetch_add fetch_sub fetch_or fetch_and
+    compare_exchange swap update add sub mul div rem shl shr not neg
+    complete end submit name info id kind status result error size offset
+    duration_since elapsed as_secs as_millis as_nanos checked_add
+    checked_sub saturating_add saturating_sub wrapping_add wrapping_sub
+    div_ceil abs pow
+    """.split()
+)
+
+
+def impl_blocks(toks):
+    """[(type name, or None for a trait impl, [method names])] of the impl
+    blocks in `toks`, at any depth."""
+    out = []
+    i = 0
+    while i < len(toks):
+        if toks[i][0] != "impl" or (i and toks[i - 1][0] in (".", "::")):
+            i += 1
+            continue
+        j, angle = i + 1, 0
+        ty, trait_impl = None, False
+        while j < len(toks):
+            t = toks[j][0]
+            if t == "<":
+                angle += 1
+            elif t == ">":
+                angle -= 1
+            elif angle == 0 and t == "for":
+                trait_impl = True
+            elif angle == 0 and t in ("{", ";", "where"):
+                break
+            elif angle == 0 and IDENT.fullmatch(t) and t not in ("dyn", "mut", "const", "unsafe"):
+                ty = t
+            j += 1
+        while j < len(toks) and toks[j][0] != "{":
+            if toks[j][0] == ";":
+                break
+            j += 1
+        if j >= len(toks) or toks[j][0] != "{":
+            i = j + 1
+            continue
+        end = matching(toks, j)
+        names, depth, k = [], 0, j
+        while k < end:
+            t = toks[k][0]
+            if t == "{":
+                depth += 1
+            elif t == "}":
+                depth -= 1
+            elif t == "fn" and depth == 1 and k + 1 < end and IDENT.fullmatch(toks[k + 1][0]):
+                names.append(toks[k + 1][0])
+            k += 1
+        out.append((None if trait_impl else ty, names))
+        i = j + 1
+    return out
+
+
 def split_commas(toks):
     """The top-level comma-separated parts of a use tree's braces."""
     parts, cur, depth = [], [], 0
@@ -439,8 +583,8 @@ def components(graph):
     return sorted(out)
 
 
-def main(argv):
-    crates_dir = os.path.join(ROOT, "crates")
+def main(argv, root=ROOT):
+    crates_dir = os.path.join(root, "crates")
     names = argv or sorted(
         d for d in os.listdir(crates_dir) if os.path.isdir(os.path.join(crates_dir, d, "src"))
     )

@@ -10,7 +10,7 @@
 use smallvec::SmallVec;
 
 use crate::buf::IoBuf;
-use crate::error::{Error, Status};
+use crate::error::{Error, InvalidKind, Status};
 use crate::limits::QueueInfo;
 use crate::op::{SECTOR_SHIFT, SECTOR_SIZE};
 
@@ -161,7 +161,7 @@ impl Completion<'_> {
         let bio = self.bio_ref();
         match bio.status() {
             Status::Ok => Ok(()),
-            s => Err(self.info.error_for(bio, s)),
+            s => Err(bio.error(self.info, s)),
         }
     }
 
@@ -452,6 +452,80 @@ impl Bio {
     /// Copy of the first buffer's bytes of segment `i` (tests and verify).
     pub fn segment(&self, i: usize) -> Option<&Segment> {
         self.segs.get(i)
+    }
+
+    /// The typed error for this bio, ended with `status` on the queue
+    /// `info`: it names the device, the offset and the limit broken.
+    pub fn error(&self, info: &QueueInfo, status: Status) -> Error {
+        let bio = self;
+        let device = info.name.clone();
+        let op = bio.op();
+        let offset_bytes = bio.offset_bytes();
+        let lim = &info.limits;
+        match status {
+            Status::Invalid(InvalidKind::OutOfRange) => Error::OutOfRange {
+                device,
+                op,
+                offset_bytes,
+                len_bytes: bio.len_bytes(),
+                capacity_bytes: info.capacity_bytes(),
+            },
+            Status::Invalid(InvalidKind::BadLength) => Error::BadLength {
+                device,
+                op,
+                offset_bytes,
+                len_bytes: bio.len_bytes(),
+                logical_block_size: lim.logical_block_size,
+            },
+            Status::Invalid(InvalidKind::ZeroLength) => Error::ZeroLength {
+                device,
+                op,
+                offset_bytes,
+                logical_block_size: lim.logical_block_size,
+            },
+            Status::Invalid(InvalidKind::Misaligned) => {
+                let dma = lim.dma_alignment as usize;
+                let (segment, s) = bio
+                    .segments()
+                    .iter()
+                    .enumerate()
+                    .find(|(_, s)| (s.addr() | s.len() as usize) & dma != 0)
+                    .map_or((0, None), |(i, s)| (i, Some(s)));
+                Error::Misaligned {
+                    device,
+                    op,
+                    offset_bytes,
+                    segment,
+                    addr: s.map_or(0, |s| s.addr()),
+                    len_bytes: s.map_or(0, |s| s.len()),
+                    alignment: lim.dma_alignment + 1,
+                }
+            }
+            Status::Invalid(InvalidKind::ReadOnly) => Error::ReadOnly {
+                device,
+                op,
+                offset_bytes,
+            },
+            Status::Invalid(InvalidKind::TooManySegments) => Error::TooManySegments {
+                device,
+                op,
+                offset_bytes,
+                segments: bio.segments().len(),
+                max_segments: lim.max_segments,
+            },
+            Status::Invalid(InvalidKind::Unsupported) => Error::Unsupported {
+                device,
+                op,
+                offset_bytes,
+            },
+            status => Error::Io {
+                device,
+                op,
+                offset_bytes,
+                len_bytes: bio.len_bytes(),
+                status,
+            },
+        }
     }
 }
 

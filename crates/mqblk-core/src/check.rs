@@ -1,10 +1,11 @@
 //! A bio checked against its queue, before it enters the pipeline (Linux
-//! `submit_bio_noacct`'s checks and `bio_check_eod`), and the typed error a
-//! failed bio is reported with. Above `bio` and `limits`, so neither needs
-//! the other.
+//! `submit_bio_noacct`'s checks and `bio_check_eod`). Above `bio` and
+//! `limits`, so neither needs the other; the typed error a failed bio is
+//! reported with is the bio's own ([`Bio::error`], beside the completion
+//! that reports it).
 
 use crate::bio::Bio;
-use crate::error::{Error, InvalidKind, Status};
+use crate::error::{InvalidKind, Status};
 use crate::limits::QueueInfo;
 use crate::op::{Op, SECTOR_SHIFT};
 
@@ -50,78 +51,6 @@ impl QueueInfo {
             _ => {}
         }
         Status::Ok
-    }
-
-    /// Build the typed error for a bio that ended with `status`.
-    pub fn error_for(&self, bio: &Bio, status: Status) -> Error {
-        let device = self.name.clone();
-        let op = bio.op();
-        let offset_bytes = bio.offset_bytes();
-        let lim = &self.limits;
-        match status {
-            Status::Invalid(InvalidKind::OutOfRange) => Error::OutOfRange {
-                device,
-                op,
-                offset_bytes,
-                len_bytes: bio.len_bytes(),
-                capacity_bytes: self.capacity_bytes(),
-            },
-            Status::Invalid(InvalidKind::BadLength) => Error::BadLength {
-                device,
-                op,
-                offset_bytes,
-                len_bytes: bio.len_bytes(),
-                logical_block_size: lim.logical_block_size,
-            },
-            Status::Invalid(InvalidKind::ZeroLength) => Error::ZeroLength {
-                device,
-                op,
-                offset_bytes,
-                logical_block_size: lim.logical_block_size,
-            },
-            Status::Invalid(InvalidKind::Misaligned) => {
-                let dma = lim.dma_alignment as usize;
-                let (segment, s) = bio
-                    .segments()
-                    .iter()
-                    .enumerate()
-                    .find(|(_, s)| (s.addr() | s.len() as usize) & dma != 0)
-                    .map_or((0, None), |(i, s)| (i, Some(s)));
-                Error::Misaligned {
-                    device,
-                    op,
-                    offset_bytes,
-                    segment,
-                    addr: s.map_or(0, |s| s.addr()),
-                    len_bytes: s.map_or(0, |s| s.len()),
-                    alignment: lim.dma_alignment + 1,
-                }
-            }
-            Status::Invalid(InvalidKind::ReadOnly) => Error::ReadOnly {
-                device,
-                op,
-                offset_bytes,
-            },
-            Status::Invalid(InvalidKind::TooManySegments) => Error::TooManySegments {
-                device,
-                op,
-                offset_bytes,
-                segments: bio.segments().len(),
-                max_segments: lim.max_segments,
-            },
-            Status::Invalid(InvalidKind::Unsupported) => Error::Unsupported {
-                device,
-                op,
-                offset_bytes,
-            },
-            status => Error::Io {
-                device,
-                op,
-                offset_bytes,
-                len_bytes: bio.len_bytes(),
-                status,
-            },
-        }
     }
 }
 

@@ -556,7 +556,7 @@ impl Context {
         self.st.kick_fd(&self.dev);
         let r = match bio.status() {
             Status::Ok => Ok(()),
-            s => Err(self.st.info(&self.dev).error_for(&bio, s)),
+            s => Err(bio.error(self.st.info(&self.dev), s)),
         };
         (bio, r)
     }

@@ -94,6 +94,16 @@ impl DeviceInner {
     pub(crate) fn ctl(&self) -> std::sync::MutexGuard<'_, Control> {
         self.ctl.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// A blktrace session of this device into `dir` (made if missing).
+    fn trace_into(&self, dir: &std::path::Path) -> Result<Arc<crate::blktrace::BlkTrace>> {
+        crate::blktrace::BlkTrace::start(dir, &self.info.name, self.devnum).map_err(|e| {
+            Error::Setup {
+                device: self.info.name.clone(),
+                reason: format!("cannot trace into {}: {e}", dir.display()),
+            }
+        })
+    }
 }
 
 /// A quiesced queue; dropping it restarts dispatch.
@@ -404,7 +414,11 @@ impl Device {
             }),
         };
         if let Some(dir) = trace {
-            dev.start_trace(&dir)?;
+            // Traced from its first bio: no context has opened yet, so no
+            // gate needs bumping (what `Device::start_trace` adds).
+            let t = dev.inner.trace_into(&dir)?;
+            dev.ctl().trace = Some(t);
+            dev.stamp_completions(true);
         }
         Ok(dev)
     }
@@ -533,6 +547,13 @@ impl Device {
 
     pub(crate) fn ctl(&self) -> std::sync::MutexGuard<'_, Control> {
         self.inner.ctl()
+    }
+
+    /// Have the drivers' completions carry their time (while traced).
+    fn stamp_completions(&self, on: bool) {
+        for hq in self.inner.hw_queues.iter() {
+            hq.lock().stamp = on;
+        }
     }
 
     /// The I/O scheduler of its hardware queues now (`none`,

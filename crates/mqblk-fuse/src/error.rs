@@ -30,7 +30,7 @@ pub enum Error {
         fstype: String,
     },
     /// `/dev/fuse`, mount(2) or a clone failed.
-    #[error("FUSE export on {file}: {what}: {source}")]
+    #[error("FUSE export on {file}: {what}")]
     Sys {
         /// The path asked for.
         file: PathBuf,

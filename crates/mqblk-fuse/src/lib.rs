@@ -35,9 +35,12 @@
 //! mount of a killed server cleared, the clones; `server`: the stop —
 //! unmount, lazily if busy, drain, and abort the connection when a user
 //! still holds the detached file, so no process is left waiting).
+//!
+//! [`serve`] is the export as `mqblk serve` picks it
+//! ([`mqblk_export::Export`]): its options, startup line, stop and end.
 
 // Pipeline order: the wire, a request read, its answer, the data half,
-// then the control plane that mounts and stops it.
+// then the control plane that mounts and stops it, and `serve`'s face.
 pub mod abi;
 mod error;
 pub mod mount;
@@ -46,6 +49,8 @@ pub mod request;
 pub mod seek;
 mod server;
 mod worker;
+
+pub mod serve;
 
 pub use error::{Error, MAX_THREADS};
 pub use server::{Ended, Server, ServerConfig, StopHandle, DEPTH, DETACH_WAIT, QUIT_WAIT};

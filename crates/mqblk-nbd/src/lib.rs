@@ -10,10 +10,15 @@
 //!   pipelined transmission loop.
 //! - [`client`]: the `nbd://` and `nbd+unix://` device kind: URL,
 //!   negotiation, and the [`mqblk_core::Driver`].
+//! - [`serve`]: the server as one of `mqblk serve`'s exports
+//!   ([`mqblk_export::Export`]): its options, its startup line, its stop
+//!   and its end.
 
 #![warn(missing_docs)]
 // One `unsafe` block: borrowing a context's completion fd for epoll.
 #![deny(unsafe_code)]
+
+pub mod serve;
 
 pub mod tls;
 pub mod transport;

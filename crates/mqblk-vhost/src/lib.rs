@@ -24,6 +24,9 @@
 //! `VIRTIO_BLK_S_IOERR` or `VIRTIO_BLK_S_UNSUPP`, and a chain with no
 //! status byte to answer in (or an available index past the ring) marks
 //! that ring broken; other queues and other devices go on.
+//!
+//! [`serve`] is the server as one of `mqblk serve`'s exports
+//! ([`mqblk_export::Export`]): its options, startup line, stop and end.
 
 mod backend;
 mod error;
@@ -34,6 +37,8 @@ mod shape;
 mod split_ring;
 pub mod virtio_blk;
 mod virtqueue;
+
+pub mod serve;
 
 pub use error::{Error, MAX_QUEUES};
 pub use server::{Server, ServerConfig, ServerStats, StopHandle};

@@ -1,5 +1,6 @@
-//! Reading the files mqblk is pointed at (plot inputs, a stats directory's
-//! JSON, dm tables, TLS certificates and keys): each kind has a size cap,
+//! Reading the files mqblk is pointed at (a stats directory's JSON, dm
+//! tables, TLS certificates and keys; plot inputs and fonts are
+//! `mqblk_plot`'s): each kind has a size cap,
 //! and at most one byte past it is read, so that `/dev/zero` or a runaway
 //! log is refused at once instead of filling memory. The reader is
 //! `mqblk_core::input`'s (so that the crates below this one use the same);
@@ -9,9 +10,5 @@
 pub use mqblk_core::input::{read_capped, read_text_capped, InputError};
 pub use mqblk_nbd::tls::PEM_FILE_BYTES_MAX;
 
-/// A report `mqblk plot` reads (fio's `json+` of many jobs is a few MiB).
-pub const PLOT_INPUT_BYTES_MAX: u64 = 64 << 20;
 /// A bench's `--stats-dir` JSON (`mqblk stat`): a few hundred bytes a device.
 pub const STATS_JSON_BYTES_MAX: u64 = 16 << 20;
-/// A font `mqblk plot` loads for its labels (`MQBLK_FONT`).
-pub const FONT_BYTES_MAX: u64 = 64 << 20;

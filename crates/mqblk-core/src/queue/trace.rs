@@ -36,13 +36,7 @@ impl Device {
                 ),
             });
         }
-        let t =
-            crate::blktrace::BlkTrace::start(dir, &inner.info.name, inner.devnum).map_err(|e| {
-                Error::Setup {
-                    device: inner.info.name.clone(),
-                    reason: format!("cannot trace into {}: {e}", dir.display()),
-                }
-            })?;
+        let t = inner.trace_into(dir)?;
         ctl.trace = Some(t);
         drop(ctl);
         self.stamp_completions(true);
@@ -62,13 +56,6 @@ impl Device {
         self.stamp_completions(false);
         self.bump_gate();
         Ok(t.stop())
-    }
-
-    /// Have the drivers' completions carry their time (while traced).
-    fn stamp_completions(&self, on: bool) {
-        for hq in self.inner.hw_queues.iter() {
-            hq.lock().stamp = on;
-        }
     }
 
     /// Where the device is being traced to, if it is.

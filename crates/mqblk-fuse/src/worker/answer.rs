@@ -3,7 +3,7 @@
 
 use std::os::fd::AsRawFd;
 
-use super::Worker;
+use super::state::Worker;
 use crate::reply;
 
 impl Worker {

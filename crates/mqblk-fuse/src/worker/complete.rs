@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Pending, Slot, Worker};
+use super::state::{Pending, Slot, Worker};
 use crate::reply;
 
 impl Worker {

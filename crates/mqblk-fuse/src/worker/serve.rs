@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use mqblk_core::{Bio, Op as BioOp};
 
-use super::{Pending, Worker, PAGE};
+use super::state::{Pending, Worker, PAGE};
 use crate::abi::{fattr, fopen, whence};
 use crate::reply::{self, StatFs};
 use crate::request::{Header, Op};

@@ -9,7 +9,7 @@ use std::ptr::NonNull;
 
 use mqblk_core::IoBuf;
 
-use super::Worker;
+use super::state::Worker;
 use crate::abi::falloc;
 use crate::reply;
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use mqblk_core::{Bio, IoBuf, Op as BioOp};
 
-use super::{Pending, Slot, Worker};
+use super::state::{Pending, Slot, Worker};
 
 impl Worker {
     /// One bio over the slot's data area.

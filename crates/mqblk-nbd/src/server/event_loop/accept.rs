@@ -2,7 +2,7 @@
 //! (resting it after an accept error), counting each connection in under
 //! the limits (`admission.rs`), handing it to the least loaded thread
 //! (`peer.rs`), and inserting it in this loop's epoll set and slots. Called
-//! by the loop (`mod.rs`), whose state it works on.
+//! by the loop (`mod.rs`); works on its state (`state.rs`).
 
 use std::io::Write;
 use std::net::IpAddr;
@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use rustix::event::epoll;
 
-use super::{Admission, Loop, Peer, Slot, CONN_BASE};
+use super::admission::Admission;
+use super::peer::Peer;
+use super::state::{Loop, Slot, CONN_BASE};
 use crate::server::conn::{Conn, Limbo};
 use crate::server::shared::Listener;
 use crate::transport::Socket;

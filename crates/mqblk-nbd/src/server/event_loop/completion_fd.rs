@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rustix::event::epoll;
 
-use super::{Loop, CTX_BASE};
+use super::state::{Loop, CTX_BASE};
 
 /// Longest sleep while a context with requests in flight has no
 /// completion fd in the epoll set (see `Ctx::fd_failed`).

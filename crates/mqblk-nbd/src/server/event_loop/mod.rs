@@ -22,6 +22,11 @@
 //! its soft mark wait in a per-thread list, and are driven again when any
 //! thread has freed memory since (looked at on every wake-up, and at least
 //! every `BUDGET_RETRY` while some wait).
+//!
+//! By call order: this file (the loop: wait, dispatch, drive, settle),
+//! `accept` (taking connections in, under `admission` and across
+//! `peer`s), `completion_fd` (arming the contexts' fds), `state` (what
+//! they all work on), then `memory_wait` and `log_limit`.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -31,10 +36,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use mqblk_core::Context;
 use rustix::event::epoll;
 
-use super::conn::{Conn, Done, End};
+use super::conn::{Done, End};
 
 mod accept;
 
@@ -43,75 +47,23 @@ mod completion_fd;
 mod log_limit;
 mod memory_wait;
 mod peer;
+mod state;
 
 use super::shared::{Listener, Shared};
 pub(crate) use admission::Admission;
 pub(crate) use log_limit::LogLimit;
 use memory_wait::{MemoryWait, BUDGET_RETRY};
 pub(crate) use peer::Peer;
+use state::{Ctx, Loop, CONN_BASE, CTX_BASE};
 
 const LISTENER: u64 = 0;
 const WAKE: u64 = 1;
 const INBOX: u64 = 2;
-const CTX_BASE: u64 = 1 << 40;
-const CONN_BASE: u64 = 1 << 48;
 
 /// Events taken per `epoll_wait`.
 const EVENTS_MAX: usize = 256;
 /// Scratch bytes for reading requests: many headers per `read`.
 pub(crate) const SCRATCH_BYTES: usize = 64 * 1024;
-
-/// The per-export context of this thread.
-struct Ctx {
-    ctx: Context,
-    /// The completion fd is in the epoll set. It is asked for only once
-    /// the loop is about to sleep with requests still in flight: a device
-    /// that completes within `poll` (ram, null) never needs it, and then
-    /// pays no eventfd signal per submission.
-    fd_armed: bool,
-    /// The completion fd could not be made or put in the epoll set: the
-    /// loop polls this context at least every
-    /// [`completion_fd::POLL_FALLBACK`] while it has requests in flight,
-    /// rather than sleep on a set that would not wake for them.
-    fd_failed: bool,
-    /// Connections that stopped taking requests because this context had
-    /// no room: driven again when it reaps a completion.
-    waiting: Vec<u32>,
-}
-
-struct Slot<'s> {
-    conn: Option<Conn<'s>>,
-    generation: u32,
-}
-
-/// The loop's state.
-struct Loop<'s> {
-    sh: &'s Shared,
-    /// This thread's entry among the peers.
-    me: &'s Peer,
-    epoll: rustix::fd::OwnedFd,
-    slots: Vec<Slot<'s>>,
-    free: Vec<u32>,
-    ctxs: Vec<Option<Ctx>>,
-    timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
-    done: Vec<Done>,
-    /// Connections to drive again after this round's reaping.
-    woken: Vec<u32>,
-    /// Connections to look at again before sleeping.
-    dirty: Vec<u32>,
-    /// Connections waiting for the memory budget to free.
-    memory_wait: MemoryWait,
-    scratch: Box<[u8]>,
-    accepting: bool,
-    /// After an accept error (out of descriptors, say), when to listen
-    /// again: the listener stays readable, so it is taken out of the epoll
-    /// set meanwhile rather than spun on.
-    accept_resume: Option<Instant>,
-    draining: bool,
-    /// Refused connections being answered.
-    refusing: usize,
-    log: LogLimit,
-}
 
 /// Run one I/O thread until shutdown has drained it.
 pub(crate) fn run(
@@ -339,15 +291,6 @@ impl<'s> Loop<'s> {
     /// fd may not announce (work queued by this thread itself).
     fn ctxs_busy(&self) -> bool {
         self.ctxs.iter().flatten().any(|c| c.ctx.ready() > 0)
-    }
-
-    fn mark_dirty(&mut self, idx: u32) {
-        if let Some(c) = self.slots[idx as usize].conn.as_mut() {
-            if !c.dirty {
-                c.dirty = true;
-                self.dirty.push(idx);
-            }
-        }
     }
 
     fn conn_event(&mut self, idx: u32, flags: epoll::EventFlags, _now: Instant) {

@@ -6,8 +6,12 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Context as _, Result};
+use crate::error::{Error, Result};
 use serde_json::Value;
+
+/// The largest report read (fio's `json+` of many jobs is a few MiB): at
+/// most one byte past it is read, so `/dev/zero` is refused at once.
+pub const INPUT_BYTES_MAX: u64 = 64 << 20;
 
 /// One direction of one job.
 #[derive(Clone, Debug, Default)]
@@ -66,8 +70,7 @@ fn values(text: &str) -> Vec<Value> {
 
 /// The jobs of the last report in `path` that has any.
 pub fn load(path: &Path) -> Result<Vec<Job>> {
-    let text =
-        mqblk::input::read_text_capped(path, "plot input", mqblk::input::PLOT_INPUT_BYTES_MAX)?;
+    let text = mqblk_core::input::read_text_capped(path, "plot input", INPUT_BYTES_MAX)?;
     let file = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
@@ -76,18 +79,20 @@ pub fn load(path: &Path) -> Result<Vec<Job>> {
         .into_iter()
         .rfind(|v| v["jobs"].as_array().is_some_and(|j| !j.is_empty()))
     else {
-        bail!(
-            "{}: no fio-shaped JSON report with jobs in it (expected the output of `mqblk bench \
-             --output-format=json` or `fio --output-format=json`)",
-            path.display()
-        );
+        return Err(Error::NoReport {
+            path: path.to_path_buf(),
+        });
     };
-    jobs(&report, &file).with_context(|| format!("reading {}", path.display()))
+    jobs(&report, &file)
 }
 
 /// The jobs of one report; `file` prefixes their labels.
 pub fn jobs(report: &Value, file: &str) -> Result<Vec<Job>> {
-    let list = report["jobs"].as_array().context("no jobs array")?;
+    let list = report["jobs"]
+        .as_array()
+        .ok_or_else(|| Error::NoJobsArray {
+            report: file.to_string(),
+        })?;
     let names: Vec<&str> = list
         .iter()
         .map(|j| j["jobname"].as_str().unwrap_or("job"))

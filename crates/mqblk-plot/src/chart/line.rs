@@ -1,7 +1,6 @@
 //! Drawing a line chart: series, error bars, and lines that lie on
 //! others.
 
-use anyhow::{anyhow, Result};
 use plotters::coord::Shift;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
@@ -39,8 +38,8 @@ pub(super) fn legend_px(c: &LineChart) -> u32 {
 pub(super) fn draw_lines<DB: DrawingBackend>(
     panel: &DrawingArea<DB, Shift>,
     c: &LineChart,
-) -> Result<()> {
-    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("{e}");
+) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     // The legend goes under the plot, a row per line, so that it never
     // hides a line however long the names are.
     let (_, panel_h) = panel.dim_in_pixel();

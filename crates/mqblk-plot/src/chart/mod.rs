@@ -22,7 +22,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use anyhow::{anyhow, bail, Context as _, Result};
+use crate::error::{Error, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -47,6 +47,9 @@ const FONT_CANDIDATES: &[&str] = &[
     "/usr/share/fonts/truetype/freefont/FreeSans.ttf",
 ];
 
+/// The largest font file loaded (at most one byte past it is read).
+const FONT_BYTES_MAX: u64 = 64 << 20;
+
 /// Register a system font as plotters' `sans-serif`, once per process.
 fn ensure_font() -> Result<()> {
     static FONT: OnceLock<Result<(), String>> = OnceLock::new();
@@ -56,8 +59,7 @@ fn ensure_font() -> Result<()> {
             .into_iter()
             .chain(FONT_CANDIDATES.iter().map(PathBuf::from));
         for path in candidates {
-            let Ok(bytes) = mqblk::input::read_capped(&path, "font", mqblk::input::FONT_BYTES_MAX)
-            else {
+            let Ok(bytes) = mqblk_core::input::read_capped(&path, "font", FONT_BYTES_MAX) else {
                 continue;
             };
             // The font table keeps a 'static reference for the process.
@@ -73,7 +75,7 @@ fn ensure_font() -> Result<()> {
         ))
     })
     .clone()
-    .map_err(anyhow::Error::msg)
+    .map_err(Error::Font)
 }
 
 /// Panels stacked vertically, rendered to SVG and PNG.
@@ -89,7 +91,7 @@ impl Figure {
     /// Write `stem.svg` and `stem.png`; returns both paths.
     pub fn render(&self, stem: &Path) -> Result<(PathBuf, PathBuf)> {
         if self.panels.is_empty() {
-            bail!("nothing to plot");
+            return Err(Error::NothingToPlot);
         }
         ensure_font()?;
         let panel_px = if self.panels.len() == 1 {
@@ -103,14 +105,18 @@ impl Figure {
         {
             let root = SVGBackend::new(&svg, (WIDTH_PX, height)).into_drawing_area();
             self.draw(&root, panel_px)?;
-            root.present()
-                .map_err(|e| anyhow!("writing {}: {e}", svg.display()))?;
+            root.present().map_err(|e| Error::Write {
+                path: svg.clone(),
+                reason: e.to_string(),
+            })?;
         }
         {
             let root = BitMapBackend::new(&png, (WIDTH_PX, height)).into_drawing_area();
             self.draw(&root, panel_px)?;
-            root.present()
-                .map_err(|e| anyhow!("writing {}: {e}", png.display()))?;
+            root.present().map_err(|e| Error::Write {
+                path: png.clone(),
+                reason: e.to_string(),
+            })?;
         }
         Ok((svg, png))
     }
@@ -145,7 +151,12 @@ impl Figure {
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, panel_px: u32) -> Result<()> {
-        root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+        let draw_err = |what: &str, reason: String| Error::Draw {
+            what: what.to_string(),
+            reason,
+        };
+        root.fill(&WHITE)
+            .map_err(|e| draw_err("the background", e.to_string()))?;
         let (_, height) = root.dim_in_pixel();
         let (plots, caption) = root.split_vertically(height - self.caption_px());
         for (i, line) in self.caption_lines().iter().enumerate() {
@@ -155,7 +166,7 @@ impl Figure {
                     &("sans-serif", 13).into_font().color(&BLACK),
                     (12, CAPTION_LINE_PX as i32 * i as i32 + 2),
                 )
-                .map_err(|e| anyhow!("{e}"))?;
+                .map_err(|e| draw_err("the caption", e.to_string()))?;
         }
         let mut rest = plots;
         for (panel, h) in self.panels.iter().zip(self.heights(panel_px)) {
@@ -164,7 +175,7 @@ impl Figure {
                 Panel::Lines(c) => draw_lines(&area, c),
                 Panel::Bars(c) => draw_bars(&area, c),
             }
-            .with_context(|| format!("drawing {:?}", panel.title()))?;
+            .map_err(|reason| draw_err(&format!("{:?}", panel.title()), reason))?;
             rest = below;
         }
         Ok(())

@@ -1,45 +1,14 @@
-//! `mqblk plot RESULT.json...`: charts of any `mqblk bench` or fio JSON
-//! report, so that fio and mqblk land on one chart.
-//!
-//! - [`input`]: reading the reports (fio's `json` and `json+`, mqblk's
-//!   bench JSON, and a file of several reports, as `--status-interval`
-//!   writes) into jobs.
-//! - [`chart`]: drawing, as SVG and PNG.
-//!
-//! The figure has three panels: IOPS (or bandwidth) bars per job and
-//! direction, the clat percentile curves, and the latency histogram from
-//! the log-linear buckets (`clat_ns.bins`: mqblk writes them always, fio
-//! with `--output-format=json+`).
+//! The figure of a set of jobs: three panels (IOPS or bandwidth bars per
+//! job and direction, the clat percentile curves, the latency histogram
+//! re-binned from the log-linear buckets), and the one-line-per-job
+//! summary printed beside it. Between the reports read (`input`) and the
+//! drawing (`chart`).
 
-pub mod chart;
-
-pub mod input;
-
-use std::path::PathBuf;
-
-use anyhow::{bail, Result};
-
-use chart::{Axis, BarChart, Bars, Figure, LineChart, Panel, Scale, Series, Unit};
-use input::{Direction, Job};
-
-/// `mqblk plot`'s arguments.
-#[derive(clap::Args, Debug)]
-pub struct PlotArgs {
-    /// Reports to plot: `mqblk bench --output-format=json` or `fio
-    /// --output-format=json` (or json+) output.
-    #[arg(value_name = "RESULT.json", required = true)]
-    pub inputs: Vec<PathBuf>,
-    /// Where to write the figure: OUT.svg and OUT.png (default: the first
-    /// input without its extension).
-    #[arg(long, value_name = "OUT")]
-    pub out: Option<PathBuf>,
-    /// What the bars show.
-    #[arg(long, value_enum, default_value = "iops")]
-    pub metric: Metric,
-}
+use crate::chart::{self, Axis, BarChart, Bars, Figure, LineChart, Panel, Scale, Series, Unit};
+use crate::input::{Direction, Job};
 
 /// The bar panel's figure.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Metric {
     /// I/Os per second.
     Iops,
@@ -50,34 +19,6 @@ pub enum Metric {
 /// Latency histogram bins per decade (re-binned from the log-linear
 /// buckets, so that each bin has the same width on the log axis).
 const BINS_PER_DECADE: f64 = 20.0;
-
-/// Run `mqblk plot`.
-pub fn plot_command(args: &PlotArgs) -> Result<()> {
-    let mut jobs = Vec::new();
-    for path in &args.inputs {
-        jobs.extend(input::load(path)?);
-    }
-    if jobs.is_empty() {
-        bail!("no jobs in {}", display_list(&args.inputs));
-    }
-    let stem = args
-        .out
-        .clone()
-        .unwrap_or_else(|| args.inputs[0].with_extension(""));
-    let fig = figure(&jobs, args.metric);
-    let (svg, png) = fig.render(&stem)?;
-    print!("{}", summary(&jobs));
-    println!("wrote {} and {}", svg.display(), png.display());
-    Ok(())
-}
-
-fn display_list(paths: &[PathBuf]) -> String {
-    paths
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
 
 /// The jobs' figures, one line per job and direction.
 pub fn summary(jobs: &[Job]) -> String {

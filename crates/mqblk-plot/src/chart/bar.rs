@@ -1,6 +1,5 @@
 //! Drawing a grouped bar chart.
 
-use anyhow::{anyhow, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -12,8 +11,8 @@ use super::theme::*;
 pub(super) fn draw_bars<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     c: &BarChart,
-) -> Result<()> {
-    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("{e}");
+) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     let n = c.categories.len().max(1);
     let (y0, y1) = axis_range(
         c.series.iter().flat_map(|s| {

@@ -1,7 +1,6 @@
 //! What is drawn at a point: the marker shapes ours and the seed's series
 //! are drawn with, and the error bars of a point's spread.
 
-use anyhow::Result;
 use plotters::coord::types::RangedCoordf64;
 use plotters::element::{Drawable, PointCollection};
 use plotters::prelude::*;
