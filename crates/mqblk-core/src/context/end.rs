@@ -63,6 +63,9 @@ impl CtxState {
         if let Some(q) = bio_q.as_mut() {
             q.poll(&mut crate::bio_based::BioEnds::new(bio_ended, bio_requeued));
         }
+        if self.routed_out > 0 {
+            self.take_routed_up();
+        }
         if !self.bio_ended.is_empty() {
             self.end_bio_based(dev);
         }
@@ -206,10 +209,16 @@ impl CtxState {
         rq.bio_tail = None;
         while let Some(n) = node {
             // SAFETY: the request came back to its owner, so its bio chain
-            // (slots of this context's bio set) is ours again.
+            // (slots of this context's bio set, or of the context above
+            // that routed them here) is ours again.
             let next = unsafe { n.as_ref().next };
-            let idx = self.bioset.index_of(n);
             node = next;
+            if !self.bioset.owns(n) {
+                // A slot of the context above: back up it goes.
+                self.routed_nodes.push((n, status));
+                continue;
+            }
+            let idx = self.bioset.index_of(n);
             let slot = self.bioset.node_mut(idx);
             debug_assert_eq!(slot.state, SlotState::InFlight);
             slot.state = SlotState::Owned;
@@ -229,7 +238,9 @@ impl CtxState {
     pub(super) fn end_bio(&mut self, idx: u32, status: Status) {
         let n = self.bioset.node(idx);
         match n.delivery {
-            Delivery::Callback | Delivery::Waiter | Delivery::Orphan => self.data_done(idx, status),
+            Delivery::Callback | Delivery::Waiter | Delivery::Orphan | Delivery::Routed => {
+                self.data_done(idx, status)
+            }
             Delivery::Child => {
                 let parent = n.bio.as_ref().map_or(0, |b| b.private as u32);
                 self.bioset.remove(idx);
@@ -274,6 +285,11 @@ impl CtxState {
         let final_status = ended_with(self.bioset.node(idx).bio.as_ref(), status);
         match self.bioset.end(idx, final_status) {
             Delivery::Waiter => {}
+            Delivery::Routed => {
+                // Up to the device above, which takes it from its reap.
+                debug_assert!(self.routed.len() < self.routed.capacity());
+                self.routed.push(idx);
+            }
             _ => {
                 debug_assert!(self.ended.len() < self.ended.capacity());
                 self.ended.push_back(idx);
