@@ -41,19 +41,54 @@ impl CtxState {
             .store(self.in_flight, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Bio `idx`, a plain read or write the fused check admitted (and a
+    /// window shifted), on a context whose driver routes: counted in
+    /// flight, then routed whole to a lower context, or else handed to
+    /// the driver.
+    #[inline]
+    pub(super) fn submit_routable(&mut self, dev: &DeviceInner, idx: u32) {
+        self.start_bio_based(dev, idx);
+        if self.route(dev, idx) {
+            self.routed_one();
+        } else {
+            self.hand_to_driver(dev, idx);
+        }
+    }
+
     /// Hand bio `idx`, in flight, to the driver: routed whole to a lower
-    /// context if the driver can, or else to its `submit_bio`.
+    /// context if it is a plain read or write the driver routes, or else
+    /// to its `submit_bio`.
     #[inline]
     fn hand_bio_based(&mut self, dev: &DeviceInner, idx: u32) {
-        let plug = self.on(feat::PLUG);
-        if self.routes && self.route(dev, idx) {
-            if plug {
-                self.bio_plugged = true;
-            } else {
-                self.unplug_bio_based_now();
+        if self.routes {
+            let plain = self
+                .bioset
+                .node(idx)
+                .bio
+                .as_ref()
+                .is_some_and(|b| (b.op() as u8) < 2 && b.flags().bits() == 0);
+            if plain && self.route(dev, idx) {
+                self.routed_one();
+                return;
             }
-            return;
         }
+        self.hand_to_driver(dev, idx);
+    }
+
+    /// A bio went down routed: unplugged with the rest of the batch.
+    #[inline]
+    fn routed_one(&mut self) {
+        if self.on(feat::PLUG) {
+            self.bio_plugged = true;
+        } else {
+            self.unplug_bio_based_now();
+        }
+    }
+
+    /// Hand bio `idx`, in flight, to the driver's `submit_bio`.
+    #[inline]
+    fn hand_to_driver(&mut self, dev: &DeviceInner, idx: u32) {
+        let plug = self.on(feat::PLUG);
         let CtxState {
             bio_q,
             bioset,
@@ -95,9 +130,9 @@ impl CtxState {
     /// slot there, in exchange for what that slot kept, so the bio moves
     /// but nothing is copied, dropped or allocated. Its slot here stays
     /// taken, and in flight, until the reap takes the bio back up
-    /// ([`CtxState::take_routed_up`]). False if it was not routed: a bio
-    /// that is not a plain read or write, or that the driver does not
-    /// route, or a lower context with no free slot.
+    /// ([`CtxState::take_routed_up`]). The bio is a plain read or write.
+    /// False if it was not routed: the driver does not route it, or a
+    /// lower context has no free slot.
     #[inline]
     fn route(&mut self, dev: &DeviceInner, idx: u32) -> bool {
         let CtxState {
@@ -110,9 +145,6 @@ impl CtxState {
         let Some(bio) = bioset.node(idx).bio.as_ref() else {
             return false;
         };
-        if bio.op() as u8 >= 2 || bio.flags().bits() != 0 {
-            return false;
-        }
         let (from, len) = (bio.offset_bytes(), bio.len_bytes());
         let Some(q) = bio_q.as_mut() else {
             return false;
@@ -230,8 +262,8 @@ impl CtxState {
     }
 
     /// Take back up the routed bios that ended in the lower contexts: each
-    /// into its slot here, at its offset here, ended by the driver's
-    /// list as a bio its clones ended would be.
+    /// into its slot here, at its offset here, on the list of routed bios
+    /// to end (`end_bio_based_as`).
     #[inline]
     pub(super) fn take_routed_up(&mut self) {
         let CtxState {
@@ -239,7 +271,7 @@ impl CtxState {
             bioset,
             routed_from,
             routed_out,
-            bio_ended,
+            routed_ended,
             ..
         } = self;
         let Some(q) = bio_q.as_mut() else {
@@ -261,8 +293,8 @@ impl CtxState {
                 }
                 debug_assert!(*routed_out > 0);
                 *routed_out -= 1;
-                debug_assert!(bio_ended.len() < bio_ended.capacity());
-                bio_ended.push((up, status));
+                debug_assert!(routed_ended.len() < routed_ended.capacity());
+                routed_ended.push((up, status));
             }
             st.routed.clear();
             for &(n, status) in &st.routed_nodes {
@@ -276,8 +308,8 @@ impl CtxState {
                 }
                 debug_assert!(*routed_out > 0);
                 *routed_out -= 1;
-                debug_assert!(bio_ended.len() < bio_ended.capacity());
-                bio_ended.push((up, status));
+                debug_assert!(routed_ended.len() < routed_ended.capacity());
+                routed_ended.push((up, status));
             }
             st.routed_nodes.clear();
         });

@@ -63,24 +63,40 @@ impl CtxState {
         if let Some(q) = bio_q.as_mut() {
             q.poll(&mut crate::bio_based::BioEnds::new(bio_ended, bio_requeued));
         }
-        if self.routed_out > 0 {
-            self.take_routed_up();
-        }
         if !self.bio_ended.is_empty() {
             self.end_bio_based(dev);
+        }
+        if self.routed_out > 0 {
+            self.take_routed_up();
+            if !self.routed_ended.is_empty() {
+                self.end_bio_based_as::<true>(dev);
+            }
         }
     }
 
     /// End the bios the bio-based driver ended: stats, then each to its
     /// waiter, its flush sequence or the callback list.
     pub(super) fn end_bio_based(&mut self, dev: &DeviceInner) {
+        self.end_bio_based_as::<false>(dev);
+    }
+
+    /// [`CtxState::end_bio_based`] of the driver's list, or (`ROUTED`) of
+    /// the routed bios taken back up: plain reads and writes, which no
+    /// flush sequence or split waits for, so each goes straight to its
+    /// end.
+    #[inline]
+    pub(super) fn end_bio_based_as<const ROUTED: bool>(&mut self, dev: &DeviceInner) {
         let now = if self.on(feat::IOSTATS) {
             clock::now_ns()
         } else {
             0
         };
         let mut run = LatencyRun::default();
-        let mut ended = std::mem::take(&mut self.bio_ended);
+        let mut ended = if ROUTED {
+            std::mem::take(&mut self.routed_ended)
+        } else {
+            std::mem::take(&mut self.bio_ended)
+        };
         for &(idx, status) in &ended {
             if self.on(feat::IOSTATS) {
                 let bio = self.bioset.bio(idx);
@@ -99,10 +115,18 @@ impl CtxState {
             }
             debug_assert!(self.in_flight > 0);
             self.in_flight -= 1;
-            self.end_bio(idx, status);
+            if ROUTED {
+                self.finish(idx, status);
+            } else {
+                self.end_bio(idx, status);
+            }
         }
         ended.clear();
-        self.bio_ended = ended;
+        if ROUTED {
+            self.routed_ended = ended;
+        } else {
+            self.bio_ended = ended;
+        }
         self.shared
             .in_flight
             .store(self.in_flight, std::sync::atomic::Ordering::Release);
