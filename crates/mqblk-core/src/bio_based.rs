@@ -249,6 +249,35 @@ pub trait BioDriver: Send + Sync + 'static {
     /// completions.
     fn submit_bio(&self, q: &mut Self::Queue, bio: BioRef<'_>, ends: &mut BioEnds<'_>);
 
+    /// True if [`BioDriver::route`] may route a bio (asked once, when a
+    /// context opens). Default: false.
+    fn routes(&self) -> bool {
+        false
+    }
+
+    /// The lower context a plain read or write of `len_bytes` at
+    /// `offset_bytes` of this device goes to whole, as it is but for its
+    /// offset, and that offset there; `None` for a bio to map and clone
+    /// ([`BioDriver::submit_bio`]). Linux's dm clones every bio; a bio
+    /// that lands whole on one leg and whose end the target needs no word
+    /// of (a linear or striped line) is here sent down itself: no clone,
+    /// no remaining count, no second end. It comes back up through the
+    /// context's reap, which finds it in one of
+    /// [`BioDriver::lower_contexts`]. Default: `None`.
+    fn route<'q>(
+        &self,
+        _q: &'q mut Self::Queue,
+        _offset_bytes: u64,
+        _len_bytes: u64,
+    ) -> Option<(&'q mut crate::Context, u64)> {
+        None
+    }
+
+    /// Call `f` with every lower context a bio was routed to and may still
+    /// be in (including one taken out of the table, until its routed bios
+    /// were taken back up: see [`crate::Context::routed_ready`]).
+    fn lower_contexts(&self, _q: &mut Self::Queue, _f: &mut dyn FnMut(&mut crate::Context)) {}
+
     /// Issue what was submitted since the last call (the caller's unplug:
     /// the lower contexts' plugs).
     fn unplug(&self, q: &mut Self::Queue);
@@ -291,6 +320,9 @@ pub trait BioDriver: Send + Sync + 'static {
 
 /// The type-erased bio queue a context holds.
 pub(crate) trait BioQueueOps: Send {
+    fn routes(&self) -> bool;
+    fn route(&mut self, offset_bytes: u64, len_bytes: u64) -> Option<(&mut crate::Context, u64)>;
+    fn lower_contexts(&mut self, f: &mut dyn FnMut(&mut crate::Context));
     fn submit_bio(&mut self, bio: BioRef<'_>, ends: &mut BioEnds<'_>);
     fn unplug(&mut self);
     fn poll(&mut self, ends: &mut BioEnds<'_>) -> usize;
@@ -302,6 +334,17 @@ struct BoundQueue<B: BioDriver> {
 }
 
 impl<B: BioDriver> BioQueueOps for BoundQueue<B> {
+    fn routes(&self) -> bool {
+        self.driver.routes()
+    }
+    #[inline]
+    fn route(&mut self, offset_bytes: u64, len_bytes: u64) -> Option<(&mut crate::Context, u64)> {
+        self.driver.route(&mut self.q, offset_bytes, len_bytes)
+    }
+    #[inline]
+    fn lower_contexts(&mut self, f: &mut dyn FnMut(&mut crate::Context)) {
+        self.driver.lower_contexts(&mut self.q, f)
+    }
     #[inline]
     fn submit_bio(&mut self, bio: BioRef<'_>, ends: &mut BioEnds<'_>) {
         self.driver.submit_bio(&mut self.q, bio, ends)

@@ -46,6 +46,10 @@ pub(crate) enum Delivery {
     Bounce,
     /// A flush the layer issued for its flush queue.
     FlushInternal,
+    /// A bio of a bio-based device above, routed here whole
+    /// (`crate::bio_based::BioDriver::route`): it goes back up to slot
+    /// `up` of the context above when it ends, never to a callback here.
+    Routed,
 }
 
 /// The life of a bio slot, asserted on both sides of every transition
@@ -77,6 +81,8 @@ pub struct BioNode {
     pub(crate) parent: bool,
     /// Flush-sequence stages still to run (see `flush`).
     pub(crate) stages: u8,
+    /// A routed bio's slot on the device above ([`Delivery::Routed`]).
+    pub(crate) up: u32,
 }
 
 /// A fixed set of bio slots with a free list.
@@ -113,6 +119,7 @@ impl BioSet {
                         state: SlotState::Free,
                         parent: false,
                         stages: 0,
+                        up: 0,
                     })
                 })
                 .collect(),
@@ -140,6 +147,16 @@ impl BioSet {
     pub(crate) fn leak(self) {
         std::mem::forget(self.wakers);
         self.nodes.leak();
+    }
+
+    /// True if `node` is one of this set's slots (not a slot of a context
+    /// above, routed here: [`Delivery::Routed`]'s cheaper form, where the
+    /// slot above itself goes into a request here).
+    #[inline(always)]
+    pub(crate) fn owns(&self, node: NonNull<BioNode>) -> bool {
+        let base = self.nodes.base() as usize;
+        let at = node.as_ptr() as usize;
+        at.wrapping_sub(base) < self.nodes.len() * std::mem::size_of::<UnsafeCell<BioNode>>()
     }
 
     /// True once slot `index`'s bio has ended.
@@ -285,6 +302,60 @@ impl BioSet {
         node.delivery = Delivery::Callback;
         node.parent = false;
         node.stages = 0;
+    }
+
+    /// Take a free slot (outside the reserve) for a bio routed from slot
+    /// `up` of the device above: the bio is swapped in from `from`, which
+    /// gets the slot's kept blank bio (or nothing) in exchange, so nothing
+    /// is dropped or allocated. `None`, with `from` untouched, if no slot
+    /// is free.
+    #[inline]
+    pub(crate) fn insert_routed(&mut self, from: &mut Option<Bio>, up: u32) -> Option<u32> {
+        let index = self.free.pop()?;
+        let node = self.node_mut(index);
+        debug_assert_eq!(node.state, SlotState::Free, "bio slot {index}");
+        debug_assert!(
+            node.bio.as_ref().is_none_or(|b| b.segments().is_empty()),
+            "bio slot {index} handed out twice"
+        );
+        std::mem::swap(&mut node.bio, from);
+        if let Some(bio) = node.bio.as_mut() {
+            bio.status = Status::Ok;
+        }
+        node.next = None;
+        node.aux = 0;
+        node.delivery = Delivery::Routed;
+        node.state = SlotState::Owned;
+        node.parent = false;
+        node.stages = 0;
+        node.up = up;
+        Some(index)
+    }
+
+    /// Give the ended routed bio of slot `index` back up, into `to` (the
+    /// slot above, which holds what [`BioSet::insert_routed`] left it),
+    /// and free the slot, which keeps that in exchange. Returns the slot
+    /// above.
+    #[inline]
+    pub(crate) fn take_routed(&mut self, index: u32, to: &mut Option<Bio>) -> u32 {
+        let node = self.node_mut(index);
+        debug_assert_eq!(node.state, SlotState::Ended, "bio slot {index}");
+        debug_assert_eq!(node.delivery, Delivery::Routed, "bio slot {index}");
+        std::mem::swap(&mut node.bio, to);
+        // What the slot gets back is the blank bio (or nothing) it gave.
+        debug_assert!(
+            node.bio.as_ref().is_none_or(|b| b.segments().is_empty()),
+            "bio slot {index} got a bio with buffers back"
+        );
+        node.state = SlotState::Free;
+        node.next = None;
+        let up = node.up;
+        debug_assert!(
+            self.free.len() < self.nodes.len(),
+            "bio slot {index} freed twice"
+        );
+        self.free.push(index);
+        up
     }
 
     /// Free slot `index`, returning its bio (if still there).

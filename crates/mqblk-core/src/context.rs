@@ -191,6 +191,16 @@ impl Context {
         self.st.ended.len()
     }
 
+    /// Bios routed here whole from a bio-based device above
+    /// ([`crate::bio_based::BioDriver::route`]) that ended and wait for
+    /// the context above to take them back up: a driver keeps a lower
+    /// context it takes out of its table (in
+    /// [`crate::bio_based::BioDriver::lower_contexts`]) until this is 0
+    /// and nothing is in flight.
+    pub fn routed_ready(&self) -> usize {
+        self.st.routed.len() + self.st.routed_nodes.len()
+    }
+
     /// This context's own counters.
     pub fn stats(&self) -> DiskStats {
         self.st.stats.snapshot()

@@ -83,6 +83,9 @@ pub(crate) struct DmQueue {
     /// Clones to send again, to another leg.
     retry: Vec<(u32, Bio)>,
     held: Held,
+    /// Leg contexts taken out of the table (a leg replaced) that still
+    /// hold routed bios the context above has not taken back up.
+    retired: Vec<Context>,
 }
 
 impl BioStacked {
@@ -158,6 +161,11 @@ impl BioStacked {
                     if old.in_flight() == 0 && old.ready() == 0 {
                         break;
                     }
+                }
+                // Bios routed whole to the old leg have ended too; they
+                // wait there for the context above to take them up.
+                if old.routed_ready() > 0 {
+                    q.retired.push(old);
                 }
             }
             q.legs[i] = if dev.is_some() {
@@ -426,6 +434,7 @@ impl BioDriver for BioStacked {
             mapper: Mapper::with_capacity(8),
             retry: Vec::with_capacity(slots),
             held,
+            retired: Vec::new(),
         })
     }
 
@@ -506,6 +515,55 @@ impl BioDriver for BioStacked {
         finish(&mut q.remaining, tag, Status::Ok, ends);
         if !q.retry.is_empty() {
             self.send_retries(q, ends);
+        }
+    }
+
+    fn routes(&self) -> bool {
+        self.stack
+            .lines
+            .iter()
+            .any(|l| l.target.route(0, 512).is_some())
+    }
+
+    #[inline]
+    fn route<'q>(
+        &self,
+        q: &'q mut DmQueue,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Option<(&'q mut Context, u64)> {
+        if self.stack.legs.generation() != q.generation {
+            // Legs changed: `submit_bio` picks the change up first.
+            return None;
+        }
+        let lines = &self.stack.lines;
+        let i = if lines.len() == 1 {
+            0
+        } else {
+            lines.partition_point(|l| l.end <= offset_bytes)
+        };
+        let line = lines.get(i)?;
+        if offset_bytes + len_bytes > line.end {
+            return None;
+        }
+        let (leg, at) = line.target.route(offset_bytes - line.start, len_bytes)?;
+        let leg = leg as usize;
+        *q.touched.get_mut(leg)? = true;
+        let ctx = self.leg_ctx(q, leg)?;
+        Some((ctx, at))
+    }
+
+    fn lower_contexts(&self, q: &mut DmQueue, f: &mut dyn FnMut(&mut Context)) {
+        for l in q.legs.iter_mut() {
+            if let LegCtx::Open(c) = l {
+                f(c);
+            }
+        }
+        if !q.retired.is_empty() {
+            for c in q.retired.iter_mut() {
+                f(c);
+            }
+            q.retired.retain(|c| c.routed_ready() > 0);
         }
     }
 

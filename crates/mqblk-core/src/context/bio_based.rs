@@ -13,6 +13,10 @@ use crate::bio_based::{BioEnds, BioRef};
 use crate::queue::DeviceInner;
 use crate::stats::bump;
 
+/// The slot index a slot of the context above has here, when it went
+/// into a request here itself ([`CtxState::take_routed_node`]): none.
+pub(super) const ROUTED_NODE: u32 = u32::MAX;
+
 impl CtxState {
     /// Hand bio `idx` to the bio-based driver. It stays in its slot until
     /// the driver ends it.
@@ -37,9 +41,53 @@ impl CtxState {
             .store(self.in_flight, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Hand bio `idx`, in flight, to the driver.
+    /// Bio `idx`, a plain read or write the fused check admitted (and a
+    /// window shifted), on a context whose driver routes: counted in
+    /// flight, then routed whole to a lower context, or else handed to
+    /// the driver.
+    #[inline]
+    pub(super) fn submit_routable(&mut self, dev: &DeviceInner, idx: u32) {
+        self.start_bio_based(dev, idx);
+        if self.route(dev, idx) {
+            self.routed_one();
+        } else {
+            self.hand_to_driver(dev, idx);
+        }
+    }
+
+    /// Hand bio `idx`, in flight, to the driver: routed whole to a lower
+    /// context if it is a plain read or write the driver routes, or else
+    /// to its `submit_bio`.
     #[inline]
     fn hand_bio_based(&mut self, dev: &DeviceInner, idx: u32) {
+        if self.routes {
+            let plain = self
+                .bioset
+                .node(idx)
+                .bio
+                .as_ref()
+                .is_some_and(|b| (b.op() as u8) < 2 && b.flags().bits() == 0);
+            if plain && self.route(dev, idx) {
+                self.routed_one();
+                return;
+            }
+        }
+        self.hand_to_driver(dev, idx);
+    }
+
+    /// A bio went down routed: unplugged with the rest of the batch.
+    #[inline]
+    fn routed_one(&mut self) {
+        if self.on(feat::PLUG) {
+            self.bio_plugged = true;
+        } else {
+            self.unplug_bio_based_now();
+        }
+    }
+
+    /// Hand bio `idx`, in flight, to the driver's `submit_bio`.
+    #[inline]
+    fn hand_to_driver(&mut self, dev: &DeviceInner, idx: u32) {
         let plug = self.on(feat::PLUG);
         let CtxState {
             bio_q,
@@ -67,6 +115,204 @@ impl CtxState {
         if !self.bio_ended.is_empty() {
             self.end_bio_based(dev);
         }
+    }
+
+    #[inline]
+    fn unplug_bio_based_now(&mut self) {
+        if let Some(q) = self.bio_q.as_mut() {
+            q.unplug();
+        }
+        self.batch_ns = 0;
+    }
+
+    /// Send bio `idx` down whole, as it is but for its offset, to the
+    /// lower context the driver routes it to, if it routes it: into a
+    /// slot there, in exchange for what that slot kept, so the bio moves
+    /// but nothing is copied, dropped or allocated. Its slot here stays
+    /// taken, and in flight, until the reap takes the bio back up
+    /// ([`CtxState::take_routed_up`]). The bio is a plain read or write.
+    /// False if it was not routed: the driver does not route it, or a
+    /// lower context has no free slot.
+    #[inline]
+    fn route(&mut self, dev: &DeviceInner, idx: u32) -> bool {
+        let CtxState {
+            bio_q,
+            bioset,
+            routed_from,
+            routed_out,
+            ..
+        } = self;
+        let Some(bio) = bioset.node(idx).bio.as_ref() else {
+            return false;
+        };
+        let (from, len) = (bio.offset_bytes(), bio.len_bytes());
+        let Some(q) = bio_q.as_mut() else {
+            return false;
+        };
+        let Some((lower, at)) = q.route(from, len) else {
+            return false;
+        };
+        let ptr = bioset.node_ptr(idx);
+        let cap = bioset.capacity();
+        // SAFETY: slot `idx` is this context's, owned (in no request) and
+        // holding its bio; the bio set's slots stay where they are for its
+        // life, which outlasts the lower context (owned by this context's
+        // driver queue, dropped before the bio set, and drained first);
+        // this context touches the slot again only once the lower context
+        // handed it back up (`take_routed_up`).
+        let sent = unsafe { lower.st.take_routed_node(&lower.dev, ptr, at, cap) }
+            || lower.st.take_routed_in(
+                &lower.dev,
+                &mut bioset.node_mut(idx).bio,
+                idx,
+                at,
+                dev.devnum,
+            );
+        if !sent {
+            return false;
+        }
+        routed_from[idx as usize] = from;
+        *routed_out += 1;
+        true
+    }
+
+    /// Put `node`, a slot of the context above holding a plain read or
+    /// write routed here whole, into a request here itself, at
+    /// `offset_bytes`: no slot here, no move. Only on a context with
+    /// nothing between a bio and its request (no admission, trace or
+    /// driver of bios) and for a bio the fused check admits as one
+    /// request; false otherwise, with the slot untouched. `up_slots` is
+    /// the bio set size above, which bounds how many come here.
+    ///
+    /// # Safety
+    ///
+    /// `node` is a slot of the one context above whose driver owns this
+    /// context, owned by it, in no request, holding its bio; it stays
+    /// allocated until it comes back up (`routed_nodes`), and nothing
+    /// else touches it until then.
+    #[inline]
+    pub(super) unsafe fn take_routed_node(
+        &mut self,
+        dev: &DeviceInner,
+        mut node: std::ptr::NonNull<crate::bioset::BioNode>,
+        offset_bytes: u64,
+        up_slots: usize,
+    ) -> bool {
+        if self.feat & (feat::ADMIT | feat::TRACE | feat::BIO_BASED) != 0
+            || dev.gate.load(std::sync::atomic::Ordering::Acquire) != self.gate_seen
+        {
+            return false;
+        }
+        // SAFETY: the caller's promise: the slot is ours to use until it
+        // goes back up, and nothing else touches it.
+        let n = unsafe { node.as_mut() };
+        let Some(bio) = n.bio.as_mut() else {
+            return false;
+        };
+        let from = bio.offset_bytes();
+        // The fused check against this device (a window's too), at the
+        // offset here.
+        bio.set_offset_bytes(offset_bytes);
+        if !self.fast.admits(bio) {
+            bio.set_offset_bytes(from);
+            return false;
+        }
+        bio.set_offset_bytes(offset_bytes + self.window_start_bytes);
+        if self.routed_nodes.capacity() < up_slots {
+            self.routed_nodes.reserve(up_slots);
+        }
+        bump(&self.stats.bios, 1);
+        self.submit_plain(dev, ROUTED_NODE, node);
+        true
+    }
+
+    /// Take a bio routed from slot `up` of the device numbered `above`
+    /// into a free slot here, at `offset_bytes`, and submit it. False, with
+    /// `bio` untouched, if no slot is free (the bio is then mapped and
+    /// cloned above: a clone waits for room, a routed bio does not).
+    #[inline]
+    pub(super) fn take_routed_in(
+        &mut self,
+        dev: &DeviceInner,
+        bio: &mut Option<crate::bio::Bio>,
+        up: u32,
+        offset_bytes: u64,
+        above: crate::blktrace::DevNum,
+    ) -> bool {
+        let Some(idx) = self.bioset.insert_routed(bio, up) else {
+            return false;
+        };
+        let b = self.bioset.node_mut(idx).bio.as_mut();
+        let b = b.expect("a routed slot holds its bio");
+        let from = b.sector();
+        b.set_offset_bytes(offset_bytes);
+        // Traced here, or the gate moved (a trace may have started): the
+        // trace's A names where the bio came from.
+        let gate = dev.gate.load(std::sync::atomic::Ordering::Relaxed);
+        let noted = self.on(feat::TRACE) || gate != self.gate_seen;
+        if noted {
+            self.remap_from = Some((above, from));
+        }
+        self.submit_node(dev, idx);
+        if noted {
+            self.remap_from = None;
+        }
+        self.kick_fd(dev);
+        true
+    }
+
+    /// Take back up the routed bios that ended in the lower contexts: each
+    /// into its slot here, at its offset here, on the list of routed bios
+    /// to end (`end_bio_based_as`).
+    #[inline]
+    pub(super) fn take_routed_up(&mut self) {
+        let CtxState {
+            bio_q,
+            bioset,
+            routed_from,
+            routed_out,
+            routed_ended,
+            ..
+        } = self;
+        let Some(q) = bio_q.as_mut() else {
+            return;
+        };
+        q.lower_contexts(&mut |lower| {
+            let st = &mut lower.st;
+            for &i in &st.routed {
+                let node = st.bioset.node(i);
+                let up = node.up;
+                let status = node
+                    .bio
+                    .as_ref()
+                    .map_or(crate::error::Status::Ok, |b| b.status());
+                let slot = &mut bioset.node_mut(up).bio;
+                st.bioset.take_routed(i, slot);
+                if let Some(b) = slot.as_mut() {
+                    b.set_offset_bytes(routed_from[up as usize]);
+                }
+                debug_assert!(*routed_out > 0);
+                *routed_out -= 1;
+                debug_assert!(routed_ended.len() < routed_ended.capacity());
+                routed_ended.push((up, status));
+            }
+            st.routed.clear();
+            for &(n, status) in &st.routed_nodes {
+                let up = bioset.index_of(n);
+                let node = bioset.node_mut(up);
+                debug_assert_eq!(node.state, crate::bioset::SlotState::InFlight);
+                node.state = crate::bioset::SlotState::Owned;
+                node.next = None;
+                if let Some(b) = node.bio.as_mut() {
+                    b.set_offset_bytes(routed_from[up as usize]);
+                }
+                debug_assert!(*routed_out > 0);
+                *routed_out -= 1;
+                debug_assert!(routed_ended.len() < routed_ended.capacity());
+                routed_ended.push((up, status));
+            }
+            st.routed_nodes.clear();
+        });
     }
 
     /// Hand the bios the driver requeued to it again (from a poll or a

@@ -73,7 +73,12 @@ impl CtxState {
         let status = self.queue_bio(dev, node);
         if !status.is_ok() {
             bump(&self.stats.errors, 1);
-            self.data_done(idx, status);
+            if idx == super::bio_based::ROUTED_NODE {
+                // A slot of the context above: it ends there.
+                self.routed_nodes.push((node, status));
+            } else {
+                self.data_done(idx, status);
+            }
         }
     }
 

@@ -66,18 +66,37 @@ impl CtxState {
         if !self.bio_ended.is_empty() {
             self.end_bio_based(dev);
         }
+        if self.routed_out > 0 {
+            self.take_routed_up();
+            if !self.routed_ended.is_empty() {
+                self.end_bio_based_as::<true>(dev);
+            }
+        }
     }
 
     /// End the bios the bio-based driver ended: stats, then each to its
     /// waiter, its flush sequence or the callback list.
     pub(super) fn end_bio_based(&mut self, dev: &DeviceInner) {
+        self.end_bio_based_as::<false>(dev);
+    }
+
+    /// [`CtxState::end_bio_based`] of the driver's list, or (`ROUTED`) of
+    /// the routed bios taken back up: plain reads and writes, which no
+    /// flush sequence or split waits for, so each goes straight to its
+    /// end.
+    #[inline]
+    pub(super) fn end_bio_based_as<const ROUTED: bool>(&mut self, dev: &DeviceInner) {
         let now = if self.on(feat::IOSTATS) {
             clock::now_ns()
         } else {
             0
         };
         let mut run = LatencyRun::default();
-        let mut ended = std::mem::take(&mut self.bio_ended);
+        let mut ended = if ROUTED {
+            std::mem::take(&mut self.routed_ended)
+        } else {
+            std::mem::take(&mut self.bio_ended)
+        };
         for &(idx, status) in &ended {
             if self.on(feat::IOSTATS) {
                 let bio = self.bioset.bio(idx);
@@ -96,10 +115,18 @@ impl CtxState {
             }
             debug_assert!(self.in_flight > 0);
             self.in_flight -= 1;
-            self.end_bio(idx, status);
+            if ROUTED {
+                self.finish(idx, status);
+            } else {
+                self.end_bio(idx, status);
+            }
         }
         ended.clear();
-        self.bio_ended = ended;
+        if ROUTED {
+            self.routed_ended = ended;
+        } else {
+            self.bio_ended = ended;
+        }
         self.shared
             .in_flight
             .store(self.in_flight, std::sync::atomic::Ordering::Release);
@@ -206,10 +233,16 @@ impl CtxState {
         rq.bio_tail = None;
         while let Some(n) = node {
             // SAFETY: the request came back to its owner, so its bio chain
-            // (slots of this context's bio set) is ours again.
+            // (slots of this context's bio set, or of the context above
+            // that routed them here) is ours again.
             let next = unsafe { n.as_ref().next };
-            let idx = self.bioset.index_of(n);
             node = next;
+            if !self.bioset.owns(n) {
+                // A slot of the context above: back up it goes.
+                self.routed_nodes.push((n, status));
+                continue;
+            }
+            let idx = self.bioset.index_of(n);
             let slot = self.bioset.node_mut(idx);
             debug_assert_eq!(slot.state, SlotState::InFlight);
             slot.state = SlotState::Owned;
@@ -229,7 +262,9 @@ impl CtxState {
     pub(super) fn end_bio(&mut self, idx: u32, status: Status) {
         let n = self.bioset.node(idx);
         match n.delivery {
-            Delivery::Callback | Delivery::Waiter | Delivery::Orphan => self.data_done(idx, status),
+            Delivery::Callback | Delivery::Waiter | Delivery::Orphan | Delivery::Routed => {
+                self.data_done(idx, status)
+            }
             Delivery::Child => {
                 let parent = n.bio.as_ref().map_or(0, |b| b.private as u32);
                 self.bioset.remove(idx);
@@ -274,6 +309,11 @@ impl CtxState {
         let final_status = ended_with(self.bioset.node(idx).bio.as_ref(), status);
         match self.bioset.end(idx, final_status) {
             Delivery::Waiter => {}
+            Delivery::Routed => {
+                // Up to the device above, which takes it from its reap.
+                debug_assert!(self.routed.len() < self.routed.capacity());
+                self.routed.push(idx);
+            }
             _ => {
                 debug_assert!(self.ended.len() < self.ended.capacity());
                 self.ended.push_back(idx);

@@ -169,6 +169,24 @@ pub(super) struct CtxState {
     pub(super) bio_plugged: bool,
     /// When each slot's bio went to the bio-based driver (`iostats`).
     pub(super) bio_start: Box<[u64]>,
+    /// The driver routes whole bios to lower contexts
+    /// ([`crate::bio_based::BioDriver::route`]).
+    pub(super) routes: bool,
+    /// Bios of this context routed to lower contexts and not yet taken
+    /// back up.
+    pub(super) routed_out: u32,
+    /// Where each routed bio was on this device (its offset before the
+    /// route), by slot.
+    pub(super) routed_from: Box<[u64]>,
+    /// Routed bios taken back up, to end here (sized to the bio set).
+    pub(super) routed_ended: Vec<(u32, crate::error::Status)>,
+    /// Slots of bios routed here from a device above that have ended,
+    /// for the context above to take back (sized to the bio set).
+    pub(super) routed: Vec<u32>,
+    /// Slots of a context above that went into requests here themselves
+    /// (`CtxState::take_routed_node`), ended, with their status, for the
+    /// context above to take back.
+    pub(super) routed_nodes: Vec<(NonNull<crate::bioset::BioNode>, crate::error::Status)>,
 }
 
 impl CtxState {
@@ -245,6 +263,12 @@ impl CtxState {
             bio_requeued: Vec::new(),
             bio_plugged: false,
             bio_start: Box::new([]),
+            routes: false,
+            routed_out: 0,
+            routed_from: Box::new([]),
+            routed_ended: Vec::new(),
+            routed: Vec::with_capacity(bioset_size),
+            routed_nodes: Vec::new(),
             tags,
         };
         st.refresh(dev);
@@ -321,6 +345,11 @@ impl CtxState {
         self.bio_ended = Vec::with_capacity(slots as usize);
         self.bio_requeued = Vec::with_capacity(slots as usize);
         self.bio_start = vec![0; slots as usize].into_boxed_slice();
+        self.routes = self.bio_q.as_ref().is_some_and(|q| q.routes());
+        if self.routes {
+            self.routed_from = vec![0; slots as usize].into_boxed_slice();
+            self.routed_ended = Vec::with_capacity(slots as usize);
+        }
         Ok(())
     }
 

@@ -88,7 +88,16 @@ impl CtxState {
         let node = self.bioset.node_ptr(idx);
         let bio = self.bioset.node_mut(idx).bio.as_mut();
         let bio = bio.expect("slot holds a bio");
-        if self.feat & (feat::ADMIT | feat::TRACE | feat::BIO_BASED) == 0 && self.fast.admits(bio) {
+        let path = self.feat & (feat::ADMIT | feat::TRACE | feat::BIO_BASED);
+        if path == feat::BIO_BASED && self.routes && self.fast.admits(bio) {
+            // A plain bio of a bio-based device that routes: shifted by a
+            // window as below, then routed whole to a lower context if
+            // its driver routes it.
+            bio.set_offset_bytes(bio.offset_bytes() + self.window_start_bytes);
+            self.submit_routable(dev, idx);
+            return;
+        }
+        if path == 0 && self.fast.admits(bio) {
             // On a view the fused check saw the window (its capacity, its
             // read-only flag), so the remap is one add: of 0 without a
             // window, which costs less than a branch around it. No

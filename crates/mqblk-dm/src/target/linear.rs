@@ -38,6 +38,11 @@ impl Target for Linear {
         route.to_leg(self.leg, self.offset_bytes + io.offset_bytes);
     }
 
+    #[inline]
+    fn route(&self, offset_bytes: u64, _len_bytes: u64) -> Option<(LegId, u64)> {
+        Some((self.leg, self.offset_bytes + offset_bytes))
+    }
+
     fn legs(&self) -> Vec<LegId> {
         vec![self.leg]
     }

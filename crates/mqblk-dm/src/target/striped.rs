@@ -86,6 +86,18 @@ impl Target for Striped {
         route.to_leg(leg, at);
     }
 
+    #[inline]
+    fn route(&self, offset_bytes: u64, len_bytes: u64) -> Option<(LegId, u64)> {
+        let chunk = offset_bytes / self.chunk_bytes;
+        let within = offset_bytes - chunk * self.chunk_bytes;
+        if within + len_bytes > self.chunk_bytes {
+            return None;
+        }
+        let n = self.stripes.len() as u64;
+        let (leg, base) = self.stripes[(chunk % n) as usize];
+        Some((leg, base + (chunk / n) * self.chunk_bytes + within))
+    }
+
     fn legs(&self) -> Vec<LegId> {
         self.stripes.iter().map(|s| s.0).collect()
     }
