@@ -12,7 +12,7 @@
 //! per clone in flight. Nothing is shared with another context, and
 //! nothing is allocated once warm.
 
-use mqblk_core::bio_based::{BioDriver, BioEnds, BioQueueSetup, BioRef};
+use mqblk_core::bio_based::{BioDriver, BioEnds, BioQueueSetup, BioRef, Lower};
 use mqblk_core::driver::{Error, Features, HwNotifier, IrqLines, Op, QueueLimits, Status};
 use mqblk_core::{Bio, Context};
 
@@ -531,7 +531,7 @@ impl BioDriver for BioStacked {
         q: &'q mut DmQueue,
         offset_bytes: u64,
         len_bytes: u64,
-    ) -> Option<(&'q mut Context, u64)> {
+    ) -> Option<(&'q mut dyn Lower, u64)> {
         if self.stack.legs.generation() != q.generation {
             // Legs changed: `submit_bio` picks the change up first.
             return None;
@@ -550,10 +550,10 @@ impl BioDriver for BioStacked {
         let leg = leg as usize;
         *q.touched.get_mut(leg)? = true;
         let ctx = self.leg_ctx(q, leg)?;
-        Some((ctx, at))
+        Some((ctx as &mut dyn Lower, at))
     }
 
-    fn lower_contexts(&self, q: &mut DmQueue, f: &mut dyn FnMut(&mut Context)) {
+    fn lower_contexts(&self, q: &mut DmQueue, f: &mut dyn FnMut(&mut dyn Lower)) {
         for l in q.legs.iter_mut() {
             if let LegCtx::Open(c) = l {
                 f(c);

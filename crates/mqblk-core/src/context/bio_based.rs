@@ -13,10 +13,6 @@ use crate::bio_based::{BioEnds, BioRef};
 use crate::queue::DeviceInner;
 use crate::stats::bump;
 
-/// The slot index a slot of the context above has here, when it went
-/// into a request here itself ([`CtxState::take_routed_node`]): none.
-pub(super) const ROUTED_NODE: u32 = u32::MAX;
-
 impl CtxState {
     /// Hand bio `idx` to the bio-based driver. It stays in its slot until
     /// the driver ends it.
@@ -160,159 +156,14 @@ impl CtxState {
         // driver queue, dropped before the bio set, and drained first);
         // this context touches the slot again only once the lower context
         // handed it back up (`take_routed_up`).
-        let sent = unsafe { lower.st.take_routed_node(&lower.dev, ptr, at, cap) }
-            || lower.st.take_routed_in(
-                &lower.dev,
-                &mut bioset.node_mut(idx).bio,
-                idx,
-                at,
-                dev.devnum,
-            );
+        let sent = unsafe { lower.route_node(ptr, at, cap) }
+            || lower.route_slot(&mut bioset.node_mut(idx).bio, idx, at, dev.devnum);
         if !sent {
             return false;
         }
         routed_from[idx as usize] = from;
         *routed_out += 1;
         true
-    }
-
-    /// Put `node`, a slot of the context above holding a plain read or
-    /// write routed here whole, into a request here itself, at
-    /// `offset_bytes`: no slot here, no move. Only on a context with
-    /// nothing between a bio and its request (no admission, trace or
-    /// driver of bios) and for a bio the fused check admits as one
-    /// request; false otherwise, with the slot untouched. `up_slots` is
-    /// the bio set size above, which bounds how many come here.
-    ///
-    /// # Safety
-    ///
-    /// `node` is a slot of the one context above whose driver owns this
-    /// context, owned by it, in no request, holding its bio; it stays
-    /// allocated until it comes back up (`routed_nodes`), and nothing
-    /// else touches it until then.
-    #[inline]
-    pub(super) unsafe fn take_routed_node(
-        &mut self,
-        dev: &DeviceInner,
-        mut node: std::ptr::NonNull<crate::bioset::BioNode>,
-        offset_bytes: u64,
-        up_slots: usize,
-    ) -> bool {
-        if self.feat & (feat::ADMIT | feat::TRACE | feat::BIO_BASED) != 0
-            || dev.gate.load(std::sync::atomic::Ordering::Acquire) != self.gate_seen
-        {
-            return false;
-        }
-        // SAFETY: the caller's promise: the slot is ours to use until it
-        // goes back up, and nothing else touches it.
-        let n = unsafe { node.as_mut() };
-        let Some(bio) = n.bio.as_mut() else {
-            return false;
-        };
-        let from = bio.offset_bytes();
-        // The fused check against this device (a window's too), at the
-        // offset here.
-        bio.set_offset_bytes(offset_bytes);
-        if !self.fast.admits(bio) {
-            bio.set_offset_bytes(from);
-            return false;
-        }
-        bio.set_offset_bytes(offset_bytes + self.window_start_bytes);
-        if self.routed_nodes.capacity() < up_slots {
-            self.routed_nodes.reserve(up_slots);
-        }
-        bump(&self.stats.bios, 1);
-        self.submit_plain(dev, ROUTED_NODE, node);
-        true
-    }
-
-    /// Take a bio routed from slot `up` of the device numbered `above`
-    /// into a free slot here, at `offset_bytes`, and submit it. False, with
-    /// `bio` untouched, if no slot is free (the bio is then mapped and
-    /// cloned above: a clone waits for room, a routed bio does not).
-    #[inline]
-    pub(super) fn take_routed_in(
-        &mut self,
-        dev: &DeviceInner,
-        bio: &mut Option<crate::bio::Bio>,
-        up: u32,
-        offset_bytes: u64,
-        above: crate::blktrace::DevNum,
-    ) -> bool {
-        let Some(idx) = self.bioset.insert_routed(bio, up) else {
-            return false;
-        };
-        let b = self.bioset.node_mut(idx).bio.as_mut();
-        let b = b.expect("a routed slot holds its bio");
-        let from = b.sector();
-        b.set_offset_bytes(offset_bytes);
-        // Traced here, or the gate moved (a trace may have started): the
-        // trace's A names where the bio came from.
-        let gate = dev.gate.load(std::sync::atomic::Ordering::Relaxed);
-        let noted = self.on(feat::TRACE) || gate != self.gate_seen;
-        if noted {
-            self.remap_from = Some((above, from));
-        }
-        self.submit_node(dev, idx);
-        if noted {
-            self.remap_from = None;
-        }
-        self.kick_fd(dev);
-        true
-    }
-
-    /// Take back up the routed bios that ended in the lower contexts: each
-    /// into its slot here, at its offset here, on the list of routed bios
-    /// to end (`end_bio_based_as`).
-    #[inline]
-    pub(super) fn take_routed_up(&mut self) {
-        let CtxState {
-            bio_q,
-            bioset,
-            routed_from,
-            routed_out,
-            routed_ended,
-            ..
-        } = self;
-        let Some(q) = bio_q.as_mut() else {
-            return;
-        };
-        q.lower_contexts(&mut |lower| {
-            let st = &mut lower.st;
-            for &i in &st.routed {
-                let node = st.bioset.node(i);
-                let up = node.up;
-                let status = node
-                    .bio
-                    .as_ref()
-                    .map_or(crate::error::Status::Ok, |b| b.status());
-                let slot = &mut bioset.node_mut(up).bio;
-                st.bioset.take_routed(i, slot);
-                if let Some(b) = slot.as_mut() {
-                    b.set_offset_bytes(routed_from[up as usize]);
-                }
-                debug_assert!(*routed_out > 0);
-                *routed_out -= 1;
-                debug_assert!(routed_ended.len() < routed_ended.capacity());
-                routed_ended.push((up, status));
-            }
-            st.routed.clear();
-            for &(n, status) in &st.routed_nodes {
-                let up = bioset.index_of(n);
-                let node = bioset.node_mut(up);
-                debug_assert_eq!(node.state, crate::bioset::SlotState::InFlight);
-                node.state = crate::bioset::SlotState::Owned;
-                node.next = None;
-                if let Some(b) = node.bio.as_mut() {
-                    b.set_offset_bytes(routed_from[up as usize]);
-                }
-                debug_assert!(*routed_out > 0);
-                *routed_out -= 1;
-                debug_assert!(routed_ended.len() < routed_ended.capacity());
-                routed_ended.push((up, status));
-            }
-            st.routed_nodes.clear();
-        });
     }
 
     /// Hand the bios the driver requeued to it again (from a poll or a

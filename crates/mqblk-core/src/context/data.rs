@@ -21,6 +21,10 @@ use crate::queue::DeviceInner;
 use crate::split::{self, Fit, Piece};
 use crate::stats::{bump, StatGroup};
 
+/// The slot index a slot of the context above has here, when it went
+/// into a request here itself (`CtxState::take_routed_node`): none.
+pub(super) const ROUTED_NODE: u32 = u32::MAX;
+
 impl CtxState {
     /// The data stage of a plain read or write that the fused check
     /// admitted (valid, fits, no flags), in slot `idx` at `node`: merge it
@@ -73,7 +77,7 @@ impl CtxState {
         let status = self.queue_bio(dev, node);
         if !status.is_ok() {
             bump(&self.stats.errors, 1);
-            if idx == super::bio_based::ROUTED_NODE {
+            if idx == ROUTED_NODE {
                 // A slot of the context above: it ends there.
                 self.routed_nodes.push((node, status));
             } else {

@@ -9,6 +9,7 @@
 //! resubmission) waits for the submitting side to pick it up.
 
 use super::state::{feat, CtxState};
+use crate::bio_based::RoutedUp;
 use crate::bioset::{Delivery, SlotState};
 use crate::bounce;
 use crate::clock;
@@ -359,6 +360,56 @@ impl CtxState {
             self.finish(idx, s);
         }
         self.failed = failed;
+    }
+
+    /// Take back up the routed bios that ended in the lower contexts: each
+    /// into its slot here, at its offset here, on the list of routed bios
+    /// to end (`end_bio_based_as`).
+    #[inline]
+    pub(super) fn take_routed_up(&mut self) {
+        let CtxState {
+            bio_q,
+            bioset,
+            routed_from,
+            routed_out,
+            routed_ended,
+            ..
+        } = self;
+        let Some(q) = bio_q.as_mut() else {
+            return;
+        };
+        let mut up = RoutedUp {
+            bioset,
+            routed_from,
+            routed_out,
+            ended: routed_ended,
+        };
+        q.lower_contexts(&mut |lower| lower.take_up(&mut up));
+    }
+
+    /// Hand the routed bios that ended here back up, into the context
+    /// above (`up`): a slot of it that went into a request here is its
+    /// own again; a bio moved into a slot here moves back into its slot.
+    #[inline]
+    pub(super) fn give_routed_up(&mut self, up: &mut RoutedUp<'_>) {
+        for &i in &self.routed {
+            let node = self.bioset.node(i);
+            let slot = node.up;
+            let status = node.bio.as_ref().map_or(Status::Ok, |b| b.status());
+            let to = &mut up.bioset.node_mut(slot).bio;
+            self.bioset.take_routed(i, to);
+            up.back(slot, status);
+        }
+        self.routed.clear();
+        for &(n, status) in &self.routed_nodes {
+            let slot = up.bioset.index_of(n);
+            let node = up.bioset.node_mut(slot);
+            debug_assert_eq!(node.state, crate::bioset::SlotState::InFlight);
+            node.state = crate::bioset::SlotState::Owned;
+            node.next = None;
+            up.back(slot, status);
+        }
+        self.routed_nodes.clear();
     }
 }
 

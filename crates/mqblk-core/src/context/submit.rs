@@ -399,4 +399,89 @@ impl CtxState {
             slots: self.bioset.capacity(),
         }
     }
+
+    /// Put `node`, a slot of the context above holding a plain read or
+    /// write routed here whole, into a request here itself, at
+    /// `offset_bytes`: no slot here, no move. Only on a context with
+    /// nothing between a bio and its request (no admission, trace or
+    /// driver of bios) and for a bio the fused check admits as one
+    /// request; false otherwise, with the slot untouched. `up_slots` is
+    /// the bio set size above, which bounds how many come here.
+    ///
+    /// # Safety
+    ///
+    /// `node` is a slot of the one context above whose driver owns this
+    /// context, owned by it, in no request, holding its bio; it stays
+    /// allocated until it comes back up (`routed_nodes`), and nothing
+    /// else touches it until then.
+    #[inline]
+    pub(super) unsafe fn take_routed_node(
+        &mut self,
+        dev: &DeviceInner,
+        mut node: std::ptr::NonNull<crate::bioset::BioNode>,
+        offset_bytes: u64,
+        up_slots: usize,
+    ) -> bool {
+        if self.feat & (feat::ADMIT | feat::TRACE | feat::BIO_BASED) != 0
+            || dev.gate.load(std::sync::atomic::Ordering::Acquire) != self.gate_seen
+        {
+            return false;
+        }
+        // SAFETY: the caller's promise: the slot is ours to use until it
+        // goes back up, and nothing else touches it.
+        let n = unsafe { node.as_mut() };
+        let Some(bio) = n.bio.as_mut() else {
+            return false;
+        };
+        let from = bio.offset_bytes();
+        // The fused check against this device (a window's too), at the
+        // offset here.
+        bio.set_offset_bytes(offset_bytes);
+        if !self.fast.admits(bio) {
+            bio.set_offset_bytes(from);
+            return false;
+        }
+        bio.set_offset_bytes(offset_bytes + self.window_start_bytes);
+        if self.routed_nodes.capacity() < up_slots {
+            self.routed_nodes.reserve(up_slots);
+        }
+        bump(&self.stats.bios, 1);
+        self.submit_plain(dev, super::data::ROUTED_NODE, node);
+        true
+    }
+
+    /// Take a bio routed from slot `up` of the device numbered `above`
+    /// into a free slot here, at `offset_bytes`, and submit it. False, with
+    /// `bio` untouched, if no slot is free (the bio is then mapped and
+    /// cloned above: a clone waits for room, a routed bio does not).
+    #[inline]
+    pub(super) fn take_routed_in(
+        &mut self,
+        dev: &DeviceInner,
+        bio: &mut Option<crate::bio::Bio>,
+        up: u32,
+        offset_bytes: u64,
+        above: crate::blktrace::DevNum,
+    ) -> bool {
+        let Some(idx) = self.bioset.insert_routed(bio, up) else {
+            return false;
+        };
+        let b = self.bioset.node_mut(idx).bio.as_mut();
+        let b = b.expect("a routed slot holds its bio");
+        let from = b.sector();
+        b.set_offset_bytes(offset_bytes);
+        // Traced here, or the gate moved (a trace may have started): the
+        // trace's A names where the bio came from.
+        let gate = dev.gate.load(std::sync::atomic::Ordering::Relaxed);
+        let noted = self.on(feat::TRACE) || gate != self.gate_seen;
+        if noted {
+            self.remap_from = Some((above, from));
+        }
+        self.submit_node(dev, idx);
+        if noted {
+            self.remap_from = None;
+        }
+        self.kick_fd(dev);
+        true
+    }
 }
