@@ -101,6 +101,8 @@ pub(crate) struct BioSet {
     /// Free slots of the reserve: indexes from `first_reserved` on.
     reserve: Vec<u32>,
     first_reserved: u32,
+    /// Bytes the slots span, from the first.
+    span: usize,
 }
 
 impl BioSet {
@@ -130,6 +132,7 @@ impl BioSet {
             free: (0..first_reserved).rev().collect(),
             reserve: (first_reserved..capacity).rev().collect(),
             first_reserved,
+            span: capacity as usize * std::mem::size_of::<UnsafeCell<BioNode>>(),
         }
     }
 
@@ -156,7 +159,7 @@ impl BioSet {
     pub(crate) fn owns(&self, node: NonNull<BioNode>) -> bool {
         let base = self.nodes.base() as usize;
         let at = node.as_ptr() as usize;
-        at.wrapping_sub(base) < self.nodes.len() * std::mem::size_of::<UnsafeCell<BioNode>>()
+        at.wrapping_sub(base) < self.span
     }
 
     /// True once slot `index`'s bio has ended.

@@ -89,14 +89,6 @@ impl CtxState {
         let bio = self.bioset.node_mut(idx).bio.as_mut();
         let bio = bio.expect("slot holds a bio");
         let path = self.feat & (feat::ADMIT | feat::TRACE | feat::BIO_BASED);
-        if path == feat::BIO_BASED && self.routes && self.fast.admits(bio) {
-            // A plain bio of a bio-based device that routes: shifted by a
-            // window as below, then routed whole to a lower context if
-            // its driver routes it.
-            bio.set_offset_bytes(bio.offset_bytes() + self.window_start_bytes);
-            self.submit_routable(dev, idx);
-            return;
-        }
         if path == 0 && self.fast.admits(bio) {
             // On a view the fused check saw the window (its capacity, its
             // read-only flag), so the remap is one add: of 0 without a
@@ -104,6 +96,14 @@ impl CtxState {
             // overflow: the window lies inside its lower device.
             bio.set_offset_bytes(bio.offset_bytes() + self.window_start_bytes);
             self.submit_plain(dev, idx, node);
+            return;
+        }
+        if path == feat::BIO_BASED && self.routes && self.fast.admits(bio) {
+            // A plain bio of a bio-based device that routes: shifted by a
+            // window as above, then routed whole to a lower context if
+            // its driver routes it.
+            bio.set_offset_bytes(bio.offset_bytes() + self.window_start_bytes);
+            self.submit_routable(dev, idx);
             return;
         }
         self.submit_other(dev, idx);
