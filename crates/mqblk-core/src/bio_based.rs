@@ -235,6 +235,17 @@ impl<'a> BioEnds<'a> {
     }
 }
 
+/// Where [`BioDriver::route`] sends a bio.
+pub struct Routed<'q> {
+    /// The lower context.
+    pub lower: &'q mut dyn Lower,
+    /// The bio's offset there.
+    pub offset_bytes: u64,
+    /// What [`BioDriver::routed_error`] gets back should the bio fail
+    /// there (a dm table line and leg).
+    pub cookie: u64,
+}
+
 /// A context on a lower device, as a bio-based driver hands it to the
 /// core to route a bio to ([`BioDriver::route`]) or to take routed bios
 /// back up from ([`BioDriver::lower_contexts`]): a
@@ -327,22 +338,41 @@ pub trait BioDriver: Send + Sync + 'static {
         false
     }
 
-    /// The lower context a plain read or write of `len_bytes` at
-    /// `offset_bytes` of this device goes to whole, as it is but for its
-    /// offset, and that offset there; `None` for a bio to map and clone
+    /// Where a plain read or write (`op`) of `len_bytes` at
+    /// `offset_bytes` of this device goes whole, as it is but for its
+    /// offset: the lower context, the offset there, and a cookie the
+    /// driver gets back if the bio fails there
+    /// ([`BioDriver::routed_error`]); `None` for a bio to map and clone
     /// ([`BioDriver::submit_bio`]). Linux's dm clones every bio; a bio
-    /// that lands whole on one leg and whose end the target needs no word
-    /// of (a linear or striped line) is here sent down itself: no clone,
-    /// no remaining count, no second end. It comes back up through the
+    /// that lands whole on one leg is here sent down itself: no clone, no
+    /// remaining count, no second end. It comes back up through the
     /// context's reap, which finds it in one of
     /// [`BioDriver::lower_contexts`]. Default: `None`.
     fn route<'q>(
         &self,
         _q: &'q mut Self::Queue,
+        _op: crate::bio::Op,
         _offset_bytes: u64,
         _len_bytes: u64,
-    ) -> Option<(&'q mut dyn Lower, u64)> {
+    ) -> Option<Routed<'q>> {
         None
+    }
+
+    /// A routed bio (`op`, `len_bytes` at `offset_bytes` of this device,
+    /// routed with `cookie`) failed below with `status`: true to have it
+    /// mapped again ([`BioDriver::submit_bio`], from the next poll: a
+    /// mirror's read, once the failed leg is marked), false to end it
+    /// with the error. Default: false.
+    fn routed_error(
+        &self,
+        _q: &mut Self::Queue,
+        _cookie: u64,
+        _op: crate::bio::Op,
+        _offset_bytes: u64,
+        _len_bytes: u64,
+        _status: Status,
+    ) -> bool {
+        false
     }
 
     /// Call `f` with every lower context a bio was routed to and may still
@@ -393,7 +423,20 @@ pub trait BioDriver: Send + Sync + 'static {
 /// The type-erased bio queue a context holds.
 pub(crate) trait BioQueueOps: Send {
     fn routes(&self) -> bool;
-    fn route(&mut self, offset_bytes: u64, len_bytes: u64) -> Option<(&mut dyn Lower, u64)>;
+    fn route(
+        &mut self,
+        op: crate::bio::Op,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Option<Routed<'_>>;
+    fn routed_error(
+        &mut self,
+        cookie: u64,
+        op: crate::bio::Op,
+        offset_bytes: u64,
+        len_bytes: u64,
+        status: Status,
+    ) -> bool;
     fn lower_contexts(&mut self, f: &mut dyn FnMut(&mut dyn Lower));
     fn submit_bio(&mut self, bio: BioRef<'_>, ends: &mut BioEnds<'_>);
     fn unplug(&mut self);
@@ -410,8 +453,24 @@ impl<B: BioDriver> BioQueueOps for BoundQueue<B> {
         self.driver.routes()
     }
     #[inline]
-    fn route(&mut self, offset_bytes: u64, len_bytes: u64) -> Option<(&mut dyn Lower, u64)> {
-        self.driver.route(&mut self.q, offset_bytes, len_bytes)
+    fn route(
+        &mut self,
+        op: crate::bio::Op,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Option<Routed<'_>> {
+        self.driver.route(&mut self.q, op, offset_bytes, len_bytes)
+    }
+    fn routed_error(
+        &mut self,
+        cookie: u64,
+        op: crate::bio::Op,
+        offset_bytes: u64,
+        len_bytes: u64,
+        status: Status,
+    ) -> bool {
+        self.driver
+            .routed_error(&mut self.q, cookie, op, offset_bytes, len_bytes, status)
     }
     #[inline]
     fn lower_contexts(&mut self, f: &mut dyn FnMut(&mut dyn Lower)) {

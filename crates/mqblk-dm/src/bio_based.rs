@@ -12,7 +12,7 @@
 //! per clone in flight. Nothing is shared with another context, and
 //! nothing is allocated once warm.
 
-use mqblk_core::bio_based::{BioDriver, BioEnds, BioQueueSetup, BioRef, Lower};
+use mqblk_core::bio_based::{BioDriver, BioEnds, BioQueueSetup, BioRef, Lower, Routed};
 use mqblk_core::driver::{Error, Features, HwNotifier, IrqLines, Op, QueueLimits, Status};
 use mqblk_core::{Bio, Context};
 
@@ -519,19 +519,17 @@ impl BioDriver for BioStacked {
     }
 
     fn routes(&self) -> bool {
-        self.stack
-            .lines
-            .iter()
-            .any(|l| l.target.route(0, 512).is_some())
+        self.stack.lines.iter().any(|l| l.target.routes())
     }
 
     #[inline]
     fn route<'q>(
         &self,
         q: &'q mut DmQueue,
+        op: Op,
         offset_bytes: u64,
         len_bytes: u64,
-    ) -> Option<(&'q mut dyn Lower, u64)> {
+    ) -> Option<Routed<'q>> {
         if self.stack.legs.generation() != q.generation {
             // Legs changed: `submit_bio` picks the change up first.
             return None;
@@ -546,11 +544,44 @@ impl BioDriver for BioStacked {
         if offset_bytes + len_bytes > line.end {
             return None;
         }
-        let (leg, at) = line.target.route(offset_bytes - line.start, len_bytes)?;
-        let leg = leg as usize;
-        *q.touched.get_mut(leg)? = true;
-        let ctx = self.leg_ctx(q, leg)?;
-        Some((ctx as &mut dyn Lower, at))
+        let (leg, at) = line
+            .target
+            .route(op, offset_bytes - line.start, len_bytes, q.who)?;
+        let cookie = (i as u64) << 16 | u64::from(leg);
+        let l = leg as usize;
+        *q.touched.get_mut(l)? = true;
+        let lower = self.leg_ctx(q, l)?;
+        Some(Routed {
+            lower,
+            offset_bytes: at,
+            cookie,
+        })
+    }
+
+    #[cold]
+    fn routed_error(
+        &self,
+        _q: &mut DmQueue,
+        cookie: u64,
+        op: Op,
+        offset_bytes: u64,
+        len_bytes: u64,
+        status: Status,
+    ) -> bool {
+        let (line, leg) = ((cookie >> 16) as u32, cookie as LegId);
+        let Some(l) = self.stack.lines.get(line as usize) else {
+            return false;
+        };
+        let io = Io {
+            op,
+            flags: mqblk_core::driver::BioFlags::NONE,
+            offset_bytes: offset_bytes - l.start,
+            len_bytes,
+        };
+        matches!(
+            end_action(&self.stack.lines, line, leg, &io, status),
+            EndAction::Retry { .. }
+        )
     }
 
     fn lower_contexts(&self, q: &mut DmQueue, f: &mut dyn FnMut(&mut dyn Lower)) {

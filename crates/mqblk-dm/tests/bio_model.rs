@@ -46,8 +46,9 @@ proptest! {
         check_device(&dev, &t.roles, &ios, batch)?;
     }
 
-    /// A mirror with a failing leg, first read twice (the reads alternate
-    /// between the legs, so one meets the bad leg), then random bios: the
+    /// A mirror with a failing leg, first read twice, one read at a time
+    /// (the reads alternate between the legs, so one meets the bad leg),
+    /// then random bios: the
     /// read that met the bad leg was retried on the other and returned the
     /// data; the bad leg is out, named with the read that took it out.
     #[test]
@@ -72,9 +73,14 @@ proptest! {
         let opener = Opener::new(&t.tables, true);
         let dev = opener.open(&t.text);
         prop_assert!(dev.is_bio_based());
+        // The two reads one at a time, before anything else is in flight:
+        // a read routed to a leg that fails is heard of when the reap
+        // takes it back up, after the clones reaped beside it, so a
+        // write in the same batch could be the first failure the mirror
+        // hears of.
         let first = [Io::read(start, 1), Io::read(start + sectors - 1, 1)];
-        let ios: Vec<Io> = first.into_iter().chain(place(&steps, t.sectors())).collect();
-        check_device(&dev, &t.roles, &ios, batch)?;
+        check_device(&dev, &t.roles, &first, 1)?;
+        check_device(&dev, &t.roles, &place(&steps, t.sectors()), batch)?;
         let h = mqblk_dm::find(dev.name()).expect("an open stacked device");
         let out = mqblk_dm::mirror::degraded_legs(&h);
         prop_assert_eq!(out.len(), 1, "{:?}", out);

@@ -135,19 +135,21 @@ impl CtxState {
             bio_q,
             bioset,
             routed_from,
+            routed_cookie,
             routed_out,
             ..
         } = self;
         let Some(bio) = bioset.node(idx).bio.as_ref() else {
             return false;
         };
-        let (from, len) = (bio.offset_bytes(), bio.len_bytes());
+        let (op, from, len) = (bio.op(), bio.offset_bytes(), bio.len_bytes());
         let Some(q) = bio_q.as_mut() else {
             return false;
         };
-        let Some((lower, at)) = q.route(from, len) else {
+        let Some(r) = q.route(op, from, len) else {
             return false;
         };
+        let (lower, at) = (r.lower, r.offset_bytes);
         let ptr = bioset.node_ptr(idx);
         let cap = bioset.capacity();
         // SAFETY: slot `idx` is this context's, owned (in no request) and
@@ -158,6 +160,7 @@ impl CtxState {
         // handed it back up (`take_routed_up`).
         let sent = unsafe { lower.route_node(ptr, at, cap) }
             || lower.route_slot(&mut bioset.node_mut(idx).bio, idx, at, dev.devnum);
+        routed_cookie[idx as usize] = r.cookie;
         if !sent {
             return false;
         }

@@ -99,6 +99,9 @@ impl CtxState {
             std::mem::take(&mut self.bio_ended)
         };
         for &(idx, status) in &ended {
+            if ROUTED && !status.is_ok() && self.map_again(idx, status) {
+                continue;
+            }
             if self.on(feat::IOSTATS) {
                 let bio = self.bioset.bio(idx);
                 let (op, bytes) = (bio.op(), bio.len_bytes());
@@ -360,6 +363,28 @@ impl CtxState {
             self.finish(idx, s);
         }
         self.failed = failed;
+    }
+
+    /// A routed bio failed below: if its driver wants it mapped again (a
+    /// mirror's read, to another leg), it is requeued, still in flight,
+    /// with its error cleared; true then.
+    #[cold]
+    fn map_again(&mut self, idx: u32, status: Status) -> bool {
+        let cookie = self.routed_cookie[idx as usize];
+        let Some(bio) = self.bioset.node_mut(idx).bio.as_mut() else {
+            return false;
+        };
+        let (op, off, len) = (bio.op(), bio.offset_bytes(), bio.len_bytes());
+        let Some(q) = self.bio_q.as_mut() else {
+            return false;
+        };
+        if !q.routed_error(cookie, op, off, len, status) {
+            return false;
+        }
+        bio.status = Status::Ok;
+        debug_assert!(self.bio_requeued.len() < self.bio_requeued.capacity());
+        self.bio_requeued.push(idx);
+        true
     }
 
     /// Take back up the routed bios that ended in the lower contexts: each

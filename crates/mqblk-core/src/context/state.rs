@@ -178,6 +178,8 @@ pub(super) struct CtxState {
     /// Where each routed bio was on this device (its offset before the
     /// route), by slot.
     pub(super) routed_from: Box<[u64]>,
+    /// The driver's cookie for each routed bio, by slot.
+    pub(super) routed_cookie: Box<[u64]>,
     /// Routed bios taken back up, to end here (sized to the bio set).
     pub(super) routed_ended: Vec<(u32, crate::error::Status)>,
     /// Slots of bios routed here from a device above that have ended,
@@ -266,6 +268,7 @@ impl CtxState {
             routes: false,
             routed_out: 0,
             routed_from: Box::new([]),
+            routed_cookie: Box::new([]),
             routed_ended: Vec::new(),
             routed: Vec::with_capacity(bioset_size),
             routed_nodes: Vec::new(),
@@ -348,6 +351,7 @@ impl CtxState {
         self.routes = self.bio_q.as_ref().is_some_and(|q| q.routes());
         if self.routes {
             self.routed_from = vec![0; slots as usize].into_boxed_slice();
+            self.routed_cookie = vec![0; slots as usize].into_boxed_slice();
             self.routed_ended = Vec::with_capacity(slots as usize);
         }
         Ok(())

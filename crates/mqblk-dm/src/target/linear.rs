@@ -1,6 +1,8 @@
 //! `linear DEV OFFSET`: the target's range is `DEV`'s sectors from
 //! `OFFSET` on (Linux dm-linear).
 
+use mqblk_core::driver::Op;
+
 use super::ctor::Ctor;
 use super::target_type::{Io, Route, Target};
 use crate::legs::LegId;
@@ -38,8 +40,12 @@ impl Target for Linear {
         route.to_leg(self.leg, self.offset_bytes + io.offset_bytes);
     }
 
+    fn routes(&self) -> bool {
+        true
+    }
+
     #[inline]
-    fn route(&self, offset_bytes: u64, _len_bytes: u64) -> Option<(LegId, u64)> {
+    fn route(&self, _op: Op, offset_bytes: u64, _len: u64, _hwq: u16) -> Option<(LegId, u64)> {
         Some((self.leg, self.offset_bytes + offset_bytes))
     }
 

@@ -3,6 +3,8 @@
 
 use mqblk_core::QueueLimits;
 
+use mqblk_core::driver::Op;
+
 use super::ctor::Ctor;
 use super::target_type::{Io, Route, Target};
 use crate::extent::Use;
@@ -86,8 +88,12 @@ impl Target for Striped {
         route.to_leg(leg, at);
     }
 
+    fn routes(&self) -> bool {
+        true
+    }
+
     #[inline]
-    fn route(&self, offset_bytes: u64, len_bytes: u64) -> Option<(LegId, u64)> {
+    fn route(&self, _op: Op, offset_bytes: u64, len_bytes: u64, _hwq: u16) -> Option<(LegId, u64)> {
         let chunk = offset_bytes / self.chunk_bytes;
         let within = offset_bytes - chunk * self.chunk_bytes;
         if within + len_bytes > self.chunk_bytes {

@@ -119,14 +119,26 @@ pub trait Target: Send + Sync + 'static {
     /// balance or keep per-queue state).
     fn map(&self, io: &Io, hwq: u16, route: &mut Route);
 
-    /// The leg and the offset on it that an I/O of `len_bytes` at
-    /// `offset_bytes` (within the target) maps to whole, when it is one
-    /// piece on one leg and the target needs no word of its end (no
-    /// [`Target::end_io`] of its own, no zeros, no delay): the bio-based
-    /// driver then sends the bio itself down, with no clone. Default:
-    /// `None` (the I/O is mapped, [`Target::map`], and cloned).
+    /// The leg and the offset on it that a plain read or write (`op`) of
+    /// `len_bytes` at `offset_bytes` (within the target) maps to whole,
+    /// when it is one piece on one leg and the target needs no word of
+    /// its end but a failure ([`Target::end_io`] then), no zeros, no
+    /// delay: the bio-based driver then sends the bio itself down, with no
+    /// clone. `hwq` as for [`Target::map`]. Default: `None` (the I/O is
+    /// mapped, [`Target::map`], and cloned).
+    /// True if [`Target::route`] may route an I/O. Default: false.
+    fn routes(&self) -> bool {
+        false
+    }
+
     #[inline]
-    fn route(&self, _offset_bytes: u64, _len_bytes: u64) -> Option<(LegId, u64)> {
+    fn route(
+        &self,
+        _op: Op,
+        _offset_bytes: u64,
+        _len_bytes: u64,
+        _hwq: u16,
+    ) -> Option<(LegId, u64)> {
         None
     }
 

@@ -429,6 +429,21 @@ impl Target for Mirror {
         region - (offset_bytes & (region - 1))
     }
 
+    fn routes(&self) -> bool {
+        true
+    }
+
+    /// A read that stays in one region goes to one live leg whole, as
+    /// [`Target::map`] would send it; should it fail there, `end_io`
+    /// marks the leg and the bio is mapped again, to another.
+    #[inline]
+    fn route(&self, op: Op, offset_bytes: u64, len_bytes: u64, hwq: u16) -> Option<(LegId, u64)> {
+        if op != Op::Read || len_bytes > self.max_io_len(offset_bytes) {
+            return None;
+        }
+        self.inner.route_read(offset_bytes, hwq)
+    }
+
     #[inline]
     fn map(&self, io: &Io, hwq: u16, route: &mut Route) {
         match io.op {

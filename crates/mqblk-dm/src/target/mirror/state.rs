@@ -169,17 +169,26 @@ impl Inner {
 
     #[inline]
     pub(super) fn map_read(&self, io: &Io, hwq: u16, route: &mut Route) {
+        match self.route_read(io.offset_bytes, hwq) {
+            Some((leg, at)) => route.to_leg(leg, at),
+            None => route.fail(Status::IoError),
+        }
+    }
+
+    /// The live leg a read at `offset_bytes` goes to (the legs take turns
+    /// per hardware queue), and the offset there; `None` with no live leg.
+    #[inline]
+    pub(super) fn route_read(&self, offset_bytes: u64, hwq: u16) -> Option<(LegId, u64)> {
         let live = self.state.load(Ordering::Relaxed) & LIVE;
         if live == 0 {
-            route.fail(Status::IoError);
-            return;
+            return None;
         }
         let t = &self.turns[hwq as usize % TURNS].0;
         let k = t.load(Ordering::Relaxed);
         t.store(k.wrapping_add(1), Ordering::Relaxed);
         let i = Inner::nth_leg(live, k % live.count_ones());
         let l = self.legs[i];
-        route.to_leg(l.id, l.offset_bytes + io.offset_bytes);
+        Some((l.id, l.offset_bytes + offset_bytes))
     }
 
     #[inline]
