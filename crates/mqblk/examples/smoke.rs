@@ -2,7 +2,8 @@
 //! instruction counting (`valgrind --tool=callgrind`) and quick checks:
 //! `cargo run --release -p mqblk --example smoke -- IOS SEGMENTS BS`.
 //! QD32 random reads, completions resubmitted in place. `SMOKE_SPEC` in the
-//! environment names another device (a stacked one, to cost a layer).
+//! environment names another device (a stacked one, to cost a layer), and
+//! `SMOKE_OP=write` makes the I/Os writes.
 
 fn main() {
     let mut args = std::env::args()
@@ -12,6 +13,10 @@ fn main() {
     let segments = args.next().unwrap_or(1) as u32;
     let bs = args.next().unwrap_or(4096);
     let spec = std::env::var("SMOKE_SPEC").unwrap_or_else(|_| "null,size=64G,hw_queues=1".into());
+    let op = match std::env::var("SMOKE_OP").as_deref() {
+        Ok("write") => mqblk::Op::Write,
+        _ => mqblk::Op::Read,
+    };
     let dev = mqblk::open(&spec).unwrap();
     let mut ctx = dev.context().unwrap();
     let piece = (bs / u64::from(segments)) as u32;
@@ -24,7 +29,7 @@ fn main() {
         (x % blocks) * (bs / 512)
     };
     for _ in 0..32 {
-        let mut b = mqblk::Bio::at(mqblk::Op::Read, next() * 512);
+        let mut b = mqblk::Bio::at(op, next() * 512);
         for _ in 0..segments {
             b.push_segment(dev.alloc_buf(piece as usize), 0, piece);
         }

@@ -17,6 +17,10 @@ pub struct Striped {
     chunk_bytes: u64,
     chunk_sectors: u32,
     stripes: Vec<(LegId, u64)>,
+    /// log2 of the chunk and of the number of stripes, when both are
+    /// powers of two (the usual table): a routed bio then costs shifts
+    /// and masks, not three 64-bit divisions.
+    shifts: Option<(u32, u32)>,
 }
 
 impl Striped {
@@ -61,10 +65,14 @@ impl Striped {
             stripes.push((leg, offset << 9));
         }
         c.no_more(2 + 2 * n as usize)?;
+        let chunk_bytes = chunk << 9;
+        let shifts = (chunk_bytes.is_power_of_two() && n.is_power_of_two())
+            .then(|| (chunk_bytes.trailing_zeros(), n.trailing_zeros()));
         Ok(Striped {
-            chunk_bytes: chunk << 9,
+            chunk_bytes,
             chunk_sectors: chunk as u32,
             stripes,
+            shifts,
         })
     }
 }
@@ -94,14 +102,27 @@ impl Target for Striped {
 
     #[inline]
     fn route(&self, _op: Op, offset_bytes: u64, len_bytes: u64, _hwq: u16) -> Option<(LegId, u64)> {
-        let chunk = offset_bytes / self.chunk_bytes;
-        let within = offset_bytes - chunk * self.chunk_bytes;
+        let (within, stripe, row) = match self.shifts {
+            Some((c, n)) => {
+                let chunk = offset_bytes >> c;
+                let stripe = chunk & ((1 << n) - 1);
+                (offset_bytes & (self.chunk_bytes - 1), stripe, chunk >> n)
+            }
+            None => {
+                let chunk = offset_bytes / self.chunk_bytes;
+                let n = self.stripes.len() as u64;
+                (
+                    offset_bytes - chunk * self.chunk_bytes,
+                    chunk % n,
+                    chunk / n,
+                )
+            }
+        };
         if within + len_bytes > self.chunk_bytes {
             return None;
         }
-        let n = self.stripes.len() as u64;
-        let (leg, base) = self.stripes[(chunk % n) as usize];
-        Some((leg, base + (chunk / n) * self.chunk_bytes + within))
+        let (leg, base) = *self.stripes.get(stripe as usize)?;
+        Some((leg, base + row * self.chunk_bytes + within))
     }
 
     fn legs(&self) -> Vec<LegId> {
