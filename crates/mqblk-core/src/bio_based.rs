@@ -176,6 +176,19 @@ impl<'a> BioRef<'a> {
         if !op.has_data() {
             return;
         }
+        if let [s] = src.segments() {
+            // One segment (the common bio): the view is one range of it.
+            // SAFETY: as below; the range was checked against the bio's
+            // length, which is the segment's.
+            let view = unsafe {
+                s.buf().view(
+                    s.offset() as usize + offset_bytes as usize,
+                    len_bytes as usize,
+                )
+            };
+            dst.push_segment(view, 0, len_bytes as u32);
+            return;
+        }
         let (start, end) = (offset_bytes, offset_bytes + len_bytes);
         let mut at = 0u64;
         for s in src.segments() {

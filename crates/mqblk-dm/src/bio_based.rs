@@ -28,6 +28,8 @@ pub(crate) struct BioStacked {
     pub(crate) stack: Stacked,
     /// A leg has interrupt lines (a polled device a context sleeps on).
     pub(crate) lines_below: bool,
+    /// A line may route a write ([`Target::route`]: not a mirror's).
+    pub(crate) routes_writes: bool,
 }
 
 /// A context on a leg, opened on first use.
@@ -530,6 +532,9 @@ impl BioDriver for BioStacked {
         offset_bytes: u64,
         len_bytes: u64,
     ) -> Option<Routed<'q>> {
+        if op == Op::Write && !self.routes_writes {
+            return None;
+        }
         if self.stack.legs.generation() != q.generation {
             // Legs changed: `submit_bio` picks the change up first.
             return None;

@@ -319,7 +319,15 @@ fn create(
         // FUA down rather than flush every leg after the write.
         stack.features.fua = stack.features.write_cache;
         let lines_below = devs.iter().any(Device::has_irq_lines);
-        Device::new_bio_based(BioStacked { stack, lines_below }, cfg)?
+        let routes_writes = stack.lines.iter().any(|l| l.target.routes_writes());
+        Device::new_bio_based(
+            BioStacked {
+                stack,
+                lines_below,
+                routes_writes,
+            },
+            cfg,
+        )?
     } else {
         Device::new(stack, cfg)?
     };

@@ -131,6 +131,12 @@ pub trait Target: Send + Sync + 'static {
         false
     }
 
+    /// True if [`Target::route`] may route a write. Default: as
+    /// [`Target::routes`].
+    fn routes_writes(&self) -> bool {
+        self.routes()
+    }
+
     #[inline]
     fn route(
         &self,

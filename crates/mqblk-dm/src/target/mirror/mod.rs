@@ -433,6 +433,11 @@ impl Target for Mirror {
         true
     }
 
+    /// A write goes to every live leg: mapped and cloned.
+    fn routes_writes(&self) -> bool {
+        false
+    }
+
     /// A read that stays in one region goes to one live leg whole, as
     /// [`Target::map`] would send it; should it fail there, `end_io`
     /// marks the leg and the bio is mapped again, to another.
