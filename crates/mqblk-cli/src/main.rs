@@ -22,12 +22,8 @@
 //! own module ([`bench_command`], [`info`], [`stat`], [`serve`], [`qos`],
 //! [`repro`], [`plot`]), and `main` only dispatches and reports errors.
 
-mod alloc_count;
-mod bench;
 mod bench_command;
 mod cli;
-mod ctime;
-mod degraded;
 mod info;
 mod open;
 mod partitions;
@@ -38,6 +34,8 @@ mod serve;
 mod stat;
 
 use anyhow::{Context as _, Result};
+use mqblk_bench as bench;
+use mqblk_bench::{alloc_count, degraded};
 
 use bench_command::bench_command;
 use cli::{parse_cli, split_dm_table, Command, DmCommand, StatArgs, SPLIT_DM_TABLE};
@@ -45,6 +43,19 @@ use info::info_command;
 
 #[global_allocator]
 static GLOBAL: alloc_count::CountingAlloc = alloc_count::CountingAlloc;
+
+/// Before anything else of the process runs (`.preinit_array` comes
+/// before the shared libraries' constructors, librados' among them, which
+/// take tens of milliseconds), SIGINT and SIGTERM are blocked: one that
+/// comes then waits, pending, until `main` has its handlers in place
+/// (`bench::stop::Stop::install`) or has said it runs no bench
+/// (`bench::stop::unblock`), instead of ending the process without a
+/// word. Only the kernel's exec and the loader's relocations (a few
+/// milliseconds) come before it. The static is the binary's own: one in
+/// the library crate would be dropped by the linker, nothing naming it.
+#[used]
+#[link_section = ".preinit_array"]
+static BLOCK_EARLY: extern "C" fn() = bench::stop::block_stop_signals;
 
 fn stat_command(args: &StatArgs) -> Result<()> {
     let interval = args
