@@ -14,7 +14,7 @@ fn unix_ms(t: SystemTime) -> u64 {
 
 /// Milliseconds from `since` to the leg's failure (`None`: it failed
 /// before `since`, or is being replaced).
-pub fn ms_after(d: &DegradedLeg, since: SystemTime) -> Option<u64> {
+pub(crate) fn ms_after(d: &DegradedLeg, since: SystemTime) -> Option<u64> {
     let f = d.failure.as_ref()?;
     f.at.duration_since(since)
         .ok()

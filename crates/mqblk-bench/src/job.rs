@@ -370,14 +370,14 @@ pub struct JobSpec {
     /// new seed from the clock.
     pub randrepeat: bool,
     /// `norandommap=` (default 0): a uniform random job may hit a block
-    /// twice in a pass (no [`crate::random_map::RandomMap`]).
+    /// twice in a pass (no `random_map::RandomMap`).
     pub norandommap: bool,
     /// `random_sequence_stride=` (default 0): a `sequence` distribution's
     /// blocks are absolute (0), or relative to a group that moves on by the
     /// sequence's length after each cycle (1).
     pub random_sequence_stride: bool,
     /// `random_generator=` (fio's names; see
-    /// [`crate::random_map::RandomGenerator`]).
+    /// `random_map::RandomGenerator`).
     pub random_generator: crate::random_map::RandomGenerator,
     /// `fsync=N` / `fdatasync=N`: a flush after every N writes (0: never).
     pub fsync_every: u32,
@@ -476,7 +476,7 @@ pub struct JobSpec {
     /// `ss_ramp=`.
     pub ss_ramp: Duration,
     /// `group_reporting`: a group's jobs are reported as one (fio's rules,
-    /// [`crate::report::group`]), and steady state judges a
+    /// `report::group`), and steady state judges a
     /// section's jobs together.
     pub group_reporting: bool,
     /// `verify_pattern=`.

@@ -1,7 +1,7 @@
 //! fio's file layout: a job file's `filename=` that does not exist is
 //! created before the devices open, at the job's `offset=` plus `size=`,
 //! as fio lays out its files ("Laying out IO file"). It sits between the
-//! jobs ([`super::job`]) and the engine, which opens the file as any other
+//! jobs (`job`) and the engine, which opens the file as any other
 //! `file:` device.
 //!
 //! Only a job file's `filename=` is laid out, and only when the job's

@@ -2,7 +2,7 @@
 //! (elapsed and remaining time, IOPS and bandwidth per direction, p99),
 //! and `--status-interval`'s periodic JSON reports.
 //!
-//! Job threads publish their counts in a [`Live`] once per reap batch (two
+//! Job threads publish their counts in a `Live` once per reap batch (two
 //! relaxed stores); the supervisor reads them. A p99 is computed by the
 //! job thread itself, from its own histogram, only when the supervisor
 //! asks for one (once per status tick), so the hot path never shares the
@@ -51,7 +51,7 @@ impl StatusOptions {
 
 /// One job's live counts, written by its thread.
 #[derive(Debug, Default)]
-pub struct Live {
+pub(crate) struct Live {
     ios: [AtomicU64; 2],
     p99_ns: [AtomicU64; 2],
     want_p99: AtomicBool,
@@ -94,7 +94,7 @@ impl Live {
 
 /// A job as the status needs it: name and block size.
 #[derive(Clone, Debug)]
-pub struct JobInfo {
+pub(crate) struct JobInfo {
     /// The job's name.
     pub name: String,
     /// Bytes per I/O.
@@ -103,7 +103,7 @@ pub struct JobInfo {
 
 /// The supervisor's side: the line, the interval reports, and the counts
 /// at the last tick.
-pub struct Status {
+pub(crate) struct Status {
     bar: Option<indicatif::ProgressBar>,
     interval: Option<Duration>,
     jobs: Vec<JobInfo>,
@@ -115,7 +115,7 @@ pub struct Status {
 }
 
 /// Whether the status line is shown for these options and terminals.
-pub fn line_wanted(eta: Eta, stdout_tty: bool, stderr_tty: bool) -> bool {
+pub(crate) fn line_wanted(eta: Eta, stdout_tty: bool, stderr_tty: bool) -> bool {
     match eta {
         Eta::Never => false,
         Eta::Always => stderr_tty,

@@ -1,7 +1,7 @@
 //! The stop of a run, as fio takes it: the first SIGINT or SIGTERM stops
 //! the jobs, drains them and reports what ran (exit status 128 + the
 //! signal); a second one, once the run has said it is stopping
-//! ([`announce`]), exits at once. The handlers are in place before the
+//! (`announce`), exits at once. The handlers are in place before the
 //! jobs are read: a signal that comes while a device is still opening (an
 //! `rbd:` image whose cluster is slow, an NBD server that does not answer
 //! its handshake) cannot wait for the open, so it prints one line naming
@@ -12,7 +12,7 @@
 //! microseconds apart (more on a loaded machine), and when the handler ran
 //! between them the second copy used to exit at once, with no report (3
 //! of 45 `timeout -s INT` runs). So a signal is a second stop only if
-//! 1. it comes after [`announce`] has told the user that a second one
+//! 1. it comes after `announce` has told the user that a second one
 //!    exits at once, and
 //! 2. it is not the first one again: the same signal from the same
 //!    process (`si_pid`; a terminal's signals come from the kernel, and
@@ -31,7 +31,7 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 /// Longest a job waits for a completion before it looks at the phase
 /// again: a job whose device does not answer, or whose I/O its throttle
 /// holds, still sees a stop in time.
-pub const STOP_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
+pub(crate) const STOP_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Block SIGINT and SIGTERM in this thread: the binary's
 /// `.preinit_array` entry, so that a signal before `main` has its handlers
@@ -96,7 +96,7 @@ fn is_second_stop(sig: i32, info: &libc::siginfo_t) -> bool {
 /// The run has seen the stop: say so (with the grace a job still waiting
 /// for its I/O gets), and from now on let a signal exit at once. Called
 /// once per run, by the supervisor, where it first sees the flag.
-pub fn announce(grace: std::time::Duration) {
+pub(crate) fn announce(grace: std::time::Duration) {
     eprintln!(
         "mqblk: stopping: reporting what ran; a job still waiting for its I/O gets {grace:?} \
          (a second signal exits at once)"

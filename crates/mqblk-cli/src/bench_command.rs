@@ -26,7 +26,7 @@ pub(crate) fn bench_command(args: &BenchArgs, stop: crate::bench::stop::Stop) ->
         .chain(args.job_keys.iter().map(|(k, v)| (k.as_str(), v.as_ref())));
     for (key, value) in given {
         let Some(value) = value else { continue };
-        if let Some(note) = crate::bench::options::fio::value_note(key, value) {
+        if let Some(note) = crate::bench::options::value_note(key, value) {
             eprintln!("mqblk: note: --{key}={value}: {note}");
         }
     }
@@ -35,7 +35,7 @@ pub(crate) fn bench_command(args: &BenchArgs, stop: crate::bench::stop::Stop) ->
         if let Ok(None) = crate::bench::options::file_engine(engine) {
             eprintln!(
                 "mqblk: note: --ioengine={engine}: {}",
-                crate::bench::options::fio::ASYNC_ENGINE_NOTE
+                crate::bench::options::ASYNC_ENGINE_NOTE
             );
         }
     }
@@ -98,7 +98,7 @@ pub(crate) fn bench_command(args: &BenchArgs, stop: crate::bench::stop::Stop) ->
     }
     out.flush()?;
     drop(out);
-    let outcome = bench_outcome(&run);
+    let outcome = run.verdict();
 
     // Report first, then close. After an error or a signal the devices get
     // CLOSE_BOUND: a backend that died may never let go, and the process
@@ -140,96 +140,3 @@ pub(crate) fn bench_command(args: &BenchArgs, stop: crate::bench::stop::Stop) ->
 /// How long the devices may take to close after a run that ended on an
 /// error or a signal.
 pub(crate) const CLOSE_BOUND: std::time::Duration = std::time::Duration::from_millis(500);
-
-/// The run's verdict: an error naming the failed I/Os or the mismatches,
-/// or what ended a job early (a latency bound, a minimum rate). "N errors,
-/// first: ..." is said only when there were errors; a job still waiting on
-/// its device or its throttle when a signal's grace ended is not an I/O
-/// error (the stop's own lines say it).
-pub(crate) fn bench_outcome(run: &crate::bench::result::RunResult) -> Result<()> {
-    let job_errors =
-        |j: &crate::bench::result::JobResult| j.read.errors + j.write.errors + j.trim.errors;
-    let stopped_there = |j: &crate::bench::result::JobResult| {
-        if j.stopped_at.is_some() {
-            " (the job stopped there: continue_on_error=none)"
-        } else {
-            ""
-        }
-    };
-    let failed: Vec<String> = run
-        .jobs
-        .iter()
-        .filter(|j| !j.unfinished && job_errors(j) > 0)
-        .map(|j| {
-            format!(
-                "{} (job {}): {} errors, first: {}{}",
-                j.name,
-                j.index,
-                job_errors(j),
-                j.first_error.as_deref().unwrap_or("not recorded"),
-                stopped_there(j)
-            )
-        })
-        .collect();
-    if !failed.is_empty() {
-        bail!(
-            "I/O errors in {} job(s): {}",
-            failed.len(),
-            failed.join("; ")
-        );
-    }
-    let ended: Vec<String> = run
-        .jobs
-        .iter()
-        .filter(|j| !j.unfinished && job_errors(j) == 0)
-        .filter_map(|j| {
-            let why = j.first_error.as_deref()?;
-            Some(format!(
-                "{} (job {}): {why}{}",
-                j.name,
-                j.index,
-                stopped_there(j)
-            ))
-        })
-        .collect();
-    if !ended.is_empty() {
-        bail!("{} job(s) ended early: {}", ended.len(), ended.join("; "));
-    }
-    let mismatched: Vec<String> = run
-        .jobs
-        .iter()
-        .filter_map(|j| {
-            let v = j.verify.as_ref().filter(|v| v.errors > 0)?;
-            let first = v.mismatches.first().map(|m| m.to_string());
-            Some(format!(
-                "{} (job {}): {} mismatches, first: {}",
-                j.name,
-                j.index,
-                v.errors,
-                first.as_deref().unwrap_or("unknown")
-            ))
-        })
-        .collect();
-    if !mismatched.is_empty() {
-        bail!(
-            "verify failed in {} job(s): {}",
-            mismatched.len(),
-            mismatched.join("; ")
-        );
-    }
-    let degraded: Vec<String> = run
-        .layer
-        .degraded
-        .iter()
-        .filter(|d| !d.allowed)
-        .map(|d| crate::degraded::text(&d.leg, d.run_ms))
-        .collect();
-    if !degraded.is_empty() {
-        bail!(
-            "the run ended degraded: {} (the I/O went on, on the legs left; allow_degraded=1 \
-             lets a run end degraded)",
-            degraded.join("; ")
-        );
-    }
-    Ok(())
-}

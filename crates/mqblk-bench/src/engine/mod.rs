@@ -7,13 +7,13 @@
 //! so the engine costs a few nanoseconds per I/O beside the layer it
 //! measures. Latency comes from the layer's own histograms; only a log or
 //! `slat_percentiles=1` has the job read the clock per I/O, for its own
-//! stamps ([`super::sample`]).
+//! stamps (`sample`).
 //!
 //! The stages, in call order:
 //! - [`prepare`]: open every device and check every job against it;
 //! - [`run`]: the supervisor: stonewall groups, phases, stop, figures;
-//! - [`job`]: a job's thread: aim, submit, reap, stop, drain;
-//! - [`finish`]: a job's figures, and the I/O that stopped it.
+//! - `job`: a job's thread: aim, submit, reap, stop, drain;
+//! - `finish`: a job's figures, and the I/O that stopped it.
 
 mod shared;
 
@@ -25,5 +25,5 @@ mod job;
 
 mod run;
 
-pub use prepare::prepare;
+pub use prepare::{prepare, Prepared};
 pub use run::run;

@@ -24,7 +24,7 @@ use super::shared::*;
 /// Setting `stop` (a signal) ends the run as the runtime would: the jobs
 /// stop issuing and hand over their figures, and the verify phase is
 /// skipped. A job blocked in a device that does not answer is reported
-/// without its figures after [`STOP_GRACE`]; it keeps its bios (and so the
+/// without its figures after `STOP_GRACE`; it keeps its bios (and so the
 /// memory its device may still write) until it ends or the process exits.
 ///
 /// The devices stay open, and the job threads that are still draining

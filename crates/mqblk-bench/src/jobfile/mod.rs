@@ -58,13 +58,13 @@ pub const FILE_BYTES_MAX: u64 = 1 << 20;
 pub const LINE_CHARS_MAX: usize = 4096;
 
 /// fio keys that are accepted and ignored.
-pub const IGNORED_KEYS: &[&str] = &["name"];
+pub(crate) const IGNORED_KEYS: &[&str] = &["name"];
 
 /// fio's file keys, taken as fio means them: `filename=PATH` is the device
 /// `file:PATH`; `direct=` and `ioengine=io_uring|psync` set `direct=` and
 /// `engine=` of the section's file devices (`libaio` and `posixaio` leave
 /// the default engine, io_uring).
-pub const FIO_FILE_KEYS: &[&str] = &["filename", "direct", "buffered", "ioengine"];
+pub(crate) const FIO_FILE_KEYS: &[&str] = &["filename", "direct", "buffered", "ioengine"];
 
 /// Read and parse the job file at `path`, with `cli` laid over every job.
 /// The notes on keys accepted without effect are printed to stderr.
@@ -103,7 +103,7 @@ pub fn parse(text: &str, cli: &JobOptions) -> Result<Vec<JobSpec>, JobFileError>
 /// [`parse`], plus a note (`LINE: key=value: ignored: why`) for each key
 /// accepted without effect.
 #[cfg(test)]
-pub fn parse_with_notes(
+pub(crate) fn parse_with_notes(
     text: &str,
     cli: &JobOptions,
 ) -> Result<(Vec<JobSpec>, Vec<String>), JobFileError> {
@@ -112,7 +112,7 @@ pub fn parse_with_notes(
 
 /// [`parse_with_notes`] of only the job sections named in `sections`
 /// (fio's `--section`; all when empty). `[global]` sections always apply.
-pub fn parse_sections(
+pub(crate) fn parse_sections(
     text: &str,
     cli: &JobOptions,
     sections: &[String],
@@ -259,7 +259,7 @@ pub fn parse_sections(
                     Ok(Some(e)) => options.file_engine = Some(e),
                     Ok(None) => notes.push(format!(
                         "{line_no}: ioengine={v}: {}",
-                        super::options::fio::ASYNC_ENGINE_NOTE
+                        super::options::ASYNC_ENGINE_NOTE
                     )),
                     Err(why) => notes.push(format!("{line_no}: ioengine={v}: {why}")),
                 }
@@ -283,7 +283,7 @@ pub fn parse_sections(
         options
             .set(key, value)
             .map_err(|e| describe(line_no, key, value, &e))?;
-        if let Some(note) = value.and_then(|v| super::options::fio::value_note(key, v)) {
+        if let Some(note) = value.and_then(|v| super::options::value_note(key, v)) {
             notes.push(format!(
                 "{line_no}: {key}={}: {note}",
                 value.unwrap_or_default()

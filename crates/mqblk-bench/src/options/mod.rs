@@ -1,32 +1,34 @@
 //! The bench's option keys: every key is declared once, in the table of
-//! [`keys`], which knows its name, how its value is parsed and what it
+//! `keys`, which knows its name, how its value is parsed and what it
 //! accepts. The command line and job files both go through
 //! [`JobOptions::set`], so `--bs=0` and a job file's `bs=0` fail with the
 //! same words.
 //!
-//! A [`JobOptions`] ([`layer`]) is one layer of settings (the job file's
+//! A [`JobOptions`] (`layer`) is one layer of settings (the job file's
 //! `[global]`, a job section, or the command line). Layers are stacked
 //! with [`JobOptions::overlay`] and turned into a job with
 //! [`JobOptions::build`]; the command line is the top layer, so it
 //! overrides the job file.
 //!
-//! Below the table, [`values`] parses values; beside it, [`fio`] holds
+//! Below the table, `values` parses values; beside it, `fio` holds
 //! what mqblk takes of fio's options without a key of its own.
 
 use std::fmt;
 
-pub mod fio;
+pub(crate) mod fio;
 
-pub mod values;
+pub(crate) mod values;
 
-pub mod layer;
+pub(crate) mod layer;
 
-pub mod keys;
+pub(crate) mod keys;
 
-pub use fio::{file_engine, noted, FIO_ENGINE_HINT};
+pub use fio::{file_engine, value_note, ASYNC_ENGINE_NOTE};
+pub(crate) use fio::{noted, FIO_ENGINE_HINT};
 pub use keys::KEYS;
 pub use layer::{check_run, JobOptions};
-pub use values::{parse_duration, JOBS_MAX, NAME_LEN_MAX};
+pub use values::parse_duration;
+pub(crate) use values::{JOBS_MAX, NAME_LEN_MAX};
 
 use values::{BadValue, Value};
 

@@ -1,4 +1,4 @@
-//! Printing a [`RunResult`] the way fio prints its results, so that people
+//! Printing a [`RunResult`](crate::RunResult) the way fio prints its results, so that people
 //! and scripts that read fio read mqblk too: `normal` mimics fio's text
 //! report (job blocks, then `Run status group 0 (all jobs):`), and `json`
 //! has the shape of fio's `--output-format=json`. Both end with the layer's
@@ -7,15 +7,15 @@
 //! Jobs are in fio's reporting groups (a new one at each `stonewall` or
 //! `new_group`); `numjobs` copies of a section are reported one by one, or
 //! folded into one entry with `group_reporting`, by fio's rules
-//! ([`group`]).
+//! (`group`).
 //!
-//! In call order: [`figures`] (fio's units and the latencies of a job),
-//! [`group`] (the report's entries), then the reports: [`json`] (and
-//! json+), [`terse`] (fio's version 3) and [`text`].
+//! In call order: `figures` (fio's units and the latencies of a job),
+//! `group` (the report's entries), then the reports: [`json`] (and
+//! json+), [`terse`] (fio's version 3) and `text` ([`normal`]).
 
 mod figures;
 
-pub mod group;
+pub(crate) mod group;
 
 mod json;
 
@@ -23,7 +23,8 @@ mod terse;
 
 mod text;
 
-pub use figures::{fmt_iops, num2str, Format};
+pub(crate) use figures::fmt_iops;
+pub use figures::{num2str, Format};
 pub use json::{json, json_plus};
 pub use terse::terse;
 pub use text::{normal, starting};

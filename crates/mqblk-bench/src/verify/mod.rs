@@ -36,15 +36,15 @@
 //! through its [`record`] and [`header`]s, and [`result`] is what it
 //! reports.
 
-pub mod header;
+pub(crate) mod header;
 mod hook;
-pub mod pattern;
-pub mod record;
+pub(crate) mod pattern;
+pub(crate) mod record;
 mod result;
 mod setup;
 mod verifier;
 
 pub use hook::{Hook, NoVerify, HOOK_PRIVATE_MASK};
-pub use result::VerifyResult;
+pub use result::{Mismatch, VerifyResult};
 pub use setup::{check_jobs, for_job};
 pub use verifier::Verifier;

@@ -117,7 +117,7 @@ pub struct VerifyResult {
     pub blocks_verified: u64,
     /// Mismatches found.
     pub errors: u64,
-    /// The first [`MISMATCHES_KEPT`] mismatches.
+    /// The first `MISMATCHES_KEPT` (8) mismatches.
     pub mismatches: Vec<Mismatch>,
     /// `verify_fatal=1` stopped the job at the first mismatch.
     pub stopped: bool,
@@ -134,7 +134,7 @@ pub struct VerifyResult {
 
 impl VerifyResult {
     /// Add another job's verification (a group's report): counts summed,
-    /// mismatches kept up to [`MISMATCHES_KEPT`].
+    /// mismatches kept up to `MISMATCHES_KEPT`.
     pub fn fold(&mut self, other: &VerifyResult) {
         self.blocks_written += other.blocks_written;
         self.blocks_trimmed += other.blocks_trimmed;

@@ -15,7 +15,7 @@ use super::point::{cell, job, Plan, Runner, Spread};
 use super::seed::{self, S000};
 use super::table::{spread_cell, SeedRow, Table};
 use crate::alloc_count;
-use crate::bench::job::RwMode;
+use crate::bench::RwMode;
 use crate::plot::chart::{Axis, BarChart, Bars, Figure, LineChart, Panel, Scale, Series, Unit};
 
 const DEPTHS: [u32; 6] = [32, 64, 128, 256, 512, 1024];

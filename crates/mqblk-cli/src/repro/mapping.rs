@@ -25,7 +25,7 @@ use super::readv::data_file;
 use super::seed::{self, S002};
 use super::syscalls;
 use super::table::{spread_cell, SeedRow, Table};
-use crate::bench::job::RwMode;
+use crate::bench::RwMode;
 use crate::plot::chart::{Axis, Figure, LineChart, Panel, Scale, Series, Unit};
 
 const BLOCK_KIB: [u64; 4] = [4, 16, 64, 256];

@@ -20,7 +20,7 @@ use super::outcome::Outcome;
 use super::point::{cell, job, Plan, Rounds, Runner, Setup, Spread};
 use super::seed::{self, S003};
 use super::table::{spread_cell, SeedRow, Table};
-use crate::bench::job::RwMode;
+use crate::bench::RwMode;
 use crate::plot::chart::{Axis, Figure, LineChart, Panel, Scale, Series, Unit};
 
 /// Partition counts, swept.

@@ -13,7 +13,7 @@ use super::outcome::Outcome;
 use super::point::{cell, job, Plan, Rounds, Runner, Spread};
 use super::seed::{self, S003};
 use super::table::{spread_cell, SeedRow, Table};
-use crate::bench::job::RwMode;
+use crate::bench::RwMode;
 use crate::plot::chart::{format_value, Axis, BarChart, Bars, Figure, Panel, Scale, Unit};
 
 const POINT_RUNTIME: Duration = Duration::from_millis(1500);

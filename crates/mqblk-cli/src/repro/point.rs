@@ -15,9 +15,9 @@ use anyhow::{Context as _, Result};
 use mqblk::stats::{Histograms, StatGroup};
 
 use crate::bench::engine;
-use crate::bench::job::{JobSpec, RwMode};
 use crate::bench::report;
 use crate::bench::status::StatusOptions;
+use crate::bench::{JobSpec, RwMode};
 
 use super::kernel_counters::Snapshot;
 

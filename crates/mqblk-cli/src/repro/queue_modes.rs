@@ -5,7 +5,7 @@
 use anyhow::Result;
 
 use super::point::{Figures, Plan, Rounds, Runner, Spread};
-use crate::bench::job::JobSpec;
+use crate::bench::JobSpec;
 use crate::plot::chart::Series;
 
 /// The queue modes, oldest design first.

@@ -13,7 +13,7 @@ use super::outcome::Outcome;
 use super::point::{cell, job, Plan, Rounds, Runner, Spread};
 use super::seed::{self, S000};
 use super::table::{spread_cell, SeedRow, Table};
-use crate::bench::job::RwMode;
+use crate::bench::RwMode;
 use crate::plot::chart::{Axis, Figure, LineChart, Panel, Scale, Series, Unit};
 
 const BS: u64 = 64 << 10;

@@ -15,7 +15,7 @@ use super::outcome::Outcome;
 use super::point::{cell, job, Figures, Plan, Rounds, Runner, Spread};
 use super::seed::{self, S000};
 use super::table::{SeedRow, Table};
-use crate::bench::job::RwMode;
+use crate::bench::RwMode;
 use crate::plot::chart::{Axis, Figure, LineChart, Panel, Scale, Series, Unit};
 
 const READ_BYTES: u64 = 128 << 10;

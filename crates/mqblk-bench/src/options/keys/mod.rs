@@ -57,7 +57,7 @@ const fn concat<const N: usize>(groups: &[&[Entry]]) -> [Entry; N] {
 /// writes `queue_mode` as `--queue-mode` and `hw_queues` as `--hw-queues`).
 pub const TABLE: &[Entry] = &concat::<LEN>(GROUPS);
 
-/// Every key's name, in [`TABLE`]'s order.
+/// Every key's name, in `TABLE`'s order.
 pub const KEYS: &[&str] = &{
     let mut names = [""; TABLE.len()];
     let mut i = 0;
