@@ -7,8 +7,8 @@
 
 use mqblk::Device;
 
-use super::job::JobSpec;
 use super::zone::{ZoneMode, ZBD_DEFAULT_ZONE_BYTES};
+use mqblk_fio::job::JobSpec;
 
 /// Copy `k` of `job` (its `numjobs` index) on a device of `cap` bytes,
 /// with its percentages turned into bytes and its offset moved on.

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use mqblk::Device;
 
-use super::job::{ExitWhat, JobSpec};
 use super::steadystate::{SteadyResult, Tracker};
+use mqblk_fio::job::{ExitWhat, JobSpec};
 
 /// The ending rules of one stonewall group's jobs.
 pub struct Ending {

@@ -11,9 +11,6 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Largest `flow=` weight (fio's `FLOW_MAX_WEIGHT`).
-pub const WEIGHT_MAX: u32 = 1000;
-
 /// One flow id's shared counts.
 #[derive(Debug)]
 pub struct Flow {

@@ -33,8 +33,7 @@ pub const PLAT_VAL: u64 = 1 << PLAT_BITS;
 pub const PLAT_GROUP_NR: usize = 29;
 /// fio's `FIO_IO_U_PLAT_NR`: bins in all.
 pub const PLAT_NR: usize = PLAT_GROUP_NR * PLAT_VAL as usize;
-/// Largest `log_hist_coarseness` (fio's documented range is 0 to 6).
-pub const COARSENESS_MAX: u8 = 6;
+pub(crate) use mqblk_fio::job::HIST_COARSENESS_MAX as COARSENESS_MAX;
 
 /// The bin of a latency in ns (fio's `plat_val_to_idx`).
 #[inline]

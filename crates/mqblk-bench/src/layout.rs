@@ -14,7 +14,7 @@ use std::path::Path;
 
 use anyhow::{Context as _, Result};
 
-use super::job::JobSpec;
+use mqblk_fio::job::JobSpec;
 
 /// What was laid out: the note for stderr of each file created.
 pub fn lay_out(jobs: &[JobSpec]) -> Result<Vec<String>> {

@@ -10,7 +10,11 @@
 //! `mqblk::open` knows), and `mqblk bench` in `mqblk-cli` is a thin wrapper
 //! over it (arguments, the banner, the exit status); the seeds'
 //! experiments (`mqblk repro`) run their points through it. As Linux keeps
-//! fio out of the kernel tree, nothing of the layer depends on it.
+//! fio out of the kernel tree, nothing of the layer depends on it. The
+//! job model (the typed job, fio's option keys and job files) is
+//! `mqblk-fio`, below this crate: describing a job apart from running it,
+//! as fio keeps `options.c` apart from `backend.c`, and each crate under
+//! 12,000 lines. Its [`options`] and [`jobfile`] are re-exported here.
 //!
 //! A verified job on a `ram` device, run in this process:
 //!
@@ -50,17 +54,18 @@
 //! job file ─────┘     ▲ jobfile parses fio INI
 //! ```
 //!
-//! - [`options`]: every key, its parsing and validation, and the layering
-//!   of `[global]`, job sections and the command line (which wins).
-//! - [`jobfile`]: fio job files (INI) into jobs.
-//! - `job`: the typed job.
+//! - in `mqblk-fio`: [`options`] (every key, its parsing and validation,
+//!   and the layering of `[global]`, job sections and the command line,
+//!   which wins), [`jobfile`] (fio job files into jobs), and the typed
+//!   job, [`JobSpec`], with what it names (distributions, zones, verify
+//!   patterns, steady state), parsed.
 //! - `content`: what write buffers hold (fio's dedupe and compress
 //!   options).
 //! - `verify`: fio's `verify=`: headers written with each block, checked
 //!   on read-back.
-//! - `distribution`: `random_distribution=`, and the random numbers.
-//! - `random_map`: fio's random map (each block once per pass) and
-//!   `random_generator=`.
+//! - `distribution`: `random_distribution=` drawn, and the random
+//!   numbers.
+//! - `random_map`: fio's random map (each block once per pass).
 //! - `zone`: `zonemode=` (strided windows, emulated zoned devices).
 //! - `pattern`: where each I/O goes (rw, offset, the sequencer).
 //! - `rate`: `rate=`/`rate_iops=` pacing (linear or Poisson) and
@@ -103,13 +108,9 @@
 //! - [`teardown`]: after the report, the job threads end and the devices
 //!   close, within a bound when the run ended on an error or a signal.
 
+pub use mqblk_fio::{jobfile, options};
+
 // Pipeline order; one group per stage so that rustfmt keeps the order.
-pub mod options;
-
-pub mod jobfile;
-
-pub(crate) mod job;
-
 pub(crate) mod content;
 
 pub(crate) mod verify;
@@ -170,8 +171,7 @@ pub mod report;
 
 pub mod teardown;
 
-pub use job::{JobSpec, RwMode, VerifyKind};
-pub use options::{JobOptions, OptionError};
+pub use mqblk_fio::{JobOptions, JobSpec, OptionError, RwMode, VerifyKind};
 pub use result::{DeviceAlignment, DirResult, JobResult, LayerResult, RunResult};
 pub use verify::{Mismatch, VerifyResult};
 

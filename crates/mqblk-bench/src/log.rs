@@ -43,8 +43,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use anyhow::{Context as _, Result};
 
 use super::counts::{Counters, Sums, DIRECTIONS};
-use super::job::JobSpec;
 use super::sample::{IoSample, Recorded, SampleLog};
+use mqblk_fio::job::JobSpec;
 
 /// fio's priority value of a job's I/O (`ioprio_value`: class << 13 |
 /// level, with Linux's classes, 1 real time, 2 best effort, 3 idle); 0

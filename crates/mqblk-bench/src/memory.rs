@@ -19,8 +19,8 @@
 
 use anyhow::{bail, Result};
 
-use crate::job::JobSpec;
 use crate::verify::record::RECORD_ENTRIES_MAX;
+use mqblk_fio::job::JobSpec;
 
 /// Bytes one entry of a verify record costs (a `BTreeMap` of 24-byte
 /// entries: 11 to a 280-byte leaf, nodes part full, plus the inner
@@ -315,7 +315,7 @@ mod tests {
     use super::*;
 
     fn job(args: &[(&str, &str)]) -> JobSpec {
-        let mut o = crate::options::JobOptions::default();
+        let mut o = mqblk_fio::options::JobOptions::default();
         for (k, v) in args {
             o.set(k, Some(v)).unwrap();
         }

@@ -9,9 +9,9 @@ use mqblk::Op;
 
 pub use super::distribution::Rng;
 use super::distribution::Skew;
-use super::job::{BlockSizes, JobSpec};
 use super::random_map::{RandomGenerator, RandomMap};
 use super::zone::{Strided, Zbd, ZoneMode};
+use mqblk_fio::job::{BlockSizes, JobSpec};
 
 /// Where the next I/O goes, and how long it is.
 pub struct Offsets {
@@ -302,7 +302,7 @@ pub fn unit_bytes(job: &JobSpec) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::RwMode;
+    use mqblk_fio::job::RwMode;
 
     fn job(rw: RwMode, bs: u64, stride: i64) -> JobSpec {
         JobSpec {

@@ -11,45 +11,7 @@
 //! the hot path neither allocates nor locks. A terabyte of 4 KiB blocks
 //! costs 32 MiB (one bit per block) plus 1/63 of that for the levels.
 
-/// fio's `random_generator=`: its names, and the generator mqblk draws
-/// with for each.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum RandomGenerator {
-    /// `tausworthe` (fio's default): mqblk's xorshift64*, with the map.
-    #[default]
-    Tausworthe,
-    /// `tausworthe64`: xorshift64* (64 bits wide already), with the map.
-    Tausworthe64,
-    /// `lfsr`: fio's LFSR visits every block once per pass without a map;
-    /// mqblk gives the same coverage with xorshift64* and the map, whatever
-    /// `norandommap` says.
-    Lfsr,
-}
-
-impl RandomGenerator {
-    /// fio's spelling.
-    pub fn parse(s: &str) -> Option<RandomGenerator> {
-        Some(match s.trim() {
-            "tausworthe" => RandomGenerator::Tausworthe,
-            "tausworthe64" => RandomGenerator::Tausworthe64,
-            "lfsr" => RandomGenerator::Lfsr,
-            _ => return None,
-        })
-    }
-
-    /// What a job file is told of the generator it asked for.
-    pub fn note(self) -> &'static str {
-        match self {
-            RandomGenerator::Tausworthe | RandomGenerator::Tausworthe64 => {
-                "offsets are drawn with xorshift64* (the random map keeps fio's coverage)"
-            }
-            RandomGenerator::Lfsr => {
-                "offsets are drawn with xorshift64* and the random map, which visits every \
-                 block once per pass as fio's lfsr does (norandommap does not apply)"
-            }
-        }
-    }
-}
+pub(crate) use mqblk_fio::random_generator::RandomGenerator;
 
 /// Blocks taken this pass, with a summary level per 64 words below.
 pub struct RandomMap {

@@ -27,8 +27,8 @@ use mqblk::Bio;
 
 use super::counts::{direction, Counters, Sums, DIRECTIONS};
 use super::hist::HistLog;
-use super::job::JobSpec;
 use super::verify::HOOK_PRIVATE_MASK;
+use mqblk_fio::job::JobSpec;
 
 /// The two stamps of an I/O in flight.
 #[derive(Clone, Copy, Debug, Default)]

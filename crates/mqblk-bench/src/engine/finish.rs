@@ -1,10 +1,10 @@
 //! A job's figures as the report takes them, and the I/O that stopped it.
 
-use crate::job::JobSpec;
 use crate::result::JobResult;
 use crate::sample::{Recorded, Recorder};
 use crate::verify::Hook;
 use mqblk::{Device, Op};
+use mqblk_fio::job::JobSpec;
 
 use super::shared::*;
 

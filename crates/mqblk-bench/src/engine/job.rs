@@ -3,13 +3,13 @@
 //! request), and the drain.
 
 use crate::alloc_count;
-use crate::job::JobSpec;
 use crate::pattern::{Offsets, Rng};
 use crate::result::DirResult;
 use crate::sample::Recorder;
 use crate::verify::Hook;
 use anyhow::Result;
 use mqblk::{Bio, Device, Op};
+use mqblk_fio::job::JobSpec;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
@@ -276,7 +276,7 @@ pub(super) fn job_thread<V: Hook>(
     let keep_going = job.continue_on_error;
     let mut failed = false;
     let paced = pace_ns.is_some() || gate.is_some() || target.is_some() || zoned;
-    let variable = job.block_sizes != crate::job::BlockSizes::Fixed;
+    let variable = job.block_sizes != mqblk_fio::job::BlockSizes::Fixed;
     let fsync_every = job.fsync_every;
     let mut issued_bytes = 0u64;
     let mut measuring = false;

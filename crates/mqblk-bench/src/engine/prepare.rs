@@ -1,13 +1,13 @@
 //! Before the run: every device opened and every job checked against it,
 //! so any error comes before the banner and before any I/O.
 
-use crate::job::JobSpec;
 use crate::open::open_error;
 use crate::result::DeviceAlignment;
 use crate::stop::Stop;
 use crate::verify::Verifier;
 use anyhow::{bail, Result};
 use mqblk::Device;
+use mqblk_fio::job::JobSpec;
 
 use super::shared::*;
 
@@ -301,13 +301,13 @@ fn check_job(job: &JobSpec, dev: &Device, spec: &str) -> Result<()> {
             job.seq_stride
         );
     }
-    let variable = job.block_sizes != crate::job::BlockSizes::Fixed;
+    let variable = job.block_sizes != mqblk_fio::job::BlockSizes::Fixed;
     if variable && (job.verify.is_some() || job.segments > 1) {
         bail!(
             "job {}: bsrange=/bssplit= cannot be combined with verify= or segments= in mqblk \
              bench; {}",
             job.name,
-            crate::options::FIO_ENGINE_HINT
+            mqblk_fio::options::FIO_ENGINE_HINT
         );
     }
     if job.verify.is_none() && (job.trim_percentage > 0 || job.write_zeroes_percentage > 0) {
@@ -404,7 +404,7 @@ fn check_job(job: &JobSpec, dev: &Device, spec: &str) -> Result<()> {
     if job.iodepth == 0 {
         bail!("job {}: iodepth must be at least 1", job.name);
     }
-    if let crate::job::Distribution::Sequence(order) = &job.distribution {
+    if let mqblk_fio::job::Distribution::Sequence(order) = &job.distribution {
         // fio refuses a base block past the file; a stride past it ends
         // the job's I/O.
         let blocks = region / unit;

@@ -3,7 +3,6 @@
 //! hand over.
 
 use crate::alloc_count;
-use crate::job::JobSpec;
 use crate::result::{DeviceAlignment, JobResult, LayerResult, RunResult};
 use crate::sample::Recorded;
 use crate::teardown::Teardown;
@@ -11,6 +10,7 @@ use crate::verify::{NoVerify, Verifier};
 use anyhow::Result;
 use crossbeam_utils::CachePadded;
 use mqblk::Device;
+use mqblk_fio::job::JobSpec;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Barrier, Condvar, Mutex};

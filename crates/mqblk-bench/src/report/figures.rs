@@ -7,8 +7,8 @@ use hdrhistogram::Histogram;
 use mqblk::stats::StatGroup;
 use serde_json::{json, Map, Value};
 
-use crate::job::JobSpec;
 use crate::result::{JobResult, RunResult};
+use mqblk_fio::job::JobSpec;
 
 /// `--output-format`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

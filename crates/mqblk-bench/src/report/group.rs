@@ -15,8 +15,8 @@
 //! where consecutive jobs of one group fold only while each says
 //! `group_reporting`.
 
-use crate::job::JobSpec;
 use crate::result::{DirResult, JobResult, RunResult};
+use mqblk_fio::job::JobSpec;
 
 use super::figures::spec_of;
 

@@ -4,8 +4,8 @@ use mqblk::stats::StatGroup;
 use serde_json::{json, Map, Value};
 
 use crate::ctime::ctime;
-use crate::job::JobSpec;
 use crate::result::{DirResult, RunResult};
+use mqblk_fio::job::JobSpec;
 
 use super::figures::*;
 use super::group::reported;

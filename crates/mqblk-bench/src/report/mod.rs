@@ -37,14 +37,14 @@ mod tests {
 
     use std::time::Duration;
 
-    use crate::job::JobSpec;
     use crate::result::{DirResult, JobResult, RunResult};
     use mqblk::stats::StatGroup;
+    use mqblk_fio::job::JobSpec;
     use serde_json::json;
 
-    use crate::job::RwMode;
     use crate::result::LayerResult;
     use mqblk::stats::Histograms;
+    use mqblk_fio::job::RwMode;
 
     fn synthetic() -> (Vec<JobSpec>, RunResult) {
         let spec = JobSpec {

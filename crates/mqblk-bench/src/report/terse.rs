@@ -27,8 +27,8 @@ use std::fmt::Write as _;
 
 use mqblk::stats::StatGroup;
 
-use crate::job::JobSpec;
 use crate::result::{DirResult, JobResult, RunResult};
+use mqblk_fio::job::JobSpec;
 
 use super::figures::*;
 use super::group::reported;

@@ -25,7 +25,7 @@
 
 use std::fmt::Write as _;
 
-use crate::job::VerifyKind;
+use mqblk_fio::job::VerifyKind;
 
 /// fio's verify header magic.
 pub const MAGIC: u16 = 0xacca;
@@ -36,11 +36,45 @@ pub const DIGEST_MAX: usize = 64;
 /// Bytes of the header its crc32c covers (up to the crc itself).
 const HEADER_CRC_BYTES: usize = 36;
 
-// The layout side of the job's `verify=` kind: what each checksum writes
-// where.
-impl VerifyKind {
+/// What a verify kind puts in each block: fio's header layout and
+/// digests, as the engine writes and checks them (the kind itself, as a
+/// job names it, is mqblk-fio's).
+pub(crate) trait KindLayout: Copy {
     /// fio's `verify_type` for this kind (its enum in verify.h).
-    pub fn code(self) -> u16 {
+    fn code(self) -> u16;
+
+    /// Whether a header of fio's type `code` is one of this kind (fio's
+    /// crc32c-intel, 6, writes crc32c).
+    fn accepts(self, code: u16) -> bool;
+
+    /// Whether intervals carry a header (all but `verify=pattern`).
+    fn has_header(self) -> bool;
+
+    /// Bytes of fio's checksum header after the verify header.
+    fn digest_room(self) -> usize;
+
+    /// Bytes of the checksum itself.
+    fn digest_len(self) -> usize;
+
+    /// Where an interval's data starts.
+    fn data_start(self) -> usize;
+
+    /// The checksum of `block`'s data into `out`; returns its length. A
+    /// crc32c is 4 little-endian bytes.
+    fn sum(self, block: &[u8], out: &mut [u8; DIGEST_MAX]) -> usize;
+
+    /// Seal an interval whose header and data are in place: its data's
+    /// checksum after the header, then the header's own crc32c (into
+    /// `h.crc` too).
+    fn seal(self, block: &mut [u8], h: &mut Header);
+
+    /// The checksum stored in an interval.
+    fn stored(self, block: &[u8]) -> &[u8];
+}
+
+impl KindLayout for VerifyKind {
+    /// fio's `verify_type` for this kind (its enum in verify.h).
+    fn code(self) -> u16 {
         match self {
             VerifyKind::Md5 => 2,
             VerifyKind::Crc32c => 5,
@@ -62,12 +96,12 @@ impl VerifyKind {
 
     /// Whether a header of fio's type `code` is one of this kind (fio's
     /// crc32c-intel, 6, writes crc32c).
-    pub fn accepts(self, code: u16) -> bool {
+    fn accepts(self, code: u16) -> bool {
         code == self.code() || (self == VerifyKind::Crc32c && code == 6)
     }
 
     /// Whether intervals carry a header (all but `verify=pattern`).
-    pub fn has_header(self) -> bool {
+    fn has_header(self) -> bool {
         self != VerifyKind::Pattern
     }
 
@@ -100,7 +134,7 @@ impl VerifyKind {
     }
 
     /// Where an interval's data starts.
-    pub fn data_start(self) -> usize {
+    fn data_start(self) -> usize {
         if self.has_header() {
             HEADER_BYTES + self.digest_room()
         } else {
@@ -110,7 +144,7 @@ impl VerifyKind {
 
     /// The checksum of `block`'s data into `out`; returns its length. A
     /// crc32c is 4 little-endian bytes.
-    pub fn sum(self, block: &[u8], out: &mut [u8; DIGEST_MAX]) -> usize {
+    fn sum(self, block: &[u8], out: &mut [u8; DIGEST_MAX]) -> usize {
         use sha2::Digest as _;
         let data = &block[self.data_start()..];
         match self {
@@ -173,7 +207,7 @@ impl VerifyKind {
     /// Seal an interval whose header and data are in place: its data's
     /// checksum after the header, then the header's own crc32c (into
     /// `h.crc` too).
-    pub fn seal(self, block: &mut [u8], h: &mut Header) {
+    fn seal(self, block: &mut [u8], h: &mut Header) {
         if !self.has_header() {
             return;
         }
@@ -185,7 +219,7 @@ impl VerifyKind {
     }
 
     /// The checksum stored in an interval.
-    pub fn stored(self, block: &[u8]) -> &[u8] {
+    fn stored(self, block: &[u8]) -> &[u8] {
         &block[HEADER_BYTES..HEADER_BYTES + self.digest_len()]
     }
 }

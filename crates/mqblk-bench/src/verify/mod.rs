@@ -38,7 +38,6 @@
 
 pub(crate) mod header;
 mod hook;
-pub(crate) mod pattern;
 pub(crate) mod record;
 mod result;
 mod setup;

@@ -3,8 +3,9 @@
 
 use mqblk::Device;
 
-use crate::job::{JobSpec, VerifyKind};
+use mqblk_fio::job::{JobSpec, VerifyKind};
 
+use super::header::KindLayout;
 use super::record::RECORD_ENTRIES_MAX;
 use super::verifier::{Verifier, VerifySpec};
 

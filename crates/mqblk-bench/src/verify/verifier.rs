@@ -5,15 +5,16 @@ use std::collections::VecDeque;
 
 use mqblk::{Bio, Completion, Context, Op};
 
-use crate::job::VerifyKind;
+use mqblk_fio::job::VerifyKind;
 
+use super::header::KindLayout;
 use super::header::{
     fill_data, header_crc_ok, hex, splitmix, Header, DIGEST_MAX, HEADER_BYTES, MAGIC,
 };
 use super::hook::{Hook, HOOK_PRIVATE_MASK};
-use super::pattern::VerifyPattern;
 use super::record::{Event, Expect, Record};
 use super::result::{Found, Mismatch, VerifyResult, Writer, FOUND_BYTES_SHOWN, MISMATCHES_KEPT};
+use mqblk_fio::verify_pattern::VerifyPattern;
 
 /// Where a verifier works and what it writes.
 #[derive(Clone, Debug)]

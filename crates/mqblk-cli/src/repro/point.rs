@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use mqblk::stats::{Histograms, StatGroup};
 
-use crate::bench::engine;
-use crate::bench::report;
-use crate::bench::status::StatusOptions;
-use crate::bench::{JobSpec, RwMode};
+use mqblk_bench::engine;
+use mqblk_bench::report;
+use mqblk_bench::status::StatusOptions;
+use mqblk_bench::{JobSpec, RwMode};
 
 use super::kernel_counters::Snapshot;
 

@@ -1,7 +1,7 @@
 //! What a job checks, and what it does on an error.
 
 use crate::job::{ContinueOnError, VerifyKind};
-use crate::verify::pattern::VerifyPattern;
+use crate::verify_pattern::VerifyPattern;
 
 use super::entry::{key, on_off, put, Entry};
 use crate::options::fio::FIO_ENGINE_HINT;

@@ -1,7 +1,7 @@
 //! What a job writes out besides its figures: logs, histograms, statistics and
 //! traces.
 
-use crate::hist::COARSENESS_MAX;
+use crate::job::HIST_COARSENESS_MAX;
 
 use super::entry::{key, log, on_off, put, Entry, LOG_PREFIX};
 
@@ -64,7 +64,7 @@ pub(super) const KEYS: &[Entry] = &[
     key(
         "log_hist_coarseness",
         "0 to 6: each column of the histogram log sums 2^N of fio's 1856 latency bins",
-        |o, v| put(&mut o.log_hist_coarseness, v.int(0..=COARSENESS_MAX)),
+        |o, v| put(&mut o.log_hist_coarseness, v.int(0..=HIST_COARSENESS_MAX)),
     ),
     on_off(
         "per_job_logs",

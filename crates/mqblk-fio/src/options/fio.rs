@@ -147,7 +147,7 @@ pub const NOTED_KEYS: &[(&str, &str)] = &[
 /// another checksum for `verify=`, the generator behind `random_generator=`.
 pub fn value_note(key: &str, value: &str) -> Option<String> {
     if key == "random_generator" {
-        let g = crate::random_map::RandomGenerator::parse(value)?;
+        let g = crate::random_generator::RandomGenerator::parse(value)?;
         return Some(g.note().to_string());
     }
     if key != "verify" {

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::job::{BlockSizes, Distribution};
-use crate::random_map::RandomGenerator;
+use crate::random_generator::RandomGenerator;
 use crate::zone::ZoneMode;
 
 use super::entry::{alias, key, on_off, put, Entry, ON_OFF};

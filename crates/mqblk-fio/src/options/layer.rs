@@ -10,9 +10,9 @@ use crate::content::ContentSpec;
 use crate::job::{
     BlockSizes, ContinueOnError, Distribution, ExitWhat, JobSpec, RwMode, VerifyKind,
 };
-use crate::random_map::RandomGenerator;
+use crate::random_generator::RandomGenerator;
 use crate::steadystate::SteadySpec;
-use crate::verify::pattern::VerifyPattern;
+use crate::verify_pattern::VerifyPattern;
 use crate::zone::{ZoneMode, ZoneSpec};
 
 use super::values::JOBS_MAX;

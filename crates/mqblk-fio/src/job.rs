@@ -3,10 +3,16 @@
 
 use std::time::Duration;
 
-use super::content::ContentSpec;
-use super::steadystate::SteadySpec;
-use super::verify::pattern::VerifyPattern;
-use super::zone::ZoneSpec;
+use crate::content::ContentSpec;
+use crate::steadystate::SteadySpec;
+use crate::verify_pattern::VerifyPattern;
+use crate::zone::ZoneSpec;
+
+/// Largest `flow=` weight (fio's `FLOW_MAX_WEIGHT`).
+pub const FLOW_WEIGHT_MAX: u32 = 1000;
+
+/// Largest `log_hist_coarseness` (fio's documented range is 0 to 6).
+pub const HIST_COARSENESS_MAX: u8 = 6;
 
 /// fio's `rw=`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -205,7 +211,7 @@ impl ContinueOnError {
     }
 }
 
-pub use super::distribution::Distribution;
+pub use crate::distribution::Distribution;
 
 /// fio's `bsrange=` and `bssplit=`: the block size of each I/O, drawn per
 /// I/O (for reads and for writes).
@@ -378,7 +384,7 @@ pub struct JobSpec {
     pub random_sequence_stride: bool,
     /// `random_generator=` (fio's names; see
     /// `random_map::RandomGenerator`).
-    pub random_generator: crate::random_map::RandomGenerator,
+    pub random_generator: crate::random_generator::RandomGenerator,
     /// `fsync=N` / `fdatasync=N`: a flush after every N writes (0: never).
     pub fsync_every: u32,
     /// `end_fsync=1`: a flush when the job's I/O is done.
@@ -569,7 +575,7 @@ impl Default for JobSpec {
             randrepeat: true,
             norandommap: false,
             random_sequence_stride: false,
-            random_generator: crate::random_map::RandomGenerator::Tausworthe,
+            random_generator: crate::random_generator::RandomGenerator::Tausworthe,
             fsync_every: 0,
             end_fsync: false,
             rate_iops: None,

@@ -63,7 +63,7 @@ pub(super) const KEYS: &[Entry] = &[
     key(
         "flow",
         "a weight from 0 to 1000: jobs of one flow_id keep their I/O in these proportions",
-        |o, v| put(&mut o.flow, v.int(0..=crate::flow::WEIGHT_MAX)),
+        |o, v| put(&mut o.flow, v.int(0..=crate::job::FLOW_WEIGHT_MAX)),
     ),
     key(
         "flow_id",

@@ -23,8 +23,9 @@ pub(crate) mod layer;
 
 pub(crate) mod keys;
 
+pub(crate) use fio::noted;
+pub use fio::FIO_ENGINE_HINT;
 pub use fio::{file_engine, value_note, ASYNC_ENGINE_NOTE};
-pub(crate) use fio::{noted, FIO_ENGINE_HINT};
 pub use keys::KEYS;
 pub use layer::{check_run, JobOptions};
 pub use values::parse_duration;
