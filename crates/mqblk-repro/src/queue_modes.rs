@@ -5,8 +5,8 @@
 use anyhow::Result;
 
 use super::point::{Figures, Plan, Rounds, Runner, Spread};
-use crate::plot::chart::Series;
 use mqblk_bench::JobSpec;
+use mqblk_plot::chart::Series;
 
 /// The queue modes, oldest design first.
 pub const MODES: [&str; 3] = ["global-lock", "device-lock", "mq"];

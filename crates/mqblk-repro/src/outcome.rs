@@ -3,7 +3,7 @@
 //! sentence or two, and notes.
 
 use super::table::{SeedRow, Table};
-use crate::plot::chart::Figure;
+use mqblk_plot::chart::Figure;
 
 /// What an experiment hands back to be written.
 pub struct Outcome {

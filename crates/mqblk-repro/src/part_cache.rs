@@ -20,8 +20,8 @@ use super::outcome::Outcome;
 use super::point::{cell, job, Plan, Rounds, Runner, Setup, Spread};
 use super::seed::{self, S003};
 use super::table::{spread_cell, SeedRow, Table};
-use crate::plot::chart::{Axis, Figure, LineChart, Panel, Scale, Series, Unit};
 use mqblk_bench::RwMode;
+use mqblk_plot::chart::{Axis, Figure, LineChart, Panel, Scale, Series, Unit};
 
 /// Partition counts, swept.
 pub const PARTITIONS: [u32; 4] = [4, 16, 64, 128];

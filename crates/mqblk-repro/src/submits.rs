@@ -15,8 +15,8 @@ use super::outcome::Outcome;
 use super::point::{cell, job, Figures, Plan, Rounds, Runner, Spread};
 use super::seed::{self, S000};
 use super::table::{SeedRow, Table};
-use crate::plot::chart::{Axis, Figure, LineChart, Panel, Scale, Series, Unit};
 use mqblk_bench::RwMode;
+use mqblk_plot::chart::{Axis, Figure, LineChart, Panel, Scale, Series, Unit};
 
 const READ_BYTES: u64 = 128 << 10;
 const MAX_SECTORS: [u32; 6] = [8, 16, 32, 64, 128, 256];

@@ -14,9 +14,9 @@ use super::outcome::Outcome;
 use super::point::{cell, job, Plan, Runner, Spread};
 use super::seed::{self, S000};
 use super::table::{spread_cell, SeedRow, Table};
-use crate::plot::chart::{Axis, BarChart, Bars, Figure, LineChart, Panel, Scale, Series, Unit};
 use mqblk_bench::alloc_count;
 use mqblk_bench::RwMode;
+use mqblk_plot::chart::{Axis, BarChart, Bars, Figure, LineChart, Panel, Scale, Series, Unit};
 
 const DEPTHS: [u32; 6] = [32, 64, 128, 256, 512, 1024];
 const POINT_RUNTIME: Duration = Duration::from_millis(300);

@@ -24,8 +24,8 @@ use super::point::{cell, job, Figures, Plan, Rounds, Runner};
 use super::readv::data_file;
 use super::seed::{self, S001};
 use super::table::{spread_cell, SeedRow, Table};
-use crate::plot::chart::{Axis, Figure, LineChart, Panel, Scale, Series, Unit};
 use mqblk_bench::RwMode;
+use mqblk_plot::chart::{Axis, Figure, LineChart, Panel, Scale, Series, Unit};
 
 const BLOCK_KIB: [u64; 4] = [16, 64, 256, 1024];
 const POINT_RUNTIME: Duration = Duration::from_millis(800);

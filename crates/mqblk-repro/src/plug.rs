@@ -13,8 +13,8 @@ use super::outcome::Outcome;
 use super::point::{cell, job, Plan, Rounds, Runner, Spread};
 use super::seed::{self, S003};
 use super::table::{spread_cell, SeedRow, Table};
-use crate::plot::chart::{format_value, Axis, BarChart, Bars, Figure, Panel, Scale, Unit};
 use mqblk_bench::RwMode;
+use mqblk_plot::chart::{format_value, Axis, BarChart, Bars, Figure, Panel, Scale, Unit};
 
 const POINT_RUNTIME: Duration = Duration::from_millis(1500);
 /// (plug, iostats), in the order the rounds run them.

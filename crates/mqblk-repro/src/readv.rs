@@ -13,8 +13,8 @@ use super::outcome::Outcome;
 use super::point::{cell, job, Plan, Rounds, Runner, Spread};
 use super::seed::{self, S000};
 use super::table::{spread_cell, SeedRow, Table};
-use crate::plot::chart::{Axis, Figure, LineChart, Panel, Scale, Series, Unit};
 use mqblk_bench::RwMode;
+use mqblk_plot::chart::{Axis, Figure, LineChart, Panel, Scale, Series, Unit};
 
 const BS: u64 = 64 << 10;
 const SEGMENTS: [u32; 7] = [1, 2, 4, 8, 16, 32, 64];

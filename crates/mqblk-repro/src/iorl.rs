@@ -16,8 +16,8 @@ use super::point::{cell, job, Runner};
 use super::queue_modes::{self, Sweep, MODES};
 use super::seed::{self, S000};
 use super::table::{spread_cell, SeedRow, Table};
-use crate::plot::chart::{format_value, Axis, Figure, LineChart, Panel, Scale, Series, Unit};
 use mqblk_bench::RwMode;
+use mqblk_plot::chart::{format_value, Axis, Figure, LineChart, Panel, Scale, Series, Unit};
 
 const DEVICES: [u32; 6] = [1, 2, 4, 8, 16, 32];
 const POINT_RUNTIME: Duration = Duration::from_millis(700);

@@ -160,7 +160,7 @@ impl Runner {
         self.cores
     }
 
-    /// `base` times the scale, at least [`RUNTIME_MIN`].
+    /// `base` times the scale, at least `RUNTIME_MIN`.
     pub fn runtime(&self, base: Duration) -> Duration {
         base.mul_f64(self.scale).max(RUNTIME_MIN)
     }
@@ -345,8 +345,8 @@ impl Rounds {
 pub const ROUNDS: usize = 3;
 
 impl Runner {
-    /// Run every point [`ROUNDS`] times, all points once per round, so that
-    /// a noisy spell hits every point alike; one [`Rounds`] per point.
+    /// Run every point `ROUNDS` times, all points once per round, so that
+    /// a noisy spell hits every point alike; one `Rounds` per point.
     pub fn rounds(&mut self, plans: &[Plan]) -> Result<Vec<Rounds>> {
         let mut runs: Vec<Vec<Figures>> = vec![Vec::new(); plans.len()];
         for round in 1..=ROUNDS {

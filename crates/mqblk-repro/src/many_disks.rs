@@ -18,8 +18,8 @@ use super::point::{cell, job, Figures, Runner};
 use super::queue_modes::{self, Sweep};
 use super::seed::{self, S000};
 use super::table::{spread_cell, SeedRow, Table};
-use crate::plot::chart::{Axis, Figure, LineChart, Panel, Scale, Series, Unit};
 use mqblk_bench::RwMode;
+use mqblk_plot::chart::{Axis, Figure, LineChart, Panel, Scale, Series, Unit};
 
 const DEVICES: [u32; 6] = [1, 2, 4, 8, 16, 32];
 /// Each disk's service time: the seed's 10,000 RPM disks took some

@@ -1,9 +1,14 @@
-//! `mqblk repro NAME`: the seeds' experiments, one command each, and
-//! `mqblk repro all`, every one of them and a report.
+//! mqblk-repro: the seeds' experiments, one function each, run on the
+//! workload engine (`mqblk-bench`) in this process, and `all`, every one
+//! of them and a report. It sits above `mqblk-bench` (every point is a
+//! bench run: the same jobs, devices and counters as `mqblk bench`) and
+//! `mqblk-plot` (each experiment draws its figure with its `chart`), and
+//! below `mqblk-cli`, whose `mqblk repro NAME` parses the arguments into
+//! a [`ReproOptions`] and calls [`run`].
 //!
 //! Each experiment runs its points through the bench's own engine, in this
 //! process (the same jobs, devices and counters as `mqblk bench`), every
-//! point [`point::ROUNDS`] times, and writes a directory:
+//! point `point::ROUNDS` times, and writes a directory:
 //!
 //! - `points/NN-LABEL.json`: the fio-shaped JSON of every run, as
 //!   `mqblk bench --output-format=json` prints it;
@@ -15,56 +20,56 @@
 //!   seed's figures as black dashed lines, their sources as its caption.
 //!
 //! `mqblk repro all --out DIR` runs them all into `DIR/NAME/` and writes
-//! `DIR/index.html` ([`index`]), one page that needs no server.
+//! `DIR/index.html` (`index`), one page that needs no server.
 //!
-//! Modules: [`point`] runs one point and its rounds, [`kernel_counters`]
-//! reads what the kernel counts around it, [`syscalls`] counts system
-//! calls with strace, [`table`] writes tables, [`seed`] names the seeds,
-//! [`outcome`] is what an experiment hands back, [`experiment`] what one
-//! is and what running it gave, [`machine`] and
-//! [`index`] make the report, [`queue_modes`] runs a point in every queue
+//! Modules: `point` runs one point and its rounds, `kernel_counters`
+//! reads what the kernel counts around it, `syscalls` counts system
+//! calls with strace, `table` writes tables, `seed` names the seeds,
+//! `outcome` is what an experiment hands back, `experiment` what one
+//! is and what running it gave, `machine` and
+//! `index` make the report, `queue_modes` runs a point in every queue
 //! mode at each count (for iorl, many-disks and mq-scaling); then one
 //! module per experiment.
 
-pub mod point;
+pub(crate) mod point;
 
-pub mod kernel_counters;
+pub(crate) mod kernel_counters;
 
-pub mod syscalls;
+pub(crate) mod syscalls;
 
-pub mod table;
+pub(crate) mod table;
 
-pub mod seed;
+pub(crate) mod seed;
 
-pub mod outcome;
+pub(crate) mod outcome;
 
-pub mod experiment;
+pub(crate) mod experiment;
 
-pub mod machine;
+pub(crate) mod machine;
 
-pub mod index;
+pub(crate) mod index;
 
-pub mod queue_modes;
+pub(crate) mod queue_modes;
 
-pub mod readv;
+pub(crate) mod readv;
 
-pub mod submits;
+pub(crate) mod submits;
 
-pub mod iorl;
+pub(crate) mod iorl;
 
-pub mod many_disks;
+pub(crate) mod many_disks;
 
-pub mod mq_scaling;
+pub(crate) mod mq_scaling;
 
-pub mod plug;
+pub(crate) mod plug;
 
-pub mod part_cache;
+pub(crate) mod part_cache;
 
-pub mod descriptor;
+pub(crate) mod descriptor;
 
-pub mod copies;
+pub(crate) mod copies;
 
-pub mod mapping;
+pub(crate) mod mapping;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -75,21 +80,17 @@ use anyhow::{bail, Context as _, Result};
 pub use experiment::{Experiment, Written};
 pub use point::Runner;
 
-/// `mqblk repro`'s arguments.
-#[derive(clap::Args, Debug)]
-pub struct ReproArgs {
-    /// The experiment: readv, submits, iorl, many-disks, mq-scaling, plug,
-    /// part-cache, descriptor, copies, mapping; `all` for every one and a
-    /// report (DIR/index.html); `list` to name them.
-    #[arg(value_name = "NAME")]
+/// What to run, and where: `mqblk repro`'s arguments.
+#[derive(Clone, Debug)]
+pub struct ReproOptions {
+    /// The experiment (an [`Experiment::name`] of [`EXPERIMENTS`]); [`ALL`]
+    /// for every one and a report (DIR/index.html); `list` to name them.
     pub name: String,
-    /// Multiply every point's run time by F (1: each experiment takes
+    /// Every point's run time multiplied by this (1: each experiment takes
     /// under 2 minutes on 2 cores; 0.01 checks that it runs).
-    #[arg(long, value_name = "F", default_value = "1")]
     pub scale: f64,
     /// The output directory (default: mqblk-repro/NAME, or mqblk-repro for
     /// `all`).
-    #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
 }
 
@@ -205,8 +206,9 @@ pub const EXPERIMENTS: &[Experiment] = &[
 /// The name that runs every experiment.
 pub const ALL: &str = "all";
 
-/// Run `mqblk repro`.
-pub fn repro_command(args: &ReproArgs) -> Result<()> {
+/// Run `mqblk repro`: list, one experiment (its report in Markdown on
+/// stdout) or all of them.
+pub fn run(args: &ReproOptions) -> Result<()> {
     if !(args.scale.is_finite() && args.scale > 0.0 && args.scale <= 100.0) {
         bail!(
             "--scale={}: expected a factor above 0 and at most 100",
@@ -247,7 +249,7 @@ pub fn repro_command(args: &ReproArgs) -> Result<()> {
 }
 
 /// Every experiment into `out/NAME`, then `out/index.html`.
-fn all(args: &ReproArgs, out: &Path) -> Result<()> {
+fn all(args: &ReproOptions, out: &Path) -> Result<()> {
     let t0 = Instant::now();
     let mut done = Vec::new();
     let mut failed: Vec<(&str, String)> = Vec::new();
@@ -285,7 +287,7 @@ fn all(args: &ReproArgs, out: &Path) -> Result<()> {
 }
 
 /// Run `exp` into `out` and write its files.
-fn run_one(exp: &'static Experiment, args: &ReproArgs, out: &Path) -> Result<Written> {
+fn run_one(exp: &'static Experiment, args: &ReproOptions, out: &Path) -> Result<Written> {
     std::fs::create_dir_all(out.join("points"))
         .with_context(|| format!("creating {}", out.display()))?;
     let t0 = Instant::now();
@@ -321,7 +323,7 @@ fn run_one(exp: &'static Experiment, args: &ReproArgs, out: &Path) -> Result<Wri
     Ok(w)
 }
 
-fn markdown(w: &Written, args: &ReproArgs) -> String {
+fn markdown(w: &Written, args: &ReproOptions) -> String {
     let exp = w.exp;
     let mut s = format!("# {}\n\n", exp.title);
     let scale = if args.scale == 1.0 {

@@ -13,8 +13,8 @@ use super::point::{cell, job, Runner};
 use super::queue_modes::{self, Sweep};
 use super::seed::{self, S004};
 use super::table::{spread_cell, SeedRow, Table};
-use crate::plot::chart::{format_value, Axis, Figure, LineChart, Panel, Scale, Series, Unit};
 use mqblk_bench::RwMode;
+use mqblk_plot::chart::{format_value, Axis, Figure, LineChart, Panel, Scale, Series, Unit};
 
 const POINT_RUNTIME: Duration = Duration::from_millis(800);
 

@@ -25,8 +25,8 @@ use super::readv::data_file;
 use super::seed::{self, S002};
 use super::syscalls;
 use super::table::{spread_cell, SeedRow, Table};
-use crate::plot::chart::{Axis, Figure, LineChart, Panel, Scale, Series, Unit};
 use mqblk_bench::RwMode;
+use mqblk_plot::chart::{Axis, Figure, LineChart, Panel, Scale, Series, Unit};
 
 const BLOCK_KIB: [u64; 4] = [4, 16, 64, 256];
 const POINT_RUNTIME: Duration = Duration::from_millis(700);
