@@ -5,7 +5,7 @@ use std::io::Write;
 
 use anyhow::{bail, Result};
 
-use crate::bench::report::{self, Format};
+use mqblk_bench::report::{self, Format};
 
 use crate::cli::BenchArgs;
 
@@ -13,7 +13,7 @@ use crate::cli::BenchArgs;
 /// the first SIGINT or SIGTERM stops the jobs, drains them and prints what
 /// ran; a second one exits at once). A signal before the devices open is
 /// answered, in one line, when the first opens.
-pub(crate) fn bench_command(args: &BenchArgs, stop: crate::bench::stop::Stop) -> Result<()> {
+pub(crate) fn bench_command(args: &BenchArgs, stop: mqblk_bench::stop::Stop) -> Result<()> {
     let cli = args.job_options()?;
     // What a job file is told of a value mqblk takes in its own way
     // (another checksum for verify=, the generator of random_generator=),
@@ -26,16 +26,16 @@ pub(crate) fn bench_command(args: &BenchArgs, stop: crate::bench::stop::Stop) ->
         .chain(args.job_keys.iter().map(|(k, v)| (k.as_str(), v.as_ref())));
     for (key, value) in given {
         let Some(value) = value else { continue };
-        if let Some(note) = crate::bench::options::fio::value_note(key, value) {
+        if let Some(note) = mqblk_bench::options::value_note(key, value) {
             eprintln!("mqblk: note: --{key}={value}: {note}");
         }
     }
     // --ioengine=libaio (or posixaio) is told what a job file's line is.
     if let Some(engine) = &args.ioengine {
-        if let Ok(None) = crate::bench::options::file_engine(engine) {
+        if let Ok(None) = mqblk_bench::options::file_engine(engine) {
             eprintln!(
                 "mqblk: note: --ioengine={engine}: {}",
-                crate::bench::options::fio::ASYNC_ENGINE_NOTE
+                mqblk_bench::options::ASYNC_ENGINE_NOTE
             );
         }
     }
@@ -44,31 +44,31 @@ pub(crate) fn bench_command(args: &BenchArgs, stop: crate::bench::stop::Stop) ->
             if cli.name.is_some() {
                 bail!("--name names the command-line job; a job file names its jobs by their [sections]");
             }
-            crate::bench::jobfile::load(path, &cli, &args.section)?
+            mqblk_bench::jobfile::load(path, &cli, &args.section)?
         }
         None => vec![cli.build("job0").map_err(anyhow::Error::msg)?],
     };
-    crate::bench::options::check_run(&jobs).map_err(anyhow::Error::msg)?;
-    for note in crate::bench::layout::lay_out(&jobs)? {
+    mqblk_bench::options::check_run(&jobs).map_err(anyhow::Error::msg)?;
+    for note in mqblk_bench::layout::lay_out(&jobs)? {
         eprintln!("mqblk: note: {note}");
     }
     let format = args.output_format;
     let interval = args
         .status_interval
         .as_deref()
-        .map(crate::bench::options::parse_duration)
+        .map(mqblk_bench::options::parse_duration)
         .transpose()
         .map_err(|e| anyhow::anyhow!("--status-interval: {e}"))?
         .filter(|d| !d.is_zero());
     if interval.is_some_and(|d| d < std::time::Duration::from_millis(10)) {
         bail!("--status-interval: expected at least 10ms between reports");
     }
-    let status = crate::bench::status::StatusOptions {
+    let status = mqblk_bench::status::StatusOptions {
         eta: args.eta,
         interval,
     };
     // Everything that can fail before the run fails here, before the banner.
-    let prepared = crate::bench::engine::prepare(&jobs, args.allow_overcommit, Some(&stop))?;
+    let prepared = mqblk_bench::engine::prepare(&jobs, args.allow_overcommit, Some(&stop))?;
     let _control = match &args.control {
         Some(path) => Some(crate::qos::Control::start(path, prepared.devices())?),
         None => None,
@@ -79,7 +79,7 @@ pub(crate) fn bench_command(args: &BenchArgs, stop: crate::bench::stop::Stop) ->
         out.write_all(report::starting(&jobs).as_bytes())?;
         out.flush()?;
     }
-    let (run, teardown) = crate::bench::engine::run(prepared, &status, stop.flag())?;
+    let (run, teardown) = mqblk_bench::engine::run(prepared, &status, stop.flag())?;
     let interrupted = stop.signal();
     if let Some(sig) = interrupted {
         eprintln!("mqblk: terminated by signal {sig}: the report covers what ran until then");
@@ -98,7 +98,7 @@ pub(crate) fn bench_command(args: &BenchArgs, stop: crate::bench::stop::Stop) ->
     }
     out.flush()?;
     drop(out);
-    let outcome = bench_outcome(&run);
+    let outcome = run.verdict();
 
     // Report first, then close. After an error or a signal the devices get
     // CLOSE_BOUND: a backend that died may never let go, and the process
@@ -140,96 +140,3 @@ pub(crate) fn bench_command(args: &BenchArgs, stop: crate::bench::stop::Stop) ->
 /// How long the devices may take to close after a run that ended on an
 /// error or a signal.
 pub(crate) const CLOSE_BOUND: std::time::Duration = std::time::Duration::from_millis(500);
-
-/// The run's verdict: an error naming the failed I/Os or the mismatches,
-/// or what ended a job early (a latency bound, a minimum rate). "N errors,
-/// first: ..." is said only when there were errors; a job still waiting on
-/// its device or its throttle when a signal's grace ended is not an I/O
-/// error (the stop's own lines say it).
-pub(crate) fn bench_outcome(run: &crate::bench::result::RunResult) -> Result<()> {
-    let job_errors =
-        |j: &crate::bench::result::JobResult| j.read.errors + j.write.errors + j.trim.errors;
-    let stopped_there = |j: &crate::bench::result::JobResult| {
-        if j.stopped_at.is_some() {
-            " (the job stopped there: continue_on_error=none)"
-        } else {
-            ""
-        }
-    };
-    let failed: Vec<String> = run
-        .jobs
-        .iter()
-        .filter(|j| !j.unfinished && job_errors(j) > 0)
-        .map(|j| {
-            format!(
-                "{} (job {}): {} errors, first: {}{}",
-                j.name,
-                j.index,
-                job_errors(j),
-                j.first_error.as_deref().unwrap_or("not recorded"),
-                stopped_there(j)
-            )
-        })
-        .collect();
-    if !failed.is_empty() {
-        bail!(
-            "I/O errors in {} job(s): {}",
-            failed.len(),
-            failed.join("; ")
-        );
-    }
-    let ended: Vec<String> = run
-        .jobs
-        .iter()
-        .filter(|j| !j.unfinished && job_errors(j) == 0)
-        .filter_map(|j| {
-            let why = j.first_error.as_deref()?;
-            Some(format!(
-                "{} (job {}): {why}{}",
-                j.name,
-                j.index,
-                stopped_there(j)
-            ))
-        })
-        .collect();
-    if !ended.is_empty() {
-        bail!("{} job(s) ended early: {}", ended.len(), ended.join("; "));
-    }
-    let mismatched: Vec<String> = run
-        .jobs
-        .iter()
-        .filter_map(|j| {
-            let v = j.verify.as_ref().filter(|v| v.errors > 0)?;
-            let first = v.mismatches.first().map(|m| m.to_string());
-            Some(format!(
-                "{} (job {}): {} mismatches, first: {}",
-                j.name,
-                j.index,
-                v.errors,
-                first.as_deref().unwrap_or("unknown")
-            ))
-        })
-        .collect();
-    if !mismatched.is_empty() {
-        bail!(
-            "verify failed in {} job(s): {}",
-            mismatched.len(),
-            mismatched.join("; ")
-        );
-    }
-    let degraded: Vec<String> = run
-        .layer
-        .degraded
-        .iter()
-        .filter(|d| !d.allowed)
-        .map(|d| crate::degraded::text(&d.leg, d.run_ms))
-        .collect();
-    if !degraded.is_empty() {
-        bail!(
-            "the run ended degraded: {} (the I/O went on, on the legs left; allow_degraded=1 \
-             lets a run end degraded)",
-            degraded.join("; ")
-        );
-    }
-    Ok(())
-}

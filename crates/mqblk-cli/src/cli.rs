@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand};
 
-use crate::bench::options::JobOptions;
-use crate::bench::report::Format;
 use crate::open::device_spec;
+use mqblk_bench::options::JobOptions;
+use mqblk_bench::report::Format;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -329,7 +329,7 @@ pub(crate) struct BenchArgs {
     /// The status line on stderr (elapsed, eta, IOPS and bandwidth per
     /// direction, p99): auto shows it when stdout and stderr are terminals.
     #[arg(long, value_enum, default_value = "auto", value_name = "WHEN")]
-    pub(crate) eta: crate::bench::status::Eta,
+    pub(crate) eta: mqblk_bench::status::Eta,
 
     /// Print a JSON report to stdout every TIME while running (seconds
     /// unless suffixed): each job's IOPS and bandwidth per direction over
@@ -413,7 +413,7 @@ pub(crate) fn split_job_keys(args: Vec<String>) -> (Vec<String>, Vec<(String, Op
             .filter(|_| !rest)
             .map(|t| t.split_once('=').map_or((t, None), |(k, v)| (k, Some(v))))
             .filter(|(k, _)| {
-                !flags.iter().any(|f| f == k) && crate::bench::options::KEYS.contains(k)
+                !flags.iter().any(|f| f == k) && mqblk_bench::options::KEYS.contains(k)
             })
             .map(|(k, v)| (k.to_string(), v.map(str::to_string)));
         match key {
@@ -488,7 +488,7 @@ pub(crate) fn parse_cli() -> Cli {
     let name = name.split('=').next().unwrap_or(name);
     let mut longs: Vec<&str> = sc.get_arguments().filter_map(|a| a.get_long()).collect();
     if sub == "bench" {
-        longs.extend(crate::bench::options::KEYS);
+        longs.extend(mqblk_bench::options::KEYS);
     }
     let mut msg = format!("mqblk: error: unknown option {arg} for `mqblk {sub}`");
     let args: Vec<String> = std::env::args().collect();
@@ -574,7 +574,7 @@ impl BenchArgs {
             o.file_direct = Some(b);
         }
         if let Some(engine) = &self.ioengine {
-            o.file_engine = crate::bench::options::file_engine(engine)
+            o.file_engine = mqblk_bench::options::file_engine(engine)
                 .map_err(|why| anyhow::anyhow!("--ioengine={engine}: {why}"))?;
         }
         let file_flag = match (&self.direct, &self.ioengine) {

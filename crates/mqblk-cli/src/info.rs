@@ -4,8 +4,8 @@ use std::io::Write;
 
 use anyhow::{bail, Result};
 
-use crate::bench::report::{self};
 use crate::open::{device_spec, open_error, open_read_only};
+use mqblk_bench::report::{self};
 
 use crate::cli::InfoArgs;
 

@@ -1,7 +1,7 @@
 //! `mqblk`: the command-line front of the mqblk block layer.
 //!
 //! - `mqblk bench`: fio's option names (and fio job files), fio-shaped
-//!   output, plus the layer's own figures; see [`bench`].
+//!   output, plus the layer's own figures; see [`mqblk_bench`].
 //! - `mqblk info SPEC` (or `--device SPEC`): what a device spec opens:
 //!   capacity, block size, alignment, limits, features, queue mode and
 //!   hardware queues. It opens the device read-only.
@@ -15,18 +15,15 @@
 //! A bare path where a spec is expected (`/dev/sdb`, `./disk.img`) is read
 //! as the file device `file:PATH`, with a note.
 //!
-//! The binary counts heap allocations (see [`alloc_count`]) so that the
-//! bench can report allocations per I/O.
+//! The binary counts heap allocations (see `mqblk_bench::alloc_count`)
+//! so that the bench can report allocations per I/O.
 //!
 //! The command line is parsed in [`cli`]; each subcommand runs from its
 //! own module ([`bench_command`], [`info`], [`stat`], [`serve`], [`qos`],
 //! [`repro`], [`plot`]), and `main` only dispatches and reports errors.
 
-mod alloc_count;
-mod bench;
 mod bench_command;
 mod cli;
-mod ctime;
 mod degraded;
 mod info;
 mod open;
@@ -44,13 +41,26 @@ use cli::{parse_cli, split_dm_table, Command, DmCommand, StatArgs, SPLIT_DM_TABL
 use info::info_command;
 
 #[global_allocator]
-static GLOBAL: alloc_count::CountingAlloc = alloc_count::CountingAlloc;
+static GLOBAL: mqblk_bench::alloc_count::CountingAlloc = mqblk_bench::alloc_count::CountingAlloc;
+
+/// Before anything else of the process runs (`.preinit_array` comes
+/// before the shared libraries' constructors, librados' among them, which
+/// take tens of milliseconds), SIGINT and SIGTERM are blocked: one that
+/// comes then waits, pending, until `main` has its handlers in place
+/// (`mqblk_bench::stop::Stop::install`) or has said it runs no bench
+/// (`mqblk_bench::stop::unblock`), instead of ending the process without a
+/// word. Only the kernel's exec and the loader's relocations (a few
+/// milliseconds) come before it. The static is the binary's own: one in
+/// the library crate would be dropped by the linker, nothing naming it.
+#[used]
+#[link_section = ".preinit_array"]
+static BLOCK_EARLY: extern "C" fn() = mqblk_bench::stop::block_stop_signals;
 
 fn stat_command(args: &StatArgs) -> Result<()> {
     let interval = args
         .interval
         .as_deref()
-        .map(bench::options::parse_duration)
+        .map(mqblk_bench::options::parse_duration)
         .transpose()
         .map_err(|e| anyhow::anyhow!("--interval: {e}"))?;
     if interval.is_some_and(|d| d.is_zero()) {
@@ -69,19 +79,19 @@ fn stat_command(args: &StatArgs) -> Result<()> {
 
 fn main() -> std::process::ExitCode {
     // bench's signal handlers come first, before the arguments are parsed:
-    // a signal at any moment of a bench is answered (bench::stop).
+    // a signal at any moment of a bench is answered (mqblk_bench::stop).
     // Until then SIGINT and SIGTERM are blocked since the process began.
     let stop = match std::env::args().nth(1).as_deref() {
-        Some("bench") => match bench::stop::Stop::install() {
+        Some("bench") => match mqblk_bench::stop::Stop::install() {
             Ok(stop) => Some(stop),
             Err(e) => {
-                bench::stop::unblock();
+                mqblk_bench::stop::unblock();
                 eprintln!("mqblk: {e:#}");
                 return std::process::ExitCode::FAILURE;
             }
         },
         _ => {
-            bench::stop::unblock();
+            mqblk_bench::stop::unblock();
             None
         }
     };
@@ -89,7 +99,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Bench(args) => match stop {
             Some(stop) => bench_command(&args, stop),
-            None => bench::stop::Stop::install().and_then(|stop| bench_command(&args, stop)),
+            None => mqblk_bench::stop::Stop::install().and_then(|stop| bench_command(&args, stop)),
         },
         Command::Info(args) => info_command(&args),
         Command::Stat(args) => stat_command(&args),

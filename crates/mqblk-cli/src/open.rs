@@ -21,14 +21,7 @@ pub(crate) fn device_spec(arg: &str) -> String {
     }
 }
 
-/// A device-open error, with the spec it came from unless it already
-/// names it (a spec error quotes the spec itself).
-pub(crate) fn open_error(e: mqblk::Error, spec: &str) -> anyhow::Error {
-    match e {
-        e @ mqblk::Error::Spec { .. } => anyhow::Error::new(e),
-        e => anyhow::Error::new(e).context(format!("device {spec:?}")),
-    }
-}
+pub(crate) use mqblk_bench::open::open_error;
 
 /// Open `spec` read-only (`ro=1` unless the spec sets `ro=`): info and
 /// read-only exports never ask for write access.

@@ -5,10 +5,6 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-/// The drawing, for the seeds' experiments and the bench's status line
-/// (`crate::plot::chart`), until they live in crates of their own.
-pub use mqblk_plot::chart;
-
 /// `mqblk plot`'s arguments.
 #[derive(clap::Args, Debug)]
 pub struct PlotArgs {
