@@ -160,6 +160,8 @@ impl Server {
             },
             attr: Mutex::new(Shared::attr_of(&meta, capacity, read_only)),
             rmw: Mutex::new(()),
+            rmw_active: AtomicBool::new(false),
+            writes_in_flight: (0..threads).map(|_| Default::default()).collect(),
             quit: AtomicBool::new(false),
             dev: dev.clone(),
         });

@@ -10,6 +10,7 @@
 //!
 //! By call order: this file (the loop: take requests, sleep), `serve`
 //! (each opcode), `slow` (requests off the device's blocks, fallocate),
+//! `rmw` (read-modify-writes and aligned writes excluding each other),
 //! `submit` (a request's bio), `complete` (completions answered, the
 //! drain), `answer` (replies written to the descriptor), `wait` (the
 //! sleep), `state` (the worker, its slots and buffers, which all of them
@@ -17,6 +18,7 @@
 
 mod answer;
 mod complete;
+mod rmw;
 mod serve;
 mod slow;
 mod state;
@@ -63,6 +65,11 @@ impl Worker {
             }
         };
         loop {
+            let unparked = if self.parked.is_empty() {
+                0
+            } else {
+                self.unpark()
+            };
             let took = self.take_requests();
             self.ctx.unplug();
             let reaped = self.reap();
@@ -70,13 +77,22 @@ impl Worker {
             if (self.gone || quit) && self.in_flight == 0 {
                 break;
             }
-            if took == 0 && reaped == 0 {
+            if !self.parked.is_empty() && unparked == 0 {
+                // An RMW holds the device (for a few of its I/Os).
+                std::thread::sleep(rmw::PARKED_NAP);
+            } else if took == 0 && reaped == 0 {
                 let listen = !self.gone && !quit && !self.free.is_empty();
                 match &waiter {
                     Some(w) => w.wait(listen, self.in_flight > 0),
                     None => std::thread::sleep(wait::SLEEP_MAX / 10),
                 }
             }
+        }
+        // Writes still parked when the connection ended: nobody reads
+        // their answer.
+        for p in std::mem::take(&mut self.parked) {
+            self.reply_err(p.unique, libc::EIO);
+            self.free.push(p.slot);
         }
         let abandoned = self.drain(Duration::from_secs(1));
         if abandoned > 0 {
