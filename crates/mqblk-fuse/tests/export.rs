@@ -374,3 +374,94 @@ fn unaligned_and_aligned_writes_to_the_same_blocks_exclude_each_other() {
         &bad_rounds[..bad_rounds.len().min(10)]
     );
 }
+
+/// Mount fusectl on /sys/fs/fuse/connections if it is not mounted (root).
+fn fusectl() {
+    let dir = std::path::Path::new("/sys/fs/fuse/connections");
+    let mounted = std::fs::read_to_string("/proc/self/mounts")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(2) == Some("fusectl"));
+    if !mounted {
+        let st = std::process::Command::new("mount")
+            .args(["-t", "fusectl", "none"])
+            .arg(dir)
+            .status()
+            .expect("run mount");
+        assert!(st.success(), "mount -t fusectl: {st}");
+    }
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn an_abort_by_the_kernel_ends_the_io_and_the_export_with_an_error_within_2_s() {
+    fusectl();
+    let mut m = Mounted::new("fuse-abort", "ram,size=32M", false);
+    let id = m
+        .connection
+        .expect("the connection's id, from the mount table");
+    let path = m.path.clone();
+    // Readers and writers with I/O in flight when the connection goes.
+    let stop_load = std::sync::atomic::AtomicBool::new(false);
+    let (ended, took, ios) = std::thread::scope(|s| {
+        let load: Vec<_> = (0..4u64)
+            .map(|t| {
+                let (path, stop_load) = (&path, &stop_load);
+                s.spawn(move || {
+                    let f = OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .open(path)
+                        .unwrap();
+                    let mut b = vec![t as u8; 64 * 1024];
+                    let mut ios = 0u64;
+                    for i in 0u64.. {
+                        if stop_load.load(std::sync::atomic::Ordering::Relaxed) {
+                            break;
+                        }
+                        let at = (i * 4 + t) % 512 * 64 * 1024;
+                        let r = if t % 2 == 0 {
+                            f.read_at(&mut b, at).map(|_| ())
+                        } else {
+                            f.write_all_at(&b, at)
+                        };
+                        if r.is_err() {
+                            // The abort failed it.
+                            break;
+                        }
+                        ios += 1;
+                    }
+                    ios
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(200));
+        let t0 = Instant::now();
+        std::fs::write(format!("/sys/fs/fuse/connections/{id}/abort"), b"1")
+            .expect("abort through fusectl");
+        let ended = m.end();
+        let took = t0.elapsed();
+        stop_load.store(true, std::sync::atomic::Ordering::Relaxed);
+        let ios: Vec<u64> = load.into_iter().map(|h| h.join().unwrap()).collect();
+        (ended, took, ios)
+    });
+    eprintln!(
+        "aborted under load ({ios:?} I/Os by 4 threads): the export ended in {took:?}: {ended:?}"
+    );
+    let e = ended.expect_err("an abort from outside is an error");
+    let said = e.to_string();
+    assert!(
+        matches!(e, mqblk_fuse::Error::Aborted { connection, abandoned: 0, .. } if connection == id),
+        "{said}"
+    );
+    assert!(said.contains("aborted FUSE connection"), "{said}");
+    assert!(ios.iter().all(|&n| n > 0), "the load ran: {ios:?}");
+    assert!(
+        mqblk_test_support::time_bound("abort", took, Duration::from_secs(2)),
+        "the export took {took:?} to end after the abort"
+    );
+    assert!(
+        mqblk_fuse::mount::mounts_on(&m.path).unwrap().is_empty(),
+        "the export unmounted the aborted file"
+    );
+}
