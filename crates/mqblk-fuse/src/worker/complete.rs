@@ -39,7 +39,7 @@ impl Worker {
             self.free.push(slot);
             self.in_flight -= 1;
             if let Pending::Write { .. } = pending {
-                self.end_aligned_write();
+                self.shared.end_aligned_write(self.id);
             }
             if !status.is_ok() {
                 self.reply_err(unique, status.errno());

@@ -48,27 +48,9 @@ impl Drop for Exclusive<'_> {
 }
 
 impl Worker {
-    /// Count an aligned write of this thread in flight, unless an RMW
-    /// holds the device (then the caller parks it).
-    pub(super) fn start_aligned_write(&self) -> bool {
-        let mine = &self.shared.writes_in_flight[self.id];
-        mine.fetch_add(1, Ordering::SeqCst);
-        if self.shared.rmw_active.load(Ordering::SeqCst) {
-            mine.fetch_sub(1, Ordering::SeqCst);
-            return false;
-        }
-        true
-    }
-
-    /// An aligned write of this thread completed.
-    pub(super) fn end_aligned_write(&self) {
-        let was = self.shared.writes_in_flight[self.id].fetch_sub(1, Ordering::Release);
-        debug_assert!(was > 0);
-    }
-
     /// Submit an aligned write, or park it while an RMW holds the device.
     pub(super) fn aligned_write(&mut self, slot: u32, unique: u64, offset: u64, len: u32) {
-        if !self.parked.is_empty() || !self.start_aligned_write() {
+        if !self.parked.is_empty() || !self.shared.start_aligned_write(self.id) {
             // Behind the parked ones: writes of one thread keep their
             // order.
             debug_assert!(self.parked.len() < self.slots.len());
@@ -90,7 +72,7 @@ impl Worker {
     pub(super) fn unpark(&mut self) -> usize {
         let mut n = 0;
         while let Some(&p) = self.parked.first() {
-            if !self.start_aligned_write() {
+            if !self.shared.start_aligned_write(self.id) {
                 break;
             }
             self.parked.remove(0);

@@ -4,7 +4,7 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU32};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_utils::CachePadded;
@@ -59,6 +59,29 @@ impl Shared {
             gid: meta.gid(),
             blksize: PAGE as u32,
         }
+    }
+}
+
+/// The counters of the read-modify-write exclusion (`rmw` has the
+/// argument); at the bottom, so that completions reach them without
+/// reaching up.
+impl Shared {
+    /// Count an aligned write of thread `id` in flight, unless an RMW
+    /// holds the device (then the caller parks it).
+    pub(crate) fn start_aligned_write(&self, id: usize) -> bool {
+        let mine = &self.writes_in_flight[id];
+        mine.fetch_add(1, Ordering::SeqCst);
+        if self.rmw_active.load(Ordering::SeqCst) {
+            mine.fetch_sub(1, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    /// An aligned write of thread `id` completed.
+    pub(crate) fn end_aligned_write(&self, id: usize) {
+        let was = self.writes_in_flight[id].fetch_sub(1, Ordering::Release);
+        debug_assert!(was > 0);
     }
 }
 
