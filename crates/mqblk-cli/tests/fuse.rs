@@ -5,8 +5,9 @@
 //! on a dm stripe; `qemu-img info` and `convert` reading the file; fio
 //! verifying a pattern through io_uring and O_DIRECT; `fallocate
 //! --punch-hole` and `--zero-range` seen by SEEK_HOLE and read back as
-//! zeros; a read-only export's EROFS; SIGTERM under load within 2 s;
-//! SIGKILL under load, then the next export on the same file; and the
+//! zeros; a read-only export's EROFS; SIGTERM under load within 2 s; an
+//! abort by the kernel under load: an error exit within 2 s; SIGKILL
+//! under load, then the next export on the same file; and the
 //! layer underneath (stats, QoS control, blktrace, the image lock, a
 //! degraded mirror) as with the NBD export.
 //!
@@ -478,6 +479,71 @@ fn sigterm_under_load_unmounts_and_exits_within_2_s_leaving_no_process_stuck() {
     let t0 = Instant::now();
     fio.wait(Duration::from_secs(10));
     eprintln!("fio ended {:?} after the server", t0.elapsed());
+}
+
+/// Mount fusectl on /sys/fs/fuse/connections if it is not mounted (root).
+fn fusectl() {
+    let mounted = std::fs::read_to_string("/proc/self/mounts")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(2) == Some("fusectl"));
+    if !mounted {
+        run_ok_cmd(Command::new("mount").args([
+            "-t",
+            "fusectl",
+            "none",
+            "/sys/fs/fuse/connections",
+        ]));
+    }
+}
+
+/// The FUSE connection serving `file` (its directory under fusectl): the
+/// kernel's dev_t of the mount, from `/proc/self/mountinfo`.
+fn connection_of(file: &Path) -> u64 {
+    let p = file.parent().unwrap().canonicalize().unwrap();
+    let m = mqblk_fuse::mount::mounts_on(&p.join(file.file_name().unwrap())).unwrap();
+    m.last().expect("the export's mount").connection()
+}
+
+#[test]
+fn an_abort_by_the_kernel_under_load_ends_the_server_with_a_clear_error_within_2_s() {
+    fusectl();
+    let s = Scratch::new("fuse-abort");
+    let file = s.file("disk.img", 0);
+    let stats = s.path().join("stats");
+    let mut export = Export::start(
+        "ram,size=32M",
+        &file,
+        &[&format!("--stats-dir={}", stats.display())],
+    );
+    let mut fio = fio_load(&file, 30);
+    wait_for_load(&stats);
+    let id = connection_of(&file);
+    let mut server = export.server.take().expect("a running server");
+    let t0 = Instant::now();
+    std::fs::write(format!("/sys/fs/fuse/connections/{id}/abort"), b"1")
+        .expect("abort the connection through fusectl");
+    let st = server.wait(WAIT_MAX);
+    let took = t0.elapsed();
+    let (_, _, err) = server.finish(WAIT_MAX);
+    eprintln!("aborted under load: the server exited {st} in {took:?}\n{err}");
+    assert!(!st.success(), "an abort is an error: {st}\n{err}");
+    assert!(
+        err.contains(&format!("aborted FUSE connection {id}")),
+        "the error names the abort and the connection: {err}"
+    );
+    assert!(
+        time_bound("abort-under-load", took, STOP_BOUND),
+        "the server took {took:?} to exit after the abort (bound {STOP_BOUND:?}):\n{err}"
+    );
+    // fio, whose requests the abort failed, is not left in the kernel.
+    let t1 = Instant::now();
+    fio.wait(Duration::from_secs(10));
+    eprintln!("fio ended {:?} after the server", t1.elapsed());
+    assert!(
+        !is_fuse_mounted(&file),
+        "the server unmounted the aborted file"
+    );
 }
 
 #[test]

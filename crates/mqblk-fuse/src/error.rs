@@ -50,6 +50,25 @@ pub enum Error {
         /// The most allowed.
         max: usize,
     },
+    /// The kernel aborted the connection (through fusectl's `abort`, or a
+    /// forced unmount that left the mount in place) while no stop was
+    /// asked for: the export ended its requests and cleared the mount.
+    #[error(
+        "FUSE export on {file}: the kernel aborted FUSE connection {connection} \
+         (/sys/fs/fuse/connections/{connection}/abort): its waiting requests failed; \
+         the export ended its I/O in flight ({abandoned} left on the device), \
+         unmounted the file{detached} and stopped"
+    )]
+    Aborted {
+        /// The file served.
+        file: PathBuf,
+        /// The connection's id.
+        connection: u64,
+        /// Requests the device had not finished when the export left.
+        abandoned: u32,
+        /// `" (lazily: it was busy)"` when the unmount was detached.
+        detached: &'static str,
+    },
     /// The device refused a context.
     #[error(transparent)]
     Device(#[from] mqblk_core::Error),

@@ -26,10 +26,14 @@
 //!   layout), [`request`] (a message read as a request), [`reply`] (the
 //!   answers), [`seek`] (SEEK_DATA and SEEK_HOLE from extents).
 //! - The data half, `worker`: one thread per cloned descriptor, with its
-//!   own context; reads, writes, fsync (a flush), fallocate (PUNCH_HOLE
-//!   a discard, ZERO_RANGE write-zeroes) and lseek become the layer's
-//!   bios and extents, and errors their errno (EIO, ENOSPC, EROFS,
-//!   EINVAL).
+//!   own context; reads, writes, fsync and FLUSH (a flush, as
+//!   qemu-storage-daemon's export answers both), fallocate (PUNCH_HOLE a
+//!   discard, ZERO_RANGE write-zeroes) and lseek become the layer's bios
+//!   and extents, and errors their errno (EIO, ENOSPC, EROFS, EINVAL; a
+//!   truncate EOPNOTSUPP: the size is fixed). A read-modify-write (bytes
+//!   off the device's blocks) and the aligned writes exclude each other.
+//!   An abort of the connection by the kernel ends the export with
+//!   [`Error::Aborted`].
 //!
 //! [`Server`] is the control plane (`mount`: the mount(2), the stale
 //! mount of a killed server cleared, the clones; `server`: the stop —

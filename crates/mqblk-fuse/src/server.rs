@@ -160,6 +160,8 @@ impl Server {
             },
             attr: Mutex::new(Shared::attr_of(&meta, capacity, read_only)),
             rmw: Mutex::new(()),
+            rmw_active: AtomicBool::new(false),
+            writes_in_flight: (0..threads).map(|_| Default::default()).collect(),
             quit: AtomicBool::new(false),
             dev: dev.clone(),
         });
@@ -263,6 +265,19 @@ impl Server {
             Ok(Event::ThreadEnded) => ended_threads += 1,
             Ok(Event::Stop) | Err(_) => {}
         }
+        // A thread left with no stop asked: the connection ended under
+        // us. Still mounted, it was aborted (an unmount from outside
+        // leaves no mount).
+        let aborted_from_outside = !self.stop.stopped.load(Ordering::Acquire)
+            && self.connection.is_some_and(|id| {
+                mount::mounts_on(&self.path)
+                    .map(|m| m.iter().any(|m| m.connection() == id))
+                    .unwrap_or(false)
+            });
+        if aborted_from_outside {
+            // Whatever still reads the connection leaves now.
+            self.shared.quit.store(true, Ordering::Release);
+        }
         // Stopped, or the connection ended under us (a stale mount would
         // stay): unmount either way; an unmount from outside leaves
         // nothing to do (EINVAL).
@@ -316,6 +331,18 @@ impl Server {
                 ended.requests += end.requests;
                 ended.errors += end.errors;
             }
+        }
+        if let (true, Some(connection)) = (aborted_from_outside, self.connection) {
+            return Err(Error::Aborted {
+                file: self.path.clone(),
+                connection,
+                abandoned: ended.abandoned,
+                detached: if ended.detached {
+                    " (lazily: it was busy)"
+                } else {
+                    ""
+                },
+            });
         }
         Ok(ended)
     }

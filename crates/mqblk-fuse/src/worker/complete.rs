@@ -17,6 +17,15 @@ impl Worker {
         self.answer_done()
     }
 
+    /// Wait (10 ms at most) for a completion and answer what completed.
+    pub(super) fn reap_wait(&mut self) -> usize {
+        let Worker { ctx, done, .. } = self;
+        ctx.poll_wait_for(1, Duration::from_millis(10), |c| {
+            done.push((c.private() as u32, c.status()))
+        });
+        self.answer_done()
+    }
+
     pub(super) fn answer_done(&mut self) -> usize {
         let mut done = std::mem::take(&mut self.done);
         let n = done.len();
@@ -29,6 +38,9 @@ impl Worker {
             };
             self.free.push(slot);
             self.in_flight -= 1;
+            if let Pending::Write { .. } = pending {
+                self.shared.end_aligned_write(self.id);
+            }
             if !status.is_ok() {
                 self.reply_err(unique, status.errno());
                 continue;
@@ -56,11 +68,7 @@ impl Worker {
     pub(super) fn drain(&mut self, max: Duration) -> u32 {
         let deadline = std::time::Instant::now() + max;
         while self.in_flight > 0 && std::time::Instant::now() < deadline {
-            let Worker { ctx, done, .. } = self;
-            ctx.poll_wait_for(1, Duration::from_millis(10), |c| {
-                done.push((c.private() as u32, c.status()))
-            });
-            self.answer_done();
+            self.reap_wait();
         }
         self.in_flight
     }

@@ -42,9 +42,13 @@ impl Worker {
                 self.reply(u, &reply::attr(&a, 1));
             }
             Op::SetAttr(sa) => {
-                if sa.valid & fattr::SIZE != 0 && sa.size != cap {
-                    // The device's size is fixed.
-                    return self.reply_err(u, libc::EINVAL);
+                if sa.valid & fattr::SIZE != 0 {
+                    // The device's size is fixed. qemu-storage-daemon's
+                    // export of a node that cannot be resized (null-co)
+                    // answers every truncate, even to the same size, with
+                    // the block layer's ENOTSUP (EOPNOTSUPP on Linux),
+                    // before changing any other attribute: so does this.
+                    return self.reply_err(u, libc::EOPNOTSUPP);
                 }
                 let a = {
                     let mut a = self.shared.attr.lock().unwrap_or_else(|e| e.into_inner());
@@ -112,7 +116,7 @@ impl Worker {
                 }
                 let len = u64::from(size).min(cap - offset) as u32;
                 if self.aligned(offset, u64::from(len)) {
-                    self.submit_rw(slot, u, BioOp::Write, offset, len);
+                    self.aligned_write(slot, u, offset, len);
                 } else {
                     self.slow_write(slot, u, offset, len);
                 }
@@ -131,8 +135,12 @@ impl Worker {
                 };
                 self.reply(u, &reply::statfs(&s));
             }
-            Op::Release | Op::Flush => self.reply_err(u, 0),
-            Op::Fsync { .. } => {
+            Op::Release => self.reply_err(u, 0),
+            // FLUSH comes with every close(2) of a descriptor of the file.
+            // qemu-storage-daemon's export answers it as an fsync (a flush
+            // of its block node: close reports a write-back error, as
+            // libfuse documents FLUSH for), and so does this one.
+            Op::Flush | Op::Fsync { .. } => {
                 if ro {
                     return self.reply_err(u, 0);
                 }

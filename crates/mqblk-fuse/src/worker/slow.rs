@@ -1,9 +1,9 @@
 //! Requests the layer cannot take as they are (an offset or a length off
 //! the device's logical block): a blocking read(-modify-write) of the
-//! blocks around them through a bounce buffer, the read-modify-writes of
-//! all threads one at a time, so that two on one block cannot lose either's
-//! bytes; and fallocate (discard, write-zeroes, and the partial blocks at
-//! its ends zeroed).
+//! blocks around them through a bounce buffer, each read-modify-write
+//! holding the device against other RMWs and aligned writes (`rmw`), so
+//! that none on the same block loses its bytes; and fallocate (discard,
+//! write-zeroes, and the partial blocks at its ends zeroed).
 
 use std::ptr::NonNull;
 
@@ -59,9 +59,17 @@ impl Worker {
     }
 
     /// A write off the device's blocks: read the blocks around it, put
-    /// the data in, write them back, one such write at a time.
+    /// the data in, write them back, with the device held (`rmw`: no
+    /// other RMW, no aligned write in flight).
     pub(super) fn slow_write(&mut self, slot: u32, unique: u64, offset: u64, len: u32) {
+        // Blocking calls wait for their own bio only: answer what is done
+        // first, so the context has room.
         self.reap();
+        let shared = self.shared.clone();
+        let _held = match self.exclusive(&shared) {
+            Ok(held) => held,
+            Err(errno) => return self.reply_err(unique, errno),
+        };
         let (start, span) = self.around(offset, len);
         let p = self.bounce(span);
         // SAFETY: the bounce buffer has `span` bytes and only this thread
@@ -72,15 +80,11 @@ impl Worker {
                 std::slice::from_raw_parts(self.data_ptr(slot).as_ptr(), len as usize),
             )
         };
-        let shared = self.shared.clone();
-        let r = {
-            let _one = shared.rmw.lock().unwrap_or_else(|e| e.into_inner());
-            self.ctx.read_at(buf, start).and_then(|()| {
-                let at = (offset - start) as usize;
-                buf[at..at + len as usize].copy_from_slice(data);
-                self.ctx.write_at(buf, start)
-            })
-        };
+        let r = self.ctx.read_at(buf, start).and_then(|()| {
+            let at = (offset - start) as usize;
+            buf[at..at + len as usize].copy_from_slice(data);
+            self.ctx.write_at(buf, start)
+        });
         match r {
             Ok(()) => self.reply(unique, &reply::write(len)),
             Err(e) => self.reply_err(unique, e.status().errno()),
@@ -113,7 +117,15 @@ impl Worker {
         if mode & (falloc::PUNCH_HOLE | falloc::ZERO_RANGE) == 0 || offset >= end {
             return 0;
         }
+        // The partial blocks are read-modify-writes, and zeroes or a
+        // discard racing one of them could be undone by it: the whole
+        // fallocate holds the device.
         self.reap();
+        let shared = self.shared.clone();
+        let _held = match self.exclusive(&shared) {
+            Ok(held) => held,
+            Err(errno) => return errno,
+        };
         let b = self.shared.block;
         let inner_start = offset.div_ceil(b) * b;
         let inner_end = end / b * b;
@@ -146,15 +158,13 @@ impl Worker {
     }
 
     /// Zero `len` bytes at `offset`, less than two blocks, off the block
-    /// boundaries: a read-modify-write.
+    /// boundaries: a read-modify-write (the caller holds the device).
     pub(super) fn zero_bytes(&mut self, offset: u64, len: u32) -> i32 {
         let (start, span) = self.around(offset, len);
         let p = self.bounce(span);
         // SAFETY: the bounce buffer has `span` bytes and only this thread
         // uses it.
         let buf = unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), span) };
-        let shared = self.shared.clone();
-        let _one = shared.rmw.lock().unwrap_or_else(|e| e.into_inner());
         let r = self.ctx.read_at(buf, start).and_then(|()| {
             let at = (offset - start) as usize;
             buf[at..at + len as usize].fill(0);

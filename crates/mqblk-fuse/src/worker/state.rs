@@ -4,8 +4,10 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
+
+use crossbeam_utils::CachePadded;
 
 use mqblk_core::{Context, Device, IoBuf, Status};
 
@@ -27,8 +29,14 @@ pub(crate) struct Shared {
     pub(crate) init: InitOut,
     /// The file's attributes (GETATTR and SETATTR only).
     pub(crate) attr: Mutex<Attr>,
-    /// The slow path's read-modify-writes, one at a time.
+    /// The slow path's read-modify-writes (and fallocates), one at a
+    /// time, each excluding every aligned write (see `rmw`).
     pub(crate) rmw: Mutex<()>,
+    /// A read-modify-write holds the device: aligned writes wait (park).
+    pub(crate) rmw_active: AtomicBool,
+    /// Each thread's aligned writes in flight, on a line of its own that
+    /// only its thread writes (an RMW reads them all).
+    pub(crate) writes_in_flight: Vec<CachePadded<AtomicU32>>,
     /// Leave once the requests in flight are answered, even if the
     /// connection lives (a user holds the detached file).
     pub(crate) quit: AtomicBool,
@@ -54,6 +62,29 @@ impl Shared {
     }
 }
 
+/// The counters of the read-modify-write exclusion (`rmw` has the
+/// argument); at the bottom, so that completions reach them without
+/// reaching up.
+impl Shared {
+    /// Count an aligned write of thread `id` in flight, unless an RMW
+    /// holds the device (then the caller parks it).
+    pub(crate) fn start_aligned_write(&self, id: usize) -> bool {
+        let mine = &self.writes_in_flight[id];
+        mine.fetch_add(1, Ordering::SeqCst);
+        if self.rmw_active.load(Ordering::SeqCst) {
+            mine.fetch_sub(1, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    /// An aligned write of thread `id` completed.
+    pub(crate) fn end_aligned_write(&self, id: usize) {
+        let was = self.writes_in_flight[id].fetch_sub(1, Ordering::Release);
+        debug_assert!(was > 0);
+    }
+}
+
 /// What a slot's request waits for.
 #[derive(Clone, Copy)]
 pub(super) enum Pending {
@@ -63,6 +94,16 @@ pub(super) enum Pending {
     Write { len: u32 },
     /// A bare header (fsync).
     Done,
+}
+
+/// An aligned write that arrived while a read-modify-write held the
+/// device: its data waits in its slot until the RMW ends.
+#[derive(Clone, Copy)]
+pub(super) struct Parked {
+    pub(super) slot: u32,
+    pub(super) unique: u64,
+    pub(super) offset: u64,
+    pub(super) len: u32,
 }
 
 /// A request slot: free, or holding the request its bio serves.
@@ -96,6 +137,9 @@ pub(crate) struct Worker {
     pub(super) free: Vec<u32>,
     pub(super) in_flight: u32,
     pub(super) done: Vec<(u32, Status)>,
+    /// Aligned writes waiting for a read-modify-write to end (their slots
+    /// are neither free nor in flight).
+    pub(super) parked: Vec<Parked>,
     /// The slow path's buffer, made at its first use.
     pub(super) bounce: Option<IoBuf>,
     /// The connection ended (ENODEV).
@@ -144,6 +188,7 @@ impl Worker {
             free: (0..depth as u32).rev().collect(),
             in_flight: 0,
             done: Vec::with_capacity(depth),
+            parked: Vec::with_capacity(depth),
             bounce: None,
             gone: false,
             said_broken: false,
