@@ -2,8 +2,10 @@
 //! driver that concatenates two memory disks, cutting each bio at the
 //! boundary into clones built in place in its lower contexts, ending the
 //! bio when its last clone has, and asking for a requeue of every fifth
-//! bio once. Checked against a plain model: every bio ends exactly once,
-//! with the right status and data, and the device's stats count bios.
+//! bio once; with routing on, a bio that lies in one half goes down itself
+//! (`BioDriver::route`), no clone. Checked against a plain model: every
+//! bio ends exactly once, with the right status and data, and the device's
+//! stats count bios.
 //! Runs under Miri (no syscall on this path but the futex of a wait).
 
 mod common;
@@ -13,7 +15,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::{mem_device, Order};
-use mqblk_core::bio_based::{BioDriver, BioEnds, BioQueueSetup, BioRef};
+use mqblk_core::bio_based::{BioDriver, BioEnds, BioQueueSetup, BioRef, Lower, Routed};
 use mqblk_core::driver::{Error, Features, Op, QueueLimits, Status};
 use mqblk_core::{Bio, Context, Device, DeviceConfig};
 
@@ -22,6 +24,8 @@ const HALF: u64 = 64 << 10;
 struct Concat {
     lower: [Device; 2],
     requeues: Arc<AtomicU32>,
+    /// Route a bio that lies in one half (`None`: never route).
+    routed: Option<Arc<AtomicU32>>,
 }
 
 struct Cut {
@@ -128,6 +132,36 @@ impl BioDriver for Concat {
         finish(&mut q.remaining, tag, Status::Ok, ends);
     }
 
+    fn routes(&self) -> bool {
+        self.routed.is_some()
+    }
+
+    fn route<'q>(
+        &self,
+        q: &'q mut ConcatQueue,
+        _op: Op,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Option<Routed<'q>> {
+        let routed = self.routed.as_ref()?;
+        let half = (offset_bytes / HALF) as usize;
+        if (offset_bytes + len_bytes - 1) / HALF != half as u64 {
+            return None;
+        }
+        routed.fetch_add(1, Ordering::Relaxed);
+        Some(Routed {
+            lower: &mut q.ctx[half] as &mut dyn Lower,
+            offset_bytes: offset_bytes - half as u64 * HALF,
+            cookie: half as u64,
+        })
+    }
+
+    fn lower_contexts(&self, q: &mut ConcatQueue, f: &mut dyn FnMut(&mut dyn Lower)) {
+        for c in &mut q.ctx {
+            f(c);
+        }
+    }
+
     fn unplug(&self, q: &mut ConcatQueue) {
         for c in &mut q.ctx {
             c.unplug();
@@ -166,6 +200,13 @@ impl BioDriver for Concat {
 type Memory = Arc<Mutex<Vec<u8>>>;
 
 fn concat(order: Order) -> (Device, [Memory; 2], Arc<AtomicU32>) {
+    concat_routing(order, None)
+}
+
+fn concat_routing(
+    order: Order,
+    routed: Option<Arc<AtomicU32>>,
+) -> (Device, [Memory; 2], Arc<AtomicU32>) {
     let (a, da, _) = mem_device(HALF as usize, order);
     let (b, db, _) = mem_device(HALF as usize, order);
     let requeues = Arc::new(AtomicU32::new(0));
@@ -173,6 +214,7 @@ fn concat(order: Order) -> (Device, [Memory; 2], Arc<AtomicU32>) {
         Concat {
             lower: [a, b],
             requeues: requeues.clone(),
+            routed,
         },
         DeviceConfig::new("concat", 2 * HALF),
     )
@@ -194,9 +236,23 @@ impl Lcg {
 
 #[test]
 fn bios_cut_across_two_devices_end_once_with_their_data() {
+    cut_across(None);
+}
+
+/// The same with routing: a bio in one half goes down itself, into the
+/// lower context's request (or a slot there, the first time the lower
+/// context passes its gate), and comes back up through the reap.
+#[test]
+fn bios_routed_whole_end_once_with_their_data() {
+    let routed = Arc::new(AtomicU32::new(0));
+    cut_across(Some(routed.clone()));
+    assert!(routed.load(Ordering::Relaxed) > 0, "no bio was routed");
+}
+
+fn cut_across(routed: Option<Arc<AtomicU32>>) {
     let rounds = if cfg!(miri) { 3 } else { 40 };
     for order in [Order::Inline, Order::Reversed] {
-        let (dev, disks, requeues) = concat(order);
+        let (dev, disks, requeues) = concat_routing(order, routed.clone());
         assert!(dev.is_bio_based());
         let mut model = vec![0u8; 2 * HALF as usize];
         let mut ctx = dev.context().unwrap();

@@ -418,8 +418,15 @@ impl ExportTrait for NbdExport {
     }
 
     fn stop_signal(&self) -> StopSignal {
-        let server = self.server.clone();
-        StopSignal::new(move || server.stop())
+        // Weak: a stop handle (a signal's watcher thread holds one for the
+        // process's life) must not keep the server, whose drop removes its
+        // socket and lock file, past the end of `serve`.
+        let server = Arc::downgrade(&self.server);
+        StopSignal::new(move || {
+            if let Some(s) = server.upgrade() {
+                s.stop();
+            }
+        })
     }
 
     fn serve(self: Box<Self>) -> Result<ExportReport, Error> {
