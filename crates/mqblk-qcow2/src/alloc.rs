@@ -415,10 +415,13 @@ impl ImageFile {
         // cluster. When the epoch before has no I/O left, its frees are
         // given back, and the epochs turn.
         let before = 1 - m.epoch;
-        if self.in_flight[before].load(std::sync::atomic::Ordering::Acquire) == 0 {
+        if self.mapped.in_flight(before) == 0 {
             let frees = std::mem::take(&mut m.old_free);
             m.old_free = std::mem::take(&mut m.pending_free);
             m.epoch = before;
+            self.mapped
+                .epoch
+                .store(before, std::sync::atomic::Ordering::SeqCst);
             if frees.is_empty() {
                 return Ok(());
             }

@@ -19,6 +19,8 @@ impl Image {
         match self.l2_slot(m, i)? {
             Some((slot, e)) if e.copied => Ok(slot),
             Some((slot, e)) => {
+                // The table moves: the queues' slices of it are not trusted.
+                self.mapped.bump();
                 let data = m.cache.slot(slot).data.clone();
                 let new = self.alloc_cluster(m)?;
                 self.make_room(m)?;
@@ -50,6 +52,10 @@ impl Image {
     /// Set the L2 entry of guest offset `guest`, freeing what the old one
     /// held once the change is durable.
     fn set_entry(&self, m: &mut Meta, guest: u64, old: Cluster, new: Cluster) -> Result<()> {
+        if let Cluster::Normal { copied: true, .. } = old {
+            // A queue's slice may hold it as data to write in place.
+            self.mapped.bump();
+        }
         let (i, j) = self.indices(guest);
         let slot = self.l2_for_write(m, i)?;
         let w = self.hdr.l2_entry_bytes() as usize;

@@ -323,7 +323,7 @@ impl Image {
                 l2_bits,
                 hdr,
                 writable: opts.writable,
-                in_flight: Default::default(),
+                mapped: Default::default(),
             },
             backing,
             snapshots,
@@ -394,6 +394,19 @@ impl Image {
         )
     }
 
+    /// Over the hardware queues that have gone: requests planned from
+    /// their L2 slices without the lock, requests planned under it, and
+    /// the bytes the slices took.
+    pub fn slice_stats(&self) -> (u64, u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let s = &self.mapped;
+        (
+            s.slice_hits.load(Relaxed),
+            s.slice_misses.load(Relaxed),
+            s.slice_bytes.load(Relaxed),
+        )
+    }
+
     /// The L2 slot of L1 entry `i`, loading the table (`None`: no table).
     pub(crate) fn l2_slot(&self, m: &mut Meta, i: usize) -> Result<Option<(usize, L1Entry)>> {
         let raw = m.l1[i];
@@ -424,6 +437,44 @@ impl Image {
         self.pread("read of an L2 table", e.l2_offset, &mut data)?;
         self.make_room(m)?;
         Ok(Some((m.cache.insert(e.l2_offset, data, false), e)))
+    }
+
+    /// The host offsets of guest clusters `[first, first + out.len())`
+    /// (inside one L2 table) as the queues' L2 slices keep them
+    /// ([`crate::slice`]): the offset of a plain data cluster written in
+    /// place (allocated, not compressed, not zero, COPIED, inside the file
+    /// device), else 0. Standard entries only.
+    pub(crate) fn plain_hosts(&self, m: &mut Meta, first: u64, out: &mut [u64]) -> Result<()> {
+        let i = (first >> self.l2_bits) as usize;
+        let j0 = (first & ((1 << self.l2_bits) - 1)) as usize;
+        debug_assert!(j0 + out.len() <= 1 << self.l2_bits);
+        debug_assert!(!self.hdr.extended_l2());
+        out.fill(0);
+        if i >= m.l1.len() {
+            return Ok(());
+        }
+        // The table the request just went through is in the cache: found
+        // without counting a second lookup.
+        let l2_offset = L1Entry::decode(m.l1[i]).map_or(0, |e| e.l2_offset);
+        let slot = match m.cache.peek(l2_offset) {
+            Some(s) => s,
+            None => match self.l2_slot(m, i)? {
+                Some((s, _)) => s,
+                None => return Ok(()),
+            },
+        };
+        let (cb, cs, limit) = (self.hdr.cluster_bits, self.cs, m.limit);
+        let d = &m.cache.slot(slot).data;
+        for (k, h) in out.iter_mut().enumerate() {
+            let j = (j0 + k) * 8;
+            let raw = u64::from_be_bytes(d[j..j + 8].try_into().expect("8 bytes"));
+            if let Ok(Cluster::Normal { host, copied: true }) = Cluster::decode(raw, cb, false) {
+                if host.checked_add(cs).is_some_and(|end| end <= limit) {
+                    *h = host;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The L1 index and L2 index of guest offset `guest`.
@@ -626,6 +677,16 @@ impl Drop for Image {
             let (hits, misses, mem, cap) = self.cache_stats();
             eprintln!(
                 "mqblk: {}: L2 cache {mem} of {cap} bytes, {hits} hits, {misses} misses ({:.2}% hits)",
+                self.name,
+                100.0 * hits as f64 / (hits + misses).max(1) as f64
+            );
+            let (hits, misses, mem) = self.slice_stats();
+            let clones = self
+                .mapped
+                .clones_sent
+                .load(std::sync::atomic::Ordering::Relaxed);
+            eprintln!(
+                "mqblk: {}: queues' L2 slices {mem} bytes, {hits} requests planned from them without the lock, {misses} under it ({:.2}% without), {clones} clones sent to the file",
                 self.name,
                 100.0 * hits as f64 / (hits + misses).max(1) as f64
             );
