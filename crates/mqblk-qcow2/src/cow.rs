@@ -87,6 +87,26 @@ impl Image {
         if let Cluster::Normal { host, copied: true } = old {
             return self.pwrite("write of data", host + at, data);
         }
+        let reads_zero = match old {
+            Cluster::Zero { .. } => true,
+            Cluster::Unallocated => self.backing.is_none(),
+            _ => false,
+        };
+        let fresh_from = m.fresh_from;
+        if reads_zero {
+            let host = self.alloc_cluster(m)?;
+            if host >= fresh_from {
+                // A cluster the file never held reads as zeros already:
+                // only the data is written (QEMU skips zero copy-on-write
+                // the same way). The data first; the entry after.
+                self.pwrite("write of a new cluster", host + at, data)?;
+                return self.set_entry(m, guest, old, Cluster::Normal { host, copied: true });
+            }
+            let mut buf = vec![0u8; self.cs as usize];
+            buf[at as usize..at as usize + data.len()].copy_from_slice(data);
+            self.pwrite("write of a new cluster", host, &buf)?;
+            return self.set_entry(m, guest, old, Cluster::Normal { host, copied: true });
+        }
         let start = guest - at;
         let mut buf = vec![0u8; self.cs as usize];
         if at != 0 || data.len() as u64 != self.cs {

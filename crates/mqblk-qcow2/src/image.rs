@@ -311,6 +311,7 @@ impl Image {
             old_free: Vec::new(),
             epoch: 0,
             file_end: file_bound,
+            fresh_from: file_bound,
             limit: data_limit,
             incompatible: hdr.incompatible,
         };
