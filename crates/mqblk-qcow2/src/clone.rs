@@ -238,6 +238,15 @@ mod tests {
     struct MapperQueue {
         clones: Clones,
         slices: Slices,
+        mapped: Arc<Mapped>,
+    }
+
+    impl Drop for MapperQueue {
+        fn drop(&mut self) {
+            self.mapped
+                .clones_sent
+                .fetch_add(self.clones.sent, Ordering::Relaxed);
+        }
     }
 
     impl Driver for Mapper {
@@ -261,6 +270,7 @@ mod tests {
             Ok(MapperQueue {
                 clones: Clones::new(ctx, depth, self.mapped.register()),
                 slices,
+                mapped: self.mapped.clone(),
             })
         }
 
@@ -349,6 +359,11 @@ mod tests {
         assert_eq!(y, want[5000..]);
         // Every clone was counted and has ended.
         assert_eq!(mapped.in_flight(0) + mapped.in_flight(1), 0);
+        // Each request went down as two clones: guest clusters 0 and 1
+        // are contiguous in the file, and so are 2 and 3.
+        drop(ctx);
+        drop(dev);
+        assert_eq!(mapped.clones_sent.load(Ordering::Relaxed), 4);
     }
 
     #[test]
