@@ -24,7 +24,7 @@ use crate::clone::Clones;
 use crate::error::Result;
 use crate::image::Image;
 use crate::slice::Slices;
-use crate::table::{Cluster, Source};
+use crate::table::{Cluster, L1Entry, Source};
 
 /// The driver of a qcow2 device.
 pub struct Qcow2Driver {
@@ -88,6 +88,46 @@ fn copy_from(rq: &Request, at: u64, out: &mut [u8]) {
         if pos >= end {
             break;
         }
+    }
+}
+
+impl Image {
+    /// The host offsets of guest clusters `[first, first + out.len())`
+    /// (inside one L2 table) as the queues' L2 slices keep them
+    /// ([`crate::slice`]): the offset of a plain data cluster written in
+    /// place (allocated, not compressed, not zero, COPIED, inside the file
+    /// device), else 0. Standard entries only.
+    pub(crate) fn plain_hosts(&self, m: &mut Meta, first: u64, out: &mut [u64]) -> Result<()> {
+        let i = (first >> self.l2_bits) as usize;
+        let j0 = (first & ((1 << self.l2_bits) - 1)) as usize;
+        debug_assert!(j0 + out.len() <= 1 << self.l2_bits);
+        debug_assert!(!self.hdr.extended_l2());
+        out.fill(0);
+        if i >= m.l1.len() {
+            return Ok(());
+        }
+        // The table the request just went through is in the cache: found
+        // without counting a second lookup.
+        let l2_offset = L1Entry::decode(m.l1[i]).map_or(0, |e| e.l2_offset);
+        let slot = match m.cache.peek(l2_offset) {
+            Some(s) => s,
+            None => match self.l2_slot(m, i)? {
+                Some((s, _)) => s,
+                None => return Ok(()),
+            },
+        };
+        let (cb, cs, limit) = (self.hdr.cluster_bits, self.cs, m.limit);
+        let d = &m.cache.slot(slot).data;
+        for (k, h) in out.iter_mut().enumerate() {
+            let j = (j0 + k) * 8;
+            let raw = u64::from_be_bytes(d[j..j + 8].try_into().expect("8 bytes"));
+            if let Ok(Cluster::Normal { host, copied: true }) = Cluster::decode(raw, cb, false) {
+                if host.checked_add(cs).is_some_and(|end| end <= limit) {
+                    *h = host;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
