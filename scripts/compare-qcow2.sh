@@ -17,7 +17,9 @@
 #     `qcow2:IMG` against `file:RAW` holding the same data on the same file
 #     system (both through the page cache, direct=0, as the qcow2 driver's
 #     file device runs), alternating, median of the pairs.
-#  3. The L2 cache: its memory and hit rate over the runs of section 2
+#  3. The L2 cache: its memory and hit rate over the runs of section 2,
+#     and the hardware queues' L2 slices (their memory, the requests
+#     planned from them without the lock, the clones sent to the file)
 #     (MQBLK_QCOW2_STATS=1 makes each image print them when it closes).
 #
 # Files live in /dev/shm when there is one (the scratch directory else).
@@ -155,5 +157,5 @@ print(f"  qcow2 IOPS {statistics.median(float(x[1]) for x in rows):.0f} ({statis
 PY
 
 echo "== 3. L2 cache (default l2_cache_size; the image's L2 tables take $(( (1 << 30) / 65536 * 8 / 1024 )) KiB)"
-grep "L2 cache" "$dir/stats" | sed 's/^/  /'
+grep -E "L2 cache|L2 slices" "$dir/stats" | sed 's/^/  /'
 

@@ -171,6 +171,65 @@ fn a_bench_workload_passes_check_and_compares_equal_to_raw() {
     );
 }
 
+/// The figure before `what` in `line` ("... 42 what ...").
+fn figure_before(line: &str, what: &str) -> u64 {
+    let head = &line[..line
+        .find(what)
+        .unwrap_or_else(|| panic!("no `{what}` in {line}"))];
+    head.split_whitespace()
+        .last()
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("no figure before `{what}` in {line}"))
+}
+
+#[test]
+fn a_read_over_contiguous_clusters_goes_down_whole_and_without_the_lock() {
+    // 4 KiB clusters, allocated in order by sequential 64 KiB writes:
+    // a 64 KiB read spans 16 clusters, contiguous in the file but where an
+    // L2 table or a refcount block was placed between them.
+    let d = Dir::new("contig");
+    let img = d.s("c.qcow2");
+    let spec = format!("qcow2:{img},create=16M,cluster_size=4k");
+    bench(
+        &spec,
+        &["--rw=write", "--bs=64k", "--size=16M", "--iodepth=1"],
+    );
+    check_clean(&img);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mqblk"));
+    cmd.env("MQBLK_QCOW2_STATS", "1")
+        .arg("bench")
+        .arg(format!("--device=qcow2:{img}"))
+        .args(["--rw=read", "--bs=64k", "--size=16M", "--iodepth=4"])
+        .arg("--output-format=json");
+    let (status, out, err) = Watched::spawn(&mut cmd).finish(RUN_MAX);
+    assert!(status.success(), "bench exited {status}:\n{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let bios = v["mqblk"]["bios"].as_u64().unwrap();
+    let requests = v["mqblk"]["requests"].as_u64().unwrap();
+    let line = err
+        .lines()
+        .find(|l| l.contains("L2 slices"))
+        .unwrap_or_else(|| panic!("no slice figures in:\n{err}"));
+    let clones = figure_before(line, "clones sent");
+    let unlocked = figure_before(line, "requests planned from them");
+    let locked = figure_before(line, "under it");
+    eprintln!(
+        "64k reads of a 4k-cluster image: {bios} bios, {requests} requests, {clones} clones to the file; {unlocked} requests planned without the lock, {locked} under it"
+    );
+    // Not cut at each cluster (that was 16 requests a bio).
+    assert!(requests <= bios, "{requests} requests for {bios} bios");
+    // One clone a request, but where the file breaks the run: the 8 L2
+    // tables and the refcount blocks placed among the data.
+    assert!(
+        clones <= requests + 16,
+        "{clones} clones for {requests} requests"
+    );
+    // Under the lock: the first request into each slice (8 slices of
+    // 512 clusters), nothing else.
+    assert!(locked <= 8, "{locked} requests planned under the lock");
+    assert_eq!(unlocked + locked, requests);
+}
+
 /// `(start, length, data, zero)` runs, adjacent equal runs merged.
 fn merged(runs: Vec<(u64, u64, bool, bool)>) -> Vec<(u64, u64, bool, bool)> {
     let mut out: Vec<(u64, u64, bool, bool)> = Vec::new();

@@ -93,6 +93,9 @@ pub struct Meta {
     pub(crate) epoch: usize,
     /// End of the last cluster in use.
     pub(crate) file_end: u64,
+    /// From here on the file has never been written since it was opened:
+    /// it reads as zeros (the file device extended it, sparse).
+    pub(crate) fresh_from: u64,
     /// No cluster may end past this (the file device's capacity).
     pub(crate) limit: u64,
     /// The incompatible feature bits as in the file.
@@ -227,6 +230,7 @@ impl ImageFile {
         m.rc.table[b as usize] = off;
         m.rc.table_dirty = true;
         m.file_end = m.file_end.max(off + self.cs);
+        m.fresh_from = m.fresh_from.max(off + self.cs);
         Ok(())
     }
 
@@ -316,6 +320,7 @@ impl ImageFile {
             m.rc.free_hint = c + n;
         }
         m.file_end = m.file_end.max(end);
+        m.fresh_from = m.fresh_from.max(end);
         Ok(c << m.rc.cluster_bits)
     }
 
@@ -415,10 +420,13 @@ impl ImageFile {
         // cluster. When the epoch before has no I/O left, its frees are
         // given back, and the epochs turn.
         let before = 1 - m.epoch;
-        if self.in_flight[before].load(std::sync::atomic::Ordering::Acquire) == 0 {
+        if self.mapped.in_flight(before) == 0 {
             let frees = std::mem::take(&mut m.old_free);
             m.old_free = std::mem::take(&mut m.pending_free);
             m.epoch = before;
+            self.mapped
+                .epoch
+                .store(before, std::sync::atomic::Ordering::SeqCst);
             if frees.is_empty() {
                 return Ok(());
             }

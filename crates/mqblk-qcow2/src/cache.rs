@@ -69,6 +69,12 @@ impl L2Cache {
         }
     }
 
+    /// The slot of the table at `offset`, if cached (not counted, and not
+    /// made more recent: for a second look at a table just looked up).
+    pub fn peek(&self, offset: u64) -> Option<usize> {
+        self.index.get(&offset).copied()
+    }
+
     /// The slot at `i`.
     pub fn slot(&mut self, i: usize) -> &mut Slot {
         &mut self.slots[i]

@@ -19,6 +19,8 @@ impl Image {
         match self.l2_slot(m, i)? {
             Some((slot, e)) if e.copied => Ok(slot),
             Some((slot, e)) => {
+                // The table moves: the queues' slices of it are not trusted.
+                self.mapped.bump();
                 let data = m.cache.slot(slot).data.clone();
                 let new = self.alloc_cluster(m)?;
                 self.make_room(m)?;
@@ -50,6 +52,10 @@ impl Image {
     /// Set the L2 entry of guest offset `guest`, freeing what the old one
     /// held once the change is durable.
     fn set_entry(&self, m: &mut Meta, guest: u64, old: Cluster, new: Cluster) -> Result<()> {
+        if let Cluster::Normal { copied: true, .. } = old {
+            // A queue's slice may hold it as data to write in place.
+            self.mapped.bump();
+        }
         let (i, j) = self.indices(guest);
         let slot = self.l2_for_write(m, i)?;
         let w = self.hdr.l2_entry_bytes() as usize;
@@ -80,6 +86,26 @@ impl Image {
         let at = guest & (self.cs - 1);
         if let Cluster::Normal { host, copied: true } = old {
             return self.pwrite("write of data", host + at, data);
+        }
+        let reads_zero = match old {
+            Cluster::Zero { .. } => true,
+            Cluster::Unallocated => self.backing.is_none(),
+            _ => false,
+        };
+        let fresh_from = m.fresh_from;
+        if reads_zero {
+            let host = self.alloc_cluster(m)?;
+            if host >= fresh_from {
+                // A cluster the file never held reads as zeros already:
+                // only the data is written (QEMU skips zero copy-on-write
+                // the same way). The data first; the entry after.
+                self.pwrite("write of a new cluster", host + at, data)?;
+                return self.set_entry(m, guest, old, Cluster::Normal { host, copied: true });
+            }
+            let mut buf = vec![0u8; self.cs as usize];
+            buf[at as usize..at as usize + data.len()].copy_from_slice(data);
+            self.pwrite("write of a new cluster", host, &buf)?;
+            return self.set_entry(m, guest, old, Cluster::Normal { host, copied: true });
         }
         let start = guest - at;
         let mut buf = vec![0u8; self.cs as usize];

@@ -1,14 +1,15 @@
-//! The qcow2 driver (request-based, over the image's file device): each
-//! request is cut at cluster runs. Runs that map to allocated data go to
-//! the file as clone bios that view the request's memory (zero copy),
-//! submitted to this hardware queue's own context on the file device and
-//! reaped in `poll`; the request completes when its last clone has ended.
-//! Zeros, backing data and compressed clusters are filled in
-//! synchronously first, and so are writes that allocate (copy-on-write),
-//! write-zeroes, discards and flushes, under the metadata lock.
+//! The qcow2 driver (request-based, over the image's file device). A
+//! read or a write whose clusters are all plain data written in place
+//! (allocated, not compressed, not zero, COPIED) is planned from the
+//! queue's L2 slices ([`crate::slice`]) without the image's lock; its
+//! pieces go down as clones ([`crate::clone`]), contiguous ones as one.
+//! Anything else is planned under the metadata lock: zeros, backing data
+//! and compressed clusters are filled in synchronously first, and so are
+//! writes that allocate (copy-on-write), write-zeroes, discards and
+//! flushes; the slices the request went through are refreshed there.
 //!
-//! Requests never cross a cluster (`chunk_sectors` is the cluster), so a
-//! request is at most one lookup.
+//! A request may cross clusters (no `chunk_sectors`): it is cut at
+//! cluster boundaries only where the mapping is not contiguous.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -17,12 +18,13 @@ use mqblk_core::driver::{
     Completions, Driver, Error, Extent, Features, HwNotifier, HwQueueSetup, Op, QueueLimits,
     QueueRq, Request, RqRef, Status,
 };
-use mqblk_core::{Bio, Context};
 
 use crate::alloc::Meta;
+use crate::clone::Clones;
 use crate::error::Result;
 use crate::image::Image;
-use crate::table::{Cluster, Source};
+use crate::slice::Slices;
+use crate::table::{Cluster, L1Entry, Source};
 
 /// The driver of a qcow2 device.
 pub struct Qcow2Driver {
@@ -30,23 +32,27 @@ pub struct Qcow2Driver {
     pub(crate) read_only: bool,
 }
 
-/// A request waiting for its clones.
-struct Parent {
-    rq: RqRef,
-    pending: u32,
-    status: Status,
+/// Per hardware queue: its clones on the file device, its L2 slices,
+/// and room for one cluster of data.
+pub struct Qcow2Queue {
+    clones: Clones,
+    slices: Slices,
+    scratch: Vec<u8>,
+    /// For the figures, when the queue goes.
+    img: Arc<Image>,
 }
 
-/// Per hardware queue: a context on the file device, the requests in
-/// flight by tag, and the plan of one request.
-pub struct Qcow2Queue {
-    ctx: Context,
-    parents: Vec<Option<Parent>>,
-    /// (offset in the request, length, file offset) of each clone.
-    plan: Vec<(u64, u64, u64)>,
-    scratch: Vec<u8>,
-    /// The epoch the planned clones are counted in.
-    epoch: usize,
+impl Drop for Qcow2Queue {
+    fn drop(&mut self) {
+        // The queue's figures go to the image's report.
+        let s = &self.img.mapped;
+        s.slice_hits.fetch_add(self.slices.hits, Ordering::Relaxed);
+        s.slice_misses
+            .fetch_add(self.slices.misses, Ordering::Relaxed);
+        s.slice_bytes
+            .fetch_add(self.slices.memory_bytes(), Ordering::Relaxed);
+        s.clones_sent.fetch_add(self.clones.sent, Ordering::Relaxed);
+    }
 }
 
 /// Copy `data` into a read request's buffers at `at`.
@@ -85,30 +91,44 @@ fn copy_from(rq: &Request, at: u64, out: &mut [u8]) {
     }
 }
 
-fn fold(s: &mut Status, n: Status) {
-    if *s == Status::Ok {
-        *s = n;
+impl Image {
+    /// The host offsets of guest clusters `[first, first + out.len())`
+    /// (inside one L2 table) as the queues' L2 slices keep them
+    /// ([`crate::slice`]): the offset of a plain data cluster written in
+    /// place (allocated, not compressed, not zero, COPIED, inside the file
+    /// device), else 0. Standard entries only.
+    pub(crate) fn plain_hosts(&self, m: &mut Meta, first: u64, out: &mut [u64]) -> Result<()> {
+        let i = (first >> self.l2_bits) as usize;
+        let j0 = (first & ((1 << self.l2_bits) - 1)) as usize;
+        debug_assert!(j0 + out.len() <= 1 << self.l2_bits);
+        debug_assert!(!self.hdr.extended_l2());
+        out.fill(0);
+        if i >= m.l1.len() {
+            return Ok(());
+        }
+        // The table the request just went through is in the cache: found
+        // without counting a second lookup.
+        let l2_offset = L1Entry::decode(m.l1[i]).map_or(0, |e| e.l2_offset);
+        let slot = match m.cache.peek(l2_offset) {
+            Some(s) => s,
+            None => match self.l2_slot(m, i)? {
+                Some((s, _)) => s,
+                None => return Ok(()),
+            },
+        };
+        let (cb, cs, limit) = (self.hdr.cluster_bits, self.cs, m.limit);
+        let d = &m.cache.slot(slot).data;
+        for (k, h) in out.iter_mut().enumerate() {
+            let j = (j0 + k) * 8;
+            let raw = u64::from_be_bytes(d[j..j + 8].try_into().expect("8 bytes"));
+            if let Ok(Cluster::Normal { host, copied: true }) = Cluster::decode(raw, cb, false) {
+                if host.checked_add(cs).is_some_and(|end| end <= limit) {
+                    *h = host;
+                }
+            }
+        }
+        Ok(())
     }
-}
-
-/// One clone of parent `tag` ended.
-fn finish(
-    parents: &mut [Option<Parent>],
-    tag: u32,
-    status: Status,
-    done: &mut Completions<'_>,
-) -> usize {
-    let Some(p) = parents[tag as usize].as_mut() else {
-        return 0;
-    };
-    fold(&mut p.status, status);
-    p.pending -= 1;
-    if p.pending > 0 {
-        return 0;
-    }
-    let p = parents[tag as usize].take().expect("checked above");
-    done.complete(p.rq, p.status);
-    1
 }
 
 impl Qcow2Driver {
@@ -132,7 +152,7 @@ impl Qcow2Driver {
             let (src, n) = img.source(m, off, len - done)?;
             let scratch = &mut hq.scratch[..n as usize];
             match src {
-                Source::Data(host) if host + n <= m.limit => hq.plan.push((done, n, host)),
+                Source::Data(host) if host + n <= m.limit => hq.clones.push(done, n, host),
                 Source::Data(host) => {
                     img.pread("read of data", host, scratch)?;
                     copy_to(rq, done, scratch);
@@ -173,7 +193,7 @@ impl Qcow2Driver {
             let n = (len - done).min(img.cs - at);
             match img.map(m, off)?.0 {
                 Cluster::Normal { host, copied: true } if host + img.cs <= m.limit => {
-                    hq.plan.push((done, n, host + at))
+                    hq.clones.push(done, n, host + at)
                 }
                 _ => {
                     let buf = &mut hq.scratch[..n as usize];
@@ -182,6 +202,28 @@ impl Qcow2Driver {
                 }
             }
             done += n;
+        }
+        Ok(())
+    }
+
+    /// Bring the queue's slices of the clusters of `[start, start + len)`
+    /// up to date (under the lock, after the request changed them).
+    fn refresh(&self, hq: &mut Qcow2Queue, m: &mut Meta, start: u64, len: u64) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let img = &self.img;
+        let gen = img.mapped.gen.load(Ordering::Relaxed);
+        let cb = img.hdr.cluster_bits;
+        for gc in start >> cb..=(start + len - 1) >> cb {
+            if hq.slices.holds(gc, gen) {
+                let mut one = [0u64];
+                img.plain_hosts(m, gc, &mut one)?;
+                hq.slices.patch(gc, gen, one[0]);
+            } else {
+                hq.slices
+                    .fill(gc, gen, |first, out| img.plain_hosts(m, first, out))?;
+            }
         }
         Ok(())
     }
@@ -200,47 +242,25 @@ impl Qcow2Driver {
         Ok(())
     }
 
-    /// Send the planned clones of `rq`; complete it when they end.
-    fn send(&self, hq: &mut Qcow2Queue, rq: RqRef, done: &mut Completions<'_>) {
-        let tag = rq.tag();
-        let req: *const Request = &*rq;
-        hq.parents[tag as usize] = Some(Parent {
-            rq,
-            pending: hq.plan.len() as u32 + 1,
-            status: Status::Ok,
-        });
-        for k in 0..hq.plan.len() {
-            let (at, n, host) = hq.plan[k];
-            // SAFETY: `req` points at the request `parents[tag]` owns, which
-            // stays there (not given back) until its last reference is
-            // dropped, and this loop holds one. Each clone ends before the
-            // parent is given back: `finish` runs from the file context's
-            // poll, which drops the clone right after, and `done.complete`
-            // hands the parent to the core only when this driver's
-            // `poll` or `queue_rq` returns. The planned ranges are disjoint
-            // pieces of the request, and every fill of its buffers
-            // (zeros, backing data) happened in the plan, before this.
-            let mut bio: Bio = unsafe { (*req).clone_bio_range(at, n, host) };
-            bio.private = u64::from(tag) | (hq.epoch as u64) << 32;
-            let bio = match hq.ctx.submit(bio) {
-                Ok(()) => continue,
-                Err(e) => e.into_bio(),
-            };
-            // The file context holds completions nobody polled: reap them
-            // and try once more.
-            let Qcow2Queue { ctx, parents, .. } = hq;
-            let in_flight = &self.img.in_flight;
-            ctx.poll(|c| {
-                in_flight[(c.private() >> 32) as usize].fetch_sub(1, Ordering::Release);
-                finish(parents, c.private() as u32, c.status(), done);
-            });
-            if let Err(e) = hq.ctx.submit(bio) {
-                drop(e);
-                self.img.in_flight[hq.epoch].fetch_sub(1, Ordering::Release);
-                finish(&mut hq.parents, tag, Status::IoError, done);
-            }
+    /// Plan `rq` under the metadata lock, and count its clones.
+    fn plan_locked(&self, hq: &mut Qcow2Queue, rq: &mut Request) -> Result<()> {
+        let mut m = self.img.lock();
+        let (start, len) = (rq.offset_bytes(), rq.len_bytes());
+        let r = match rq.op() {
+            Op::Flush => self.img.writeback(&mut m),
+            Op::Read => self
+                .plan_read(hq, rq, &mut m)
+                .and_then(|()| self.refresh(hq, &mut m, start, len)),
+            Op::Write => self
+                .plan_write(hq, rq, &mut m)
+                .and_then(|()| self.refresh(hq, &mut m, start, len)),
+            Op::Discard | Op::WriteZeroes => self.zero(rq, &mut m),
+        };
+        // Counted while the mapping it was planned on still holds.
+        if r.is_ok() && !hq.clones.is_empty() {
+            hq.clones.count_locked(m.epoch);
         }
-        finish(&mut hq.parents, tag, Status::Ok, done);
+        r
     }
 }
 
@@ -249,18 +269,19 @@ impl Driver for Qcow2Driver {
 
     fn init_hw_queue(&self, setup: HwQueueSetup<'_>) -> std::result::Result<Qcow2Queue, Error> {
         let depth = (setup.queue_depth + setup.reserved_tags) as usize;
-        let mut ctx = self.img.data_device().context()?;
+        let img = &self.img;
+        let mut ctx = img.data_device().context()?;
         let notifier: HwNotifier = setup.notifier;
         ctx.forward_completions(&notifier);
-        if self.img.data_device().has_irq_lines() {
+        if img.data_device().has_irq_lines() {
             ctx.forward_irq_lines(&setup.irq_lines)?;
         }
+        let slice_bytes = img.lock().cache.capacity() as u64 * img.cs;
         Ok(Qcow2Queue {
-            ctx,
-            parents: (0..depth).map(|_| None).collect(),
-            plan: Vec::with_capacity(4),
-            scratch: vec![0u8; self.img.cs as usize],
-            epoch: 0,
+            clones: Clones::new(ctx, depth, img.mapped.register()),
+            slices: Slices::new(slice_bytes, img.l2_bits, !img.hdr.extended_l2()),
+            scratch: vec![0u8; img.cs as usize],
+            img: img.clone(),
         })
     }
 
@@ -271,58 +292,45 @@ impl Driver for Qcow2Driver {
         last: bool,
         done: &mut Completions<'_>,
     ) -> QueueRq {
-        hq.plan.clear();
-        let r = {
-            let mut m = self.img.lock();
-            let r = match rq.op() {
-                Op::Flush => self.img.writeback(&mut m),
-                Op::Read => self.plan_read(hq, &mut rq, &mut m),
-                Op::Write => self.plan_write(hq, &rq, &mut m),
-                Op::Discard | Op::WriteZeroes => self.zero(&rq, &mut m),
-            };
-            // Counted while the mapping it was planned on still holds.
-            if r.is_ok() && !hq.plan.is_empty() {
-                let n = hq.plan.len() as u64;
-                hq.epoch = m.epoch;
-                self.img.in_flight[m.epoch].fetch_add(n, Ordering::AcqRel);
-            }
-            r
+        hq.clones.clear();
+        let mapped = matches!(rq.op(), Op::Read | Op::Write)
+            && hq
+                .clones
+                .plan_mapped(&rq, &hq.slices, &self.img.mapped, self.img.hdr.cluster_bits);
+        let r = if mapped {
+            hq.slices.hits += 1;
+            Ok(())
+        } else {
+            hq.slices.misses += 1;
+            self.plan_locked(hq, &mut rq)
         };
         match r {
             Err(e) => {
                 let s = self.failed(e);
                 done.complete(rq, s);
             }
-            Ok(()) if hq.plan.is_empty() => done.complete(rq, Status::Ok),
-            Ok(()) => self.send(hq, rq, done),
+            Ok(()) if hq.clones.is_empty() => done.complete(rq, Status::Ok),
+            Ok(()) => hq.clones.send(rq, done),
         }
         if last {
-            hq.ctx.unplug();
+            hq.clones.ctx.unplug();
             self.poll(hq, done);
         }
         QueueRq::Issued
     }
 
     fn commit_rqs(&self, hq: &mut Qcow2Queue) {
-        hq.ctx.unplug();
+        hq.clones.ctx.unplug();
     }
 
     fn poll(&self, hq: &mut Qcow2Queue, done: &mut Completions<'_>) -> usize {
-        let Qcow2Queue { ctx, parents, .. } = hq;
-        let mut n = 0;
-        let in_flight = &self.img.in_flight;
-        ctx.poll(|c| {
-            in_flight[(c.private() >> 32) as usize].fetch_sub(1, Ordering::Release);
-            n += finish(parents, c.private() as u32, c.status(), done)
-        });
-        n
+        hq.clones.reap(done)
     }
 
     fn limits(&self) -> QueueLimits {
         let lower = self.img.data_device().limits();
         let chunk = (self.img.cs / 512) as u32;
         QueueLimits {
-            chunk_sectors: chunk,
             max_discard_sectors: chunk,
             max_write_zeroes_sectors: chunk,
             dma_alignment: lower.dma_alignment.max(511),

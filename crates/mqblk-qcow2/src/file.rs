@@ -7,7 +7,8 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use mqblk_core::queue::{Device, DeviceConfig};
 
@@ -29,11 +30,75 @@ pub struct ImageFile {
     pub(crate) cs: u64,
     /// log2 of the entries of an L2 table.
     pub(crate) l2_bits: u32,
-    /// Data I/Os sent to the file device and not yet ended, by the epoch
-    /// they were planned in (raised under the metadata lock). A cluster
-    /// freed in an epoch is given back only once every I/O of that epoch
-    /// has ended: one planned on the old mapping may still be bound for it.
-    pub(crate) in_flight: [std::sync::atomic::AtomicU64; 2],
+    /// What the data path shares with the metadata: the mapping's
+    /// generation, the epoch, and each hardware queue's I/O in flight.
+    pub(crate) mapped: Mapped,
+}
+
+/// Data I/Os one hardware queue sent to the file device and that have not
+/// ended yet, by the epoch they were counted in. On a cache line of its
+/// own: only its queue writes it; the write-back (under the metadata lock)
+/// reads it.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub struct InFlight(pub(crate) [AtomicU64; 2]);
+
+/// The data path's view of the mapping, without the metadata lock.
+///
+/// - `gen` rises (under the lock) whenever an L2 entry that reads as a
+///   plain data cluster written in place (allocated, not compressed, not
+///   zero, COPIED) stops being one, or an L2 table moves: a queue's L2
+///   slices ([`crate::slice`]) of an older generation are not trusted.
+///   An allocation (unallocated to data) does not raise it: a stale slice
+///   then only sends the request the locked way once.
+/// - A cluster freed in an epoch is given back only once every I/O
+///   counted before the free has ended (one planned on the old mapping
+///   may still be bound for it): the write-back turns the epoch only when
+///   no queue has I/O left in the epoch before ([`Mapped::in_flight`]).
+///   A queue counts its I/O (SeqCst), then reads `gen` again (SeqCst);
+///   the free raises `gen` (SeqCst) before the write-back reads the
+///   counts (SeqCst): either the queue sees the new generation and plans
+///   again under the lock, or the write-back sees its count.
+#[derive(Debug, Default)]
+pub struct Mapped {
+    pub(crate) gen: AtomicU64,
+    /// The epoch new I/O is counted in (a copy of the metadata's).
+    pub(crate) epoch: AtomicUsize,
+    /// Every hardware queue's counts (taken when a queue is set up and by
+    /// the write-back, never on the data path).
+    pub(crate) queues: Mutex<Vec<Arc<InFlight>>>,
+    /// Requests the queues planned from their slices, over the queues
+    /// that have gone.
+    pub(crate) slice_hits: AtomicU64,
+    /// Requests they planned under the lock.
+    pub(crate) slice_misses: AtomicU64,
+    /// Bytes their slices took.
+    pub(crate) slice_bytes: AtomicU64,
+    /// Clones they sent to the file device.
+    pub(crate) clones_sent: AtomicU64,
+}
+
+impl Mapped {
+    /// A new queue's counts.
+    pub(crate) fn register(&self) -> Arc<InFlight> {
+        let c = Arc::new(InFlight::default());
+        self.queues
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(c.clone());
+        c
+    }
+
+    /// I/O in flight in `epoch`, over every queue.
+    pub(crate) fn in_flight(&self, epoch: usize) -> u64 {
+        let q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        q.iter().map(|c| c.0[epoch].load(Ordering::SeqCst)).sum()
+    }
+
+    /// The mapping changed in a way a queue's slices may hold.
+    pub(crate) fn bump(&self) {
+        self.gen.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 pub(crate) fn io_err(

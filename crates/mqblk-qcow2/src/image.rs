@@ -311,6 +311,7 @@ impl Image {
             old_free: Vec::new(),
             epoch: 0,
             file_end: file_bound,
+            fresh_from: file_bound,
             limit: data_limit,
             incompatible: hdr.incompatible,
         };
@@ -323,7 +324,7 @@ impl Image {
                 l2_bits,
                 hdr,
                 writable: opts.writable,
-                in_flight: Default::default(),
+                mapped: Default::default(),
             },
             backing,
             snapshots,
@@ -391,6 +392,19 @@ impl Image {
             m.cache.misses,
             m.cache.memory_bytes(),
             m.cache.capacity() as u64 * self.cs,
+        )
+    }
+
+    /// Over the hardware queues that have gone: requests planned from
+    /// their L2 slices without the lock, requests planned under it, and
+    /// the bytes the slices took.
+    pub fn slice_stats(&self) -> (u64, u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let s = &self.mapped;
+        (
+            s.slice_hits.load(Relaxed),
+            s.slice_misses.load(Relaxed),
+            s.slice_bytes.load(Relaxed),
         )
     }
 
@@ -626,6 +640,16 @@ impl Drop for Image {
             let (hits, misses, mem, cap) = self.cache_stats();
             eprintln!(
                 "mqblk: {}: L2 cache {mem} of {cap} bytes, {hits} hits, {misses} misses ({:.2}% hits)",
+                self.name,
+                100.0 * hits as f64 / (hits + misses).max(1) as f64
+            );
+            let (hits, misses, mem) = self.slice_stats();
+            let clones = self
+                .mapped
+                .clones_sent
+                .load(std::sync::atomic::Ordering::Relaxed);
+            eprintln!(
+                "mqblk: {}: queues' L2 slices {mem} bytes, {hits} requests planned from them without the lock, {misses} under it ({:.2}% without), {clones} clones sent to the file",
                 self.name,
                 100.0 * hits as f64 / (hits + misses).max(1) as f64
             );

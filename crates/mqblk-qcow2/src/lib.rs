@@ -11,17 +11,20 @@
 //!
 //! plus the options every device takes. Guest data goes to the image file
 //! through a file device (`file:PATH,direct=0`): a request's buffers go
-//! straight to the file at the host offsets. Metadata (tables, refcounts,
-//! copy-on-write, compressed and backing reads) is read and written
-//! synchronously, under one lock per image, with pread/pwrite on a second
-//! descriptor of the same file.
+//! straight to the file at the host offsets, pieces contiguous in the file
+//! as one. A read or an overwrite of allocated clusters finds its host
+//! offsets in its hardware queue's L2 slices, without a lock ([`slice`]).
+//! Metadata (tables, refcounts, copy-on-write, compressed and backing
+//! reads) is read and written synchronously, under one lock per image,
+//! with pread/pwrite on a second descriptor of the same file.
 //!
 //! Not done: writing images with extended L2 entries (they open with
 //! `ro=1`), external data files, encryption, keeping persistent bitmaps
 //! (their autoclear bit is cleared on a writable open, as the format asks
 //! of a writer that does not keep them), creating or reverting snapshots,
-//! and resizing. Every request takes the image's metadata lock for its
-//! lookup: one lock per image on the data path.
+//! and resizing. A request that allocates, or reads anything but data
+//! (zeros, backing data, compressed clusters), takes the image's metadata
+//! lock.
 //!
 //! With `MQBLK_QCOW2_STATS=1` in the environment, an image prints its L2
 //! cache's figures (memory, hits, misses) on stderr when it closes, for
@@ -31,8 +34,9 @@
 //! ([`header`], [`table`], [`refcount`], [`snapshot`], [`compress`]), the
 //! checks ([`check`]), making images ([`create`]), the open image
 //! ([`image`] on its [`file`], with its [`cache`] and [`backing`] chain),
-//! metadata updates ([`cow`] over [`alloc`]), block status ([`status`])
-//! and the [`driver`].
+//! metadata updates ([`cow`] over [`alloc`]), block status ([`status`]),
+//! then the data path: the queues' L2 [`slice`]s, the [`clone`]s sent to
+//! the file, and the [`driver`].
 
 #![warn(missing_docs)]
 
@@ -71,7 +75,11 @@ pub mod cow;
 
 pub mod status;
 
-// The data path.
+// The data path: the queues' lookup, the clones, the driver.
+pub mod slice;
+
+pub mod clone;
+
 pub mod driver;
 
 use std::path::{Path, PathBuf};
