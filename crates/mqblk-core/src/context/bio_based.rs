@@ -153,11 +153,13 @@ impl CtxState {
         let ptr = bioset.node_ptr(idx);
         let cap = bioset.capacity();
         // SAFETY: slot `idx` is this context's, owned (in no request) and
-        // holding its bio; the bio set's slots stay where they are for its
-        // life, which outlasts the lower context (owned by this context's
-        // driver queue, dropped before the bio set, and drained first);
-        // this context touches the slot again only once the lower context
-        // handed it back up (`take_routed_up`).
+        // holding its bio. The bio set's slots stay where they are for its
+        // life, and the slot stays in flight here until the lower context
+        // hands it back up (`take_routed_up`): this context's drop drains
+        // every bio in flight before the set is freed (or leaks the set if
+        // they do not end), so no lower context holds the slot past the
+        // set's life; and this context touches the slot only once it is
+        // back up.
         let sent = unsafe { lower.route_node(ptr, at, cap) }
             || lower.route_slot(&mut bioset.node_mut(idx).bio, idx, at, dev.devnum);
         routed_cookie[idx as usize] = r.cookie;
