@@ -45,28 +45,38 @@ pub(super) fn substitute(line: &str) -> std::borrow::Cow<'_, str> {
         }
     }
     out.push_str(rest);
-    for (word, value) in keywords() {
+    for (word, value) in KEYWORDS {
         if out.contains(word) {
-            out = out.replace(word, &value);
+            out = out.replace(word, &value().to_string());
         }
     }
     out.into()
 }
 
-/// fio's keywords in a job file's values (`$pagesize`, `$mb_memory`,
-/// `$ncpus`), with what they stand for on this machine.
-pub(super) fn keywords() -> [(&'static str, String); 3] {
+/// fio's keywords in a job file's values, each with the host query that
+/// gives its value on this machine. A value is asked for only when a line
+/// uses its keyword.
+const KEYWORDS: [(&str, HostQuery); 3] = [
+    ("$pagesize", page_size),
+    ("$mb_memory", mb_memory),
+    ("$ncpus", ncpus),
+];
+
+/// How a keyword's value is found on this machine.
+type HostQuery = fn() -> u64;
+
+fn page_size() -> u64 {
     // SAFETY: sysconf only reads a system value.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096);
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(page).unwrap_or(0).max(4096)
+}
+
+fn mb_memory() -> u64 {
     // SAFETY: as above.
-    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) }.max(0);
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    [
-        ("$pagesize", page.to_string()),
-        (
-            "$mb_memory",
-            ((pages as u64 * page as u64) >> 20).to_string(),
-        ),
-        ("$ncpus", cpus.to_string()),
-    ]
+    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+    (u64::try_from(pages).unwrap_or(0) * page_size()) >> 20
+}
+
+fn ncpus() -> u64 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
 }

@@ -223,6 +223,14 @@ fn bounds() {
     assert_eq!(parse_err(&long).line, 2);
     let big = ";\n".repeat((FILE_BYTES_MAX as usize) / 2 + 1);
     assert_eq!(parse_err(&big).line, 0);
+}
+
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "1,025 job sections take most of an hour under Miri; safe code, checked natively"
+)]
+fn at_most_1024_job_sections() {
     let many: String = (0..=1024).map(|i| format!("[j{i}]\n")).collect();
     assert!(parse(&many, &JobOptions::default()).is_err());
 }
@@ -239,6 +247,27 @@ fn hash_inside_a_value_is_kept() {
         strip_comment("device=dm-table:0 8 zero # c"),
         "device=dm-table:0 8 zero "
     );
+}
+
+#[test]
+fn keywords_take_this_machines_values() {
+    let cpus = std::thread::available_parallelism().unwrap().get() as u32;
+    let jobs = parse_ok("[j]\nnumjobs=$ncpus\nbs=$pagesize\n");
+    assert_eq!(jobs[0].numjobs, cpus);
+    assert!(jobs[0].bs >= 4096 && jobs[0].bs.is_power_of_two());
+    // No keyword, no host query: the text is kept as it is.
+    assert_eq!(substitute("size=$notakeyword"), "size=$notakeyword");
+}
+
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "sysconf(_SC_PHYS_PAGES) is a host query Miri does not model"
+)]
+fn mb_memory_is_the_machines_memory() {
+    let jobs = parse_ok("[j]\nsize=$mb_memory\n");
+    // At least 64 MiB of memory, in bytes after the `M`-less size parse.
+    assert!(jobs[0].size.unwrap() >= 64, "{:?}", jobs[0].size);
 }
 
 fn ini_line() -> impl Strategy<Value = String> {
