@@ -12,8 +12,9 @@
 //! loop: several threads, each with its own descriptor cloned with
 //! `FUSE_DEV_IOC_CLONE` and its own mqblk context; a write read from the
 //! kernel straight onto a page boundary of the buffer its bio points
-//! into; a read answered with one `writev` of the header and the bio's
-//! buffer; `FOPEN_DIRECT_IO | FOPEN_PARALLEL_DIRECT_WRITES`; and
+//! into; a read answered with the header and the bio's buffer as one
+//! vectored write, and the replies of a batch sent with one io_uring
+//! submission; `FOPEN_DIRECT_IO | FOPEN_PARALLEL_DIRECT_WRITES`; and
 //! `max_write`/`max_pages` as large as the kernel allows, so that no
 //! request is split smaller than the kernel sent it. The protocol is a
 //! fixed binary layout of a few structures: [`request`] and [`reply`]

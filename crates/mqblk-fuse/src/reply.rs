@@ -1,7 +1,8 @@
 //! Replies as the kernel reads them (`fuse_out_header` and the bodies
 //! that follow it), built into fixed arrays: no allocation, no system
-//! call. The data half sends them with one `writev` each, a read's data
-//! as the last piece, straight from the bio's buffer.
+//! call. The data half sends each as one vectored write, a read's data
+//! as the last piece, straight from the bio's buffer (a reap's data
+//! replies together, in one io_uring submission).
 
 use crate::abi::{body_len, init_flags, KERNEL_MINOR_VERSION, KERNEL_VERSION, OUT_HEADER_LEN};
 

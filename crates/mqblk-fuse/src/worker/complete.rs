@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use super::batch::Body;
 use super::state::{Pending, Slot, Worker};
-use crate::reply;
 
 impl Worker {
     /// Poll the context and answer what completed; how many.
@@ -46,19 +46,13 @@ impl Worker {
                 continue;
             }
             match pending {
-                Pending::Read { len } => {
-                    self.requests += 1;
-                    let h = reply::header(unique, 0, len as usize);
-                    let data = self.data_ptr(slot);
-                    // SAFETY: the device finished with the slot's data
-                    // area; `len` bytes of it are the read's data.
-                    let data = unsafe { std::slice::from_raw_parts(data.as_ptr(), len as usize) };
-                    self.send(&[&h, data]);
-                }
-                Pending::Write { len } => self.reply(unique, &reply::write(len)),
+                Pending::Read { len } => self.reply_data(slot, unique, Body::Data(len)),
+                Pending::Write { len } => self.reply_data(slot, unique, Body::Written(len)),
                 Pending::Done => self.reply_err(unique, 0),
             }
         }
+        // Before any slot freed above is used again.
+        self.flush_replies();
         done.clear();
         self.done = done;
         n

@@ -3,20 +3,23 @@
 //! while it has free slots, turns each read and write into one bio whose
 //! one segment is the slot's buffer (a write's data is read from the
 //! kernel straight onto a page boundary of that buffer; a read's data is
-//! read by the device into it and sent back with one `writev` of the
+//! read by the device into it and sent back as one vectored write of the
 //! header and the buffer: no copy in between), and answers completions in
-//! the order the device finishes them. It sleeps in epoll on the
+//! the order the device finishes them, the data replies of a reap in one
+//! io_uring submission. It sleeps in epoll on the
 //! descriptor and the context's completion fd.
 //!
 //! By call order: this file (the loop: take requests, sleep), `serve`
 //! (each opcode), `slow` (requests off the device's blocks, fallocate),
 //! `rmw` (read-modify-writes and aligned writes excluding each other),
 //! `submit` (a request's bio), `complete` (completions answered, the
-//! drain), `answer` (replies written to the descriptor), `wait` (the
+//! drain), `batch` (a reap's data replies, one submission for all),
+//! `answer` (replies written to the descriptor), `wait` (the
 //! sleep), `state` (the worker, its slots and buffers, which all of them
 //! work on).
 
 mod answer;
+mod batch;
 mod complete;
 mod rmw;
 mod serve;
@@ -100,7 +103,7 @@ impl Worker {
             self.free.push(p.slot);
         }
         let abandoned = self.drain(Duration::from_secs(1));
-        if abandoned > 0 {
+        if abandoned > 0 || self.keep_buffers {
             // The device may still write into the buffers: keep them.
             for b in std::mem::take(&mut self.bufs) {
                 std::mem::forget(b);

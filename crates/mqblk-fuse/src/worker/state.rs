@@ -142,6 +142,12 @@ pub(crate) struct Worker {
     pub(super) parked: Vec<Parked>,
     /// The slow path's buffer, made at its first use.
     pub(super) bounce: Option<IoBuf>,
+    /// The data replies of a reap, written with one submission (None:
+    /// one `writev` each).
+    pub(super) batch: Option<super::batch::Batch>,
+    /// A batch that failed may still point into the buffers: never free
+    /// them.
+    pub(super) keep_buffers: bool,
     /// The connection ended (ENODEV).
     pub(super) gone: bool,
     pub(super) said_broken: bool,
@@ -190,6 +196,8 @@ impl Worker {
             done: Vec::with_capacity(depth),
             parked: Vec::with_capacity(depth),
             bounce: None,
+            batch: super::batch::Batch::new(depth),
+            keep_buffers: false,
             gone: false,
             said_broken: false,
             id,
