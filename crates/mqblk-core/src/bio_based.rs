@@ -250,85 +250,18 @@ impl<'a> BioEnds<'a> {
 
 /// Where [`BioDriver::route`] sends a bio.
 pub struct Routed<'q> {
-    /// The lower context.
-    pub lower: &'q mut dyn Lower,
+    /// The lower context: the driver's own context on the lower device.
+    /// The core puts the bio into a request there itself (or, where that
+    /// context puts something between a bio and its request, into a slot
+    /// there), and takes it back up from the context's reap
+    /// ([`BioDriver::lower_contexts`]). A concrete context, not a trait
+    /// object: the route is one direct call, inlined.
+    pub lower: &'q mut crate::Context,
     /// The bio's offset there.
     pub offset_bytes: u64,
     /// What [`BioDriver::routed_error`] gets back should the bio fail
     /// there (a dm table line and leg).
     pub cookie: u64,
-}
-
-/// A context on a lower device, as a bio-based driver hands it to the
-/// core to route a bio to ([`BioDriver::route`]) or to take routed bios
-/// back up from ([`BioDriver::lower_contexts`]): a
-/// [`crate::Context`] (`&mut ctx` coerces). Sealed: its methods are the
-/// core's.
-pub trait Lower: sealed::Sealed {
-    /// Put `node`, a slot of the context above holding a plain read or
-    /// write, into a request here itself, at `offset_bytes`; false (the
-    /// slot untouched) where this context puts something between a bio
-    /// and its request.
-    ///
-    /// # Safety
-    ///
-    /// `node` is a slot of the one context above whose driver owns this
-    /// context, owned by it, in no request, holding its bio; it stays
-    /// allocated until it comes back up ([`Lower::take_up`]), and nothing
-    /// else touches it until then.
-    #[doc(hidden)]
-    unsafe fn route_node(
-        &mut self,
-        node: std::ptr::NonNull<crate::bioset::BioNode>,
-        offset_bytes: u64,
-        up_slots: usize,
-    ) -> bool;
-
-    /// Move the bio in `bio` (of slot `up` of the device numbered `above`)
-    /// into a free slot here, at `offset_bytes`, and submit it; false, with
-    /// `bio` untouched, if no slot is free.
-    #[doc(hidden)]
-    fn route_slot(
-        &mut self,
-        bio: &mut Option<Bio>,
-        up: u32,
-        offset_bytes: u64,
-        above: crate::blktrace::DevNum,
-    ) -> bool;
-
-    /// Hand the routed bios that ended here back up into `up`.
-    #[doc(hidden)]
-    fn take_up(&mut self, up: &mut RoutedUp<'_>);
-}
-
-pub(crate) mod sealed {
-    /// Only the core's context is a [`super::Lower`].
-    pub trait Sealed {}
-}
-
-/// The side of the context above that routed bios come back up into
-/// ([`Lower::take_up`]): its slots, where each routed bio was, and the
-/// list of routed bios to end.
-pub struct RoutedUp<'a> {
-    pub(crate) bioset: &'a mut crate::bioset::BioSet,
-    pub(crate) routed_from: &'a [u64],
-    pub(crate) routed_out: &'a mut u32,
-    pub(crate) ended: &'a mut Vec<(u32, Status)>,
-}
-
-impl RoutedUp<'_> {
-    /// Routed bio of slot `slot`, back in its slot, ended with `status`:
-    /// at its offset here again, on the list to end.
-    #[inline]
-    pub(crate) fn back(&mut self, slot: u32, status: Status) {
-        if let Some(b) = self.bioset.node_mut(slot).bio.as_mut() {
-            b.set_offset_bytes(self.routed_from[slot as usize]);
-        }
-        debug_assert!(*self.routed_out > 0);
-        *self.routed_out -= 1;
-        debug_assert!(self.ended.len() < self.ended.capacity());
-        self.ended.push((slot, status));
-    }
 }
 
 /// A bio-based driver (Linux `block_device_operations::submit_bio`).
@@ -391,7 +324,7 @@ pub trait BioDriver: Send + Sync + 'static {
     /// Call `f` with every lower context a bio was routed to and may still
     /// be in (including one taken out of the table, until its routed bios
     /// were taken back up: see [`crate::Context::routed_ready`]).
-    fn lower_contexts(&self, _q: &mut Self::Queue, _f: &mut dyn FnMut(&mut dyn Lower)) {}
+    fn lower_contexts(&self, _q: &mut Self::Queue, _f: &mut dyn FnMut(&mut crate::Context)) {}
 
     /// Issue what was submitted since the last call (the caller's unplug:
     /// the lower contexts' plugs).
@@ -450,7 +383,7 @@ pub(crate) trait BioQueueOps: Send {
         len_bytes: u64,
         status: Status,
     ) -> bool;
-    fn lower_contexts(&mut self, f: &mut dyn FnMut(&mut dyn Lower));
+    fn lower_contexts(&mut self, f: &mut dyn FnMut(&mut crate::Context));
     fn submit_bio(&mut self, bio: BioRef<'_>, ends: &mut BioEnds<'_>);
     fn unplug(&mut self);
     fn poll(&mut self, ends: &mut BioEnds<'_>) -> usize;
@@ -486,7 +419,7 @@ impl<B: BioDriver> BioQueueOps for BoundQueue<B> {
             .routed_error(&mut self.q, cookie, op, offset_bytes, len_bytes, status)
     }
     #[inline]
-    fn lower_contexts(&mut self, f: &mut dyn FnMut(&mut dyn Lower)) {
+    fn lower_contexts(&mut self, f: &mut dyn FnMut(&mut crate::Context)) {
         self.driver.lower_contexts(&mut self.q, f)
     }
     #[inline]

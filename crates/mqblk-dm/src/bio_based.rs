@@ -12,7 +12,7 @@
 //! per clone in flight. Nothing is shared with another context, and
 //! nothing is allocated once warm.
 
-use mqblk_core::bio_based::{BioDriver, BioEnds, BioQueueSetup, BioRef, Lower, Routed};
+use mqblk_core::bio_based::{BioDriver, BioEnds, BioQueueSetup, BioRef, Routed};
 use mqblk_core::driver::{Error, Features, HwNotifier, IrqLines, Op, QueueLimits, Status};
 use mqblk_core::{Bio, Context};
 
@@ -30,6 +30,9 @@ pub(crate) struct BioStacked {
     pub(crate) lines_below: bool,
     /// A line may route a write ([`Target::route`]: not a mirror's).
     pub(crate) routes_writes: bool,
+    /// The table is one stripe line from sector 0: its geometry, copied
+    /// here so a bio is routed inline, with no call through the target.
+    pub(crate) stripe: Option<crate::target::StripeMap>,
 }
 
 /// A context on a leg, opened on first use.
@@ -92,14 +95,23 @@ pub(crate) struct DmQueue {
 
 impl BioStacked {
     /// The context on `leg`, opened now if this is the first use.
-    #[inline]
+    #[inline(always)]
     fn leg_ctx<'q>(&self, q: &'q mut DmQueue, leg: usize) -> Option<&'q mut Context> {
-        if matches!(q.legs.get(leg), Some(LegCtx::Closed)) {
-            q.legs[leg] = self.open_leg(leg, &q.notifier, &q.irq);
+        if !matches!(q.legs.get(leg), Some(LegCtx::Open(_))) {
+            self.open_closed_leg(q, leg);
         }
         match q.legs.get_mut(leg) {
             Some(LegCtx::Open(c)) => Some(c),
             _ => None,
+        }
+    }
+
+    /// Open the context on `leg` if this context has not sent to it yet.
+    #[cold]
+    #[inline(never)]
+    fn open_closed_leg(&self, q: &mut DmQueue, leg: usize) {
+        if matches!(q.legs.get(leg), Some(LegCtx::Closed)) {
+            q.legs[leg] = self.open_leg(leg, &q.notifier, &q.irq);
         }
     }
 
@@ -539,19 +551,27 @@ impl BioDriver for BioStacked {
             // Legs changed: `submit_bio` picks the change up first.
             return None;
         }
-        let lines = &self.stack.lines;
-        let i = if lines.len() == 1 {
-            0
-        } else {
-            lines.partition_point(|l| l.end <= offset_bytes)
+        let (i, (leg, at)) = match &self.stripe {
+            // One stripe line covering the device, whose capacity the
+            // core checked the bio against: the geometry alone routes it.
+            Some(m) => (0, m.route(offset_bytes, len_bytes)?),
+            None => {
+                let lines = &self.stack.lines;
+                let i = if lines.len() == 1 {
+                    0
+                } else {
+                    lines.partition_point(|l| l.end <= offset_bytes)
+                };
+                let line = lines.get(i)?;
+                if offset_bytes + len_bytes > line.end {
+                    return None;
+                }
+                let to = line
+                    .target
+                    .route(op, offset_bytes - line.start, len_bytes, q.who)?;
+                (i, to)
+            }
         };
-        let line = lines.get(i)?;
-        if offset_bytes + len_bytes > line.end {
-            return None;
-        }
-        let (leg, at) = line
-            .target
-            .route(op, offset_bytes - line.start, len_bytes, q.who)?;
         let cookie = (i as u64) << 16 | u64::from(leg);
         let l = leg as usize;
         *q.touched.get_mut(l)? = true;
@@ -589,7 +609,7 @@ impl BioDriver for BioStacked {
         )
     }
 
-    fn lower_contexts(&self, q: &mut DmQueue, f: &mut dyn FnMut(&mut dyn Lower)) {
+    fn lower_contexts(&self, q: &mut DmQueue, f: &mut dyn FnMut(&mut Context)) {
         for l in q.legs.iter_mut() {
             if let LegCtx::Open(c) = l {
                 f(c);

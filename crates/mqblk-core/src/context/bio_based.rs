@@ -160,8 +160,14 @@ impl CtxState {
         // they do not end), so no lower context holds the slot past the
         // set's life; and this context touches the slot only once it is
         // back up.
-        let sent = unsafe { lower.route_node(ptr, at, cap) }
-            || lower.route_slot(&mut bioset.node_mut(idx).bio, idx, at, dev.devnum);
+        let sent = unsafe { lower.st.take_routed_node(&lower.dev, ptr, at, cap) }
+            || lower.st.take_routed_in(
+                &lower.dev,
+                &mut bioset.node_mut(idx).bio,
+                idx,
+                at,
+                dev.devnum,
+            );
         routed_cookie[idx as usize] = r.cookie;
         if !sent {
             return false;

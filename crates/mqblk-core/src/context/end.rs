@@ -9,7 +9,6 @@
 //! resubmission) waits for the submitting side to pick it up.
 
 use super::state::{feat, CtxState};
-use crate::bio_based::RoutedUp;
 use crate::bioset::{Delivery, SlotState};
 use crate::bounce;
 use crate::clock;
@@ -68,10 +67,7 @@ impl CtxState {
             self.end_bio_based(dev);
         }
         if self.routed_out > 0 {
-            self.take_routed_up();
-            if !self.routed_ended.is_empty() {
-                self.end_bio_based_as::<true>(dev);
-            }
+            self.take_routed_up(dev);
         }
     }
 
@@ -82,9 +78,10 @@ impl CtxState {
     }
 
     /// [`CtxState::end_bio_based`] of the driver's list, or (`ROUTED`) of
-    /// the routed bios taken back up: plain reads and writes, which no
-    /// flush sequence or split waits for, so each goes straight to its
-    /// end.
+    /// the routed bios that came back up failed (`take_routed_up` ends the
+    /// others as it takes them): plain reads and writes, which no flush
+    /// sequence or split waits for, so each goes straight to its end,
+    /// unless its driver maps it again.
     #[inline]
     pub(super) fn end_bio_based_as<const ROUTED: bool>(&mut self, dev: &DeviceInner) {
         let now = if self.on(feat::IOSTATS) {
@@ -102,18 +99,7 @@ impl CtxState {
             if ROUTED && !status.is_ok() && self.map_again(idx, status) {
                 continue;
             }
-            if self.on(feat::IOSTATS) {
-                let bio = self.bioset.bio(idx);
-                let (op, bytes) = (bio.op(), bio.len_bytes());
-                let g = StatGroup::of(op);
-                let lat = now.saturating_sub(self.bio_start[idx as usize]);
-                let sh: &StatShard = &self.stats;
-                bump(&sh.ios[g as usize], 1);
-                bump(&sh.sectors[g as usize], bytes >> SECTOR_SHIFT);
-                bump(&sh.nsecs[g as usize], lat);
-                drop_by(&sh.in_flight[op.is_write() as usize], 1);
-                run.push(&mut self.hist, g, lat);
-            }
+            self.account_bio_end(idx, now, &mut run);
             if !status.is_ok() {
                 bump(&self.stats.errors, 1);
             }
@@ -138,6 +124,27 @@ impl CtxState {
         if self.on(feat::IOSTATS) {
             self.dstats(dev).update_io_ticks(now / 1_000_000, true);
         }
+    }
+
+    /// Account the end of bio `idx` of a bio-based device, which went to
+    /// its driver at `bio_start` (Linux `bio_end_io_acct`): counters of
+    /// this context's shard, the latency run, no clock read (`now` is the
+    /// batch's).
+    #[inline(always)]
+    fn account_bio_end(&mut self, idx: u32, now: u64, run: &mut LatencyRun) {
+        if !self.on(feat::IOSTATS) {
+            return;
+        }
+        let bio = self.bioset.bio(idx);
+        let (op, bytes) = (bio.op(), bio.len_bytes());
+        let g = StatGroup::of(op);
+        let lat = now.saturating_sub(self.bio_start[idx as usize]);
+        let sh: &StatShard = &self.stats;
+        bump(&sh.ios[g as usize], 1);
+        bump(&sh.sectors[g as usize], bytes >> SECTOR_SHIFT);
+        bump(&sh.nsecs[g as usize], lat);
+        drop_by(&sh.in_flight[op.is_write() as usize], 1);
+        run.push(&mut self.hist, g, lat);
     }
 
     /// End every request in `done`: route foreign ones to their owners, and
@@ -387,54 +394,84 @@ impl CtxState {
         true
     }
 
-    /// Take back up the routed bios that ended in the lower contexts: each
-    /// into its slot here, at its offset here, on the list of routed bios
-    /// to end (`end_bio_based_as`).
+    /// Take back up the routed bios that ended in the lower contexts and
+    /// end them, in the one pass: each back into its slot here, at its
+    /// offset here, accounted and ended. One that failed below waits on
+    /// the routed list for its driver's word (`end_bio_based_as`): mapped
+    /// again, or ended with its error.
     #[inline]
-    pub(super) fn take_routed_up(&mut self) {
-        let CtxState {
-            bio_q,
-            bioset,
-            routed_from,
-            routed_out,
-            routed_ended,
-            ..
-        } = self;
-        let Some(q) = bio_q.as_mut() else {
+    pub(super) fn take_routed_up(&mut self, dev: &DeviceInner) {
+        // The queue is out of its place while the lower contexts (which
+        // it holds) hand their bios up into this context: nothing on the
+        // way calls it.
+        let Some(mut q) = self.bio_q.take() else {
             return;
         };
-        let mut up = RoutedUp {
-            bioset,
-            routed_from,
-            routed_out,
-            ended: routed_ended,
+        let now = if self.on(feat::IOSTATS) {
+            clock::now_ns()
+        } else {
+            0
         };
-        q.lower_contexts(&mut |lower| lower.take_up(&mut up));
+        let mut run = LatencyRun::default();
+        q.lower_contexts(&mut |lower| lower.st.give_routed_up(self, now, &mut run));
+        self.bio_q = Some(q);
+        self.shared
+            .in_flight
+            .store(self.in_flight, std::sync::atomic::Ordering::Release);
+        run.flush(&mut self.hist);
+        if self.on(feat::IOSTATS) {
+            self.dstats(dev).update_io_ticks(now / 1_000_000, true);
+        }
+        if !self.routed_ended.is_empty() {
+            self.end_bio_based_as::<true>(dev);
+        }
     }
 
     /// Hand the routed bios that ended here back up, into the context
-    /// above (`up`): a slot of it that went into a request here is its
-    /// own again; a bio moved into a slot here moves back into its slot.
+    /// above (`up`), which ends them: a slot of it that went into a
+    /// request here is its own again; a bio moved into a slot here moves
+    /// back into its slot.
     #[inline]
-    pub(super) fn give_routed_up(&mut self, up: &mut RoutedUp<'_>) {
+    pub(super) fn give_routed_up(&mut self, up: &mut CtxState, now: u64, run: &mut LatencyRun) {
         for &i in &self.routed {
             let node = self.bioset.node(i);
             let slot = node.up;
             let status = node.bio.as_ref().map_or(Status::Ok, |b| b.status());
             let to = &mut up.bioset.node_mut(slot).bio;
             self.bioset.take_routed(i, to);
-            up.back(slot, status);
+            up.routed_back(slot, status, now, run);
         }
         self.routed.clear();
         for &(n, status) in &self.routed_nodes {
             let slot = up.bioset.index_of(n);
             let node = up.bioset.node_mut(slot);
-            debug_assert_eq!(node.state, crate::bioset::SlotState::InFlight);
-            node.state = crate::bioset::SlotState::Owned;
+            debug_assert_eq!(node.state, SlotState::InFlight);
+            node.state = SlotState::Owned;
             node.next = None;
-            up.back(slot, status);
+            up.routed_back(slot, status, now, run);
         }
         self.routed_nodes.clear();
+    }
+
+    /// Routed bio of slot `slot`, back in its slot, ended below with
+    /// `status`: at its offset here again, and ended (a failed one waits
+    /// for its driver's word on the routed list).
+    #[inline(always)]
+    fn routed_back(&mut self, slot: u32, status: Status, now: u64, run: &mut LatencyRun) {
+        if let Some(b) = self.bioset.node_mut(slot).bio.as_mut() {
+            b.set_offset_bytes(self.routed_from[slot as usize]);
+        }
+        debug_assert!(self.routed_out > 0);
+        self.routed_out -= 1;
+        if !status.is_ok() {
+            debug_assert!(self.routed_ended.len() < self.routed_ended.capacity());
+            self.routed_ended.push((slot, status));
+            return;
+        }
+        self.account_bio_end(slot, now, run);
+        debug_assert!(self.in_flight > 0);
+        self.in_flight -= 1;
+        self.finish(slot, status);
     }
 }
 

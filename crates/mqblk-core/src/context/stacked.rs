@@ -91,38 +91,3 @@ impl Context {
         r
     }
 }
-
-impl crate::bio_based::sealed::Sealed for Context {}
-
-impl crate::bio_based::Lower for Context {
-    #[inline]
-    unsafe fn route_node(
-        &mut self,
-        node: std::ptr::NonNull<crate::bioset::BioNode>,
-        offset_bytes: u64,
-        up_slots: usize,
-    ) -> bool {
-        // SAFETY: the caller's promise, passed on.
-        unsafe {
-            self.st
-                .take_routed_node(&self.dev, node, offset_bytes, up_slots)
-        }
-    }
-
-    #[inline]
-    fn route_slot(
-        &mut self,
-        bio: &mut Option<Bio>,
-        up: u32,
-        offset_bytes: u64,
-        above: crate::blktrace::DevNum,
-    ) -> bool {
-        self.st
-            .take_routed_in(&self.dev, bio, up, offset_bytes, above)
-    }
-
-    #[inline]
-    fn take_up(&mut self, up: &mut crate::bio_based::RoutedUp<'_>) {
-        self.st.give_routed_up(up);
-    }
-}

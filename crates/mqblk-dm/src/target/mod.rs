@@ -27,7 +27,7 @@ pub use error::Error as ErrorTarget;
 pub use flakey::Flakey;
 pub use linear::Linear;
 pub use mirror::Mirror;
-pub use striped::Striped;
+pub use striped::{StripeMap, Striped};
 pub use zero::Zero;
 
 use crate::table::TableError;

@@ -148,6 +148,14 @@ pub trait Target: Send + Sync + 'static {
         None
     }
 
+    /// The stripe geometry [`Target::route`] computes with, when that is
+    /// all it does (`striped`): a one-line table's bio-based driver then
+    /// routes with it inline, with no call through the target. Default:
+    /// none.
+    fn stripe_map(&self) -> Option<&super::striped::StripeMap> {
+        None
+    }
+
     /// A child sent to `leg` ended with `status`. Default: it is done.
     #[inline]
     fn end_io(&self, _io: &Io, _leg: LegId, status: Status) -> EndAction {
