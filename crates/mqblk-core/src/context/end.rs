@@ -127,7 +127,7 @@ impl CtxState {
     }
 
     /// Account the end of bio `idx` of a bio-based device, which went to
-    /// its driver at `bio_start` (Linux `bio_end_io_acct`): counters of
+    /// its driver at its `BioIo::start_ns` (Linux `bio_end_io_acct`): counters of
     /// this context's shard, the latency run, no clock read (`now` is the
     /// batch's).
     #[inline(always)]
@@ -137,8 +137,23 @@ impl CtxState {
         }
         let bio = self.bioset.bio(idx);
         let (op, bytes) = (bio.op(), bio.len_bytes());
+        let start_ns = self.bio_io[idx as usize].start_ns;
+        self.account_bio_end_as(op, bytes, start_ns, now, run);
+    }
+
+    /// [`CtxState::account_bio_end`] of a bio of `bytes` of `op`, started
+    /// at `start_ns`; `IOSTATS` is on.
+    #[inline(always)]
+    fn account_bio_end_as(
+        &mut self,
+        op: Op,
+        bytes: u64,
+        start_ns: u64,
+        now: u64,
+        run: &mut LatencyRun,
+    ) {
         let g = StatGroup::of(op);
-        let lat = now.saturating_sub(self.bio_start[idx as usize]);
+        let lat = now.saturating_sub(start_ns);
         let sh: &StatShard = &self.stats;
         bump(&sh.ios[g as usize], 1);
         bump(&sh.sectors[g as usize], bytes >> SECTOR_SHIFT);
@@ -377,7 +392,7 @@ impl CtxState {
     /// with its error cleared; true then.
     #[cold]
     fn map_again(&mut self, idx: u32, status: Status) -> bool {
-        let cookie = self.routed_cookie[idx as usize];
+        let cookie = self.bio_io[idx as usize].cookie;
         let Some(bio) = self.bioset.node_mut(idx).bio.as_mut() else {
             return false;
         };
@@ -458,9 +473,16 @@ impl CtxState {
     /// for its driver's word on the routed list).
     #[inline(always)]
     fn routed_back(&mut self, slot: u32, status: Status, now: u64, run: &mut LatencyRun) {
-        if let Some(b) = self.bioset.node_mut(slot).bio.as_mut() {
-            b.set_offset_bytes(self.routed_from[slot as usize]);
-        }
+        let e = self.bio_io[slot as usize];
+        // A routed slot always holds its bio; should one come back without
+        // it, it still ends, once.
+        let (op, bytes) = match self.bioset.node_mut(slot).bio.as_mut() {
+            Some(b) => {
+                b.set_offset_bytes(e.from_bytes);
+                (b.op(), b.len_bytes())
+            }
+            None => (Op::Read, 0),
+        };
         debug_assert!(self.routed_out > 0);
         self.routed_out -= 1;
         if !status.is_ok() {
@@ -468,7 +490,9 @@ impl CtxState {
             self.routed_ended.push((slot, status));
             return;
         }
-        self.account_bio_end(slot, now, run);
+        if self.on(feat::IOSTATS) {
+            self.account_bio_end_as(op, bytes, e.start_ns, now, run);
+        }
         debug_assert!(self.in_flight > 0);
         self.in_flight -= 1;
         self.finish(slot, status);

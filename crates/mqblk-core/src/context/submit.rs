@@ -102,8 +102,10 @@ impl CtxState {
             // A plain bio of a bio-based device that routes: shifted by a
             // window as above, then routed whole to a lower context if
             // its driver routes it.
-            bio.set_offset_bytes(bio.offset_bytes() + self.window_start_bytes);
-            self.submit_routable(dev, idx);
+            let from = bio.offset_bytes() + self.window_start_bytes;
+            bio.set_offset_bytes(from);
+            let io = (bio.op(), from, bio.len_bytes());
+            self.submit_routable(dev, idx, node, io);
             return;
         }
         self.submit_other(dev, idx);
@@ -414,7 +416,7 @@ impl CtxState {
     /// context, owned by it, in no request, holding its bio; it stays
     /// allocated until it comes back up (`routed_nodes`), and nothing
     /// else touches it until then.
-    #[inline]
+    #[inline(always)]
     pub(super) unsafe fn take_routed_node(
         &mut self,
         dev: &DeviceInner,
@@ -446,7 +448,7 @@ impl CtxState {
             self.routed_nodes.reserve(up_slots);
         }
         bump(&self.stats.bios, 1);
-        self.submit_plain(dev, super::data::ROUTED_NODE, node);
+        self.submit_routed_plain(dev, node);
         true
     }
 
