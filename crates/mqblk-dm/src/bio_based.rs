@@ -30,9 +30,11 @@ pub(crate) struct BioStacked {
     pub(crate) lines_below: bool,
     /// A line may route a write ([`Target::route`]: not a mirror's).
     pub(crate) routes_writes: bool,
-    /// The table is one stripe line from sector 0: its geometry, copied
-    /// here so a bio is routed inline, with no call through the target.
-    pub(crate) stripe: Option<crate::target::StripeMap>,
+    /// The table is one line from sector 0 whose target routes by
+    /// arithmetic on data it can hand out (a stripe's geometry, a
+    /// mirror's read turns): kept here, so a bio is routed inline, with
+    /// no call through the target.
+    pub(crate) fast: Option<crate::target::FastRoute>,
 }
 
 /// A context on a leg, opened on first use.
@@ -544,18 +546,18 @@ impl BioDriver for BioStacked {
         offset_bytes: u64,
         len_bytes: u64,
     ) -> Option<Routed<'q>> {
-        if op == Op::Write && !self.routes_writes {
-            return None;
-        }
         if self.stack.legs.generation() != q.generation {
             // Legs changed: `submit_bio` picks the change up first.
             return None;
         }
-        let (i, (leg, at)) = match &self.stripe {
-            // One stripe line covering the device, whose capacity the
-            // core checked the bio against: the geometry alone routes it.
-            Some(m) => (0, m.route(offset_bytes, len_bytes)?),
+        let (i, (leg, at)) = match &self.fast {
+            // One line covering the device, whose capacity the core
+            // checked the bio against: its route alone places it.
+            Some(f) => (0, f.route(op, offset_bytes, len_bytes, q.who)?),
             None => {
+                if op == Op::Write && !self.routes_writes {
+                    return None;
+                }
                 let lines = &self.stack.lines;
                 let i = if lines.len() == 1 {
                     0

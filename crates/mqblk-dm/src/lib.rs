@@ -320,8 +320,8 @@ fn create(
         stack.features.fua = stack.features.write_cache;
         let lines_below = devs.iter().any(Device::has_irq_lines);
         let routes_writes = stack.lines.iter().any(|l| l.target.routes_writes());
-        let stripe = match stack.lines.as_slice() {
-            [l] if l.start == 0 => l.target.stripe_map().cloned(),
+        let fast = match stack.lines.as_slice() {
+            [l] if l.start == 0 => l.target.fast_route(),
             _ => None,
         };
         Device::new_bio_based(
@@ -329,7 +329,7 @@ fn create(
                 stack,
                 lines_below,
                 routes_writes,
-                stripe,
+                fast,
             },
             cfg,
         )?

@@ -20,7 +20,7 @@ mod striped;
 mod zero;
 
 pub use ctor::{usage, Ctor};
-pub use target_type::{EndAction, Io, Route, Sent, Target};
+pub use target_type::{EndAction, FastRoute, Io, Route, Sent, Target};
 
 pub use delay::Delay;
 pub use error::Error as ErrorTarget;

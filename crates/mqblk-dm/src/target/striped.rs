@@ -6,7 +6,7 @@ use mqblk_core::QueueLimits;
 use mqblk_core::driver::Op;
 
 use super::ctor::Ctor;
-use super::target_type::{Io, Route, Target};
+use super::target_type::{FastRoute, Io, Route, Target};
 use crate::extent::Use;
 use crate::legs::LegId;
 use crate::table::TableError;
@@ -20,7 +20,7 @@ pub struct Striped {
 
 /// Where a stripe's chunks lie: the arithmetic of a stripe's route, fixed
 /// for the table's life, which the bio-based driver of a one-line table
-/// runs inline ([`Target::stripe_map`]).
+/// runs inline ([`Target::fast_route`]).
 #[derive(Clone, Debug)]
 pub struct StripeMap {
     chunk_bytes: u64,
@@ -146,8 +146,8 @@ impl Target for Striped {
         self.geometry.route(offset_bytes, len_bytes)
     }
 
-    fn stripe_map(&self) -> Option<&StripeMap> {
-        Some(&self.geometry)
+    fn fast_route(&self) -> Option<FastRoute> {
+        Some(FastRoute::Stripe(self.geometry.clone()))
     }
 
     fn legs(&self) -> Vec<LegId> {
