@@ -145,7 +145,7 @@ impl HwQueue {
     /// `sw` (through the elevator, if any) under the queue's lock, once per
     /// batch. Inline completions land in `done`; `trace` hears of each
     /// request issued.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn run(
         &self,
         sw: &mut impl DispatchSource,
@@ -208,6 +208,7 @@ impl HwInner {
     /// Issue requests from the dispatch list, then from `src`, until both are
     /// empty, the driver is busy, or the budget is spent. Completions the
     /// driver makes inline land in `done`.
+    #[inline(always)]
     pub(crate) fn dispatch(
         &mut self,
         src: &mut impl DispatchSource,
@@ -226,7 +227,7 @@ impl HwInner {
 
     /// No elevator and nothing requeued: issue straight from `src`, in
     /// order (Linux `blk_mq_try_issue_list_directly`).
-    #[inline]
+    #[inline(always)]
     fn dispatch_direct(
         &mut self,
         src: &mut impl DispatchSource,

@@ -51,9 +51,7 @@ impl CtxState {
     /// at `offset_bytes`) the fused check admitted (and a window shifted),
     /// on a context whose driver routes: counted in flight, then routed
     /// whole to a lower context, or else handed to the driver.
-    // Out of `submit_node`, whose plain path (a request-based device's)
-    // keeps its data stage inlined; the route inlines here instead.
-    #[inline(never)]
+    #[inline(always)]
     pub(super) fn submit_routable(
         &mut self,
         dev: &DeviceInner,

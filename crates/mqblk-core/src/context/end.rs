@@ -284,7 +284,7 @@ impl CtxState {
     }
 
     /// A bio's request ended: route by what the bio is.
-    #[inline]
+    #[inline(always)]
     pub(super) fn end_bio(&mut self, idx: u32, status: Status) {
         let n = self.bioset.node(idx);
         match n.delivery {
