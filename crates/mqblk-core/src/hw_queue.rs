@@ -208,7 +208,6 @@ impl HwInner {
     /// Issue requests from the dispatch list, then from `src`, until both are
     /// empty, the driver is busy, or the budget is spent. Completions the
     /// driver makes inline land in `done`.
-    #[inline(always)]
     pub(crate) fn dispatch(
         &mut self,
         src: &mut impl DispatchSource,
@@ -227,7 +226,7 @@ impl HwInner {
 
     /// No elevator and nothing requeued: issue straight from `src`, in
     /// order (Linux `blk_mq_try_issue_list_directly`).
-    #[inline(always)]
+    #[inline]
     fn dispatch_direct(
         &mut self,
         src: &mut impl DispatchSource,
