@@ -250,18 +250,74 @@ impl<'a> BioEnds<'a> {
 
 /// Where [`BioDriver::route`] sends a bio.
 pub struct Routed<'q> {
-    /// The lower context: the driver's own context on the lower device.
-    /// The core puts the bio into a request there itself (or, where that
-    /// context puts something between a bio and its request, into a slot
-    /// there), and takes it back up from the context's reap
-    /// ([`BioDriver::lower_contexts`]). A concrete context, not a trait
-    /// object: the route is one direct call, inlined.
-    pub lower: &'q mut crate::Context,
+    /// The lower context.
+    pub lower: &'q mut dyn Lower,
     /// The bio's offset there.
     pub offset_bytes: u64,
     /// What [`BioDriver::routed_error`] gets back should the bio fail
     /// there (a dm table line and leg).
     pub cookie: u64,
+}
+
+/// A context on a lower device, as a bio-based driver hands it to the
+/// core to route a bio to ([`BioDriver::route`]) or to take routed bios
+/// back up from ([`BioDriver::lower_contexts`]): a
+/// [`crate::Context`] (`&mut ctx` coerces). Sealed: its methods are the
+/// core's. A trait, not the context itself: a context holds its bio
+/// queue, whose route names the lower context, so the module that
+/// declares the queue must not name the context.
+pub trait Lower: sealed::Sealed {
+    /// Send the bio of slot `up` of the context above (at `node`, a plain
+    /// read or write) down here whole, at `offset_bytes`: the slot itself
+    /// into a request here, where this context puts nothing between a bio
+    /// and its request; or else the bio moved out of the slot into a free
+    /// slot here and submitted. False, with the slot untouched, if neither
+    /// can be done now. One call: both ways are decided here, with the
+    /// leg's data stage inlined.
+    ///
+    /// # Safety
+    ///
+    /// `node` is slot `up` of the one context above whose driver owns
+    /// this context (of `up_slots` slots, of the device numbered `above`),
+    /// owned by it, in no request, holding its bio; it stays allocated
+    /// until it comes back up ([`Lower::take_up`]), and nothing else
+    /// touches it until then.
+    #[doc(hidden)]
+    unsafe fn route_bio(
+        &mut self,
+        node: std::ptr::NonNull<crate::bioset::BioNode>,
+        up: u32,
+        up_slots: usize,
+        offset_bytes: u64,
+        above: crate::blktrace::DevNum,
+    ) -> bool;
+
+    /// Hand the routed bios that ended here back up into `up`.
+    #[doc(hidden)]
+    fn take_up(&mut self, up: &mut RoutedUp<'_>);
+}
+
+pub(crate) mod sealed {
+    /// Only the core's context is a [`super::Lower`].
+    pub trait Sealed {}
+}
+
+/// The side of the context above that routed bios come back up into
+/// ([`Lower::take_up`]): its slots, and the list of the slots whose bios
+/// are back, each with its status, which the context above ends as soon
+/// as the lower contexts have been through.
+pub struct RoutedUp<'a> {
+    pub(crate) bioset: &'a mut crate::bioset::BioSet,
+    pub(crate) ended: &'a mut Vec<(u32, Status)>,
+}
+
+impl RoutedUp<'_> {
+    /// Routed bio of slot `slot`, back in its slot, ended with `status`.
+    #[inline(always)]
+    pub(crate) fn back(&mut self, slot: u32, status: Status) {
+        debug_assert!(self.ended.len() < self.ended.capacity());
+        self.ended.push((slot, status));
+    }
 }
 
 /// A bio-based driver (Linux `block_device_operations::submit_bio`).
@@ -324,7 +380,7 @@ pub trait BioDriver: Send + Sync + 'static {
     /// Call `f` with every lower context a bio was routed to and may still
     /// be in (including one taken out of the table, until its routed bios
     /// were taken back up: see [`crate::Context::routed_ready`]).
-    fn lower_contexts(&self, _q: &mut Self::Queue, _f: &mut dyn FnMut(&mut crate::Context)) {}
+    fn lower_contexts(&self, _q: &mut Self::Queue, _f: &mut dyn FnMut(&mut dyn Lower)) {}
 
     /// Issue what was submitted since the last call (the caller's unplug:
     /// the lower contexts' plugs).
@@ -383,7 +439,7 @@ pub(crate) trait BioQueueOps: Send {
         len_bytes: u64,
         status: Status,
     ) -> bool;
-    fn lower_contexts(&mut self, f: &mut dyn FnMut(&mut crate::Context));
+    fn lower_contexts(&mut self, f: &mut dyn FnMut(&mut dyn Lower));
     fn submit_bio(&mut self, bio: BioRef<'_>, ends: &mut BioEnds<'_>);
     fn unplug(&mut self);
     fn poll(&mut self, ends: &mut BioEnds<'_>) -> usize;
@@ -419,7 +475,7 @@ impl<B: BioDriver> BioQueueOps for BoundQueue<B> {
             .routed_error(&mut self.q, cookie, op, offset_bytes, len_bytes, status)
     }
     #[inline]
-    fn lower_contexts(&mut self, f: &mut dyn FnMut(&mut crate::Context)) {
+    fn lower_contexts(&mut self, f: &mut dyn FnMut(&mut dyn Lower)) {
         self.driver.lower_contexts(&mut self.q, f)
     }
     #[inline]

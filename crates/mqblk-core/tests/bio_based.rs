@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::{mem_device, Order};
-use mqblk_core::bio_based::{BioDriver, BioEnds, BioQueueSetup, BioRef, Routed};
+use mqblk_core::bio_based::{BioDriver, BioEnds, BioQueueSetup, BioRef, Lower, Routed};
 use mqblk_core::driver::{Error, Features, Op, QueueLimits, Status};
 use mqblk_core::{Bio, Context, Device, DeviceConfig};
 
@@ -150,13 +150,13 @@ impl BioDriver for Concat {
         }
         routed.fetch_add(1, Ordering::Relaxed);
         Some(Routed {
-            lower: &mut q.ctx[half],
+            lower: &mut q.ctx[half] as &mut dyn Lower,
             offset_bytes: offset_bytes - half as u64 * HALF,
             cookie: half as u64,
         })
     }
 
-    fn lower_contexts(&self, q: &mut ConcatQueue, f: &mut dyn FnMut(&mut Context)) {
+    fn lower_contexts(&self, q: &mut ConcatQueue, f: &mut dyn FnMut(&mut dyn Lower)) {
         for c in &mut q.ctx {
             f(c);
         }

@@ -12,7 +12,7 @@
 //! per clone in flight. Nothing is shared with another context, and
 //! nothing is allocated once warm.
 
-use mqblk_core::bio_based::{BioDriver, BioEnds, BioQueueSetup, BioRef, Routed};
+use mqblk_core::bio_based::{BioDriver, BioEnds, BioQueueSetup, BioRef, Lower, Routed};
 use mqblk_core::driver::{Error, Features, HwNotifier, IrqLines, Op, QueueLimits, Status};
 use mqblk_core::{Bio, Context};
 
@@ -20,7 +20,8 @@ use crate::held::Held;
 use crate::legs::LegId;
 use crate::map::{end_action, fold, Line, Mapper, Plan};
 use crate::stacked::Stacked;
-use crate::target::target_type::{EndAction, Io};
+use crate::target::target_type::{EndAction, Io, Target};
+use crate::target::{Mirror, MirrorReads, StripeMap, Striped};
 
 /// The bio-based driver of a stacked device: the table, legs and limits
 /// the request-based driver has, mapped per bio instead of per request.
@@ -34,7 +35,40 @@ pub(crate) struct BioStacked {
     /// arithmetic on data it can hand out (a stripe's geometry, a
     /// mirror's read turns): kept here, so a bio is routed inline, with
     /// no call through the target.
-    pub(crate) fast: Option<crate::target::FastRoute>,
+    pub(crate) fast: Option<FastRoute>,
+}
+
+/// The route of a one-line table whose target routes by arithmetic on
+/// data it can hand out, kept by the driver to route inline, with no call
+/// through the target: the same code the target's own
+/// [`Target::route`](crate::target::Target::route) runs.
+#[derive(Clone, Debug)]
+pub(crate) enum FastRoute {
+    /// A stripe's chunks (`striped`).
+    Stripe(StripeMap),
+    /// A mirror's reads, each to one live leg in turn (`mirror`).
+    MirrorRead(MirrorReads),
+}
+
+impl FastRoute {
+    /// The fast route of `target`, if it has one.
+    pub(crate) fn of(target: &dyn Target) -> Option<FastRoute> {
+        let any = target.as_any()?;
+        if let Some(s) = any.downcast_ref::<Striped>() {
+            return Some(FastRoute::Stripe(s.geometry().clone()));
+        }
+        any.downcast_ref::<Mirror>()
+            .map(|m| FastRoute::MirrorRead(m.reads()))
+    }
+
+    /// As [`Target::route`](crate::target::Target::route).
+    #[inline(always)]
+    fn route(&self, op: Op, offset_bytes: u64, len_bytes: u64, hwq: u16) -> Option<(LegId, u64)> {
+        match self {
+            FastRoute::Stripe(m) => m.route(offset_bytes, len_bytes),
+            FastRoute::MirrorRead(m) => m.route(op, offset_bytes, len_bytes, hwq),
+        }
+    }
 }
 
 /// A context on a leg, opened on first use.
@@ -611,7 +645,7 @@ impl BioDriver for BioStacked {
         )
     }
 
-    fn lower_contexts(&self, q: &mut DmQueue, f: &mut dyn FnMut(&mut Context)) {
+    fn lower_contexts(&self, q: &mut DmQueue, f: &mut dyn FnMut(&mut dyn Lower)) {
         for l in q.legs.iter_mut() {
             if let LegCtx::Open(c) = l {
                 f(c);

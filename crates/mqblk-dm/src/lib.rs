@@ -321,7 +321,7 @@ fn create(
         let lines_below = devs.iter().any(Device::has_irq_lines);
         let routes_writes = stack.lines.iter().any(|l| l.target.routes_writes());
         let fast = match stack.lines.as_slice() {
-            [l] if l.start == 0 => l.target.fast_route(),
+            [l] if l.start == 0 => bio_based::FastRoute::of(l.target.as_ref()),
             _ => None,
         };
         Device::new_bio_based(

@@ -180,14 +180,7 @@ impl CtxState {
         // freed (or leaks the set if they do not end), so no lower context
         // holds the slot past the set's life; and this context touches the
         // slot only once it is back up.
-        let sent = unsafe { lower.st.take_routed_node(&lower.dev, node, at, cap) }
-            || lower.st.take_routed_in(
-                &lower.dev,
-                &mut bioset.node_mut(idx).bio,
-                idx,
-                at,
-                dev.devnum,
-            );
+        let sent = unsafe { lower.route_bio(node, idx, cap, at, dev.devnum) };
         let e = &mut bio_io[idx as usize];
         e.cookie = r.cookie;
         if !sent {

@@ -9,6 +9,7 @@
 //! resubmission) waits for the submitting side to pick it up.
 
 use super::state::{feat, CtxState};
+use crate::bio_based::RoutedUp;
 use crate::bioset::{Delivery, SlotState};
 use crate::bounce;
 use crate::clock;
@@ -409,27 +410,41 @@ impl CtxState {
         true
     }
 
-    /// Take back up the routed bios that ended in the lower contexts and
-    /// end them, in the one pass: each back into its slot here, at its
-    /// offset here, accounted and ended. One that failed below waits on
-    /// the routed list for its driver's word (`end_bio_based_as`): mapped
-    /// again, or ended with its error.
+    /// Take back up the routed bios that ended in the lower contexts, each
+    /// into its slot here, and end them: at their offset here again,
+    /// accounted and ended. One that failed below waits on the routed
+    /// list for its driver's word (`end_bio_based_as`): mapped again, or
+    /// ended with its error.
     #[inline]
     pub(super) fn take_routed_up(&mut self, dev: &DeviceInner) {
-        // The queue is out of its place while the lower contexts (which
-        // it holds) hand their bios up into this context: nothing on the
-        // way calls it.
-        let Some(mut q) = self.bio_q.take() else {
+        let CtxState {
+            bio_q,
+            bioset,
+            routed_ended,
+            ..
+        } = self;
+        let Some(q) = bio_q.as_mut() else {
             return;
         };
+        let mut up = RoutedUp {
+            bioset,
+            ended: routed_ended,
+        };
+        q.lower_contexts(&mut |lower| lower.take_up(&mut up));
+        if self.routed_ended.is_empty() {
+            return;
+        }
         let now = if self.on(feat::IOSTATS) {
             clock::now_ns()
         } else {
             0
         };
         let mut run = LatencyRun::default();
-        q.lower_contexts(&mut |lower| lower.st.give_routed_up(self, now, &mut run));
-        self.bio_q = Some(q);
+        let mut back = std::mem::take(&mut self.routed_ended);
+        let mut failed = false;
+        for &(slot, status) in &back {
+            failed |= !self.routed_back(slot, status, now, &mut run);
+        }
         self.shared
             .in_flight
             .store(self.in_flight, std::sync::atomic::Ordering::Release);
@@ -437,24 +452,28 @@ impl CtxState {
         if self.on(feat::IOSTATS) {
             self.dstats(dev).update_io_ticks(now / 1_000_000, true);
         }
-        if !self.routed_ended.is_empty() {
+        if failed {
+            back.retain(|(_, s)| !s.is_ok());
+            self.routed_ended = back;
             self.end_bio_based_as::<true>(dev);
+        } else {
+            back.clear();
+            self.routed_ended = back;
         }
     }
 
     /// Hand the routed bios that ended here back up, into the context
-    /// above (`up`), which ends them: a slot of it that went into a
-    /// request here is its own again; a bio moved into a slot here moves
-    /// back into its slot.
+    /// above (`up`): a slot of it that went into a request here is its
+    /// own again; a bio moved into a slot here moves back into its slot.
     #[inline]
-    pub(super) fn give_routed_up(&mut self, up: &mut CtxState, now: u64, run: &mut LatencyRun) {
+    pub(super) fn give_routed_up(&mut self, up: &mut RoutedUp<'_>) {
         for &i in &self.routed {
             let node = self.bioset.node(i);
             let slot = node.up;
             let status = node.bio.as_ref().map_or(Status::Ok, |b| b.status());
             let to = &mut up.bioset.node_mut(slot).bio;
             self.bioset.take_routed(i, to);
-            up.routed_back(slot, status, now, run);
+            up.back(slot, status);
         }
         self.routed.clear();
         for &(n, status) in &self.routed_nodes {
@@ -463,16 +482,16 @@ impl CtxState {
             debug_assert_eq!(node.state, SlotState::InFlight);
             node.state = SlotState::Owned;
             node.next = None;
-            up.routed_back(slot, status, now, run);
+            up.back(slot, status);
         }
         self.routed_nodes.clear();
     }
 
     /// Routed bio of slot `slot`, back in its slot, ended below with
-    /// `status`: at its offset here again, and ended (a failed one waits
-    /// for its driver's word on the routed list).
+    /// `status`: at its offset here again, and ended if `status` is good
+    /// (true); a failed one (false) is left for its driver's word.
     #[inline(always)]
-    fn routed_back(&mut self, slot: u32, status: Status, now: u64, run: &mut LatencyRun) {
+    fn routed_back(&mut self, slot: u32, status: Status, now: u64, run: &mut LatencyRun) -> bool {
         let e = self.bio_io[slot as usize];
         // A routed slot always holds its bio; should one come back without
         // it, it still ends, once.
@@ -486,9 +505,7 @@ impl CtxState {
         debug_assert!(self.routed_out > 0);
         self.routed_out -= 1;
         if !status.is_ok() {
-            debug_assert!(self.routed_ended.len() < self.routed_ended.capacity());
-            self.routed_ended.push((slot, status));
-            return;
+            return false;
         }
         if self.on(feat::IOSTATS) {
             self.account_bio_end_as(op, bytes, e.start_ns, now, run);
@@ -496,6 +513,7 @@ impl CtxState {
         debug_assert!(self.in_flight > 0);
         self.in_flight -= 1;
         self.finish(slot, status);
+        true
     }
 }
 

@@ -20,13 +20,13 @@ mod striped;
 mod zero;
 
 pub use ctor::{usage, Ctor};
-pub use target_type::{EndAction, FastRoute, Io, Route, Sent, Target};
+pub use target_type::{EndAction, Io, Route, Sent, Target};
 
 pub use delay::Delay;
 pub use error::Error as ErrorTarget;
 pub use flakey::Flakey;
 pub use linear::Linear;
-pub use mirror::Mirror;
+pub use mirror::{Mirror, MirrorReads};
 pub use striped::{StripeMap, Striped};
 pub use zero::Zero;
 

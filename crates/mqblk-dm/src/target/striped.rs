@@ -6,7 +6,7 @@ use mqblk_core::QueueLimits;
 use mqblk_core::driver::Op;
 
 use super::ctor::Ctor;
-use super::target_type::{FastRoute, Io, Route, Target};
+use super::target_type::{Io, Route, Target};
 use crate::extent::Use;
 use crate::legs::LegId;
 use crate::table::TableError;
@@ -20,7 +20,7 @@ pub struct Striped {
 
 /// Where a stripe's chunks lie: the arithmetic of a stripe's route, fixed
 /// for the table's life, which the bio-based driver of a one-line table
-/// runs inline ([`Target::fast_route`]).
+/// runs inline (`bio_based::FastRoute`).
 #[derive(Clone, Debug)]
 pub struct StripeMap {
     chunk_bytes: u64,
@@ -61,6 +61,11 @@ impl StripeMap {
 }
 
 impl Striped {
+    /// Where its chunks lie.
+    pub fn geometry(&self) -> &StripeMap {
+        &self.geometry
+    }
+
     /// Build from `N CHUNK (DEV OFFSET){N}`.
     pub fn new(c: &mut Ctor<'_, '_>) -> Result<Striped, TableError> {
         let n = c.num(0, "number of stripes")?;
@@ -146,8 +151,8 @@ impl Target for Striped {
         self.geometry.route(offset_bytes, len_bytes)
     }
 
-    fn fast_route(&self) -> Option<FastRoute> {
-        Some(FastRoute::Stripe(self.geometry.clone()))
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     fn legs(&self) -> Vec<LegId> {

@@ -103,34 +103,6 @@ pub enum EndAction {
     },
 }
 
-/// A target's [`Target::route`] as data the bio-based driver of a
-/// one-line table keeps and runs inline ([`Target::fast_route`]): the
-/// same code the target's own `route` runs.
-#[derive(Clone, Debug)]
-pub enum FastRoute {
-    /// A stripe's chunks (`striped`).
-    Stripe(super::striped::StripeMap),
-    /// A mirror's reads, each to one live leg in turn (`mirror`).
-    MirrorRead(super::mirror::MirrorReads),
-}
-
-impl FastRoute {
-    /// As [`Target::route`].
-    #[inline(always)]
-    pub fn route(
-        &self,
-        op: Op,
-        offset_bytes: u64,
-        len_bytes: u64,
-        hwq: u16,
-    ) -> Option<(LegId, u64)> {
-        match self {
-            FastRoute::Stripe(m) => m.route(offset_bytes, len_bytes),
-            FastRoute::MirrorRead(m) => m.route(op, offset_bytes, len_bytes, hwq),
-        }
-    }
-}
-
 /// A target: one line of a table, built from its arguments.
 pub trait Target: Send + Sync + 'static {
     /// The target's name, as in the table (`linear`).
@@ -173,14 +145,6 @@ pub trait Target: Send + Sync + 'static {
         _len_bytes: u64,
         _hwq: u16,
     ) -> Option<(LegId, u64)> {
-        None
-    }
-
-    /// What [`Target::route`] computes with, when that is all it does (a
-    /// stripe's geometry, a mirror's read turns): a one-line table's
-    /// bio-based driver then routes with it inline, with no call through
-    /// the target. Default: none.
-    fn fast_route(&self) -> Option<FastRoute> {
         None
     }
 

@@ -50,7 +50,7 @@ use crate::handle::Handle;
 use crate::legs::LegId;
 use crate::table::TableError;
 use crate::target::ctor::Ctor;
-use crate::target::target_type::{EndAction, FastRoute, Io, Route, Target};
+use crate::target::target_type::{EndAction, Io, Route, Target};
 use log::{Found, Geometry, Log};
 use region::{Bits, Pending};
 
@@ -96,7 +96,7 @@ impl std::fmt::Display for DegradedLeg {
 /// A mirror's routed reads ([`Target::route`]): a read that stays in one
 /// region goes whole to one live leg, the legs taking turns. Kept by the
 /// bio-based driver of a one-line mirror table to route inline
-/// ([`Target::fast_route`]).
+/// ([`Mirror::reads`]).
 #[derive(Clone)]
 pub struct MirrorReads {
     inner: Arc<Inner>,
@@ -162,6 +162,14 @@ impl std::fmt::Debug for Mirror {
 }
 
 impl Mirror {
+    /// Its routed reads, for the bio-based driver of a one-line table to
+    /// route inline.
+    pub fn reads(&self) -> MirrorReads {
+        MirrorReads {
+            inner: self.inner.clone(),
+        }
+    }
+
     /// Build from the table line's arguments.
     pub fn new(c: &mut Ctor<'_, '_>) -> std::result::Result<Mirror, TableError> {
         let len_bytes = c.line.len << 9;
@@ -496,12 +504,6 @@ impl Target for Mirror {
     #[inline]
     fn route(&self, op: Op, offset_bytes: u64, len_bytes: u64, hwq: u16) -> Option<(LegId, u64)> {
         route_read_whole(&self.inner, op, offset_bytes, len_bytes, hwq)
-    }
-
-    fn fast_route(&self) -> Option<FastRoute> {
-        Some(FastRoute::MirrorRead(MirrorReads {
-            inner: self.inner.clone(),
-        }))
     }
 
     #[inline]

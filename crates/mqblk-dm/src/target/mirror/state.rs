@@ -176,10 +176,10 @@ impl Inner {
             return None;
         }
         let t = &self.turns[hwq as usize % TURNS].0;
-        // The last leg read from (below MAX_LEGS, so the shift stays in
-        // the word): the live legs above it take the next turn, or else
-        // the first live leg.
-        let last = t.load(Ordering::Relaxed) % super::MAX_LEGS as u32;
+        // The last leg read from (one of LIVE's bits, so the shift stays
+        // in the word): the live legs above it take the next turn, or
+        // else the first live leg.
+        let last = t.load(Ordering::Relaxed) % LIVE.count_ones();
         let above = live & !((2u32 << last) - 1);
         let i = if above != 0 {
             above.trailing_zeros()
