@@ -263,35 +263,31 @@ pub struct Routed<'q> {
 /// core to route a bio to ([`BioDriver::route`]) or to take routed bios
 /// back up from ([`BioDriver::lower_contexts`]): a
 /// [`crate::Context`] (`&mut ctx` coerces). Sealed: its methods are the
-/// core's.
+/// core's. A trait, not the context itself: a context holds its bio
+/// queue, whose route names the lower context, so the module that
+/// declares the queue must not name the context.
 pub trait Lower: sealed::Sealed {
-    /// Put `node`, a slot of the context above holding a plain read or
-    /// write, into a request here itself, at `offset_bytes`; false (the
-    /// slot untouched) where this context puts something between a bio
-    /// and its request.
+    /// Send the bio of slot `up` of the context above (at `node`, a plain
+    /// read or write) down here whole, at `offset_bytes`: the slot itself
+    /// into a request here, where this context puts nothing between a bio
+    /// and its request; or else the bio moved out of the slot into a free
+    /// slot here and submitted. False, with the slot untouched, if neither
+    /// can be done now. One call: both ways are decided here, with the
+    /// leg's data stage inlined.
     ///
     /// # Safety
     ///
-    /// `node` is a slot of the one context above whose driver owns this
-    /// context, owned by it, in no request, holding its bio; it stays
-    /// allocated until it comes back up ([`Lower::take_up`]), and nothing
-    /// else touches it until then.
+    /// `node` is slot `up` of the one context above whose driver owns
+    /// this context (of `up_slots` slots, of the device numbered `above`),
+    /// owned by it, in no request, holding its bio; it stays allocated
+    /// until it comes back up ([`Lower::take_up`]), and nothing else
+    /// touches it until then.
     #[doc(hidden)]
-    unsafe fn route_node(
+    unsafe fn route_bio(
         &mut self,
         node: std::ptr::NonNull<crate::bioset::BioNode>,
-        offset_bytes: u64,
-        up_slots: usize,
-    ) -> bool;
-
-    /// Move the bio in `bio` (of slot `up` of the device numbered `above`)
-    /// into a free slot here, at `offset_bytes`, and submit it; false, with
-    /// `bio` untouched, if no slot is free.
-    #[doc(hidden)]
-    fn route_slot(
-        &mut self,
-        bio: &mut Option<Bio>,
         up: u32,
+        up_slots: usize,
         offset_bytes: u64,
         above: crate::blktrace::DevNum,
     ) -> bool;
@@ -307,25 +303,18 @@ pub(crate) mod sealed {
 }
 
 /// The side of the context above that routed bios come back up into
-/// ([`Lower::take_up`]): its slots, where each routed bio was, and the
-/// list of routed bios to end.
+/// ([`Lower::take_up`]): its slots, and the list of the slots whose bios
+/// are back, each with its status, which the context above ends as soon
+/// as the lower contexts have been through.
 pub struct RoutedUp<'a> {
     pub(crate) bioset: &'a mut crate::bioset::BioSet,
-    pub(crate) routed_from: &'a [u64],
-    pub(crate) routed_out: &'a mut u32,
     pub(crate) ended: &'a mut Vec<(u32, Status)>,
 }
 
 impl RoutedUp<'_> {
-    /// Routed bio of slot `slot`, back in its slot, ended with `status`:
-    /// at its offset here again, on the list to end.
-    #[inline]
+    /// Routed bio of slot `slot`, back in its slot, ended with `status`.
+    #[inline(always)]
     pub(crate) fn back(&mut self, slot: u32, status: Status) {
-        if let Some(b) = self.bioset.node_mut(slot).bio.as_mut() {
-            b.set_offset_bytes(self.routed_from[slot as usize]);
-        }
-        debug_assert!(*self.routed_out > 0);
-        *self.routed_out -= 1;
         debug_assert!(self.ended.len() < self.ended.capacity());
         self.ended.push((slot, status));
     }

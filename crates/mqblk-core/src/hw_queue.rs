@@ -145,7 +145,7 @@ impl HwQueue {
     /// `sw` (through the elevator, if any) under the queue's lock, once per
     /// batch. Inline completions land in `done`; `trace` hears of each
     /// request issued.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn run(
         &self,
         sw: &mut impl DispatchSource,

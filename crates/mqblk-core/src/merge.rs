@@ -34,7 +34,7 @@ pub(crate) fn mergeable(bio: &Bio) -> bool {
 /// Where `bio` could join `rq`, if anywhere, without breaking a limit.
 /// `flags` are the flags the bio's request would carry (see
 /// `flush::request_flags`), which is what `rq.flags` holds.
-#[inline]
+#[inline(always)]
 pub(crate) fn can_merge(
     rq: &Request,
     bio: &Bio,

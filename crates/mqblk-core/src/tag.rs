@@ -170,7 +170,7 @@ impl Tags {
     }
 
     /// Take the tag out of the cache's lowest bit.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn take_cached(&self, cache: &mut TagCache) -> Option<RqRef> {
         if cache.mask == 0 {
             return None;

@@ -20,7 +20,8 @@ use crate::held::Held;
 use crate::legs::LegId;
 use crate::map::{end_action, fold, Line, Mapper, Plan};
 use crate::stacked::Stacked;
-use crate::target::target_type::{EndAction, Io};
+use crate::target::target_type::{EndAction, Io, Target};
+use crate::target::{Mirror, MirrorReads, StripeMap, Striped};
 
 /// The bio-based driver of a stacked device: the table, legs and limits
 /// the request-based driver has, mapped per bio instead of per request.
@@ -30,6 +31,44 @@ pub(crate) struct BioStacked {
     pub(crate) lines_below: bool,
     /// A line may route a write ([`Target::route`]: not a mirror's).
     pub(crate) routes_writes: bool,
+    /// The table is one line from sector 0 whose target routes by
+    /// arithmetic on data it can hand out (a stripe's geometry, a
+    /// mirror's read turns): kept here, so a bio is routed inline, with
+    /// no call through the target.
+    pub(crate) fast: Option<FastRoute>,
+}
+
+/// The route of a one-line table whose target routes by arithmetic on
+/// data it can hand out, kept by the driver to route inline, with no call
+/// through the target: the same code the target's own
+/// [`Target::route`](crate::target::Target::route) runs.
+#[derive(Clone, Debug)]
+pub(crate) enum FastRoute {
+    /// A stripe's chunks (`striped`).
+    Stripe(StripeMap),
+    /// A mirror's reads, each to one live leg in turn (`mirror`).
+    MirrorRead(MirrorReads),
+}
+
+impl FastRoute {
+    /// The fast route of `target`, if it has one.
+    pub(crate) fn of(target: &dyn Target) -> Option<FastRoute> {
+        let any = target.as_any()?;
+        if let Some(s) = any.downcast_ref::<Striped>() {
+            return Some(FastRoute::Stripe(s.geometry().clone()));
+        }
+        any.downcast_ref::<Mirror>()
+            .map(|m| FastRoute::MirrorRead(m.reads()))
+    }
+
+    /// As [`Target::route`](crate::target::Target::route).
+    #[inline(always)]
+    fn route(&self, op: Op, offset_bytes: u64, len_bytes: u64, hwq: u16) -> Option<(LegId, u64)> {
+        match self {
+            FastRoute::Stripe(m) => m.route(offset_bytes, len_bytes),
+            FastRoute::MirrorRead(m) => m.route(op, offset_bytes, len_bytes, hwq),
+        }
+    }
 }
 
 /// A context on a leg, opened on first use.
@@ -92,14 +131,23 @@ pub(crate) struct DmQueue {
 
 impl BioStacked {
     /// The context on `leg`, opened now if this is the first use.
-    #[inline]
+    #[inline(always)]
     fn leg_ctx<'q>(&self, q: &'q mut DmQueue, leg: usize) -> Option<&'q mut Context> {
-        if matches!(q.legs.get(leg), Some(LegCtx::Closed)) {
-            q.legs[leg] = self.open_leg(leg, &q.notifier, &q.irq);
+        if !matches!(q.legs.get(leg), Some(LegCtx::Open(_))) {
+            self.open_closed_leg(q, leg);
         }
         match q.legs.get_mut(leg) {
             Some(LegCtx::Open(c)) => Some(c),
             _ => None,
+        }
+    }
+
+    /// Open the context on `leg` if this context has not sent to it yet.
+    #[cold]
+    #[inline(never)]
+    fn open_closed_leg(&self, q: &mut DmQueue, leg: usize) {
+        if matches!(q.legs.get(leg), Some(LegCtx::Closed)) {
+            q.legs[leg] = self.open_leg(leg, &q.notifier, &q.irq);
         }
     }
 
@@ -532,26 +580,34 @@ impl BioDriver for BioStacked {
         offset_bytes: u64,
         len_bytes: u64,
     ) -> Option<Routed<'q>> {
-        if op == Op::Write && !self.routes_writes {
-            return None;
-        }
         if self.stack.legs.generation() != q.generation {
             // Legs changed: `submit_bio` picks the change up first.
             return None;
         }
-        let lines = &self.stack.lines;
-        let i = if lines.len() == 1 {
-            0
-        } else {
-            lines.partition_point(|l| l.end <= offset_bytes)
+        let (i, (leg, at)) = match &self.fast {
+            // One line covering the device, whose capacity the core
+            // checked the bio against: its route alone places it.
+            Some(f) => (0, f.route(op, offset_bytes, len_bytes, q.who)?),
+            None => {
+                if op == Op::Write && !self.routes_writes {
+                    return None;
+                }
+                let lines = &self.stack.lines;
+                let i = if lines.len() == 1 {
+                    0
+                } else {
+                    lines.partition_point(|l| l.end <= offset_bytes)
+                };
+                let line = lines.get(i)?;
+                if offset_bytes + len_bytes > line.end {
+                    return None;
+                }
+                let to = line
+                    .target
+                    .route(op, offset_bytes - line.start, len_bytes, q.who)?;
+                (i, to)
+            }
         };
-        let line = lines.get(i)?;
-        if offset_bytes + len_bytes > line.end {
-            return None;
-        }
-        let (leg, at) = line
-            .target
-            .route(op, offset_bytes - line.start, len_bytes, q.who)?;
         let cookie = (i as u64) << 16 | u64::from(leg);
         let l = leg as usize;
         *q.touched.get_mut(l)? = true;

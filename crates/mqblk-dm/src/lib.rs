@@ -320,11 +320,16 @@ fn create(
         stack.features.fua = stack.features.write_cache;
         let lines_below = devs.iter().any(Device::has_irq_lines);
         let routes_writes = stack.lines.iter().any(|l| l.target.routes_writes());
+        let fast = match stack.lines.as_slice() {
+            [l] if l.start == 0 => bio_based::FastRoute::of(l.target.as_ref()),
+            _ => None,
+        };
         Device::new_bio_based(
             BioStacked {
                 stack,
                 lines_below,
                 routes_writes,
+                fast,
             },
             cfg,
         )?

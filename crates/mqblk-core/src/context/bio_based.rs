@@ -8,8 +8,12 @@
 //! Below submission, which sends bios here; above the end, where the
 //! bios the driver ends are ended.
 
+use std::ptr::NonNull;
+
 use super::state::{feat, CtxState};
+use crate::bio::Op;
 use crate::bio_based::{BioEnds, BioRef};
+use crate::bioset::BioNode;
 use crate::queue::DeviceInner;
 use crate::stats::bump;
 
@@ -25,11 +29,17 @@ impl CtxState {
     /// Count bio `idx` in flight, from now.
     #[inline]
     fn start_bio_based(&mut self, dev: &DeviceInner, idx: u32) {
+        let op = self.bioset.bio(idx).op();
+        self.start_bio_based_as(dev, idx, op);
+    }
+
+    /// [`CtxState::start_bio_based`] of a bio of operation `op`.
+    #[inline(always)]
+    fn start_bio_based_as(&mut self, dev: &DeviceInner, idx: u32, op: Op) {
         if self.on(feat::IOSTATS) {
             let now = self.batch_start(dev);
-            self.bio_start[idx as usize] = now;
-            let write = self.bioset.bio(idx).op().is_write();
-            bump(&self.stats.in_flight[write as usize], 1);
+            self.bio_io[idx as usize].start_ns = now;
+            bump(&self.stats.in_flight[op.is_write() as usize], 1);
         }
         self.in_flight += 1;
         self.shared
@@ -37,14 +47,20 @@ impl CtxState {
             .store(self.in_flight, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Bio `idx`, a plain read or write the fused check admitted (and a
-    /// window shifted), on a context whose driver routes: counted in
-    /// flight, then routed whole to a lower context, or else handed to
-    /// the driver.
-    #[inline]
-    pub(super) fn submit_routable(&mut self, dev: &DeviceInner, idx: u32) {
-        self.start_bio_based(dev, idx);
-        if self.route(dev, idx) {
+    /// Bio `idx` in slot `node`, a plain read or write (`op`, `len_bytes`
+    /// at `offset_bytes`) the fused check admitted (and a window shifted),
+    /// on a context whose driver routes: counted in flight, then routed
+    /// whole to a lower context, or else handed to the driver.
+    #[inline(always)]
+    pub(super) fn submit_routable(
+        &mut self,
+        dev: &DeviceInner,
+        idx: u32,
+        node: NonNull<BioNode>,
+        io: (Op, u64, u64),
+    ) {
+        self.start_bio_based_as(dev, idx, io.0);
+        if self.route(dev, idx, node, io) {
             self.routed_one();
         } else {
             self.hand_to_driver(dev, idx);
@@ -62,10 +78,13 @@ impl CtxState {
                 .node(idx)
                 .bio
                 .as_ref()
-                .is_some_and(|b| (b.op() as u8) < 2 && b.flags().bits() == 0);
-            if plain && self.route(dev, idx) {
-                self.routed_one();
-                return;
+                .filter(|b| (b.op() as u8) < 2 && b.flags().bits() == 0)
+                .map(|b| (b.op(), b.offset_bytes(), b.len_bytes()));
+            if let Some(io) = plain {
+                if self.route(dev, idx, self.bioset.node_ptr(idx), io) {
+                    self.routed_one();
+                    return;
+                }
             }
         }
         self.hand_to_driver(dev, idx);
@@ -121,28 +140,30 @@ impl CtxState {
         self.batch_ns = 0;
     }
 
-    /// Send bio `idx` down whole, as it is but for its offset, to the
+    /// Send bio `idx` (in slot `node`: `len_bytes` of `op` at
+    /// `offset_bytes`) down whole, as it is but for its offset, to the
     /// lower context the driver routes it to, if it routes it: into a
-    /// slot there, in exchange for what that slot kept, so the bio moves
-    /// but nothing is copied, dropped or allocated. Its slot here stays
-    /// taken, and in flight, until the reap takes the bio back up
-    /// ([`CtxState::take_routed_up`]). The bio is a plain read or write.
-    /// False if it was not routed: the driver does not route it, or a
-    /// lower context has no free slot.
-    #[inline]
-    fn route(&mut self, dev: &DeviceInner, idx: u32) -> bool {
+    /// request there itself, or else into a slot there, in exchange for
+    /// what that slot kept, so the bio moves but nothing is copied,
+    /// dropped or allocated. Its slot here stays taken, and in flight,
+    /// until the reap takes the bio back up ([`CtxState::take_routed_up`]).
+    /// The bio is a plain read or write. False if it was not routed: the
+    /// driver does not route it, or a lower context has no free slot.
+    #[inline(always)]
+    fn route(
+        &mut self,
+        dev: &DeviceInner,
+        idx: u32,
+        node: NonNull<BioNode>,
+        (op, from, len): (Op, u64, u64),
+    ) -> bool {
         let CtxState {
             bio_q,
             bioset,
-            routed_from,
-            routed_cookie,
+            bio_io,
             routed_out,
             ..
         } = self;
-        let Some(bio) = bioset.node(idx).bio.as_ref() else {
-            return false;
-        };
-        let (op, from, len) = (bio.op(), bio.offset_bytes(), bio.len_bytes());
         let Some(q) = bio_q.as_mut() else {
             return false;
         };
@@ -150,23 +171,22 @@ impl CtxState {
             return false;
         };
         let (lower, at) = (r.lower, r.offset_bytes);
-        let ptr = bioset.node_ptr(idx);
         let cap = bioset.capacity();
-        // SAFETY: slot `idx` is this context's, owned (in no request) and
-        // holding its bio. The bio set's slots stay where they are for its
-        // life, and the slot stays in flight here until the lower context
-        // hands it back up (`take_routed_up`): this context's drop drains
-        // every bio in flight before the set is freed (or leaks the set if
-        // they do not end), so no lower context holds the slot past the
-        // set's life; and this context touches the slot only once it is
-        // back up.
-        let sent = unsafe { lower.route_node(ptr, at, cap) }
-            || lower.route_slot(&mut bioset.node_mut(idx).bio, idx, at, dev.devnum);
-        routed_cookie[idx as usize] = r.cookie;
+        // SAFETY: `node` is slot `idx` of this context, owned (in no
+        // request) and holding its bio. The bio set's slots stay where
+        // they are for its life, and the slot stays in flight here until
+        // the lower context hands it back up (`take_routed_up`): this
+        // context's drop drains every bio in flight before the set is
+        // freed (or leaks the set if they do not end), so no lower context
+        // holds the slot past the set's life; and this context touches the
+        // slot only once it is back up.
+        let sent = unsafe { lower.route_bio(node, idx, cap, at, dev.devnum) };
+        let e = &mut bio_io[idx as usize];
+        e.cookie = r.cookie;
         if !sent {
             return false;
         }
-        routed_from[idx as usize] = from;
+        e.from_bytes = from;
         *routed_out += 1;
         true
     }

@@ -34,7 +34,20 @@ impl CtxState {
         if !self.on(feat::NOMERGES) && self.try_merge(dev, node, BioFlags::NONE) {
             return;
         }
-        self.queue_data(dev, idx, node);
+        self.queue_data::<false>(dev, idx, node);
+    }
+
+    /// [`CtxState::submit_plain`] of a slot of the context above, routed
+    /// here whole (`take_routed_node`), with the merge and the request
+    /// built inline: the route's function stands where the caller's
+    /// `submit_node` does for a plain bio, and the data stage inlines
+    /// into it as into that.
+    #[inline(always)]
+    pub(super) fn submit_routed_plain(&mut self, dev: &DeviceInner, node: NonNull<BioNode>) {
+        if !self.on(feat::NOMERGES) && self.try_merge_inline(dev, node, BioFlags::NONE) {
+            return;
+        }
+        self.queue_data::<true>(dev, ROUTED_NODE, node);
     }
 
     /// Send the data of bio `idx` on: merge it, make it a request, or split
@@ -58,12 +71,18 @@ impl CtxState {
                 return;
             }
         }
-        self.queue_data(dev, idx, node);
+        self.queue_data::<false>(dev, idx, node);
     }
 
-    /// Make bio `idx` a request of its own.
+    /// Make bio `idx` a request of its own (`INLINE`: with the request
+    /// built inline, see `submit_routed_plain`).
     #[inline(always)]
-    fn queue_data(&mut self, dev: &DeviceInner, idx: u32, node: NonNull<BioNode>) {
+    fn queue_data<const INLINE: bool>(
+        &mut self,
+        dev: &DeviceInner,
+        idx: u32,
+        node: NonNull<BioNode>,
+    ) {
         if self.on(feat::ASYNC_DEPTH) {
             // SAFETY: slot `idx` is owned by this context, in no request.
             let write = unsafe { node.as_ref() }
@@ -74,7 +93,11 @@ impl CtxState {
                 self.wait_async_room(dev);
             }
         }
-        let status = self.queue_bio(dev, node);
+        let status = if INLINE {
+            self.queue_bio_inline(dev, node)
+        } else {
+            self.queue_bio(dev, node)
+        };
         if !status.is_ok() {
             bump(&self.stats.errors, 1);
             if idx == ROUTED_NODE {
@@ -90,6 +113,17 @@ impl CtxState {
     /// `nomerges=0`) the last few in the software queue.
     #[inline]
     fn try_merge(&mut self, dev: &DeviceInner, node: NonNull<BioNode>, flags: BioFlags) -> bool {
+        self.try_merge_inline(dev, node, flags)
+    }
+
+    /// [`CtxState::try_merge`], always inlined (see `submit_routed_plain`).
+    #[inline(always)]
+    fn try_merge_inline(
+        &mut self,
+        dev: &DeviceInner,
+        node: NonNull<BioNode>,
+        flags: BioFlags,
+    ) -> bool {
         // SAFETY: the slot is owned by this context and not in a request.
         let bio = unsafe { node.as_ref() }
             .bio

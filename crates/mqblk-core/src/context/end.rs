@@ -68,10 +68,7 @@ impl CtxState {
             self.end_bio_based(dev);
         }
         if self.routed_out > 0 {
-            self.take_routed_up();
-            if !self.routed_ended.is_empty() {
-                self.end_bio_based_as::<true>(dev);
-            }
+            self.take_routed_up(dev);
         }
     }
 
@@ -82,9 +79,10 @@ impl CtxState {
     }
 
     /// [`CtxState::end_bio_based`] of the driver's list, or (`ROUTED`) of
-    /// the routed bios taken back up: plain reads and writes, which no
-    /// flush sequence or split waits for, so each goes straight to its
-    /// end.
+    /// the routed bios that came back up failed (`take_routed_up` ends the
+    /// others as it takes them): plain reads and writes, which no flush
+    /// sequence or split waits for, so each goes straight to its end,
+    /// unless its driver maps it again.
     #[inline]
     pub(super) fn end_bio_based_as<const ROUTED: bool>(&mut self, dev: &DeviceInner) {
         let now = if self.on(feat::IOSTATS) {
@@ -102,18 +100,7 @@ impl CtxState {
             if ROUTED && !status.is_ok() && self.map_again(idx, status) {
                 continue;
             }
-            if self.on(feat::IOSTATS) {
-                let bio = self.bioset.bio(idx);
-                let (op, bytes) = (bio.op(), bio.len_bytes());
-                let g = StatGroup::of(op);
-                let lat = now.saturating_sub(self.bio_start[idx as usize]);
-                let sh: &StatShard = &self.stats;
-                bump(&sh.ios[g as usize], 1);
-                bump(&sh.sectors[g as usize], bytes >> SECTOR_SHIFT);
-                bump(&sh.nsecs[g as usize], lat);
-                drop_by(&sh.in_flight[op.is_write() as usize], 1);
-                run.push(&mut self.hist, g, lat);
-            }
+            self.account_bio_end(idx, now, &mut run);
             if !status.is_ok() {
                 bump(&self.stats.errors, 1);
             }
@@ -138,6 +125,42 @@ impl CtxState {
         if self.on(feat::IOSTATS) {
             self.dstats(dev).update_io_ticks(now / 1_000_000, true);
         }
+    }
+
+    /// Account the end of bio `idx` of a bio-based device, which went to
+    /// its driver at its `BioIo::start_ns` (Linux `bio_end_io_acct`): counters of
+    /// this context's shard, the latency run, no clock read (`now` is the
+    /// batch's).
+    #[inline(always)]
+    fn account_bio_end(&mut self, idx: u32, now: u64, run: &mut LatencyRun) {
+        if !self.on(feat::IOSTATS) {
+            return;
+        }
+        let bio = self.bioset.bio(idx);
+        let (op, bytes) = (bio.op(), bio.len_bytes());
+        let start_ns = self.bio_io[idx as usize].start_ns;
+        self.account_bio_end_as(op, bytes, start_ns, now, run);
+    }
+
+    /// [`CtxState::account_bio_end`] of a bio of `bytes` of `op`, started
+    /// at `start_ns`; `IOSTATS` is on.
+    #[inline(always)]
+    fn account_bio_end_as(
+        &mut self,
+        op: Op,
+        bytes: u64,
+        start_ns: u64,
+        now: u64,
+        run: &mut LatencyRun,
+    ) {
+        let g = StatGroup::of(op);
+        let lat = now.saturating_sub(start_ns);
+        let sh: &StatShard = &self.stats;
+        bump(&sh.ios[g as usize], 1);
+        bump(&sh.sectors[g as usize], bytes >> SECTOR_SHIFT);
+        bump(&sh.nsecs[g as usize], lat);
+        drop_by(&sh.in_flight[op.is_write() as usize], 1);
+        run.push(&mut self.hist, g, lat);
     }
 
     /// End every request in `done`: route foreign ones to their owners, and
@@ -262,7 +285,7 @@ impl CtxState {
     }
 
     /// A bio's request ended: route by what the bio is.
-    #[inline]
+    #[inline(always)]
     pub(super) fn end_bio(&mut self, idx: u32, status: Status) {
         let n = self.bioset.node(idx);
         match n.delivery {
@@ -370,7 +393,7 @@ impl CtxState {
     /// with its error cleared; true then.
     #[cold]
     fn map_again(&mut self, idx: u32, status: Status) -> bool {
-        let cookie = self.routed_cookie[idx as usize];
+        let cookie = self.bio_io[idx as usize].cookie;
         let Some(bio) = self.bioset.node_mut(idx).bio.as_mut() else {
             return false;
         };
@@ -387,16 +410,16 @@ impl CtxState {
         true
     }
 
-    /// Take back up the routed bios that ended in the lower contexts: each
-    /// into its slot here, at its offset here, on the list of routed bios
-    /// to end (`end_bio_based_as`).
+    /// Take back up the routed bios that ended in the lower contexts, each
+    /// into its slot here, and end them: at their offset here again,
+    /// accounted and ended. One that failed below waits on the routed
+    /// list for its driver's word (`end_bio_based_as`): mapped again, or
+    /// ended with its error.
     #[inline]
-    pub(super) fn take_routed_up(&mut self) {
+    pub(super) fn take_routed_up(&mut self, dev: &DeviceInner) {
         let CtxState {
             bio_q,
             bioset,
-            routed_from,
-            routed_out,
             routed_ended,
             ..
         } = self;
@@ -405,11 +428,38 @@ impl CtxState {
         };
         let mut up = RoutedUp {
             bioset,
-            routed_from,
-            routed_out,
             ended: routed_ended,
         };
         q.lower_contexts(&mut |lower| lower.take_up(&mut up));
+        if self.routed_ended.is_empty() {
+            return;
+        }
+        let now = if self.on(feat::IOSTATS) {
+            clock::now_ns()
+        } else {
+            0
+        };
+        let mut run = LatencyRun::default();
+        let mut back = std::mem::take(&mut self.routed_ended);
+        let mut failed = false;
+        for &(slot, status) in &back {
+            failed |= !self.routed_back(slot, status, now, &mut run);
+        }
+        self.shared
+            .in_flight
+            .store(self.in_flight, std::sync::atomic::Ordering::Release);
+        run.flush(&mut self.hist);
+        if self.on(feat::IOSTATS) {
+            self.dstats(dev).update_io_ticks(now / 1_000_000, true);
+        }
+        if failed {
+            back.retain(|(_, s)| !s.is_ok());
+            self.routed_ended = back;
+            self.end_bio_based_as::<true>(dev);
+        } else {
+            back.clear();
+            self.routed_ended = back;
+        }
     }
 
     /// Hand the routed bios that ended here back up, into the context
@@ -429,12 +479,41 @@ impl CtxState {
         for &(n, status) in &self.routed_nodes {
             let slot = up.bioset.index_of(n);
             let node = up.bioset.node_mut(slot);
-            debug_assert_eq!(node.state, crate::bioset::SlotState::InFlight);
-            node.state = crate::bioset::SlotState::Owned;
+            debug_assert_eq!(node.state, SlotState::InFlight);
+            node.state = SlotState::Owned;
             node.next = None;
             up.back(slot, status);
         }
         self.routed_nodes.clear();
+    }
+
+    /// Routed bio of slot `slot`, back in its slot, ended below with
+    /// `status`: at its offset here again, and ended if `status` is good
+    /// (true); a failed one (false) is left for its driver's word.
+    #[inline(always)]
+    fn routed_back(&mut self, slot: u32, status: Status, now: u64, run: &mut LatencyRun) -> bool {
+        let e = self.bio_io[slot as usize];
+        // A routed slot always holds its bio; should one come back without
+        // it, it still ends, once.
+        let (op, bytes) = match self.bioset.node_mut(slot).bio.as_mut() {
+            Some(b) => {
+                b.set_offset_bytes(e.from_bytes);
+                (b.op(), b.len_bytes())
+            }
+            None => (Op::Read, 0),
+        };
+        debug_assert!(self.routed_out > 0);
+        self.routed_out -= 1;
+        if !status.is_ok() {
+            return false;
+        }
+        if self.on(feat::IOSTATS) {
+            self.account_bio_end_as(op, bytes, e.start_ns, now, run);
+        }
+        debug_assert!(self.in_flight > 0);
+        self.in_flight -= 1;
+        self.finish(slot, status);
+        true
     }
 }
 

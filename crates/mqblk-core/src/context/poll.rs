@@ -93,9 +93,17 @@ impl CtxState {
     #[inline]
     pub(super) fn resubmit_pending(&mut self, dev: &DeviceInner) {
         let mut pending = std::mem::take(&mut self.resubmit);
-        for &idx in &pending {
-            self.bioset.reuse(idx);
-            self.submit_node(dev, idx);
+        // The kind of device is tested once for the batch.
+        if self.on(state::feat::BIO_BASED) {
+            for &idx in &pending {
+                self.bioset.reuse(idx);
+                self.submit_node_as::<true>(dev, idx);
+            }
+        } else {
+            for &idx in &pending {
+                self.bioset.reuse(idx);
+                self.submit_node_as::<false>(dev, idx);
+            }
         }
         pending.clear();
         self.resubmit = pending;

@@ -95,28 +95,25 @@ impl Context {
 impl crate::bio_based::sealed::Sealed for Context {}
 
 impl crate::bio_based::Lower for Context {
-    #[inline]
-    unsafe fn route_node(
+    unsafe fn route_bio(
         &mut self,
-        node: std::ptr::NonNull<crate::bioset::BioNode>,
-        offset_bytes: u64,
-        up_slots: usize,
-    ) -> bool {
-        // SAFETY: the caller's promise, passed on.
-        unsafe {
-            self.st
-                .take_routed_node(&self.dev, node, offset_bytes, up_slots)
-        }
-    }
-
-    #[inline]
-    fn route_slot(
-        &mut self,
-        bio: &mut Option<Bio>,
+        mut node: std::ptr::NonNull<crate::bioset::BioNode>,
         up: u32,
+        up_slots: usize,
         offset_bytes: u64,
         above: crate::blktrace::DevNum,
     ) -> bool {
+        // SAFETY: the caller's promise, passed on.
+        if unsafe {
+            self.st
+                .take_routed_node(&self.dev, node, offset_bytes, up_slots)
+        } {
+            return true;
+        }
+        // SAFETY: the caller's promise: the slot is ours to use until it
+        // goes back up, and nothing else touches it (the node path above
+        // left it untouched, and holds no reference into it).
+        let bio = unsafe { &mut node.as_mut().bio };
         self.st
             .take_routed_in(&self.dev, bio, up, offset_bytes, above)
     }

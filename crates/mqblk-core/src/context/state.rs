@@ -66,6 +66,20 @@ pub(super) mod feat {
     pub(crate) const BIO_BASED: u32 = 1 << 11;
 }
 
+/// What a bio-based context keeps of a bio it has at its driver, in one
+/// entry per slot, so a bio's start and its end each index one array
+/// once (Linux keeps the like in dm's per-bio `struct dm_io`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct BioIo {
+    /// When the bio went to the driver (`iostats`).
+    pub(super) start_ns: u64,
+    /// Where a routed bio was on this device (its offset before the
+    /// route).
+    pub(super) from_bytes: u64,
+    /// The driver's cookie for a routed bio.
+    pub(super) cookie: u64,
+}
+
 pub(super) struct CtxState {
     /// The stages that apply (bits of [`feat`]).
     pub(super) feat: u32,
@@ -167,19 +181,15 @@ pub(super) struct CtxState {
     pub(super) bio_requeued: Vec<u32>,
     /// Bios went to the bio-based driver since its last unplug.
     pub(super) bio_plugged: bool,
-    /// When each slot's bio went to the bio-based driver (`iostats`).
-    pub(super) bio_start: Box<[u64]>,
+    /// What this context keeps of each bio it has at its bio-based driver,
+    /// by slot.
+    pub(super) bio_io: Box<[BioIo]>,
     /// The driver routes whole bios to lower contexts
     /// ([`crate::bio_based::BioDriver::route`]).
     pub(super) routes: bool,
     /// Bios of this context routed to lower contexts and not yet taken
     /// back up.
     pub(super) routed_out: u32,
-    /// Where each routed bio was on this device (its offset before the
-    /// route), by slot.
-    pub(super) routed_from: Box<[u64]>,
-    /// The driver's cookie for each routed bio, by slot.
-    pub(super) routed_cookie: Box<[u64]>,
     /// Routed bios taken back up, to end here (sized to the bio set).
     pub(super) routed_ended: Vec<(u32, crate::error::Status)>,
     /// Slots of bios routed here from a device above that have ended,
@@ -264,11 +274,9 @@ impl CtxState {
             bio_ended: Vec::new(),
             bio_requeued: Vec::new(),
             bio_plugged: false,
-            bio_start: Box::new([]),
+            bio_io: Box::new([]),
             routes: false,
             routed_out: 0,
-            routed_from: Box::new([]),
-            routed_cookie: Box::new([]),
             routed_ended: Vec::new(),
             routed: Vec::with_capacity(bioset_size),
             routed_nodes: Vec::new(),
@@ -347,11 +355,9 @@ impl CtxState {
         })?);
         self.bio_ended = Vec::with_capacity(slots as usize);
         self.bio_requeued = Vec::with_capacity(slots as usize);
-        self.bio_start = vec![0; slots as usize].into_boxed_slice();
+        self.bio_io = vec![BioIo::default(); slots as usize].into_boxed_slice();
         self.routes = self.bio_q.as_ref().is_some_and(|q| q.routes());
         if self.routes {
-            self.routed_from = vec![0; slots as usize].into_boxed_slice();
-            self.routed_cookie = vec![0; slots as usize].into_boxed_slice();
             self.routed_ended = Vec::with_capacity(slots as usize);
         }
         Ok(())
@@ -434,7 +440,7 @@ impl CtxState {
     /// device's busy time is brought up to date (Linux `update_io_ticks`
     /// in `blk_account_io_start`): the batch's other requests start at the
     /// same millisecond, where it would do nothing.
-    #[inline]
+    #[inline(always)]
     pub(super) fn batch_start(&mut self, dev: &DeviceInner) -> u64 {
         if self.batch_ns == 0 {
             self.batch_ns = clock::now_ns();

@@ -64,8 +64,22 @@ impl CtxState {
     /// no admission or trace) is checked in one pass, against the window
     /// on a view, and, once admitted, goes straight to its request; any
     /// other takes the full checks.
-    #[inline]
+    #[inline(always)]
     pub(super) fn submit_node(&mut self, dev: &DeviceInner, idx: u32) {
+        // One function per kind of device: a bio-based device's route and
+        // a request-based device's data stage each inline whole into
+        // their own.
+        if self.on(feat::BIO_BASED) {
+            self.submit_node_as::<true>(dev, idx);
+        } else {
+            self.submit_node_as::<false>(dev, idx);
+        }
+    }
+
+    /// [`CtxState::submit_node`] on a bio-based device (`BIO`) or a
+    /// request-based one.
+    #[inline(never)]
+    pub(super) fn submit_node_as<const BIO: bool>(&mut self, dev: &DeviceInner, idx: u32) {
         if dev.gate.load(std::sync::atomic::Ordering::Acquire) != self.gate_seen
             && !self.pass_gate(dev)
         {
@@ -89,7 +103,7 @@ impl CtxState {
         let bio = self.bioset.node_mut(idx).bio.as_mut();
         let bio = bio.expect("slot holds a bio");
         let path = self.feat & (feat::ADMIT | feat::TRACE | feat::BIO_BASED);
-        if path == 0 && self.fast.admits(bio) {
+        if !BIO && path == 0 && self.fast.admits(bio) {
             // On a view the fused check saw the window (its capacity, its
             // read-only flag), so the remap is one add: of 0 without a
             // window, which costs less than a branch around it. No
@@ -98,12 +112,14 @@ impl CtxState {
             self.submit_plain(dev, idx, node);
             return;
         }
-        if path == feat::BIO_BASED && self.routes && self.fast.admits(bio) {
+        if BIO && path == feat::BIO_BASED && self.routes && self.fast.admits(bio) {
             // A plain bio of a bio-based device that routes: shifted by a
             // window as above, then routed whole to a lower context if
             // its driver routes it.
-            bio.set_offset_bytes(bio.offset_bytes() + self.window_start_bytes);
-            self.submit_routable(dev, idx);
+            let from = bio.offset_bytes() + self.window_start_bytes;
+            bio.set_offset_bytes(from);
+            let io = (bio.op(), from, bio.len_bytes());
+            self.submit_routable(dev, idx, node, io);
             return;
         }
         self.submit_other(dev, idx);
@@ -414,7 +430,7 @@ impl CtxState {
     /// context, owned by it, in no request, holding its bio; it stays
     /// allocated until it comes back up (`routed_nodes`), and nothing
     /// else touches it until then.
-    #[inline]
+    #[inline(always)]
     pub(super) unsafe fn take_routed_node(
         &mut self,
         dev: &DeviceInner,
@@ -446,7 +462,7 @@ impl CtxState {
             self.routed_nodes.reserve(up_slots);
         }
         bump(&self.stats.bios, 1);
-        self.submit_plain(dev, super::data::ROUTED_NODE, node);
+        self.submit_routed_plain(dev, node);
         true
     }
 

@@ -26,8 +26,8 @@ pub use delay::Delay;
 pub use error::Error as ErrorTarget;
 pub use flakey::Flakey;
 pub use linear::Linear;
-pub use mirror::Mirror;
-pub use striped::Striped;
+pub use mirror::{Mirror, MirrorReads};
+pub use striped::{StripeMap, Striped};
 pub use zero::Zero;
 
 use crate::table::TableError;

@@ -14,8 +14,16 @@ use crate::table::TableError;
 /// Chunks of `chunk_bytes` dealt over the stripes in turn.
 #[derive(Debug)]
 pub struct Striped {
-    chunk_bytes: u64,
     chunk_sectors: u32,
+    geometry: StripeMap,
+}
+
+/// Where a stripe's chunks lie: the arithmetic of a stripe's route, fixed
+/// for the table's life, which the bio-based driver of a one-line table
+/// runs inline (`bio_based::FastRoute`).
+#[derive(Clone, Debug)]
+pub struct StripeMap {
+    chunk_bytes: u64,
     stripes: Vec<(LegId, u64)>,
     /// log2 of the chunk and of the number of stripes, when both are
     /// powers of two (the usual table): a routed bio then costs shifts
@@ -23,7 +31,41 @@ pub struct Striped {
     shifts: Option<(u32, u32)>,
 }
 
+impl StripeMap {
+    /// The leg and the offset there of `len_bytes` at `offset_bytes`
+    /// (within the target), if they lie in one chunk.
+    #[inline(always)]
+    pub fn route(&self, offset_bytes: u64, len_bytes: u64) -> Option<(LegId, u64)> {
+        let (within, stripe, row) = match self.shifts {
+            Some((c, n)) => {
+                let chunk = offset_bytes >> c;
+                let stripe = chunk & ((1 << n) - 1);
+                (offset_bytes & (self.chunk_bytes - 1), stripe, chunk >> n)
+            }
+            None => {
+                let chunk = offset_bytes / self.chunk_bytes;
+                let n = self.stripes.len() as u64;
+                (
+                    offset_bytes - chunk * self.chunk_bytes,
+                    chunk % n,
+                    chunk / n,
+                )
+            }
+        };
+        if within + len_bytes > self.chunk_bytes {
+            return None;
+        }
+        let (leg, base) = *self.stripes.get(stripe as usize)?;
+        Some((leg, base + row * self.chunk_bytes + within))
+    }
+}
+
 impl Striped {
+    /// Where its chunks lie.
+    pub fn geometry(&self) -> &StripeMap {
+        &self.geometry
+    }
+
     /// Build from `N CHUNK (DEV OFFSET){N}`.
     pub fn new(c: &mut Ctor<'_, '_>) -> Result<Striped, TableError> {
         let n = c.num(0, "number of stripes")?;
@@ -69,10 +111,12 @@ impl Striped {
         let shifts = (chunk_bytes.is_power_of_two() && n.is_power_of_two())
             .then(|| (chunk_bytes.trailing_zeros(), n.trailing_zeros()));
         Ok(Striped {
-            chunk_bytes,
             chunk_sectors: chunk as u32,
-            stripes,
-            shifts,
+            geometry: StripeMap {
+                chunk_bytes,
+                stripes,
+                shifts,
+            },
         })
     }
 }
@@ -84,15 +128,17 @@ impl Target for Striped {
 
     #[inline]
     fn max_io_len(&self, offset_bytes: u64) -> u64 {
-        self.chunk_bytes - offset_bytes % self.chunk_bytes
+        let g = &self.geometry;
+        g.chunk_bytes - offset_bytes % g.chunk_bytes
     }
 
     #[inline]
     fn map(&self, io: &Io, _hwq: u16, route: &mut Route) {
-        let chunk = io.offset_bytes / self.chunk_bytes;
-        let n = self.stripes.len() as u64;
-        let (leg, base) = self.stripes[(chunk % n) as usize];
-        let at = base + (chunk / n) * self.chunk_bytes + io.offset_bytes % self.chunk_bytes;
+        let g = &self.geometry;
+        let chunk = io.offset_bytes / g.chunk_bytes;
+        let n = g.stripes.len() as u64;
+        let (leg, base) = g.stripes[(chunk % n) as usize];
+        let at = base + (chunk / n) * g.chunk_bytes + io.offset_bytes % g.chunk_bytes;
         route.to_leg(leg, at);
     }
 
@@ -102,37 +148,21 @@ impl Target for Striped {
 
     #[inline]
     fn route(&self, _op: Op, offset_bytes: u64, len_bytes: u64, _hwq: u16) -> Option<(LegId, u64)> {
-        let (within, stripe, row) = match self.shifts {
-            Some((c, n)) => {
-                let chunk = offset_bytes >> c;
-                let stripe = chunk & ((1 << n) - 1);
-                (offset_bytes & (self.chunk_bytes - 1), stripe, chunk >> n)
-            }
-            None => {
-                let chunk = offset_bytes / self.chunk_bytes;
-                let n = self.stripes.len() as u64;
-                (
-                    offset_bytes - chunk * self.chunk_bytes,
-                    chunk % n,
-                    chunk / n,
-                )
-            }
-        };
-        if within + len_bytes > self.chunk_bytes {
-            return None;
-        }
-        let (leg, base) = *self.stripes.get(stripe as usize)?;
-        Some((leg, base + row * self.chunk_bytes + within))
+        self.geometry.route(offset_bytes, len_bytes)
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     fn legs(&self) -> Vec<LegId> {
-        self.stripes.iter().map(|s| s.0).collect()
+        self.geometry.stripes.iter().map(|s| s.0).collect()
     }
 
     fn status(&self) -> String {
         format!(
             "{} stripes of {} sectors",
-            self.stripes.len(),
+            self.geometry.stripes.len(),
             self.chunk_sectors
         )
     }

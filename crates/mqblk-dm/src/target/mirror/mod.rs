@@ -93,6 +93,59 @@ impl std::fmt::Display for DegradedLeg {
     }
 }
 
+/// A mirror's routed reads ([`Target::route`]): a read that stays in one
+/// region goes whole to one live leg, the legs taking turns. Kept by the
+/// bio-based driver of a one-line mirror table to route inline
+/// ([`Mirror::reads`]).
+#[derive(Clone)]
+pub struct MirrorReads {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for MirrorReads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MirrorReads")
+            .field("line", &self.inner.line)
+            .finish()
+    }
+}
+
+impl MirrorReads {
+    /// As [`Target::route`] of the mirror.
+    #[inline(always)]
+    pub fn route(
+        &self,
+        op: Op,
+        offset_bytes: u64,
+        len_bytes: u64,
+        hwq: u16,
+    ) -> Option<(LegId, u64)> {
+        route_read_whole(&self.inner, op, offset_bytes, len_bytes, hwq)
+    }
+}
+
+/// Bytes from `offset_bytes` to the end of its region.
+#[inline(always)]
+fn region_left(inner: &Inner, offset_bytes: u64) -> u64 {
+    let region = 1u64 << inner.region_shift;
+    region - (offset_bytes & (region - 1))
+}
+
+/// A read that stays in one region, to one live leg whole.
+#[inline(always)]
+fn route_read_whole(
+    inner: &Inner,
+    op: Op,
+    offset_bytes: u64,
+    len_bytes: u64,
+    hwq: u16,
+) -> Option<(LegId, u64)> {
+    if op != Op::Read || len_bytes > region_left(inner, offset_bytes) {
+        return None;
+    }
+    inner.route_read(offset_bytes, hwq)
+}
+
 /// The mirror target.
 pub struct Mirror {
     inner: Arc<Inner>,
@@ -109,6 +162,14 @@ impl std::fmt::Debug for Mirror {
 }
 
 impl Mirror {
+    /// Its routed reads, for the bio-based driver of a one-line table to
+    /// route inline.
+    pub fn reads(&self) -> MirrorReads {
+        MirrorReads {
+            inner: self.inner.clone(),
+        }
+    }
+
     /// Build from the table line's arguments.
     pub fn new(c: &mut Ctor<'_, '_>) -> std::result::Result<Mirror, TableError> {
         let len_bytes = c.line.len << 9;
@@ -425,8 +486,7 @@ impl Target for Mirror {
 
     #[inline]
     fn max_io_len(&self, offset_bytes: u64) -> u64 {
-        let region = 1u64 << self.inner.region_shift;
-        region - (offset_bytes & (region - 1))
+        region_left(&self.inner, offset_bytes)
     }
 
     fn routes(&self) -> bool {
@@ -443,10 +503,7 @@ impl Target for Mirror {
     /// marks the leg and the bio is mapped again, to another.
     #[inline]
     fn route(&self, op: Op, offset_bytes: u64, len_bytes: u64, hwq: u16) -> Option<(LegId, u64)> {
-        if op != Op::Read || len_bytes > self.max_io_len(offset_bytes) {
-            return None;
-        }
-        self.inner.route_read(offset_bytes, hwq)
+        route_read_whole(&self.inner, op, offset_bytes, len_bytes, hwq)
     }
 
     #[inline]

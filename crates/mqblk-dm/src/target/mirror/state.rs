@@ -157,16 +157,6 @@ impl Inner {
         }
     }
 
-    /// The `n`th set bit of `mask` (n < popcount).
-    #[inline]
-    pub(super) fn nth_leg(mask: u32, n: u32) -> usize {
-        let mut m = mask;
-        for _ in 0..n {
-            m &= m - 1;
-        }
-        m.trailing_zeros() as usize
-    }
-
     #[inline]
     pub(super) fn map_read(&self, io: &Io, hwq: u16, route: &mut Route) {
         match self.route_read(io.offset_bytes, hwq) {
@@ -176,7 +166,9 @@ impl Inner {
     }
 
     /// The live leg a read at `offset_bytes` goes to (the legs take turns
-    /// per hardware queue), and the offset there; `None` with no live leg.
+    /// per hardware queue: the next live leg after the last one read), and
+    /// the offset there; `None` with no live leg. No division: a mask and
+    /// a bit scan.
     #[inline]
     pub(super) fn route_read(&self, offset_bytes: u64, hwq: u16) -> Option<(LegId, u64)> {
         let live = self.state.load(Ordering::Relaxed) & LIVE;
@@ -184,10 +176,18 @@ impl Inner {
             return None;
         }
         let t = &self.turns[hwq as usize % TURNS].0;
-        let k = t.load(Ordering::Relaxed);
-        t.store(k.wrapping_add(1), Ordering::Relaxed);
-        let i = Inner::nth_leg(live, k % live.count_ones());
-        let l = self.legs[i];
+        // The last leg read from (one of LIVE's bits, so the shift stays
+        // in the word): the live legs above it take the next turn, or
+        // else the first live leg.
+        let last = t.load(Ordering::Relaxed) % LIVE.count_ones();
+        let above = live & !((2u32 << last) - 1);
+        let i = if above != 0 {
+            above.trailing_zeros()
+        } else {
+            live.trailing_zeros()
+        };
+        t.store(i, Ordering::Relaxed);
+        let l = self.legs[i as usize];
         Some((l.id, l.offset_bytes + offset_bytes))
     }
 
