@@ -14,23 +14,12 @@
 
 use std::os::fd::AsRawFd;
 
-use io_uring::{opcode, types, IoUring};
+use io_uring::{opcode, types};
 
+use super::ring::HEAD_LEN;
 use super::state::Worker;
 use crate::abi::{body_len, OUT_HEADER_LEN};
 use crate::reply;
-
-/// A reply's header and, for a write, its `fuse_write_out`.
-const HEAD_LEN: usize = OUT_HEADER_LEN + body_len::WRITE_OUT;
-
-/// The ring and, per slot, the bytes and iovecs of a reply queued on it.
-pub(super) struct Batch {
-    ring: IoUring,
-    heads: Vec<[u8; HEAD_LEN]>,
-    iovs: Vec<[libc::iovec; 2]>,
-    /// Writes pushed and not yet reaped.
-    queued: usize,
-}
 
 /// What follows a reply's header.
 pub(super) enum Body {
@@ -38,23 +27,6 @@ pub(super) enum Body {
     Data(u32),
     /// A write's `fuse_write_out` with its size.
     Written(u32),
-}
-
-impl Batch {
-    /// A batch for `depth` slots; None if this kernel gives no io_uring.
-    pub(super) fn new(depth: usize) -> Option<Batch> {
-        let ring = IoUring::new(depth.next_power_of_two() as u32).ok()?;
-        let empty = libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        };
-        Some(Batch {
-            ring,
-            heads: vec![[0; HEAD_LEN]; depth],
-            iovs: vec![[empty; 2]; depth],
-            queued: 0,
-        })
-    }
 }
 
 impl Worker {

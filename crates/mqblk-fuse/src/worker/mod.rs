@@ -16,11 +16,12 @@
 //! drain), `batch` (a reap's data replies, one submission for all),
 //! `answer` (replies written to the descriptor), `wait` (the
 //! sleep), `state` (the worker, its slots and buffers, which all of them
-//! work on).
+//! work on) and `ring` (the reply ring `state` holds).
 
 mod answer;
 mod batch;
 mod complete;
+mod ring;
 mod rmw;
 mod serve;
 mod slow;

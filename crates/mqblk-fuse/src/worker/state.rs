@@ -144,7 +144,7 @@ pub(crate) struct Worker {
     pub(super) bounce: Option<IoBuf>,
     /// The data replies of a reap, written with one submission (None:
     /// one `writev` each).
-    pub(super) batch: Option<super::batch::Batch>,
+    pub(super) batch: Option<super::ring::Batch>,
     /// A batch that failed may still point into the buffers: never free
     /// them.
     pub(super) keep_buffers: bool,
@@ -196,7 +196,7 @@ impl Worker {
             done: Vec::with_capacity(depth),
             parked: Vec::with_capacity(depth),
             bounce: None,
-            batch: super::batch::Batch::new(depth),
+            batch: super::ring::Batch::new(depth),
             keep_buffers: false,
             gone: false,
             said_broken: false,
