@@ -117,6 +117,13 @@ pub(crate) fn parse_sections(
     cli: &JobOptions,
     sections: &[String],
 ) -> Result<(Vec<JobSpec>, Vec<String>), JobFileError> {
+    // The bound first: no pass over a text larger than a job file may be.
+    if text.len() as u64 > FILE_BYTES_MAX {
+        return Err(err(
+            0,
+            format!("larger than {FILE_BYTES_MAX} bytes; job files are limited to 1 MiB"),
+        ));
+    }
     let mut notes = Vec::new();
     // An engine that is not block I/O is the reason a file cannot run,
     // whatever other keys of that engine come before it.
@@ -125,12 +132,6 @@ pub(crate) fn parse_sections(
     }
     // Inside a section not chosen by --section: its lines are skipped.
     let mut skipping = false;
-    if text.len() as u64 > FILE_BYTES_MAX {
-        return Err(err(
-            0,
-            format!("larger than {FILE_BYTES_MAX} bytes; job files are limited to 1 MiB"),
-        ));
-    }
     let mut global = JobOptions::default();
     let mut jobs = Vec::new();
     // The open section and the options it has set so far.
