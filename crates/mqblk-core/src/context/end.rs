@@ -118,13 +118,7 @@ impl CtxState {
         } else {
             self.bio_ended = ended;
         }
-        self.shared
-            .in_flight
-            .store(self.in_flight, std::sync::atomic::Ordering::Release);
-        run.flush(&mut self.hist);
-        if self.on(feat::IOSTATS) {
-            self.dstats(dev).update_io_ticks(now / 1_000_000, true);
-        }
+        self.publish_bio_ends(dev, now, &mut run);
     }
 
     /// Account the end of bio `idx` of a bio-based device, which went to
@@ -161,6 +155,19 @@ impl CtxState {
         bump(&sh.nsecs[g as usize], lat);
         drop_by(&sh.in_flight[op.is_write() as usize], 1);
         run.push(&mut self.hist, g, lat);
+    }
+
+    /// After a round of bio ends: the count in flight others read, the
+    /// latency run into the histogram, and the busy time.
+    #[inline]
+    fn publish_bio_ends(&mut self, dev: &DeviceInner, now: u64, run: &mut LatencyRun) {
+        self.shared
+            .in_flight
+            .store(self.in_flight, std::sync::atomic::Ordering::Release);
+        run.flush(&mut self.hist);
+        if self.on(feat::IOSTATS) {
+            self.dstats(dev).update_io_ticks(now / 1_000_000, true);
+        }
     }
 
     /// End every request in `done`: route foreign ones to their owners, and
@@ -445,13 +452,7 @@ impl CtxState {
         for &(slot, status) in &back {
             failed |= !self.routed_back(slot, status, now, &mut run);
         }
-        self.shared
-            .in_flight
-            .store(self.in_flight, std::sync::atomic::Ordering::Release);
-        run.flush(&mut self.hist);
-        if self.on(feat::IOSTATS) {
-            self.dstats(dev).update_io_ticks(now / 1_000_000, true);
-        }
+        self.publish_bio_ends(dev, now, &mut run);
         if failed {
             back.retain(|(_, s)| !s.is_ok());
             self.routed_ended = back;
