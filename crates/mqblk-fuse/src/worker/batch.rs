@@ -35,6 +35,16 @@ impl Worker {
     pub(super) fn reply_data(&mut self, slot: u32, unique: u64, body: Body) {
         self.requests += 1;
         let data = self.data_ptr(slot);
+        // A full ring is written out first, so that the push below has a
+        // place (a reap answers at most one reply a slot, and the ring has
+        // a place for each, so this is a guard, not a path).
+        if self
+            .batch
+            .as_mut()
+            .is_some_and(|b| b.ring.submission().is_full())
+        {
+            self.flush_replies();
+        }
         let Some(b) = self.batch.as_mut() else {
             match body {
                 Body::Data(len) => {
@@ -82,14 +92,10 @@ impl Worker {
         // SAFETY: the iovecs, the header and the slot's data live in the
         // worker until `flush_replies` has reaped this write, which it does
         // before the slot can be reused (at the end of every reap).
+        // The ring has a place (made above), so the push succeeds.
         let pushed = unsafe { b.ring.submission().push(&sqe) }.is_ok();
-        debug_assert!(
-            pushed,
-            "one write a slot, and the ring has a place for each"
-        );
-        if pushed {
-            b.queued += 1;
-        }
+        debug_assert!(pushed, "the ring was not full");
+        b.queued += usize::from(pushed);
     }
 
     /// Submit the queued replies and wait until each is written.
