@@ -223,6 +223,12 @@ fn bounds() {
     assert_eq!(parse_err(&long).line, 2);
     let big = ";\n".repeat((FILE_BYTES_MAX as usize) / 2 + 1);
     assert_eq!(parse_err(&big).line, 0);
+    // The size is checked before any pass over the text: a file too large
+    // is refused as such, whatever engine its lines name.
+    let big_net = format!("[a]\nioengine=net\n{big}");
+    let e = parse_err(&big_net);
+    assert_eq!(e.line, 0, "{e}");
+    assert!(e.to_string().contains("larger than"), "{e}");
 }
 
 #[test]
