@@ -151,9 +151,16 @@ impl Stop {
         // is delivered now.
         unblock();
         let watched = opening.clone();
+        // The thread is not on the I/O path: it stops counting its
+        // allocations, and install returns only once it runs, so that its
+        // start (std copies a named thread's name) cannot fall in a
+        // measured phase on a loaded machine.
+        let (started, running) = std::sync::mpsc::sync_channel(0);
         std::thread::Builder::new()
             .name("stop".into())
             .spawn(move || {
+                crate::alloc_count::exclude_this_thread();
+                let _ = started.send(());
                 for sig in signals.forever() {
                     let spec = watched.lock().unwrap_or_else(|e| e.into_inner()).clone();
                     if let Some(spec) = spec {
@@ -162,6 +169,9 @@ impl Stop {
                 }
             })
             .context("starting the signal thread")?;
+        running
+            .recv()
+            .context("starting the signal thread: it ended at once")?;
         Ok(Stop {
             flag,
             signal,
