@@ -28,6 +28,11 @@
 #
 # Usage: scripts/compare-vhost.sh [RUNTIME_SECONDS [PAIRS [BACKINGS [MODES]]]]
 #   (defaults: 5 seconds per run, 5 pairs, "null zram", "poll event")
+#   PIN=same runs both servers and the client on CPU 0; PIN=split runs
+#   the servers on CPU 0 and the client on CPU 1 (taskset). Unset, the
+#   scheduler places them: with one queue on an idle 2-CPU machine it
+#   puts client and server on different CPUs, and each wake-up then
+#   finds a halted vCPU.
 #   MQBLK=PATH serves with another mqblk binary (an earlier build kept
 #   aside, to put before and after in runs close together).
 set -euo pipefail
@@ -36,6 +41,12 @@ runtime=${1:-5}
 pairs=${2:-5}
 backings=${3:-null zram}
 modes=${4:-poll event}
+case ${PIN:-} in
+  "") server_cpu="" client_cpu="" ;;
+  same) server_cpu="taskset -c 0" client_cpu="taskset -c 0" ;;
+  split) server_cpu="taskset -c 0" client_cpu="taskset -c 1" ;;
+  *) echo "compare-vhost: PIN is same or split" >&2; exit 1 ;;
+esac
 for t in qemu-storage-daemon fio losetup; do
   command -v "$t" >/dev/null || { echo "compare-vhost: $t is missing" >&2; exit 1; }
 done
@@ -74,7 +85,7 @@ start() {
     esac
     local poll=0
     [ "$mode" = poll ] && poll=32
-    "$mqblk" serve "$spec" --vhost-user-blk "$sock" --num-queues "$queues" --poll-us "$poll" \
+    $server_cpu "$mqblk" serve "$spec" --vhost-user-blk "$sock" --num-queues "$queues" --poll-us "$poll" \
       2>>"$dir/mqblk.log" &
   else
     local blockdev
@@ -84,7 +95,7 @@ start() {
     esac
     local iothread=iothread,id=io0
     [ "$mode" = event ] && iothread=$iothread,poll-max-ns=0
-    qemu-storage-daemon --object "$iothread" --blockdev "$blockdev" \
+    $server_cpu qemu-storage-daemon --object "$iothread" --blockdev "$blockdev" \
       --export "type=vhost-user-blk,id=exp,node-name=disk,addr.type=unix,addr.path=$sock,writable=on,num-queues=$queues,iothread=io0" \
       2>>"$dir/qsd.log" &
   fi
@@ -102,7 +113,7 @@ stop() {
 run() {
   start "$1" "$2" "$3" "$5"
   local out
-  out=$("$load" "$dir/vhost.sock" "$4" 4096 32 "$3" "$runtime" "$server_pid")
+  out=$($client_cpu "$load" "$dir/vhost.sock" "$4" 4096 32 "$3" "$runtime" "$server_pid")
   stop
   awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
          print v["iops"], v["backend_ns_per_io"], v["client_ns_per_io"] }' <<<"$out"
@@ -112,7 +123,7 @@ run() {
 stats() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { printf "%s %s %s\n", a[int((NR + 1) / 2)], a[1], a[NR] }'; }
 
 echo "vhost-user-blk: libblkio client, 4k, depth 32 per queue, ${runtime}s per run, $pairs alternating pairs"
-echo "$(nproc) CPUs; $(uname -r); $(qemu-storage-daemon --version | head -1)"
+echo "$(nproc) CPUs; $(uname -r); $(qemu-storage-daemon --version | head -1); placement: ${PIN:-by the scheduler}"
 printf '%-26s %-6s %26s %26s %8s %12s %12s %8s\n' case queues "mqblk IOPS med [min-max]" \
   "qsd IOPS med [min-max]" ratio "mqblk ns/IO" "qsd ns/IO" "cpu"
 for what in $backings; do
