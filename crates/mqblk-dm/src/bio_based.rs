@@ -21,7 +21,7 @@ use crate::legs::LegId;
 use crate::map::{end_action, fold, Line, Mapper, Plan};
 use crate::stacked::Stacked;
 use crate::target::target_type::{EndAction, Io, Target};
-use crate::target::{Mirror, MirrorReads, StripeMap, Striped};
+use crate::target::{Mirror, MirrorReads, MirrorWrites, StripeMap, Striped, WriteLegs};
 
 /// The bio-based driver of a stacked device: the table, legs and limits
 /// the request-based driver has, mapped per bio instead of per request.
@@ -36,6 +36,9 @@ pub(crate) struct BioStacked {
     /// mirror's read turns): kept here, so a bio is routed inline, with
     /// no call through the target.
     pub(crate) fast: Option<FastRoute>,
+    /// The table is one mirror line from sector 0: its writes are mapped
+    /// inline, and its write children ended inline.
+    pub(crate) fast_writes: Option<MirrorWrites>,
 }
 
 /// The route of a one-line table whose target routes by arithmetic on
@@ -51,6 +54,12 @@ pub(crate) enum FastRoute {
 }
 
 impl FastRoute {
+    /// The inline writes of `target`, if it is a mirror.
+    pub(crate) fn writes_of(target: &dyn Target) -> Option<MirrorWrites> {
+        let m = target.as_any()?.downcast_ref::<Mirror>()?;
+        Some(m.writes())
+    }
+
     /// The fast route of `target`, if it has one.
     pub(crate) fn of(target: &dyn Target) -> Option<FastRoute> {
         let any = target.as_any()?;
@@ -206,7 +215,16 @@ impl BioStacked {
                         ..
                     } = &mut *q;
                     old.poll_wait(1, |c| {
-                        end_clone(&self.stack.lines, clones, free, remaining, retry, ends, c);
+                        end_clone(
+                            &self.stack.lines,
+                            self.fast_writes.as_ref(),
+                            clones,
+                            free,
+                            remaining,
+                            retry,
+                            ends,
+                            c,
+                        );
                     });
                     if old.in_flight() == 0 && old.ready() == 0 {
                         break;
@@ -347,8 +365,18 @@ impl BioStacked {
         } = q;
         let mut n = 0;
         if let Some(LegCtx::Open(ctx)) = legs.get_mut(leg) {
+            let fast_writes = self.fast_writes.as_ref();
             ctx.poll(|c| {
-                n += end_clone(&self.stack.lines, clones, free, remaining, retry, ends, c)
+                n += end_clone(
+                    &self.stack.lines,
+                    fast_writes,
+                    clones,
+                    free,
+                    remaining,
+                    retry,
+                    ends,
+                    c,
+                )
             });
         }
         n
@@ -386,6 +414,61 @@ impl BioStacked {
         }
     }
 
+    /// A one-line mirror's write mapped inline ([`MirrorWrites::map`]):
+    /// a clone to each live leg, as the generic map would plan them. False,
+    /// with nothing sent, for a write the generic map must take.
+    #[inline]
+    fn submit_write_inline(
+        &self,
+        w: &MirrorWrites,
+        q: &mut DmQueue,
+        bio: &BioRef<'_>,
+        ends: &mut BioEnds<'_>,
+    ) -> bool {
+        let b = bio.bio();
+        let io = Io {
+            op: Op::Write,
+            flags: b.flags(),
+            offset_bytes: b.offset_bytes(),
+            len_bytes: b.len_bytes(),
+        };
+        let mut to = WriteLegs::default();
+        if !w.map(io.offset_bytes, io.len_bytes, &mut to) {
+            return false;
+        }
+        let tag = bio.tag();
+        // One count per clone, plus this call's own (as `submit_bio`).
+        q.remaining[tag as usize] = Remaining {
+            pending: to.n as u32 + 1,
+            status: Status::Ok,
+        };
+        for &(leg, leg_offset) in &to.legs[..to.n] {
+            let slot = Self::alloc_clone(
+                q,
+                ClonedIo {
+                    tag,
+                    line: 0,
+                    leg,
+                    io,
+                },
+            );
+            let p = Plan {
+                line: 0,
+                leg,
+                leg_offset,
+                io_offset: 0,
+                io,
+                delay_ns: 0,
+            };
+            self.send_clone(q, slot, bio, &p, ends);
+        }
+        finish(&mut q.remaining, tag, Status::Ok, ends);
+        if !q.retry.is_empty() {
+            self.send_retries(q, ends);
+        }
+        true
+    }
+
     fn alloc_clone(q: &mut DmQueue, c: ClonedIo) -> u32 {
         match q.free.pop() {
             Some(s) => {
@@ -402,8 +485,10 @@ impl BioStacked {
 
 /// A clone's completion: ask its target, then end the clone or queue it
 /// for another leg. Returns 1 if it ended its bio.
+#[allow(clippy::too_many_arguments)]
 fn end_clone(
     lines: &[Line],
+    fast_writes: Option<&MirrorWrites>,
     clones: &mut [ClonedIo],
     free: &mut Vec<u32>,
     remaining: &mut [Remaining],
@@ -413,7 +498,14 @@ fn end_clone(
 ) -> usize {
     let slot = c.private() as u32;
     let clone = clones[slot as usize];
-    match end_action(lines, clone.line, clone.leg, &clone.io, c.status()) {
+    let action = match fast_writes {
+        // A one-line mirror: a write child's end is the mirror's, inline.
+        Some(w) if !matches!(clone.io.op, Op::Read | Op::Flush) => {
+            EndAction::Done(w.child_ended(clone.io.offset_bytes, clone.leg, c.status()))
+        }
+        _ => end_action(lines, clone.line, clone.leg, &clone.io, c.status()),
+    };
+    match action {
         EndAction::Done(s) => {
             // The clone stays in the leg context's slot, which lets go of
             // it as soon as this returns; the bio is ended later, once
@@ -494,6 +586,13 @@ impl BioDriver for BioStacked {
         }
         let tag = bio.tag();
         let (op, flags) = (bio.bio().op(), bio.bio().flags());
+        if op == Op::Write {
+            if let Some(w) = &self.fast_writes {
+                if self.submit_write_inline(w, q, &bio, ends) {
+                    return;
+                }
+            }
+        }
         let status = if op == Op::Flush {
             // A flush goes to every leg that is there.
             let legs = q

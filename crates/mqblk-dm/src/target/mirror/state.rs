@@ -241,6 +241,39 @@ impl Inner {
         }
     }
 
+    /// A write child (of a write, discard or write-zeroes at
+    /// `offset_bytes`) ended on `leg` with `status`: no longer in flight
+    /// on its region, and what the write takes from it. A leg that failed
+    /// is taken out, and the write stands if a live leg took it (or will
+    /// say it did not, with its own error).
+    #[inline(always)]
+    pub(super) fn write_child_ended(
+        &self,
+        offset_bytes: u64,
+        leg: LegId,
+        status: Status,
+    ) -> Status {
+        self.pending.sub(self.region(offset_bytes), 1);
+        if status.is_ok() {
+            return status;
+        }
+        self.write_child_failed(leg, status)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn write_child_failed(&self, leg: LegId, status: Status) -> Status {
+        let Some(i) = self.index_of(leg) else {
+            return status;
+        };
+        self.fail_leg(i, "write", status);
+        if self.state.load(Ordering::SeqCst) & LIVE != 0 {
+            Status::Ok
+        } else {
+            status
+        }
+    }
+
     /// The rare path: make region `r`'s bit durable before its first
     /// write. The bit is written out and flushed first and set in memory
     /// after, under the log's lock: a write on another queue that finds
