@@ -13,6 +13,7 @@
 //! nothing is allocated once warm.
 
 use mqblk_core::bio_based::{BioDriver, BioEnds, BioQueueSetup, BioRef, Lower, Routed};
+use mqblk_core::clone_set::CloneSet;
 use mqblk_core::driver::{Error, Features, HwNotifier, IrqLines, Op, QueueLimits, Status};
 use mqblk_core::{Bio, Context};
 
@@ -136,6 +137,10 @@ pub(crate) struct DmQueue {
     /// Leg contexts taken out of the table (a leg replaced) that still
     /// hold routed bios the context above has not taken back up.
     retired: Vec<Context>,
+    /// Slots for clones put into the legs' requests themselves (a
+    /// mirror's writes), each naming its entry in `clones`. After the
+    /// leg contexts: dropped once they have drained.
+    clone_set: CloneSet,
 }
 
 impl BioStacked {
@@ -230,6 +235,9 @@ impl BioStacked {
                         break;
                     }
                 }
+                // Clones put into its requests have ended too: back to
+                // the set before it goes.
+                self.take_clones(q, i, Some(&mut old), ends);
                 // Bios routed whole to the old leg have ended too; they
                 // wait there for the context above to take them up.
                 if old.routed_ready() > 0 {
@@ -452,6 +460,9 @@ impl BioStacked {
                     io,
                 },
             );
+            if self.send_clone_node(q, slot, bio, leg_offset, io.len_bytes) {
+                continue;
+            }
             let p = Plan {
                 line: 0,
                 leg,
@@ -467,6 +478,90 @@ impl BioStacked {
             self.send_retries(q, ends);
         }
         true
+    }
+
+    /// Send clone `slot` (the whole of `parent`, `len_bytes`, at
+    /// `leg_offset` of its leg, which this context has open) in a slot of
+    /// the clone set, into a request of the leg itself. False, with
+    /// nothing sent, if the leg is not open yet, the set is full or the
+    /// leg cannot take it so: send it the usual way then.
+    #[inline]
+    fn send_clone_node(
+        &self,
+        q: &mut DmQueue,
+        slot: u32,
+        parent: &BioRef<'_>,
+        leg_offset: u64,
+        len_bytes: u64,
+    ) -> bool {
+        let leg = q.clones[slot as usize].leg as usize;
+        let DmQueue {
+            legs,
+            touched,
+            clone_set,
+            ..
+        } = q;
+        let Some(LegCtx::Open(ctx)) = legs.get_mut(leg) else {
+            return false;
+        };
+        // SAFETY: as in `send_clone`: the bio ends only once its remaining
+        // count is zero, after this clone is taken back from the set
+        // (`take_clones`, from a poll, or the refresh that drains a leg
+        // before it lets go of it); a mirror's copies of a write only
+        // read the memory. The leg context is kept until it has drained,
+        // and the set is dropped after the leg contexts.
+        let sent =
+            unsafe { clone_set.send(parent, 0, len_bytes, leg_offset, u64::from(slot), ctx) };
+        if sent {
+            touched[leg] = true;
+        }
+        sent
+    }
+
+    /// Take back the clones of the set that ended on `leg` (or on `ctx`,
+    /// a leg context being let go), and end them. Returns how many bios
+    /// that ended.
+    fn take_clones(
+        &self,
+        q: &mut DmQueue,
+        leg: usize,
+        old: Option<&mut Context>,
+        ends: &mut BioEnds<'_>,
+    ) -> usize {
+        let DmQueue {
+            legs,
+            clones,
+            free,
+            remaining,
+            clone_set,
+            ..
+        } = q;
+        if clone_set.in_flight() == 0 {
+            return 0;
+        }
+        let ctx = match old {
+            Some(c) => c,
+            None => match legs.get_mut(leg) {
+                Some(LegCtx::Open(c)) => c,
+                _ => return 0,
+            },
+        };
+        let mut n = 0;
+        let fast_writes = self.fast_writes.as_ref();
+        clone_set.take_ended(ctx, |private, status| {
+            let slot = private as u32;
+            let clone = &clones[slot as usize];
+            let tag = clone.tag;
+            // Only writes go in the set, and a write child's end is never
+            // a retry: should one be, the bio ends with the child's error.
+            let s = match clone_action(&self.stack.lines, fast_writes, clone, status) {
+                EndAction::Done(s) => s,
+                EndAction::Retry { .. } => status,
+            };
+            free.push(slot);
+            n += finish(remaining, tag, s, ends);
+        });
+        n
     }
 
     fn alloc_clone(q: &mut DmQueue, c: ClonedIo) -> u32 {
@@ -497,22 +592,16 @@ fn end_clone(
     c: mqblk_core::Completion<'_>,
 ) -> usize {
     let slot = c.private() as u32;
-    let clone = clones[slot as usize];
-    let action = match fast_writes {
-        // A one-line mirror: a write child's end is the mirror's, inline.
-        Some(w) if !matches!(clone.io.op, Op::Read | Op::Flush) => {
-            EndAction::Done(w.child_ended(clone.io.offset_bytes, clone.leg, c.status()))
-        }
-        _ => end_action(lines, clone.line, clone.leg, &clone.io, c.status()),
-    };
-    match action {
+    let clone = &clones[slot as usize];
+    let tag = clone.tag;
+    match clone_action(lines, fast_writes, clone, c.status()) {
         EndAction::Done(s) => {
             // The clone stays in the leg context's slot, which lets go of
             // it as soon as this returns; the bio is ended later, once
             // the driver's call returns to the core.
             let _ = c;
             free.push(slot);
-            finish(remaining, clone.tag, s, ends)
+            finish(remaining, tag, s, ends)
         }
         EndAction::Retry { leg, offset_bytes } => {
             let mut bio = c.into_bio();
@@ -521,6 +610,23 @@ fn end_clone(
             retry.push((slot, bio));
             0
         }
+    }
+}
+
+/// What the target says of `clone`, ended with `status`.
+#[inline(always)]
+fn clone_action(
+    lines: &[Line],
+    fast_writes: Option<&MirrorWrites>,
+    clone: &ClonedIo,
+    status: Status,
+) -> EndAction {
+    match fast_writes {
+        // A one-line mirror: a write child's end is the mirror's, inline.
+        Some(w) if !matches!(clone.io.op, Op::Read | Op::Flush) => {
+            EndAction::Done(w.child_ended(clone.io.offset_bytes, clone.leg, status))
+        }
+        _ => end_action(lines, clone.line, clone.leg, &clone.io, status),
     }
 }
 
@@ -577,6 +683,7 @@ impl BioDriver for BioStacked {
             retry: Vec::with_capacity(slots),
             held,
             retired: Vec::new(),
+            clone_set: CloneSet::new(setup.slots * 2),
         })
     }
 
@@ -770,6 +877,11 @@ impl BioDriver for BioStacked {
         let mut n = 0;
         for leg in 0..q.legs.len() {
             n += self.reap_leg(q, leg, ends);
+        }
+        if q.clone_set.in_flight() > 0 {
+            for leg in 0..q.legs.len() {
+                n += self.take_clones(q, leg, None, ends);
+            }
         }
         if !q.retry.is_empty() {
             self.send_retries(q, ends);

@@ -60,11 +60,9 @@ pub use recovery::Progress;
 pub use route::MirrorReads;
 use route::{region_left, route_read_whole};
 use state::{Inner, Leg, Turn, LIVE, REBUILD_SHIFT, RECOVERING, TURNS};
-pub use state::{LegFailure, LegState, CLEAN_PERIOD};
+pub use state::{LegFailure, LegState, CLEAN_PERIOD, MAX_LEGS};
 pub use write::{MirrorWrites, WriteLegs};
 
-/// Most legs a mirror takes.
-pub const MAX_LEGS: usize = 4;
 /// Most regions (the region size must grow with the device past this).
 pub const MAX_REGIONS: u64 = 1 << 24;
 

@@ -13,6 +13,9 @@ use super::region::{Bits, Pending};
 use crate::legs::{LegId, Legs};
 use crate::target::target_type::{Io, Route};
 
+/// Most legs a mirror takes.
+pub const MAX_LEGS: usize = 4;
+
 /// How often the cleaner clears the bits of idle regions.
 pub const CLEAN_PERIOD: Duration = Duration::from_millis(250);
 

@@ -11,8 +11,7 @@ use std::sync::Arc;
 use mqblk_core::driver::Status;
 
 use super::route::region_left;
-use super::state::{Inner, LIVE, REBUILD, RECOVERING};
-use super::MAX_LEGS;
+use super::state::{Inner, LIVE, MAX_LEGS, REBUILD, RECOVERING};
 use crate::legs::LegId;
 
 /// A mirror's plain writes, mapped inline (`Mirror::writes`).
