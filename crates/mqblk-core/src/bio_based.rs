@@ -134,7 +134,9 @@ impl<'a> BioRef<'a> {
     /// # Safety
     ///
     /// As [`BioRef::clone_range`].
-    #[inline]
+    // Inlined into each caller (a clone per leg of every write): the call
+    // of eight arguments cost as much as the common one-segment body.
+    #[inline(always)]
     pub unsafe fn clone_range_into(
         &self,
         dst: &mut Bio,
