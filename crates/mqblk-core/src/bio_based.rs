@@ -134,7 +134,9 @@ impl<'a> BioRef<'a> {
     /// # Safety
     ///
     /// As [`BioRef::clone_range`].
-    #[inline]
+    // Inlined into each caller (a clone per leg of every write): the call
+    // of eight arguments cost as much as the common one-segment body.
+    #[inline(always)]
     pub unsafe fn clone_range_into(
         &self,
         dst: &mut Bio,
@@ -295,6 +297,29 @@ pub trait Lower: sealed::Sealed {
     /// Hand the routed bios that ended here back up into `up`.
     #[doc(hidden)]
     fn take_up(&mut self, up: &mut RoutedUp<'_>);
+
+    /// Put `node`, a clone in a slot of a [`crate::clone_set::CloneSet`]
+    /// above (of `slots` slots), into a request here itself, at
+    /// `offset_bytes`, as [`Lower::route_bio`] puts a slot above. False,
+    /// with the slot untouched, if this context cannot take it so.
+    ///
+    /// # Safety
+    ///
+    /// `node` is a slot of the set, holding a plain read or write, owned
+    /// by it, in no request; it stays allocated until it comes back
+    /// ([`Lower::take_clones`]), and nothing else touches it until then.
+    #[doc(hidden)]
+    unsafe fn route_clone(
+        &mut self,
+        node: std::ptr::NonNull<crate::bioset::BioNode>,
+        offset_bytes: u64,
+        slots: usize,
+    ) -> bool;
+
+    /// Append the clones that ended here, each with its status, to `out`
+    /// (sized to hold every clone the set has).
+    #[doc(hidden)]
+    fn take_clones(&mut self, out: &mut Vec<(std::ptr::NonNull<crate::bioset::BioNode>, Status)>);
 }
 
 pub(crate) mod sealed {

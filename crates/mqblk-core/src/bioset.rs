@@ -50,6 +50,11 @@ pub(crate) enum Delivery {
     /// (`crate::bio_based::BioDriver::route`): it goes back up to slot
     /// `up` of the context above when it ends, never to a callback here.
     Routed,
+    /// A clone in a slot of a bio-based driver's clone set above
+    /// (`crate::clone_set::CloneSet`), put into a request here itself: it
+    /// goes back to its set when the request ends. Never a slot of a
+    /// context's own set.
+    Clone,
 }
 
 /// The life of a bio slot, asserted on both sides of every transition

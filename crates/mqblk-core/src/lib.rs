@@ -40,6 +40,7 @@ pub mod blkcg;
 mod bounce;
 pub mod buf;
 mod check;
+pub mod clone_set;
 pub mod context;
 mod flush;
 pub mod future;

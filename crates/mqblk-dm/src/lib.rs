@@ -320,9 +320,12 @@ fn create(
         stack.features.fua = stack.features.write_cache;
         let lines_below = devs.iter().any(Device::has_irq_lines);
         let routes_writes = stack.lines.iter().any(|l| l.target.routes_writes());
-        let fast = match stack.lines.as_slice() {
-            [l] if l.start == 0 => bio_based::FastRoute::of(l.target.as_ref()),
-            _ => None,
+        let (fast, fast_writes) = match stack.lines.as_slice() {
+            [l] if l.start == 0 => (
+                bio_based::FastRoute::of(l.target.as_ref()),
+                bio_based::FastRoute::writes_of(l.target.as_ref()),
+            ),
+            _ => (None, None),
         };
         Device::new_bio_based(
             BioStacked {
@@ -330,6 +333,7 @@ fn create(
                 lines_below,
                 routes_writes,
                 fast,
+                fast_writes,
             },
             cfg,
         )?

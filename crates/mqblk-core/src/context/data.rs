@@ -101,8 +101,8 @@ impl CtxState {
         if !status.is_ok() {
             bump(&self.stats.errors, 1);
             if idx == ROUTED_NODE {
-                // A slot of the context above: it ends there.
-                self.routed_nodes.push((node, status));
+                // A slot of the context above, or a clone: it ends there.
+                self.foreign_done(node, status);
             } else {
                 self.data_done(idx, status);
             }

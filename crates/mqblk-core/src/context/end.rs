@@ -272,8 +272,8 @@ impl CtxState {
             let next = unsafe { n.as_ref().next };
             node = next;
             if !self.bioset.owns(n) {
-                // A slot of the context above: back up it goes.
-                self.routed_nodes.push((n, status));
+                // A slot of the context above, or a clone: back up it goes.
+                self.foreign_done(n, status);
                 continue;
             }
             let idx = self.bioset.index_of(n);
@@ -291,14 +291,37 @@ impl CtxState {
         self.tags.retire(rq, &mut self.freed_tags);
     }
 
+    /// A slot of the context above (a bio routed here whole) or of a
+    /// clone set above, which went into a request here itself, ended with
+    /// `status`: it waits to be taken back up.
+    #[inline(always)]
+    pub(super) fn foreign_done(
+        &mut self,
+        n: std::ptr::NonNull<crate::bioset::BioNode>,
+        status: Status,
+    ) {
+        // SAFETY: the slot was lent to this context until it goes back up
+        // (`take_routed_node`); nothing else touches it meanwhile.
+        if unsafe { n.as_ref() }.delivery == Delivery::Clone {
+            debug_assert!(self.clone_ends.len() < self.clone_ends.capacity());
+            self.clone_ends.push((n, status));
+        } else {
+            self.routed_nodes.push((n, status));
+        }
+    }
+
     /// A bio's request ended: route by what the bio is.
     #[inline(always)]
     pub(super) fn end_bio(&mut self, idx: u32, status: Status) {
         let n = self.bioset.node(idx);
         match n.delivery {
-            Delivery::Callback | Delivery::Waiter | Delivery::Orphan | Delivery::Routed => {
-                self.data_done(idx, status)
-            }
+            // A clone slot is never one of this set's (it ends through
+            // `foreign_done`): should one be, it still ends, once.
+            Delivery::Callback
+            | Delivery::Waiter
+            | Delivery::Orphan
+            | Delivery::Routed
+            | Delivery::Clone => self.data_done(idx, status),
             Delivery::Child => {
                 let parent = n.bio.as_ref().map_or(0, |b| b.private as u32);
                 self.bioset.remove(idx);

@@ -106,7 +106,7 @@ impl crate::bio_based::Lower for Context {
         // SAFETY: the caller's promise, passed on.
         if unsafe {
             self.st
-                .take_routed_node(&self.dev, node, offset_bytes, up_slots)
+                .take_routed_node::<false>(&self.dev, node, offset_bytes, up_slots)
         } {
             return true;
         }
@@ -121,5 +121,33 @@ impl crate::bio_based::Lower for Context {
     #[inline]
     fn take_up(&mut self, up: &mut crate::bio_based::RoutedUp<'_>) {
         self.st.give_routed_up(up);
+    }
+
+    unsafe fn route_clone(
+        &mut self,
+        node: std::ptr::NonNull<crate::bioset::BioNode>,
+        offset_bytes: u64,
+        slots: usize,
+    ) -> bool {
+        // SAFETY: the caller's promise, passed on (a clone slot is lent as
+        // a slot above is).
+        unsafe {
+            self.st
+                .take_routed_node::<true>(&self.dev, node, offset_bytes, slots)
+        }
+    }
+
+    #[inline]
+    fn take_clones(
+        &mut self,
+        out: &mut Vec<(
+            std::ptr::NonNull<crate::bioset::BioNode>,
+            crate::error::Status,
+        )>,
+    ) {
+        if !self.st.clone_ends.is_empty() {
+            debug_assert!(out.len() + self.st.clone_ends.len() <= out.capacity());
+            out.append(&mut self.st.clone_ends);
+        }
     }
 }

@@ -199,6 +199,10 @@ pub(super) struct CtxState {
     /// (`CtxState::take_routed_node`), ended, with their status, for the
     /// context above to take back.
     pub(super) routed_nodes: Vec<(NonNull<crate::bioset::BioNode>, crate::error::Status)>,
+    /// Clones (slots of a clone set above) that went into requests here
+    /// (`Context::route_clone`), ended, with their status, for their set
+    /// to take back (sized to the largest set that sent here).
+    pub(super) clone_ends: Vec<(NonNull<crate::bioset::BioNode>, crate::error::Status)>,
 }
 
 impl CtxState {
@@ -280,6 +284,7 @@ impl CtxState {
             routed_ended: Vec::new(),
             routed: Vec::with_capacity(bioset_size),
             routed_nodes: Vec::new(),
+            clone_ends: Vec::new(),
             tags,
         };
         st.refresh(dev);

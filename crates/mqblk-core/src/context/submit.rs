@@ -427,11 +427,12 @@ impl CtxState {
     /// # Safety
     ///
     /// `node` is a slot of the one context above whose driver owns this
-    /// context, owned by it, in no request, holding its bio; it stays
-    /// allocated until it comes back up (`routed_nodes`), and nothing
-    /// else touches it until then.
+    /// context (or, `CLONE`, of that driver's clone set), owned
+    /// by it, in no request, holding its bio; it stays allocated until it
+    /// comes back up (`routed_nodes`, `clone_ends`), and nothing else
+    /// touches it until then.
     #[inline(always)]
-    pub(super) unsafe fn take_routed_node(
+    pub(super) unsafe fn take_routed_node<const CLONE: bool>(
         &mut self,
         dev: &DeviceInner,
         mut node: std::ptr::NonNull<crate::bioset::BioNode>,
@@ -458,8 +459,16 @@ impl CtxState {
             return false;
         }
         bio.set_offset_bytes(offset_bytes + self.window_start_bytes);
-        if self.routed_nodes.capacity() < up_slots {
-            self.routed_nodes.reserve(up_slots);
+        // The list it comes back on holds every slot the set above could
+        // have here: no allocation once warm.
+        debug_assert_eq!(CLONE, n.delivery == Delivery::Clone);
+        let back = if CLONE {
+            &mut self.clone_ends
+        } else {
+            &mut self.routed_nodes
+        };
+        if back.capacity() < up_slots {
+            back.reserve(up_slots - back.len());
         }
         bump(&self.stats.bios, 1);
         self.submit_routed_plain(dev, node);

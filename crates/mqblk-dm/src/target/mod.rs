@@ -26,7 +26,7 @@ pub use delay::Delay;
 pub use error::Error as ErrorTarget;
 pub use flakey::Flakey;
 pub use linear::Linear;
-pub use mirror::{Mirror, MirrorReads};
+pub use mirror::{Mirror, MirrorReads, MirrorWrites, WriteLegs};
 pub use striped::{StripeMap, Striped};
 pub use zero::Zero;
 

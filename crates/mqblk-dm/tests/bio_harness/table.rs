@@ -189,7 +189,13 @@ impl Opener {
     pub fn open_spec(&self, spec: &str, nesting: &Nesting) -> Result<Device> {
         let s = parse(spec)?;
         match (s.kind.as_str(), s.target) {
-            ("ram", None) => mqblk_ram::open(s.options),
+            ("ram", None) => {
+                let dev = mqblk_ram::open(s.options)?;
+                self.opened
+                    .borrow_mut()
+                    .push((spec.to_string(), dev.clone()));
+                Ok(dev)
+            }
             ("table", Some(name)) => {
                 let Some((_, text)) = self.tables.iter().find(|(n, _)| *n == name) else {
                     return Err(Error::spec(spec, "no such table in this test"));
@@ -215,7 +221,8 @@ impl Opener {
             .unwrap_or_else(|e| panic!("table `{text}`: {e}"))
     }
 
-    /// The table named `name`, once opened as a leg.
+    /// The table named `name`, or the ram device of spec `name`, once
+    /// opened as a leg.
     pub fn opened(&self, name: &str) -> Device {
         let o = self.opened.borrow();
         o.iter().find(|(n, _)| n == name).expect("opened").1.clone()

@@ -37,6 +37,7 @@ mod recovery;
 mod region;
 mod route;
 mod state;
+mod write;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -59,10 +60,9 @@ pub use recovery::Progress;
 pub use route::MirrorReads;
 use route::{region_left, route_read_whole};
 use state::{Inner, Leg, Turn, LIVE, REBUILD_SHIFT, RECOVERING, TURNS};
-pub use state::{LegFailure, LegState, CLEAN_PERIOD};
+pub use state::{LegFailure, LegState, CLEAN_PERIOD, MAX_LEGS};
+pub use write::{MirrorWrites, WriteLegs};
 
-/// Most legs a mirror takes.
-pub const MAX_LEGS: usize = 4;
 /// Most regions (the region size must grow with the device past this).
 pub const MAX_REGIONS: u64 = 1 << 24;
 
@@ -116,6 +116,14 @@ impl Mirror {
     /// route inline.
     pub fn reads(&self) -> MirrorReads {
         MirrorReads {
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// Its plain writes, for the bio-based driver of a one-line table to
+    /// map inline.
+    pub fn writes(&self) -> MirrorWrites {
+        MirrorWrites {
             inner: self.inner.clone(),
         }
     }
@@ -466,26 +474,15 @@ impl Target for Mirror {
 
     fn end_io(&self, io: &Io, leg: LegId, status: Status) -> EndAction {
         let m = &self.inner;
-        let Some(i) = m.index_of(leg) else {
-            return EndAction::Done(status);
-        };
         if io.op != Op::Read {
-            m.pending.sub(m.region(io.offset_bytes), 1);
-            if status.is_ok() {
-                return EndAction::Done(status);
-            }
-            m.fail_leg(i, "write", status);
-            // The write stands if a live leg took it (or will say it did
-            // not, with its own error).
-            return EndAction::Done(if m.state.load(Ordering::SeqCst) & LIVE != 0 {
-                Status::Ok
-            } else {
-                status
-            });
+            return EndAction::Done(m.write_child_ended(io.offset_bytes, leg, status));
         }
         if status.is_ok() {
             return EndAction::Done(status);
         }
+        let Some(i) = m.index_of(leg) else {
+            return EndAction::Done(status);
+        };
         m.fail_leg(i, "read", status);
         let live = m.state.load(Ordering::SeqCst) & LIVE & !(1 << i);
         if live == 0 {

@@ -13,6 +13,9 @@ use super::region::{Bits, Pending};
 use crate::legs::{LegId, Legs};
 use crate::target::target_type::{Io, Route};
 
+/// Most legs a mirror takes.
+pub const MAX_LEGS: usize = 4;
+
 /// How often the cleaner clears the bits of idle regions.
 pub const CLEAN_PERIOD: Duration = Duration::from_millis(250);
 
@@ -238,6 +241,39 @@ impl Inner {
         }
         if sent == 0 {
             route.fail(Status::IoError);
+        }
+    }
+
+    /// A write child (of a write, discard or write-zeroes at
+    /// `offset_bytes`) ended on `leg` with `status`: no longer in flight
+    /// on its region, and what the write takes from it. A leg that failed
+    /// is taken out, and the write stands if a live leg took it (or will
+    /// say it did not, with its own error).
+    #[inline(always)]
+    pub(super) fn write_child_ended(
+        &self,
+        offset_bytes: u64,
+        leg: LegId,
+        status: Status,
+    ) -> Status {
+        self.pending.sub(self.region(offset_bytes), 1);
+        if status.is_ok() {
+            return status;
+        }
+        self.write_child_failed(leg, status)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn write_child_failed(&self, leg: LegId, status: Status) -> Status {
+        let Some(i) = self.index_of(leg) else {
+            return status;
+        };
+        self.fail_leg(i, "write", status);
+        if self.state.load(Ordering::SeqCst) & LIVE != 0 {
+            Status::Ok
+        } else {
+            status
         }
     }
 
