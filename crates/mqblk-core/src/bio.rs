@@ -274,6 +274,16 @@ impl Bio {
         }
     }
 
+    /// Make this bio what [`Bio::at`] would give, keeping the room its
+    /// segment list has grown to: a driver that sends many clones reuses
+    /// their bios, so a clone of many segments allocates once, not each
+    /// time. The old segments (and any views they hold) are dropped now.
+    pub fn reuse_at(&mut self, op: Op, offset_bytes: u64) {
+        self.blank();
+        self.op = op;
+        self.offset_bytes = offset_bytes;
+    }
+
     /// A read of `buf.len()` bytes at `offset_bytes`.
     pub fn read_at(offset_bytes: u64, buf: IoBuf) -> Bio {
         let mut bio = Bio::at(Op::Read, offset_bytes);

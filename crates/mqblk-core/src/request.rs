@@ -376,17 +376,46 @@ impl Request {
         len_bytes: u64,
         offset_bytes: u64,
     ) -> Bio {
+        let mut bio = Bio::at(self.op, offset_bytes);
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.clone_bio_range_into(&mut bio, rq_offset_bytes, len_bytes, offset_bytes) };
+        bio
+    }
+
+    /// [`Request::clone_bio_range`] into `bio`, a bio kept from an earlier
+    /// clone ([`Bio::reuse_at`]): its segment list keeps the room it has,
+    /// so a driver that reuses its clones allocates nothing per I/O.
+    ///
+    /// # Panics
+    ///
+    /// If the range runs past the request (a driver bug, not bad input).
+    ///
+    /// # Safety
+    ///
+    /// As for [`Request::clone_bio_range`]; `bio` then holds the clone.
+    pub unsafe fn clone_bio_range_into(
+        &self,
+        bio: &mut Bio,
+        rq_offset_bytes: u64,
+        len_bytes: u64,
+        offset_bytes: u64,
+    ) {
         assert!(
             rq_offset_bytes + len_bytes <= self.size_bytes,
             "clone range {rq_offset_bytes}+{len_bytes} past a request of {} bytes",
             self.size_bytes
         );
-        let mut bio = match self.op {
-            Op::Read | Op::Write => Bio::at(self.op, offset_bytes),
-            Op::Flush => Bio::flush(),
-            Op::Discard => Bio::discard_at(offset_bytes, len_bytes),
-            Op::WriteZeroes => Bio::write_zeroes_at(offset_bytes, len_bytes),
+        // A flush ignores the range (at 0, as `Bio::flush`).
+        let at = if self.op == Op::Flush {
+            0
+        } else {
+            offset_bytes
         };
+        bio.reuse_at(self.op, at);
+        if !self.op.has_data() && self.op != Op::Flush {
+            // A discard or write-zeroes: a range, no memory.
+            bio.set_len_bytes(len_bytes);
+        }
         bio.set_flags(self.flags);
         if self.op.has_data() {
             let (start, end) = (rq_offset_bytes, rq_offset_bytes + len_bytes);
@@ -408,7 +437,6 @@ impl Request {
                 bio.push_segment(view, 0, n as u32);
             });
         }
-        bio
     }
 
     /// Fill `len_bytes` of a read's buffers, starting `rq_offset_bytes` into

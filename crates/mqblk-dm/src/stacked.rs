@@ -71,7 +71,7 @@ pub(crate) struct StackedQueue {
     touched: Vec<bool>,
     parents: Vec<Option<Parent>>,
     children: Vec<Child>,
-    free: Vec<u32>,
+    free: FreeChildren,
     mapper: Mapper,
     /// Children to send again, to another leg.
     retry: Vec<(u32, Bio)>,
@@ -79,6 +79,39 @@ pub(crate) struct StackedQueue {
     /// timer among the lines when a leg has some, so a queue that sleeps
     /// on its lines wakes to send them on time.
     held: Held,
+}
+
+/// Child slots not in use, and the bios of ended children kept for the
+/// next clones: a clone's segment list keeps the room it grew to, so a
+/// merged request of many segments allocates once, not per I/O.
+struct FreeChildren {
+    slots: Vec<u32>,
+    bios: Vec<Bio>,
+}
+
+impl FreeChildren {
+    fn with_capacity(n: usize) -> FreeChildren {
+        FreeChildren {
+            slots: Vec::with_capacity(n),
+            bios: Vec::with_capacity(n),
+        }
+    }
+
+    /// Child slot `slot` ended; `bio`, its clone, is kept for another. Its
+    /// views of the parent's memory are dropped here, before the parent
+    /// can be given back.
+    fn put(&mut self, slot: u32, mut bio: Bio) {
+        self.slots.push(slot);
+        bio.reuse_at(Op::Read, 0);
+        if self.bios.len() < self.bios.capacity() {
+            self.bios.push(bio);
+        }
+    }
+
+    /// A bio to clone into.
+    fn bio(&mut self) -> Bio {
+        self.bios.pop().unwrap_or_else(|| Bio::at(Op::Read, 0))
+    }
 }
 
 impl Stacked {
@@ -206,8 +239,7 @@ impl Stacked {
         let action = end_action(&self.lines, c.line, c.leg, &c.io, Status::IoError);
         match action {
             EndAction::Done(s) => {
-                drop(bio);
-                hq.free.push(slot);
+                hq.free.put(slot, bio);
                 finish(&mut hq.parents, c.tag, s, done);
             }
             EndAction::Retry { leg, offset_bytes } => {
@@ -268,7 +300,7 @@ impl Stacked {
     }
 
     fn alloc_child(hq: &mut StackedQueue, c: Child) -> u32 {
-        match hq.free.pop() {
+        match hq.free.slots.pop() {
             Some(s) => {
                 hq.children[s as usize] = c;
                 s
@@ -286,7 +318,7 @@ impl Stacked {
 fn end_child(
     lines: &[Line],
     children: &mut [Child],
-    free: &mut Vec<u32>,
+    free: &mut FreeChildren,
     parents: &mut [Option<Parent>],
     retry: &mut Vec<(u32, Bio)>,
     done: &mut Completions<'_>,
@@ -297,11 +329,10 @@ fn end_child(
     let action = end_action(lines, child.line, child.leg, &child.io, c.status());
     match action {
         EndAction::Done(s) => {
-            // The clone stays in the lower context's slot, which drops it
-            // as soon as this returns; the parent is given back later, when
-            // the stacked driver's poll returns.
-            let _ = c;
-            free.push(slot);
+            // The clone is kept for another, its views dropped now; the
+            // parent is given back later, when the stacked driver's poll
+            // returns.
+            free.put(slot, c.into_bio());
             finish(parents, child.tag, s, done)
         }
         EndAction::Retry { leg, offset_bytes } => {
@@ -353,7 +384,7 @@ impl Driver for Stacked {
             touched: vec![false; n],
             parents: (0..depth).map(|_| None).collect(),
             children: Vec::with_capacity(depth * 2),
-            free: Vec::with_capacity(depth * 2),
+            free: FreeChildren::with_capacity(depth * 2),
             mapper: Mapper::with_capacity(8),
             retry: Vec::with_capacity(depth),
             held,
@@ -413,18 +444,26 @@ impl Driver for Stacked {
             let mut now = 0;
             for k in 0..hq.mapper.plan.len() {
                 let p = hq.mapper.plan[k];
+                let mut bio = hq.free.bio();
                 // SAFETY: `req` points at the request `parents[tag]` owns,
                 // which stays there (not given back) until its last
                 // reference is dropped, and this loop holds one. The clone
-                // ends before the parent is given back: `end_child` runs in
-                // a lower context's poll, which drops the clone right after
-                // the call, and `done.complete` hands the parent to the core
-                // only when this driver's `poll` or `queue_rq` returns. The
+                // ends before the parent is given back: `end_child` (or
+                // `child_failed`) takes the clone back and drops its views
+                // (`FreeChildren::put`) before it counts the child done, and
+                // `done.complete` hands the parent to the core only when
+                // this driver's `poll` or `queue_rq` returns. The
                 // pieces of one request are disjoint, except a mirror's
                 // copies of a write, which only read the memory; zeros were
                 // filled in `map`, before any child is sent.
-                let mut bio =
-                    unsafe { (*req).clone_bio_range(p.io_offset, p.io.len_bytes, p.leg_offset) };
+                unsafe {
+                    (*req).clone_bio_range_into(
+                        &mut bio,
+                        p.io_offset,
+                        p.io.len_bytes,
+                        p.leg_offset,
+                    );
+                }
                 let slot = Self::alloc_child(
                     hq,
                     Child {
