@@ -557,6 +557,29 @@ mod tests {
     }
 
     #[test]
+    fn a_reused_bio_is_a_fresh_one_that_keeps_its_room() {
+        let mut bio = Bio::at(Op::Write, 4096);
+        for _ in 0..BIO_INLINE_SEGMENTS + 2 {
+            bio.push_segment(IoBuf::page_aligned(4096), 0, 4096);
+        }
+        bio.set_flags(BioFlags::FUA);
+        bio.status = Status::IoError;
+        bio.private = 7;
+        let room = bio.segs.capacity();
+        bio.reuse_at(Op::Read, 8192);
+        assert_eq!(bio.op(), Op::Read);
+        assert_eq!(bio.offset_bytes(), 8192);
+        assert_eq!(bio.len_bytes(), 0);
+        assert_eq!(bio.segments().len(), 0);
+        assert_eq!(bio.flags(), BioFlags::NONE);
+        assert_eq!(bio.status(), Status::Ok);
+        assert_eq!(bio.private, 0);
+        assert_eq!(bio.align_or, 0);
+        assert!(bio.end_io.is_none());
+        assert_eq!(bio.segs.capacity(), room);
+    }
+
+    #[test]
     fn op_classes() {
         assert!(Op::Write.is_write());
         assert!(Op::Discard.is_write());

@@ -162,6 +162,8 @@ impl CloneSet {
         for k in 0..n {
             let (node, status) = self.ended[k];
             debug_assert!(self.owns(node), "a clone of another set");
+            // A node of another set (a lower context shared between sets)
+            // gives an index past the end, which `slot_mut` refuses.
             let i = (node.as_ptr() as usize - self.nodes.base() as usize)
                 / std::mem::size_of::<UnsafeCell<BioNode>>();
             // The clone came back from the request that held it: the slot

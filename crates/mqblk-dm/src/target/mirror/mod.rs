@@ -504,16 +504,7 @@ impl Target for Mirror {
     }
 
     fn end_flush(&self, leg: LegId, status: Status) -> Status {
-        let m = &self.inner;
-        let Some(i) = m.index_of(leg) else {
-            return status;
-        };
-        m.fail_leg(i, "flush", status);
-        if m.state.load(Ordering::SeqCst) & LIVE != 0 {
-            Status::Ok
-        } else {
-            status
-        }
+        self.inner.child_failed(leg, "flush", status)
     }
 
     fn as_any(&self) -> Option<&dyn std::any::Any> {

@@ -260,16 +260,19 @@ impl Inner {
         if status.is_ok() {
             return status;
         }
-        self.write_child_failed(leg, status)
+        self.child_failed(leg, "write", status)
     }
 
+    /// A child of a write (`what`: "write") or a flush ("flush") failed
+    /// on `leg`: the leg is taken out, and the bio stands on the legs
+    /// still live (Ok), or fails with `status` if none is.
     #[cold]
     #[inline(never)]
-    fn write_child_failed(&self, leg: LegId, status: Status) -> Status {
+    pub(super) fn child_failed(&self, leg: LegId, what: &'static str, status: Status) -> Status {
         let Some(i) = self.index_of(leg) else {
             return status;
         };
-        self.fail_leg(i, "write", status);
+        self.fail_leg(i, what, status);
         if self.state.load(Ordering::SeqCst) & LIVE != 0 {
             Status::Ok
         } else {
